@@ -1,0 +1,62 @@
+//! `mvk check FILE…`: compile each file, print every diagnostic, change nothing.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::ir::ProgramKind;
+use crate::source::display_path;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Loop, flow or library files to check.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+pub fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, CliError> {
+    let mut failed = 0usize;
+    for file in &args.files {
+        let compiled = super::compile_quiet(cli, file);
+        printer.diagnostics(&compiled.diags, &compiled.sources);
+        let name = display_path(file);
+        match &compiled.program {
+            Some(p) => {
+                let what = match p.kind {
+                    ProgramKind::Loop => format!("loop `{}`", p.name),
+                    ProgramKind::Flow => format!(
+                        "flow `{}`, {} task{}",
+                        p.name,
+                        p.tasks.len(),
+                        if p.tasks.len() == 1 { "" } else { "s" }
+                    ),
+                    ProgramKind::Library => "definitions only".to_string(),
+                };
+                let warnings = compiled.diags.warning_count();
+                let w = if warnings > 0 {
+                    format!(
+                        ", {warnings} warning{}",
+                        if warnings == 1 { "" } else { "s" }
+                    )
+                } else {
+                    String::new()
+                };
+                printer.status(&format!("ok: {name} ({what}{w})"));
+            }
+            None => {
+                failed += 1;
+                let n = compiled.diags.error_count();
+                printer.error(&format!(
+                    "{name}: {n} error{}",
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+        }
+    }
+    if failed > 0 {
+        return Ok(Exit::Invalid);
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,61 @@
+//! Outcomes in, the documented exit codes out (see the contract's "Exit codes"), and the one
+//! error type of the command line.
+
+use std::process::ExitCode;
+
+/// The exit codes of `../shared/spec/CONTRACT.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    Ok = 0,
+    Rejected = 1,
+    Stuck = 2,
+    Budget = 3,
+    Human = 4,
+    Drift = 5,
+    Usage = 64,
+    Invalid = 65,
+    Internal = 70,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e.code())
+    }
+}
+
+/// A command that could not do its job, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("`{file}` is not a valid loop definition ({errors} error{s})", s = if *errors == 1 { "" } else { "s" })]
+    Invalid { file: String, errors: usize },
+    #[error("{message}")]
+    Usage {
+        message: String,
+        hint: Option<String>,
+    },
+    #[error("{message}")]
+    Internal { message: String },
+}
+
+impl CliError {
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::Invalid { .. } => Exit::Invalid,
+            CliError::Usage { .. } => Exit::Usage,
+            CliError::Internal { .. } => Exit::Internal,
+        }
+    }
+
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            CliError::Usage { hint, .. } => hint.as_deref(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Command-line arguments in, an exit code out: one `XxxArgs` struct and one function per
+//! command, each a thin layer over the library; all output goes through [`printer::Printer`].
+
+pub mod check;
+pub mod exit;
+pub mod graph;
+pub mod plan;
+pub mod printer;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use exit::{CliError, Exit};
+use printer::Printer;
+
+/// Run AI coding agents in loops declared in KDL.
+#[derive(Debug, Parser)]
+#[command(name = "mvk", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// The repository to work on (default: the git repository that holds the loop file).
+    #[arg(long, global = true, value_name = "DIR", env = crate::env::MVK_REPO)]
+    pub repo: Option<PathBuf>,
+
+    /// Print only errors.
+    #[arg(long, short, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Print more detail.
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate loop files; report every problem at once.
+    Check(check::CheckArgs),
+    /// Compile a loop file and print its DAG, digests, budgets and worst-case cost; runs nothing.
+    Plan(plan::PlanArgs),
+    /// Print a loop file's DAG as Graphviz dot or Mermaid.
+    Graph(graph::GraphArgs),
+}
+
+/// Parses the arguments, runs the command and returns its exit code.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Ok
+            };
+            // Printing help or the usage error can only fail if the terminal is gone.
+            let _ = e.print();
+            return code.into();
+        }
+    };
+    let printer = Printer::new(cli.quiet, cli.verbose);
+    let result = match &cli.command {
+        Command::Check(args) => check::check(&cli, &printer, args),
+        Command::Plan(args) => plan::plan(&cli, &printer, args),
+        Command::Graph(args) => graph::graph(&cli, &printer, args),
+    };
+    match result {
+        Ok(code) => code.into(),
+        Err(err) => {
+            printer.error(&err.to_string());
+            if let Some(hint) = err.hint() {
+                printer.hint(hint);
+            }
+            err.exit().into()
+        }
+    }
+}
+
+/// Compiles a file for a command, printing its diagnostics; `Err` when it has errors.
+pub fn compile(
+    cli: &Cli,
+    printer: &Printer,
+    file: &std::path::Path,
+) -> Result<crate::ir::Program, CliError> {
+    let compiled = compile_quiet(cli, file);
+    printer.diagnostics(&compiled.diags, &compiled.sources);
+    match compiled.program {
+        Some(p) => Ok(p),
+        None => Err(CliError::Invalid {
+            file: crate::source::display_path(file),
+            errors: compiled.diags.error_count(),
+        }),
+    }
+}
+
+pub fn compile_quiet(cli: &Cli, file: &std::path::Path) -> crate::resolve::Compiled {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let repo_root = match &cli.repo {
+        Some(r) => r.clone(),
+        None => crate::resolve::repo::discover_root(file, &cwd),
+    };
+    crate::resolve::compile(
+        file,
+        &crate::resolve::Options {
+            repo_root: Some(repo_root),
+        },
+    )
+}

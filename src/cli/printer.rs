@@ -1,0 +1,75 @@
+//! Everything mvk prints goes through here: quiet and verbose levels, colour only on a terminal
+//! and never with `NO_COLOR`, diagnostics rendered by miette.
+
+use std::io::{IsTerminal, Write};
+
+use crate::diag::{Diagnostics, Renderer};
+use crate::source::Sources;
+
+pub struct Printer {
+    quiet: bool,
+    verbose: bool,
+    color: bool,
+}
+
+impl Printer {
+    pub fn new(quiet: bool, verbose: bool) -> Printer {
+        let color = std::io::stderr().is_terminal()
+            && std::env::var_os(crate::env::NO_COLOR).is_none_or(|v| v.is_empty());
+        Printer {
+            quiet,
+            verbose,
+            color,
+        }
+    }
+
+    pub fn verbose(&self) -> bool {
+        self.verbose
+    }
+
+    /// The result of a command, on standard output (always printed, even with `--quiet`).
+    pub fn out(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        // A closed pipe (`mvk plan | head`) is not an error worth reporting.
+        let _ = out.write_all(text.as_bytes());
+        if !text.ends_with('\n') {
+            let _ = out.write_all(b"\n");
+        }
+    }
+
+    /// A progress or status line on standard error; silent with `--quiet`.
+    pub fn status(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
+
+    pub fn error(&self, text: &str) {
+        eprintln!("error: {text}");
+    }
+
+    pub fn hint(&self, text: &str) {
+        eprintln!("  hint: {text}");
+    }
+
+    /// Renders diagnostics on standard error; warnings are hidden with `--quiet`.
+    pub fn diagnostics(&self, diags: &Diagnostics, sources: &Sources) {
+        let width = std::env::var(crate::env::COLUMNS)
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(100usize);
+        let renderer = if self.color {
+            Renderer::fancy(width)
+        } else {
+            Renderer::plain(width)
+        };
+        let mut err = std::io::stderr().lock();
+        for d in diags.iter() {
+            if self.quiet && !d.is_error() {
+                continue;
+            }
+            let _ = err.write_all(renderer.render(d, sources).as_bytes());
+            let _ = err.write_all(b"\n");
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The resolved model every later stage reads: a [`Program`] of [`Task`]s with no names left to
+//! look up, every default written in, and each task's digest and per-field components.
+//!
+//! Types here derive `Serialize`; the digest is computed over that serialization (spans, docs and
+//! other non-semantic data are skipped), so adding a field to a type changes what is hashed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::source::{Sources, Span};
+
+/// Names mvk itself provides to templates and commands; a `param` may not take them.
+pub const RESERVED_PARAMS: &[&str] = &[
+    "item",
+    "prompt",
+    "prompt_file",
+    "worktree",
+    "attempt",
+    "rung",
+    "task",
+    "run",
+];
+
+/// Placeholders in an agent command that are filled in when the attempt starts.
+pub const RUNTIME_PLACEHOLDERS: &[&str] = &[
+    "prompt",
+    "prompt_file",
+    "worktree",
+    "attempt",
+    "rung",
+    "task",
+    "run",
+];
+
+pub const DEFAULT_ITERATIONS: u32 = 5;
+pub const DEFAULT_SAME_FAILURE: u32 = 2;
+pub const DEFAULT_CONTEXT_TOKENS: u32 = 16_000;
+pub const DEFAULT_REVIEW_ROUNDS: u32 = 2;
+pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_PARALLEL: u32 = 1;
+/// The branch a merge lands on when the loop does not say: the one checked out when the run starts.
+pub const CURRENT_BRANCH: &str = "HEAD";
+
+/// What a compilation produced: one loop (a single task) or a flow of tasks.
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub kind: ProgramKind,
+    pub name: String,
+    /// Tasks in declaration order (fan-outs expanded in item order).
+    pub tasks: Vec<Task>,
+    pub flow: Option<FlowSettings>,
+    /// The digest of the whole program: its settings and every task's digest.
+    pub digest: Digest,
+    pub sources: Sources,
+    /// The entry file's span of the `loop` or `flow` node.
+    pub span: Span,
+}
+
+impl Program {
+    pub fn task(&self, name: &str) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgramKind {
+    Loop,
+    Flow,
+    /// A file of definitions only (a gate library): checked, never run.
+    Library,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FlowSettings {
+    pub parallel: u32,
+    pub continue_on_failure: bool,
+    pub budget: FlowBudget,
+}
+
+/// Limits shared by all tasks of a flow.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FlowBudget {
+    pub tokens: Option<u64>,
+    pub usd_micros: Option<u64>,
+    #[serde(with = "opt_millis")]
+    pub wall: Option<Duration>,
+}
+
+/// One unit of work: a loop, standing alone or as a flow's task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Task {
+    pub name: String,
+    /// The fan-out item this task was expanded for.
+    pub item: Option<String>,
+    /// Names of the tasks this one starts after.
+    pub after: Vec<String>,
+    pub goal: String,
+    pub prompt: Template,
+    pub scope: Vec<String>,
+    pub seal: Vec<String>,
+    pub gates: Vec<Gate>,
+    pub review: Option<Review>,
+    pub budget: Budget,
+    pub ladder: Vec<Rung>,
+    pub merge: Merge,
+    pub uncertified: bool,
+    #[serde(skip)]
+    pub meta: TaskMeta,
+}
+
+/// What the digest leaves out: where things were written, and the digests themselves.
+#[derive(Debug, Clone, Default)]
+pub struct TaskMeta {
+    pub span: Option<Span>,
+    /// Where each digest field was written, when it was written rather than defaulted.
+    pub field_spans: BTreeMap<String, Span>,
+    pub digest: Digest,
+    /// One component digest per field (see [`crate::digest::task_fields`]).
+    pub fields: BTreeMap<String, Digest>,
+}
+
+/// A prompt template: where it came from (for messages) and its text (what is hashed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Template {
+    #[serde(skip)]
+    pub name: String,
+    pub text: String,
+}
+
+/// A deterministic check, fully resolved: the argv to run and how to judge it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Gate {
+    pub name: String,
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub evidence: EvidenceMode,
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    /// The definition it was made from (`std.cargo-test`), for display; the argv is what counts.
+    #[serde(skip)]
+    pub from: Option<String>,
+    #[serde(skip)]
+    pub doc: Option<String>,
+}
+
+/// How a gate proves that tests ran (see the contract's "Evidence that checks ran").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvidenceMode {
+    Auto,
+    None,
+    Nonce,
+    CargoTest,
+    Nextest,
+    Pytest,
+    GoTest,
+    NodeTest,
+    Vitest,
+    Jest,
+}
+
+impl EvidenceMode {
+    pub const NAMES: [&'static str; 10] = [
+        "auto",
+        "none",
+        "nonce",
+        "cargo-test",
+        "nextest",
+        "pytest",
+        "go-test",
+        "node-test",
+        "vitest",
+        "jest",
+    ];
+    const ALL: [EvidenceMode; 10] = [
+        EvidenceMode::Auto,
+        EvidenceMode::None,
+        EvidenceMode::Nonce,
+        EvidenceMode::CargoTest,
+        EvidenceMode::Nextest,
+        EvidenceMode::Pytest,
+        EvidenceMode::GoTest,
+        EvidenceMode::NodeTest,
+        EvidenceMode::Vitest,
+        EvidenceMode::Jest,
+    ];
+
+    pub fn parse(s: &str) -> Option<EvidenceMode> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn name(self) -> &'static str {
+        let i = Self::ALL.iter().position(|m| *m == self).unwrap_or(0);
+        Self::NAMES[i]
+    }
+}
+
+/// How mvk reads an agent's output: tokens, cost, and its rate-limit messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Adapter {
+    /// Any command: nothing is read from its output.
+    Command,
+    Claude,
+    Codex,
+    Aider,
+    Goose,
+    Gemini,
+}
+
+impl Adapter {
+    pub const NAMES: [&'static str; 6] = ["command", "claude", "codex", "aider", "goose", "gemini"];
+    const ALL: [Adapter; 6] = [
+        Adapter::Command,
+        Adapter::Claude,
+        Adapter::Codex,
+        Adapter::Aider,
+        Adapter::Goose,
+        Adapter::Gemini,
+    ];
+
+    pub fn parse(s: &str) -> Option<Adapter> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn name(self) -> &'static str {
+        let i = Self::ALL.iter().position(|m| *m == self).unwrap_or(0);
+        Self::NAMES[i]
+    }
+}
+
+/// An agent with its parameters bound. `argv` may still hold runtime placeholders such as
+/// `{{prompt_file}}` (see [`RUNTIME_PLACEHOLDERS`]), filled in when an attempt starts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Agent {
+    /// The definition's name as the loop wrote it (`claude`, `team.fast`).
+    pub name: String,
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub adapter: Adapter,
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    /// Extra patterns (regular expressions) that mark a rate-limit or usage-limit failure.
+    pub rate_limits: Vec<String>,
+    /// The parameters as bound, for display and for the reviewer-independence check.
+    pub params: BTreeMap<String, String>,
+}
+
+impl Agent {
+    /// `claude (model=sonnet)`: how a person recognises this agent.
+    pub fn label(&self) -> String {
+        if self.params.is_empty() {
+            return self.name.clone();
+        }
+        let params = self
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        format!("{} ({params})", self.name)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Rung {
+    Agent {
+        agent: Agent,
+        /// `None`: as many as the budget allows.
+        attempts: Option<u32>,
+    },
+    Human,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Review {
+    pub agent: Agent,
+    pub rounds: u32,
+    pub prompt: Template,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Budget {
+    pub iterations: u32,
+    pub tokens: Option<u64>,
+    pub usd_micros: Option<u64>,
+    #[serde(with = "opt_millis")]
+    pub wall: Option<Duration>,
+    pub same_failure: u32,
+    pub context_tokens: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            iterations: DEFAULT_ITERATIONS,
+            tokens: None,
+            usd_micros: None,
+            wall: None,
+            same_failure: DEFAULT_SAME_FAILURE,
+            context_tokens: DEFAULT_CONTEXT_TOKENS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    Ff,
+    Merge,
+    Squash,
+}
+
+impl Strategy {
+    pub const NAMES: [&'static str; 3] = ["ff", "merge", "squash"];
+
+    pub fn parse(s: &str) -> Option<Strategy> {
+        match s {
+            "ff" => Some(Strategy::Ff),
+            "merge" => Some(Strategy::Merge),
+            "squash" => Some(Strategy::Squash),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Ff => "ff",
+            Strategy::Merge => "merge",
+            Strategy::Squash => "squash",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Merge {
+    /// A branch name, or [`CURRENT_BRANCH`].
+    pub into: String,
+    pub strategy: Strategy,
+    /// Gates run on the merged result.
+    pub gates: Vec<Gate>,
+}
+
+impl Default for Merge {
+    fn default() -> Merge {
+        Merge {
+            into: CURRENT_BRANCH.to_string(),
+            strategy: Strategy::Squash,
+            gates: Vec::new(),
+        }
+    }
+}
+
+/// Durations are encoded as whole milliseconds, so `"90s"` and `"1m30s"` hash the same.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+mod opt_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<u64>::deserialize(d).map(|o| o.map(Duration::from_millis))
+    }
+}

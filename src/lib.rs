@@ -1,0 +1,31 @@
+//! mvk runs AI coding agents in loops declared in KDL.
+//!
+//! The crate is a pipeline, like a compiler; each stage is a module whose first doc line says
+//! what goes in and what comes out:
+//!
+//! ```text
+//! loops/*.kdl ─ syntax ─▶ ast ─ resolve ─▶ ir (+ digest) ─ plan ─▶ DAG ─ cli prints
+//! ```
+//!
+//! - [`syntax`]: KDL text → typed, spanned syntax tree; never touches git or the disk.
+//! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
+//! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
+//! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
+//! - [`cli`]: the command line, a thin layer over the above.
+//!
+//! # Files
+//! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
+//! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
+//! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
+
+pub mod cli;
+pub mod diag;
+pub mod digest;
+pub mod env;
+pub mod ir;
+pub mod plan;
+pub mod prompt;
+pub mod resolve;
+pub mod source;
+pub mod stdlib;
+pub mod syntax;

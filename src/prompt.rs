@@ -1,0 +1,186 @@
+//! A prompt template and an attempt's facts in, the prompt text out (handlebars, strict, unescaped).
+//!
+//! The compiler calls [`check`] on every template so that a syntax error or a misspelt variable
+//! is a compile error with the template's line, not a surprise at the third attempt.
+
+use handlebars::Handlebars;
+use serde::Serialize;
+
+/// What a maker's or reviewer's template can refer to.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct PromptContext {
+    pub goal: String,
+    pub task: String,
+    pub item: Option<String>,
+    pub scope: Vec<String>,
+    pub seal: Vec<String>,
+    pub attempt: u32,
+    pub rung: String,
+    pub gates: Vec<GateInfo>,
+    /// The previous attempt's failure; `None` on the first attempt.
+    pub failure: Option<Failure>,
+    /// For a reviewer: the change under review, against the attempt's base.
+    pub diff: Option<String>,
+    /// For a reviewer on a later round: the blockers it raised before, to check first.
+    pub previous_blockers: Vec<Blocker>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct GateInfo {
+    pub name: String,
+    pub evidence: String,
+    /// `pass`, `fail` or `unknown`, once the gate has run.
+    pub result: Option<String>,
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Failure {
+    pub attempt: u32,
+    /// `seal`, `gate`, `review`, `agent` or `human`.
+    pub kind: String,
+    pub gate: Option<String>,
+    pub exit_code: Option<i32>,
+    pub counts: Option<Counts>,
+    pub output_tail: String,
+    /// The criterion that was missed, in one line.
+    pub criterion: String,
+    pub blockers: Vec<Blocker>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Counts {
+    pub executed: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub skipped: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Default, serde::Deserialize, PartialEq, Eq)]
+pub struct Blocker {
+    pub category: String,
+    pub evidence: String,
+    #[serde(default)]
+    pub location: String,
+}
+
+/// A template problem: the message and, when known, the 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TemplateProblem {
+    pub message: String,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+}
+
+fn registry() -> Handlebars<'static> {
+    let mut hb = Handlebars::new();
+    // Prompts are not HTML: `&&` must reach the agent as `&&`.
+    hb.register_escape_fn(handlebars::no_escape);
+    // A misspelt variable must fail loudly rather than render as nothing.
+    hb.set_strict_mode(true);
+    hb
+}
+
+/// Renders a template with an attempt's facts.
+pub fn render(template: &str, ctx: &PromptContext) -> Result<String, TemplateProblem> {
+    registry()
+        .render_template(template, ctx)
+        .map_err(|e| TemplateProblem {
+            message: e.reason().to_string(),
+            line: e.line_no,
+            column: e.column_no,
+        })
+}
+
+/// Compiles a template and renders it once with every field filled in, so that syntax errors
+/// and unknown variables are found before a run starts.
+pub fn check(template: &str) -> Result<(), TemplateProblem> {
+    if let Err(e) = handlebars::Template::compile(template) {
+        let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        return Err(TemplateProblem {
+            message: e.reason().to_string(),
+            line,
+            column,
+        });
+    }
+    render(template, &sample()).map(|_| ())
+}
+
+/// A context with every optional part present, for [`check`].
+pub fn sample() -> PromptContext {
+    let blocker = Blocker {
+        category: "correctness".into(),
+        evidence: "the cursor is ignored".into(),
+        location: "src/lib.rs:1".into(),
+    };
+    PromptContext {
+        goal: "goal".into(),
+        task: "task".into(),
+        item: Some("item".into()),
+        scope: vec!["src/**".into()],
+        seal: vec!["tests/**".into()],
+        attempt: 2,
+        rung: "agent".into(),
+        gates: vec![GateInfo {
+            name: "tests".into(),
+            evidence: "auto".into(),
+            result: Some("fail".into()),
+            summary: Some("1 failed".into()),
+        }],
+        failure: Some(Failure {
+            attempt: 1,
+            kind: "gate".into(),
+            gate: Some("tests".into()),
+            exit_code: Some(1),
+            counts: Some(Counts {
+                executed: 2,
+                passed: 1,
+                failed: 1,
+                skipped: 0,
+            }),
+            output_tail: "tail".into(),
+            criterion: "gate `tests` passes".into(),
+            blockers: vec![blocker.clone()],
+        }),
+        diff: Some("diff".into()),
+        previous_blockers: vec![blocker],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_without_html_escaping() {
+        let ctx = PromptContext {
+            goal: "a && b <c>".into(),
+            ..PromptContext::default()
+        };
+        assert_eq!(render("{{goal}}", &ctx).as_deref(), Ok("a && b <c>"));
+    }
+
+    #[test]
+    fn misspelt_variable_is_an_error_with_a_line() {
+        let err = check("line one\n{{gaol}}").err();
+        let err = err.as_ref().map(|e| (e.line, e.message.contains("gaol")));
+        assert_eq!(err, Some((Some(2), true)));
+    }
+
+    #[test]
+    fn unclosed_block_is_an_error() {
+        assert!(check("{{#if failure}}x").is_err_and(|e| e.line.is_some()));
+    }
+
+    #[test]
+    fn first_attempt_renders_without_failure() {
+        let t = "{{goal}}{{#if failure}} failed at {{failure.gate}}{{/if}}";
+        let ctx = PromptContext {
+            goal: "g".into(),
+            ..PromptContext::default()
+        };
+        assert_eq!(render(t, &ctx).as_deref(), Ok("g"));
+        assert!(check(t).is_ok());
+    }
+}

@@ -1,0 +1,922 @@
+//! Loop bodies and flows in, [`ir::Task`]s out: a task file's loop overlaid with the task's own
+//! settings, fan-outs expanded, defaults written in, the loop-level rules checked, digests sealed.
+
+use std::collections::BTreeMap;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+
+use super::{LoadAs, World};
+use crate::diag::{Diagnostic, suggest};
+use crate::digest;
+use crate::ir::{self, Budget, Merge, Program, ProgramKind, Rung, Strategy, Task, Template};
+use crate::source::Span;
+use crate::syntax::ast::{BudgetDecl, Each, FlowDecl, Item, LoopBody, LoopDecl, RungDecl, Spanned};
+
+/// A loop body resolved field by field; `None` where the body said nothing.
+#[derive(Default)]
+struct Partial {
+    goal: Option<(String, Span)>,
+    prompt: Option<(Template, Span)>,
+    scope: Option<(Vec<String>, Span)>,
+    seal: Option<(Vec<String>, Span)>,
+    gates: Vec<(ir::Gate, Span)>,
+    /// Gate nodes written, resolved or not: a failed gate must not also read as "no gates".
+    gates_written: usize,
+    review: Option<(ir::Review, Span)>,
+    budget: BudgetDecl,
+    ladder: Option<(Vec<(Rung, Span)>, Span)>,
+    agent: Option<(ir::Agent, Span)>,
+    merge: Option<(Merge, Span)>,
+    uncertified: Option<(bool, Span)>,
+    /// Something in the body failed to resolve; later rules stay quiet to avoid noise.
+    broken: bool,
+}
+
+impl Partial {
+    /// Settings of `over` replace those of `self`; gates replace by name or are added.
+    fn overlay(mut self, over: Partial) -> Partial {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
+        }
+        take!(
+            goal,
+            prompt,
+            scope,
+            seal,
+            review,
+            ladder,
+            agent,
+            merge,
+            uncertified
+        );
+        for (g, span) in over.gates {
+            match self.gates.iter_mut().find(|(h, _)| h.name == g.name) {
+                Some(slot) => *slot = (g, span),
+                None => self.gates.push((g, span)),
+            }
+        }
+        self.gates_written += over.gates_written;
+        let b = over.budget;
+        macro_rules! budget {
+            ($($f:ident),*) => { $( if b.$f.is_some() { self.budget.$f = b.$f; } )* };
+        }
+        budget!(
+            iterations,
+            tokens,
+            usd_micros,
+            wall,
+            same_failure,
+            context_tokens
+        );
+        if b.span.is_some() {
+            self.budget.span = b.span;
+        }
+        self.broken |= over.broken;
+        self
+    }
+}
+
+pub fn build_program(world: &mut World, root: usize) -> Option<Program> {
+    let items = world.modules[root].ast.items.clone();
+    let loops: Vec<&LoopDecl> = items
+        .iter()
+        .filter_map(|i| if let Item::Loop(l) = i { Some(l) } else { None })
+        .collect();
+    let flows: Vec<&FlowDecl> = items
+        .iter()
+        .filter_map(|i| if let Item::Flow(f) = i { Some(f) } else { None })
+        .collect();
+    let runnable: Vec<(Span, &str)> = loops
+        .iter()
+        .map(|l| (l.name.span, "loop"))
+        .chain(flows.iter().map(|f| (f.name.span, "flow")))
+        .collect();
+    if runnable.len() > 1 {
+        let mut d = Diagnostic::error("mvk::several-runnables", "a file runs one loop or one flow")
+            .at(runnable[1].0, format!("a second {}", runnable[1].1))
+            .also(runnable[0].0, format!("the first {}", runnable[0].1))
+            .help("move the others into files of their own; a flow can run them as tasks with `task NAME loop=\"file.kdl\"`");
+        for (span, kind) in &runnable[2..] {
+            d = d.also(*span, format!("another {kind}"));
+        }
+        world.diags.push(d);
+        return None;
+    }
+    let file_span = Span {
+        file: world.modules[root].file,
+        offset: 0,
+        len: 0,
+    };
+    if let Some(l) = loops.first() {
+        let partial = lower_body(world, root, &l.body, None);
+        let mut task = finish(world, &l.name.node, None, Vec::new(), partial, l.name.span)?;
+        digest::seal_task(&mut task, &BTreeMap::new());
+        let tasks = vec![task];
+        let d = digest::program_digest(ProgramKind::Loop, &l.name.node, None, &tasks);
+        return Some(Program {
+            kind: ProgramKind::Loop,
+            name: l.name.node.clone(),
+            tasks,
+            flow: None,
+            digest: d,
+            sources: world.sources.clone(),
+            span: l.span,
+        });
+    }
+    if let Some(f) = flows.first() {
+        return build_flow(world, root, f);
+    }
+    let d = digest::program_digest(ProgramKind::Library, "", None, &[]);
+    Some(Program {
+        kind: ProgramKind::Library,
+        name: world.file_of(root).name.clone(),
+        tasks: Vec::new(),
+        flow: None,
+        digest: d,
+        sources: world.sources.clone(),
+        span: file_span,
+    })
+}
+
+fn repo_path(
+    world: &mut World,
+    s: &Spanned<String>,
+    item: Option<&str>,
+    what: &str,
+) -> Option<String> {
+    let lookup = |n: &str| (n == "item").then(|| item.map(str::to_string)).flatten();
+    let text = match super::interp::interpolate(&s.node, &lookup, &[]) {
+        Ok(t) => t.into_owned(),
+        Err(e) => {
+            let known = if item.is_some() {
+                vec!["item".to_string()]
+            } else {
+                Vec::new()
+            };
+            super::defs::interp_error(world, &e, s.span, what, &known);
+            return None;
+        }
+    };
+    let bad = text.starts_with('/') || text.split('/').any(|c| c == "..");
+    if bad {
+        world.diags.push(
+            Diagnostic::error("mvk::path-outside-repo", format!("`{text}` reaches outside the repository"))
+                .at(s.span, "absolute or with `..`")
+                .help("paths in `scope`, `seal` and `each` are relative to the repository root, e.g. \"tests/**\""),
+        );
+        return None;
+    }
+    if let Err(e) = globset::Glob::new(&text) {
+        world.diags.push(
+            Diagnostic::error("mvk::bad-glob", format!("`{text}` is not a valid glob: {}", e.kind()))
+                .at(s.span, "invalid glob")
+                .help("globs use `*` within a directory, `**` across directories, `?`, `[abc]` and `{a,b}`"),
+        );
+        return None;
+    }
+    Some(text.trim_end_matches('/').to_string())
+}
+
+fn paths(
+    world: &mut World,
+    list: &Spanned<Vec<Spanned<String>>>,
+    item: Option<&str>,
+    what: &str,
+) -> Option<(Vec<String>, Span)> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for s in &list.node {
+        match repo_path(world, s, item, what) {
+            Some(p) => out.push(p),
+            None => ok = false,
+        }
+    }
+    // Order and repetition carry no meaning; sorting keeps the digest free of them.
+    out.sort();
+    out.dedup();
+    ok.then_some((out, list.span))
+}
+
+fn template(
+    world: &mut World,
+    module: usize,
+    path: Option<&Spanned<String>>,
+    default: &str,
+) -> Option<Template> {
+    let (name, text, span) = match path {
+        None => (
+            default.to_string(),
+            crate::stdlib::get(default).unwrap_or_default().to_string(),
+            None,
+        ),
+        Some(p) => {
+            let origin = world.origin_for(module, &p.node);
+            let (name, text) = match &origin {
+                crate::source::Origin::Std(s) => match crate::stdlib::get(s) {
+                    Some(t) => (s.clone(), Ok(t.to_string())),
+                    None => (
+                        s.clone(),
+                        Err("the standard library has no such template".to_string()),
+                    ),
+                },
+                crate::source::Origin::Disk(d) => (
+                    crate::source::display_path(d),
+                    std::fs::read_to_string(d).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => "no such file".to_string(),
+                        _ => e.to_string(),
+                    }),
+                ),
+            };
+            match text {
+                Ok(t) => (name, t, Some(p.span)),
+                Err(why) => {
+                    world.diags.push(
+                        Diagnostic::error(
+                            "mvk::missing-template",
+                            format!("cannot read template `{name}`: {why}"),
+                        )
+                        .at(p.span, "named here")
+                        .help("the path is relative to the file that names it"),
+                    );
+                    return None;
+                }
+            }
+        }
+    };
+    if let Err(problem) = crate::prompt::check(&text) {
+        let place = match (problem.line, problem.column) {
+            (Some(l), Some(c)) => format!(" at {name}:{l}:{c}"),
+            (Some(l), None) => format!(" at {name}:{l}"),
+            _ => String::new(),
+        };
+        let mut d = Diagnostic::error("mvk::bad-template", format!("template `{name}` does not render{place}: {}", problem.message))
+            .help("templates are handlebars; they may use goal, task, item, scope, seal, attempt, rung, gates, failure, diff, previous_blockers");
+        if let Some(span) = span {
+            d = d.at(span, "this template");
+        }
+        world.diags.push(d);
+        return None;
+    }
+    Some(Template { name, text })
+}
+
+fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&str>) -> Partial {
+    let errors_before = world.diags.error_count();
+    let mut p = Partial::default();
+    if let Some(g) = &body.goal {
+        let lookup = |n: &str| (n == "item").then(|| item.map(str::to_string)).flatten();
+        match super::interp::interpolate(&g.node, &lookup, &[]) {
+            Ok(text) => p.goal = Some((text.trim().to_string(), g.span)),
+            Err(e) => {
+                let known = if item.is_some() {
+                    vec!["item".to_string()]
+                } else {
+                    Vec::new()
+                };
+                super::defs::interp_error(world, &e, g.span, "the goal", &known);
+            }
+        }
+    }
+    if let Some(path) = &body.prompt {
+        p.prompt = template(world, module, Some(path), crate::stdlib::MAKER_PROMPT)
+            .map(|t| (t, path.span));
+    }
+    if let Some(s) = &body.scope {
+        p.scope = paths(world, s, item, "`scope`");
+    }
+    if let Some(s) = &body.seal {
+        p.seal = paths(world, s, item, "`seal`");
+    }
+    for g in &body.gates {
+        p.gates_written += 1;
+        if let Some(prev) = body
+            .gates
+            .iter()
+            .take_while(|h| !std::ptr::eq(*h, g))
+            .find(|h| h.name.node == g.name.node)
+        {
+            world.diags.push(
+                Diagnostic::error("mvk::duplicate-name", format!("gate `{}` is declared twice in this loop", g.name.node))
+                    .at(g.name.span, "declared again here")
+                    .also(prev.name.span, "first declared here")
+                    .help("gate names identify results in reports and prompts; give each gate its own name"),
+            );
+            continue;
+        }
+        if let Some(gate) = world.instantiate_gate(module, g, item) {
+            p.gates.push((gate, g.name.span));
+        }
+    }
+    if let Some(r) = &body.review {
+        let agent = world.instantiate_agent(module, &r.agent, item);
+        let prompt = template(
+            world,
+            module,
+            r.prompt.as_ref(),
+            crate::stdlib::REVIEWER_PROMPT,
+        );
+        if let (Some(agent), Some(prompt)) = (agent, prompt) {
+            let rounds = r
+                .rounds
+                .as_ref()
+                .map_or(ir::DEFAULT_REVIEW_ROUNDS, |n| n.node);
+            p.review = Some((
+                ir::Review {
+                    agent,
+                    rounds,
+                    prompt,
+                },
+                r.span,
+            ));
+        }
+    }
+    if let Some(b) = &body.budget {
+        p.budget = b.clone();
+    }
+    if let Some(l) = &body.ladder {
+        let mut rungs = Vec::new();
+        let mut human_at: Option<Span> = None;
+        for r in &l.rungs {
+            if let Some(h) = human_at {
+                world.diags.push(
+                    Diagnostic::error(
+                        "mvk::rung-after-human",
+                        "a rung after `rung human` can never run",
+                    )
+                    .at(r.span, "unreachable rung")
+                    .also(h, "the ladder ends here")
+                    .help("a person is the last rung: move `rung human` to the end"),
+                );
+                continue;
+            }
+            match &r.node {
+                RungDecl::Human => {
+                    human_at = Some(r.span);
+                    rungs.push((Rung::Human, r.span));
+                }
+                RungDecl::Agent { agent, attempts } => {
+                    if let Some(a) = world.instantiate_agent(module, agent, item) {
+                        rungs.push((
+                            Rung::Agent {
+                                agent: a,
+                                attempts: attempts.as_ref().map(|n| n.node),
+                            },
+                            r.span,
+                        ));
+                    }
+                }
+            }
+        }
+        p.ladder = Some((rungs, l.span));
+    }
+    if let Some(a) = &body.agent {
+        p.agent = world
+            .instantiate_agent(module, a, item)
+            .map(|a2| (a2, a.span));
+    }
+    if let Some(m) = &body.merge {
+        let mut gates = Vec::new();
+        for g in &m.gates {
+            if let Some(prev) = m
+                .gates
+                .iter()
+                .take_while(|h| !std::ptr::eq(*h, g))
+                .find(|h| h.name.node == g.name.node)
+            {
+                world.diags.push(
+                    Diagnostic::error(
+                        "mvk::duplicate-name",
+                        format!("gate `{}` is declared twice in this merge", g.name.node),
+                    )
+                    .at(g.name.span, "declared again here")
+                    .also(prev.name.span, "first declared here")
+                    .help("give each gate its own name"),
+                );
+                continue;
+            }
+            gates.extend(world.instantiate_gate(module, g, item));
+        }
+        let merge = Merge {
+            into: m
+                .into
+                .as_ref()
+                .map_or_else(|| ir::CURRENT_BRANCH.to_string(), |i| i.node.clone()),
+            strategy: m
+                .strategy
+                .as_ref()
+                .and_then(|s| Strategy::parse(&s.node))
+                .unwrap_or(Strategy::Squash),
+            gates,
+        };
+        if let Some(into) = &m.into
+            && git2::Branch::name_is_valid(&into.node).ok() != Some(true)
+        {
+            world.diags.push(
+                    Diagnostic::error("mvk::bad-branch", format!("`{}` is not a valid branch name", into.node))
+                        .at(into.span, "invalid branch name")
+                        .help("name a branch such as `main`; leave `into` out to merge into the branch checked out when the run starts"),
+                );
+        }
+        p.merge = Some((merge, m.span));
+    }
+    if let Some(u) = &body.uncertified {
+        p.uncertified = Some((u.node, u.span));
+    }
+    p.broken = world.diags.error_count() > errors_before;
+    p
+}
+
+/// Applies defaults and the rules that need the whole loop; `head` is where to point when a
+/// required setting is missing.
+fn finish(
+    world: &mut World,
+    name: &str,
+    item: Option<String>,
+    after: Vec<String>,
+    p: Partial,
+    head: Span,
+) -> Option<Task> {
+    let mut field_spans = BTreeMap::new();
+    let Some((goal, goal_span)) = p.goal.clone() else {
+        world.diags.push(
+            Diagnostic::error("mvk::missing-goal", format!("`{name}` has no goal"))
+                .at(head, "no `goal`")
+                .help("say what the change must achieve: goal \"Make tests/test_parse.py pass\""),
+        );
+        return None;
+    };
+    field_spans.insert("goal".to_string(), goal_span);
+    let uncertified = p.uncertified.is_some_and(|(u, _)| u);
+    if p.gates.is_empty() && p.gates_written == 0 && !uncertified {
+        world.diags.push(
+            Diagnostic::error("mvk::uncertified", format!("`{name}` has no gate, so no attempt could ever be certified"))
+                .at(head, "no deterministic check")
+                .help("add a gate that runs your tests, e.g. gate tests { run \"cargo\" \"test\" }; or say `uncertified #true` to accept unchecked work"),
+        );
+    }
+    if let (true, Some((_, span)), Some((_, gate_span))) =
+        (uncertified, p.uncertified, p.gates.first())
+    {
+        world.diags.push(
+            Diagnostic::error(
+                "mvk::uncertified-with-gates",
+                format!("`{name}` says `uncertified #true` but has gates"),
+            )
+            .at(span, "has no effect")
+            .also(*gate_span, "a gate certifies attempts")
+            .help("remove `uncertified #true`: the loop's gates certify it"),
+        );
+    }
+    let ladder: Vec<Rung> = match (&p.ladder, &p.agent) {
+        (Some((_, lspan)), Some((_, aspan))) => {
+            world.diags.push(
+                Diagnostic::error(
+                    "mvk::agent-and-ladder",
+                    format!("`{name}` has both an `agent` and a `ladder`"),
+                )
+                .at(*aspan, "never used")
+                .also(*lspan, "every rung names its agent")
+                .help("remove the `agent` line, or remove the ladder to run one agent"),
+            );
+            return None;
+        }
+        (Some((rungs, _)), None) => rungs.iter().map(|(r, _)| r.clone()).collect(),
+        (None, Some((agent, span))) => {
+            field_spans.insert("ladder".to_string(), *span);
+            vec![Rung::Agent {
+                agent: agent.clone(),
+                attempts: None,
+            }]
+        }
+        (None, None) => {
+            if !p.broken {
+                world.diags.push(
+                    Diagnostic::error("mvk::missing-agent", format!("`{name}` names no agent"))
+                        .at(head, "who does the work?")
+                        .help("add `agent NAME` (e.g. `agent claude` after import \"std/agents.kdl\"), or a `ladder` of rungs"),
+                );
+            }
+            return None;
+        }
+    };
+    if let Some((_, span)) = &p.ladder {
+        field_spans.insert("ladder".to_string(), *span);
+        if ladder.is_empty() {
+            return None;
+        }
+    }
+    if let Some((review, rspan)) = &p.review {
+        for rung in &ladder {
+            if let Rung::Agent { agent, .. } = rung
+                && agent.name == review.agent.name
+                && agent.params == review.agent.params
+            {
+                world.diags.push(
+                        Diagnostic::warning("mvk::reviewer-not-independent", format!("the reviewer is the same agent as a maker: `{}`", agent.label()))
+                            .at(*rspan, "same agent and model as a maker rung")
+                            .help("a maker grades itself too leniently; review with another agent or model, e.g. review agent=codex"),
+                    );
+                break;
+            }
+        }
+        field_spans.insert("review".to_string(), *rspan);
+    }
+    let b = &p.budget;
+    let budget = Budget {
+        iterations: b
+            .iterations
+            .as_ref()
+            .map_or(ir::DEFAULT_ITERATIONS, |n| n.node),
+        tokens: b.tokens.as_ref().map(|n| n.node),
+        usd_micros: b.usd_micros.as_ref().map(|n| n.node),
+        wall: b.wall.as_ref().map(|n| n.node),
+        same_failure: b
+            .same_failure
+            .as_ref()
+            .map_or(ir::DEFAULT_SAME_FAILURE, |n| n.node),
+        context_tokens: b
+            .context_tokens
+            .as_ref()
+            .map_or(ir::DEFAULT_CONTEXT_TOKENS, |n| n.node),
+    };
+    if let Some(span) = b.span {
+        field_spans.insert("budget".to_string(), span);
+    }
+    for (key, span) in [
+        ("prompt", p.prompt.as_ref().map(|x| x.1)),
+        ("scope", p.scope.as_ref().map(|x| x.1)),
+        ("seal", p.seal.as_ref().map(|x| x.1)),
+        ("merge", p.merge.as_ref().map(|x| x.1)),
+        ("uncertified", p.uncertified.as_ref().map(|x| x.1)),
+    ] {
+        if let Some(span) = span {
+            field_spans.insert(key.to_string(), span);
+        }
+    }
+    for (g, span) in &p.gates {
+        field_spans.insert(format!("gate.{}", g.name), *span);
+    }
+    let prompt = match p.prompt {
+        Some((t, _)) => t,
+        None => template(world, 0, None, crate::stdlib::MAKER_PROMPT)?,
+    };
+    if p.broken {
+        return None;
+    }
+    Some(Task {
+        name: name.to_string(),
+        item,
+        after,
+        goal,
+        prompt,
+        scope: p.scope.map_or_else(|| vec!["**".to_string()], |(s, _)| s),
+        seal: p.seal.map(|(s, _)| s).unwrap_or_default(),
+        gates: p.gates.into_iter().map(|(g, _)| g).collect(),
+        review: p.review.map(|(r, _)| r),
+        budget,
+        ladder,
+        merge: p.merge.map(|(m, _)| m).unwrap_or_default(),
+        uncertified,
+        meta: ir::TaskMeta {
+            span: Some(head),
+            field_spans,
+            ..ir::TaskMeta::default()
+        },
+    })
+}
+
+/// One task declaration, before expansion.
+struct Decl {
+    name: Spanned<String>,
+    items: Vec<Option<String>>,
+    after: Vec<Spanned<String>>,
+}
+
+fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program> {
+    let mut decls: Vec<Decl> = Vec::new();
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut ok = true;
+    for t in &flow.tasks {
+        if let Some(prev) = decls.iter().find(|d| d.name.node == t.name.node) {
+            world.diags.push(
+                Diagnostic::error(
+                    "mvk::duplicate-name",
+                    format!("task `{}` is declared twice", t.name.node),
+                )
+                .at(t.name.span, "declared again here")
+                .also(prev.name.span, "first declared here")
+                .help("give each task its own name"),
+            );
+            ok = false;
+            continue;
+        }
+        let base = match &t.loop_file {
+            Some(path) => {
+                let origin = world.origin_for(root, &path.node);
+                match world.load(origin, Some(path.span), LoadAs::LoopFile) {
+                    Some(m) => {
+                        let loops: Vec<LoopDecl> = world.modules[m]
+                            .ast
+                            .items
+                            .iter()
+                            .filter_map(|i| {
+                                if let Item::Loop(l) = i {
+                                    Some(l.clone())
+                                } else {
+                                    None
+                                }
+                            })
+                            .collect();
+                        match loops.as_slice() {
+                            [one] => Some((m, one.clone())),
+                            [] => {
+                                world.diags.push(
+                                    Diagnostic::error(
+                                        "mvk::no-loop-in-file",
+                                        format!("`{}` defines no loop", path.node),
+                                    )
+                                    .at(path.span, "named here")
+                                    .help("a task's `loop=` file holds one `loop NAME { … }`"),
+                                );
+                                ok = false;
+                                None
+                            }
+                            [_, second, ..] => {
+                                world.diags.push(
+                                    Diagnostic::error(
+                                        "mvk::several-runnables",
+                                        format!("`{}` defines more than one loop", path.node),
+                                    )
+                                    .at(path.span, "named here")
+                                    .also(second.name.span, "a second loop")
+                                    .help("a task's `loop=` file holds exactly one loop"),
+                                );
+                                ok = false;
+                                None
+                            }
+                        }
+                    }
+                    None => {
+                        ok = false;
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let items: Vec<Option<String>> = match &t.each {
+            None => vec![None],
+            Some(each) => match &each.node {
+                Each::List(list) => {
+                    let mut v: Vec<String> = Vec::new();
+                    for i in list {
+                        if v.contains(&i.node) {
+                            world.diags.push(
+                                Diagnostic::error(
+                                    "mvk::duplicate-name",
+                                    format!("item `{}` is listed twice", i.node),
+                                )
+                                .at(i.span, "listed again")
+                                .help("each item makes one task; list it once"),
+                            );
+                            ok = false;
+                        } else {
+                            v.push(i.node.clone());
+                        }
+                    }
+                    v.into_iter().map(Some).collect()
+                }
+                Each::Glob(g) => match expand_glob(world, g) {
+                    Some(v) => v.into_iter().map(Some).collect(),
+                    None => {
+                        ok = false;
+                        Vec::new()
+                    }
+                },
+            },
+        };
+        if t.loop_file.is_none() && t.body.is_empty() {
+            world.diags.push(
+                Diagnostic::error("mvk::empty-task", format!("task `{}` has nothing to do", t.name.node))
+                    .at(t.name.span, "no `loop=` and no body")
+                    .help("name a loop file with loop=\"file.kdl\", or give the task a block with goal, agent and gates"),
+            );
+            ok = false;
+            continue;
+        }
+        for item in &items {
+            let base_partial = base
+                .as_ref()
+                .map(|(m, l)| lower_body(world, *m, &l.body, item.as_deref()));
+            let own = lower_body(world, root, &t.body, item.as_deref());
+            let partial = match base_partial {
+                Some(b) => b.overlay(own),
+                None => own,
+            };
+            let name = match item {
+                Some(i) => format!("{}[{i}]", t.name.node),
+                None => t.name.node.clone(),
+            };
+            match finish(world, &name, item.clone(), Vec::new(), partial, t.name.span) {
+                Some(task) => tasks.push(task),
+                None => ok = false,
+            }
+        }
+        decls.push(Decl {
+            name: t.name.clone(),
+            items,
+            after: t.after.clone(),
+        });
+    }
+    // Dependencies by declaration, then by expanded name.
+    let mut graph: DiGraph<usize, Span> = DiGraph::new();
+    let nodes: Vec<NodeIndex> = (0..decls.len()).map(|i| graph.add_node(i)).collect();
+    for (i, d) in decls.iter().enumerate() {
+        for a in &d.after {
+            match decls.iter().position(|e| e.name.node == a.node) {
+                Some(j) => {
+                    graph.add_edge(nodes[j], nodes[i], a.span);
+                }
+                None => {
+                    let names: Vec<&str> = decls
+                        .iter()
+                        .map(|e| e.name.node.as_str())
+                        .chain(flow.tasks.iter().map(|t| t.name.node.as_str()))
+                        .collect();
+                    world.diags.push(
+                        Diagnostic::error(
+                            "mvk::unknown-task",
+                            format!(
+                                "task `{}` starts after `{}`, which is not a task of this flow",
+                                d.name.node, a.node
+                            ),
+                        )
+                        .at(a.span, "no such task")
+                        .help(suggest(
+                            "tasks of this flow",
+                            &a.node,
+                            &names,
+                        )),
+                    );
+                    ok = false;
+                }
+            }
+        }
+    }
+    for scc in petgraph::algo::tarjan_scc(&graph) {
+        let is_cycle = scc.len() > 1 || graph.contains_edge(scc[0], scc[0]);
+        if !is_cycle {
+            continue;
+        }
+        ok = false;
+        // Walk the cycle in dependency order to print it as a path.
+        let mut order = vec![scc[0]];
+        while let Some(next) = graph
+            .neighbors(*order.last().unwrap_or(&scc[0]))
+            .find(|n| scc.contains(n) && (!order.contains(n) || *n == scc[0]))
+        {
+            if next == scc[0] {
+                break;
+            }
+            order.push(next);
+        }
+        let names: Vec<String> = order
+            .iter()
+            .map(|n| format!("`{}`", decls[graph[*n]].name.node))
+            .collect();
+        let mut d = Diagnostic::error(
+            "mvk::dependency-cycle",
+            format!("dependency cycle: {} → {}", names.join(" → "), names[0]),
+        );
+        let mut first = true;
+        for w in 0..order.len() {
+            let from = order[w];
+            let to = order[(w + 1) % order.len()];
+            if let Some(e) = graph.find_edge(from, to) {
+                let label = format!(
+                    "`{}` waits for `{}`",
+                    decls[graph[to]].name.node, decls[graph[from]].name.node
+                );
+                d = if first {
+                    d.at(graph[e], label)
+                } else {
+                    d.also(graph[e], label)
+                };
+                first = false;
+            }
+        }
+        world
+            .diags
+            .push(d.help("remove one of these `after` entries so that the tasks can be ordered"));
+    }
+    if !ok || world.diags.has_errors() {
+        return None;
+    }
+    // Expanded names of each declaration, for `after`.
+    let expanded = |d: &Decl| -> Vec<String> {
+        d.items
+            .iter()
+            .map(|i| match i {
+                Some(i) => format!("{}[{i}]", d.name.node),
+                None => d.name.node.clone(),
+            })
+            .collect()
+    };
+    for d in &decls {
+        let mut deps = Vec::new();
+        for a in &d.after {
+            if let Some(dep) = decls.iter().find(|e| e.name.node == a.node) {
+                deps.extend(expanded(dep));
+            }
+        }
+        deps.sort();
+        deps.dedup();
+        for name in expanded(d) {
+            if let Some(t) = tasks.iter_mut().find(|t| t.name == name) {
+                t.after.clone_from(&deps);
+            }
+        }
+    }
+    let order = petgraph::algo::toposort(&graph, None).ok()?;
+    let mut digests: BTreeMap<String, digest::Digest> = BTreeMap::new();
+    for n in order {
+        for name in expanded(&decls[graph[n]]) {
+            if let Some(t) = tasks.iter_mut().find(|t| t.name == name) {
+                let deps: BTreeMap<String, digest::Digest> = t
+                    .after
+                    .iter()
+                    .filter_map(|a| digests.get(a).map(|d| (a.clone(), *d)))
+                    .collect();
+                digest::seal_task(t, &deps);
+                digests.insert(name.clone(), t.meta.digest);
+            }
+        }
+    }
+    let settings = ir::FlowSettings {
+        parallel: flow
+            .parallel
+            .as_ref()
+            .map_or(ir::DEFAULT_PARALLEL, |p| p.node),
+        continue_on_failure: flow.continue_on_failure.as_ref().is_some_and(|c| c.node),
+        budget: flow
+            .budget
+            .as_ref()
+            .map(|b| ir::FlowBudget {
+                tokens: b.tokens.as_ref().map(|n| n.node),
+                usd_micros: b.usd_micros.as_ref().map(|n| n.node),
+                wall: b.wall.as_ref().map(|n| n.node),
+            })
+            .unwrap_or_default(),
+    };
+    let d = digest::program_digest(ProgramKind::Flow, &flow.name.node, Some(&settings), &tasks);
+    Some(Program {
+        kind: ProgramKind::Flow,
+        name: flow.name.node.clone(),
+        tasks,
+        flow: Some(settings),
+        digest: d,
+        sources: world.sources.clone(),
+        span: flow.span,
+    })
+}
+
+/// The repository files a fan-out glob matches, sorted; a warning when it matches none.
+fn expand_glob(world: &mut World, g: &Spanned<String>) -> Option<Vec<String>> {
+    let pattern = repo_path(world, g, None, "`each`")?;
+    let matcher = globset::GlobBuilder::new(&pattern)
+        .literal_separator(true)
+        .build()
+        .ok()?
+        .compile_matcher();
+    let files = match world.repo_files() {
+        Ok(f) => f,
+        Err(why) => {
+            world.diags.push(
+                Diagnostic::error(
+                    "mvk::repo-unreadable",
+                    format!("cannot list the repository's files: {why}"),
+                )
+                .at(g.span, "needs the repository's files")
+                .help("run mvk inside the repository, or name it with --repo DIR"),
+            );
+            return None;
+        }
+    };
+    let items: Vec<String> = files
+        .iter()
+        .filter(|f| matcher.is_match(f.as_str()))
+        .cloned()
+        .collect();
+    if items.is_empty() {
+        let root = world.options.repo_root.as_ref().map_or_else(
+            || "no repository".to_string(),
+            |r| format!("`{}`", crate::source::display_path(r)),
+        );
+        world.diags.push(
+            Diagnostic::warning("mvk::empty-fan-out", format!("`{pattern}` matches no file in {root}, so this task expands to nothing"))
+                .at(g.span, "matches nothing")
+                .help("check the glob; it is matched against the repository's tracked files, from its root"),
+        );
+    }
+    Some(items)
+}

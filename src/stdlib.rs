@@ -1,0 +1,38 @@
+//! The standard library embedded in the binary: `std/…` paths in, file texts out.
+//!
+//! Files live under `stdlib/` in the repository; a test checks that every one of them is listed.
+
+/// Every stdlib file, by the path a loop imports it as.
+pub const FILES: &[(&str, &str)] = &[
+    ("std/agents.kdl", include_str!("../stdlib/agents.kdl")),
+    (
+        "std/gates/rust.kdl",
+        include_str!("../stdlib/gates/rust.kdl"),
+    ),
+    (
+        "std/prompts/maker.hbs",
+        include_str!("../stdlib/prompts/maker.hbs"),
+    ),
+    (
+        "std/prompts/reviewer.hbs",
+        include_str!("../stdlib/prompts/reviewer.hbs"),
+    ),
+];
+
+pub const MAKER_PROMPT: &str = "std/prompts/maker.hbs";
+pub const REVIEWER_PROMPT: &str = "std/prompts/reviewer.hbs";
+
+/// The version of the stdlib, for lock files and digests: it changes with mvk's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub fn get(path: &str) -> Option<&'static str> {
+    FILES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, text)| *text)
+}
+
+/// The stdlib paths, for "did you mean" help.
+pub fn paths() -> impl Iterator<Item = &'static str> {
+    FILES.iter().map(|(p, _)| *p)
+}

@@ -1,0 +1,359 @@
+//! A `loop` node (or a task's block) in, a [`LoopBody`] out: goal, prompt, scope, seal, gates,
+//! review, budget, ladder, merge, agent.
+
+use super::ast::{
+    BudgetDecl, LadderDecl, LoopBody, LoopDecl, MergeDecl, ReviewDecl, RungDecl, Spanned,
+};
+use super::items::{agent_from_prop, agent_use, gate, name_arg};
+use super::{Cx, NodeView, duplicate_node, string_args, unknown_node, values};
+use crate::diag::{Diagnostic, suggest};
+
+pub const LOOP_CHILDREN: &[&str] = &[
+    "goal",
+    "prompt",
+    "scope",
+    "seal",
+    "gate",
+    "review",
+    "budget",
+    "ladder",
+    "merge",
+    "agent",
+    "uncertified",
+];
+
+pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
+    let usage = "loop NAME { goal \"…\"; gate … }";
+    view.finish(cx, &[]);
+    let name = if view.expect_args(cx, 1, usage) {
+        name_arg(cx, view, usage)
+    } else {
+        None
+    };
+    let mut body = LoopBody::default();
+    for child in view.children() {
+        let mut cv = NodeView::new(cx, child);
+        if !body_child(cx, &mut body, &mut cv) {
+            unknown_node(cx, &cv, "a loop", LOOP_CHILDREN);
+        }
+    }
+    Some(LoopDecl {
+        name: name?,
+        body,
+        span: view.head,
+    })
+}
+
+/// Lowers one child of a loop body into `body`; returns false if the node is not a loop setting.
+pub fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeView<'_>) -> bool {
+    match view.name.node.as_str() {
+        "goal" => {
+            if let Some(first) = &body.goal {
+                duplicate_node(
+                    cx,
+                    view,
+                    first.span,
+                    "a loop has one goal; write it in one string (use \"\"\" for several lines)",
+                );
+            } else {
+                body.goal = single_string(
+                    cx,
+                    view,
+                    "goal \"what the change must achieve\"",
+                    "the goal",
+                );
+            }
+        }
+        "prompt" => {
+            if let Some(first) = &body.prompt {
+                duplicate_node(cx, view, first.span, "a loop has one prompt template");
+            } else {
+                body.prompt =
+                    single_string(cx, view, "prompt \"prompts/task.hbs\"", "a template path");
+            }
+        }
+        "scope" | "seal" => {
+            let is_scope = view.name.node == "scope";
+            let slot = if is_scope {
+                &mut body.scope
+            } else {
+                &mut body.seal
+            };
+            if let Some(first) = slot.as_ref() {
+                duplicate_node(
+                    cx,
+                    view,
+                    first.span,
+                    "list every path in one node: scope \"a/**\" \"b.rs\"",
+                );
+                return true;
+            }
+            view.no_children(cx);
+            view.finish(cx, &[]);
+            let usage = if is_scope {
+                "scope \"src/**\" …"
+            } else {
+                "seal \"tests/**\" …"
+            };
+            if view.expect_args_between(cx, 1, usize::MAX, usage) {
+                let paths = string_args(cx, view, "a path or glob");
+                *slot = Some(Spanned::new(paths, view.head));
+            }
+        }
+        "gate" => {
+            if let Some(g) = gate(cx, view) {
+                body.gates.push(g);
+            }
+        }
+        "review" => {
+            if let Some(first) = &body.review {
+                duplicate_node(cx, view, first.span, "a loop has one reviewer");
+            } else {
+                body.review = review(cx, view);
+            }
+        }
+        "budget" => {
+            if let Some(first) = body.budget.as_ref().and_then(|b| b.span) {
+                duplicate_node(cx, view, first, "write every limit in one `budget` node");
+            } else {
+                body.budget = Some(budget(cx, view, false));
+            }
+        }
+        "ladder" => {
+            if let Some(first) = &body.ladder {
+                duplicate_node(
+                    cx,
+                    view,
+                    first.span,
+                    "a loop has one ladder; list every rung in it",
+                );
+            } else {
+                body.ladder = ladder(cx, view);
+            }
+        }
+        "merge" => {
+            if let Some(first) = &body.merge {
+                duplicate_node(cx, view, first.span, "a loop merges once; keep one `merge`");
+            } else {
+                body.merge = merge(cx, view);
+            }
+        }
+        "agent" => {
+            if let Some(first) = &body.agent {
+                duplicate_node(
+                    cx,
+                    view,
+                    first.span,
+                    "a loop has one agent; use a `ladder` to try several",
+                );
+            } else {
+                body.agent = agent_use(cx, view);
+            }
+        }
+        "uncertified" => {
+            if let Some(first) = &body.uncertified {
+                duplicate_node(cx, view, first.span, "say it once");
+            } else {
+                view.no_children(cx);
+                view.finish(cx, &[]);
+                if view.expect_args(cx, 1, "uncertified #true") {
+                    body.uncertified = values::boolean(cx, view.args[0], "`uncertified`");
+                }
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn single_string(
+    cx: &mut Cx<'_>,
+    view: &mut NodeView<'_>,
+    usage: &str,
+    what: &str,
+) -> Option<Spanned<String>> {
+    view.no_children(cx);
+    view.finish(cx, &[]);
+    if !view.expect_args(cx, 1, usage) {
+        return None;
+    }
+    values::nonempty(cx, view.args[0], what)
+}
+
+fn review(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<ReviewDecl> {
+    let usage = "review agent=NAME rounds=2";
+    view.no_children(cx);
+    let rounds = view
+        .take("rounds")
+        .and_then(|e| values::small_count(cx, e, "`rounds`", 0));
+    let prompt = view
+        .take("prompt")
+        .and_then(|e| values::nonempty(cx, e, "`prompt`"));
+    if !view.args.is_empty() {
+        view.expect_args(cx, 0, usage);
+    }
+    let agent = agent_from_prop(cx, view, usage)?;
+    Some(ReviewDecl {
+        agent,
+        rounds,
+        prompt,
+        span: view.head,
+    })
+}
+
+const BUDGET_KEYS: &[&str] = &[
+    "iterations",
+    "tokens",
+    "usd",
+    "wall",
+    "same-failure",
+    "context-tokens",
+];
+const FLOW_BUDGET_KEYS: &[&str] = &["tokens", "usd", "wall"];
+
+/// `budget …`; a flow's budget (shared by its tasks) takes only `tokens`, `usd` and `wall`.
+pub fn budget(cx: &mut Cx<'_>, view: &mut NodeView<'_>, for_flow: bool) -> BudgetDecl {
+    view.no_children(cx);
+    if !view.args.is_empty() {
+        view.expect_args(cx, 0, "budget iterations=5 usd=2.0 wall=\"30m\"");
+    }
+    let mut b = BudgetDecl {
+        span: Some(view.head),
+        ..BudgetDecl::default()
+    };
+    b.tokens = view
+        .take("tokens")
+        .and_then(|e| values::count(cx, e, "`tokens`", 1, u64::MAX >> 1));
+    b.usd_micros = view.take("usd").and_then(|e| values::usd(cx, e, "`usd`"));
+    b.wall = view
+        .take("wall")
+        .and_then(|e| values::duration(cx, e, "`wall`"));
+    if for_flow {
+        for key in ["iterations", "same-failure", "context-tokens"] {
+            if let Some(e) = view.take(key) {
+                cx.push(
+                    Diagnostic::error(
+                        "mvk::flow-budget-key",
+                        format!("a flow's budget cannot set `{key}`"),
+                    )
+                    .at(cx.span(e.span()), "per-task limit")
+                    .help(format!(
+                        "a flow's budget is shared by its tasks and takes {}; set `{key}` in each task's `budget`",
+                        FLOW_BUDGET_KEYS.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                    )),
+                );
+            }
+        }
+        view.finish(cx, FLOW_BUDGET_KEYS);
+        return b;
+    }
+    b.iterations = view
+        .take("iterations")
+        .and_then(|e| values::small_count(cx, e, "`iterations`", 1));
+    b.same_failure = view
+        .take("same-failure")
+        .and_then(|e| values::small_count(cx, e, "`same-failure`", 1));
+    b.context_tokens = view
+        .take("context-tokens")
+        .and_then(|e| values::small_count(cx, e, "`context-tokens`", 256));
+    view.finish(cx, BUDGET_KEYS);
+    b
+}
+
+fn ladder(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LadderDecl> {
+    view.finish(cx, &[]);
+    view.expect_args(cx, 0, "ladder { rung agent=NAME attempts=3; rung human }");
+    let mut rungs = Vec::new();
+    for child in view.children() {
+        let mut cv = NodeView::new(cx, child);
+        if cv.name.node != "rung" {
+            unknown_node(cx, &cv, "a ladder", &["rung"]);
+            continue;
+        }
+        if let Some(r) = rung(cx, &mut cv) {
+            rungs.push(Spanned::new(r, cv.head));
+        }
+    }
+    if view.children().is_empty() {
+        cx.push(
+            Diagnostic::error("mvk::empty-ladder", "a ladder needs at least one rung")
+                .at(view.head, "no rungs")
+                .help("write: ladder { rung agent=NAME attempts=3; rung human }"),
+        );
+        return None;
+    }
+    Some(LadderDecl {
+        rungs,
+        span: view.head,
+    })
+}
+
+fn rung(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<RungDecl> {
+    let usage = "rung agent=NAME attempts=3 | rung human";
+    view.no_children(cx);
+    if let Some(first) = view.args.first() {
+        let is_human = matches!(first.value(), kdl::KdlValue::String(s) if s == "human");
+        if !is_human || view.args.len() > 1 {
+            let found = first.value().as_string().unwrap_or("a value").to_string();
+            cx.push(
+                Diagnostic::error(
+                    "mvk::wrong-arguments",
+                    format!("a rung's argument can only be `human`, found `{found}`"),
+                )
+                .at(cx.span(first.span()), "unexpected argument")
+                .help(format!("write it as: {usage}")),
+            );
+            return None;
+        }
+        view.finish(cx, &[]);
+        return Some(RungDecl::Human);
+    }
+    let attempts = view
+        .take("attempts")
+        .and_then(|e| values::small_count(cx, e, "`attempts`", 1));
+    let agent = agent_from_prop(cx, view, usage)?;
+    Some(RungDecl::Agent { agent, attempts })
+}
+
+const MERGE_PROPS: &[&str] = &["into", "strategy"];
+
+fn merge(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<MergeDecl> {
+    let usage = "merge into=main strategy=squash { gate … }";
+    let into = view
+        .take("into")
+        .and_then(|e| values::nonempty(cx, e, "`into`"));
+    let strategy = view
+        .take("strategy")
+        .and_then(|e| values::nonempty(cx, e, "`strategy`"));
+    view.finish(cx, MERGE_PROPS);
+    if !view.args.is_empty() {
+        view.expect_args(cx, 0, usage);
+    }
+    if let Some(s) = &strategy
+        && crate::ir::Strategy::parse(&s.node).is_none()
+    {
+        cx.push(
+            Diagnostic::error(
+                "mvk::unknown-strategy",
+                format!("unknown merge strategy `{}`", s.node),
+            )
+            .at(s.span, "not a strategy")
+            .help(suggest("strategies", &s.node, &crate::ir::Strategy::NAMES)),
+        );
+    }
+    let mut gates = Vec::new();
+    for child in view.children() {
+        let mut cv = NodeView::new(cx, child);
+        if cv.name.node != "gate" {
+            unknown_node(cx, &cv, "a merge", &["gate"]);
+            continue;
+        }
+        gates.extend(gate(cx, &mut cv));
+    }
+    Some(MergeDecl {
+        into,
+        strategy,
+        gates,
+        span: view.head,
+    })
+}

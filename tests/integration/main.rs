@@ -1,0 +1,22 @@
+//! The one integration-test binary: every test module is listed here, and `forgotten_files`
+//! fails when a file in this directory is not.
+
+mod examples;
+
+#[test]
+fn forgotten_files() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
+    let main = std::fs::read_to_string(dir.join("main.rs")).expect("read main.rs");
+    for entry in std::fs::read_dir(&dir).expect("list tests/integration") {
+        let path = entry.expect("dir entry").path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs") && stem != "main" {
+            assert!(
+                main.contains(&format!("mod {stem};")),
+                "tests/integration/{stem}.rs is not listed in main.rs"
+            );
+        }
+    }
+}
