@@ -1,7 +1,10 @@
 //! The one integration-test binary: every test module is listed here, and `forgotten_files`
 //! fails when a file in this directory is not.
 
+mod book;
+mod digests;
 mod examples;
+mod invalid;
 
 #[test]
 fn forgotten_files() {
