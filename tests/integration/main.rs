@@ -4,7 +4,9 @@
 mod book;
 mod digests;
 mod examples;
+mod fuzz;
 mod invalid;
+mod stdlib;
 
 #[test]
 fn forgotten_files() {

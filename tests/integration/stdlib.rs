@@ -1,0 +1,59 @@
+//! The stdlib: every file under stdlib/ is embedded, and every embedded KDL file compiles.
+
+#[test]
+fn every_stdlib_file_is_embedded() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("stdlib");
+    let mut on_disk = Vec::new();
+    for entry in walkdir::WalkDir::new(&root) {
+        let entry = entry.expect("walk");
+        if entry.file_type().is_file() {
+            let rel = entry
+                .path()
+                .strip_prefix(&root)
+                .expect("below")
+                .to_string_lossy()
+                .replace('\\', "/");
+            on_disk.push(format!("std/{rel}"));
+        }
+    }
+    on_disk.sort();
+    let mut embedded: Vec<String> = mvk::stdlib::paths().map(str::to_string).collect();
+    embedded.sort();
+    assert_eq!(
+        on_disk, embedded,
+        "src/stdlib.rs FILES must list exactly the files under stdlib/"
+    );
+    for (path, text) in mvk::stdlib::FILES {
+        let on_disk =
+            std::fs::read_to_string(root.join(path.trim_start_matches("std/"))).expect("read");
+        assert_eq!(&on_disk, text, "{path} is embedded as written");
+    }
+}
+
+#[test]
+fn every_stdlib_library_compiles_when_imported() {
+    for path in mvk::stdlib::paths().filter(|p| p.ends_with(".kdl")) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("uses.kdl");
+        std::fs::write(&file, format!("import \"{path}\"\n")).expect("write");
+        let compiled = mvk::resolve::compile(&file, &mvk::resolve::Options::default());
+        let rendered =
+            mvk::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources);
+        assert!(
+            compiled.program.is_some() && compiled.diags.is_empty(),
+            "{path}:\n{rendered}"
+        );
+    }
+}
+
+#[test]
+fn stdlib_templates_render_every_field() {
+    for path in [mvk::stdlib::MAKER_PROMPT, mvk::stdlib::REVIEWER_PROMPT] {
+        let text = mvk::stdlib::get(path).expect("embedded");
+        let out = mvk::prompt::render(text, &mvk::prompt::sample()).expect("renders");
+        assert!(
+            out.contains("goal") && out.contains("tests/**"),
+            "{path} names the goal and the seal:\n{out}"
+        );
+    }
+}
