@@ -93,13 +93,12 @@ pub fn plan(program: &Program) -> Plan {
     }
     let parallel = program.flow.as_ref().map_or(1, |f| f.parallel.max(1)) as usize;
     let levels = depth.iter().copied().max().map_or(0, |m| m + 1);
+    let mut by_depth: Vec<Vec<usize>> = vec![Vec::new(); levels];
+    for &i in &order {
+        by_depth[depth[i]].push(i);
+    }
     let mut batches = Vec::new();
-    for level in 0..levels {
-        let at: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&i| depth[i] == level)
-            .collect();
+    for at in by_depth {
         for chunk in at.chunks(parallel) {
             batches.push(chunk.to_vec());
         }

@@ -100,6 +100,8 @@ pub struct World {
     pub(crate) agent_defs: HashMap<DefRef, Option<Rc<defs::AgentDef>>>,
     pub(crate) resolving: Vec<DefRef>,
     repo_files: Option<Result<Rc<Vec<String>>, String>>,
+    /// Template texts that passed `prompt::check`.
+    pub(crate) checked_templates: std::collections::HashSet<String>,
 }
 
 impl World {
@@ -115,6 +117,7 @@ impl World {
             agent_defs: HashMap::new(),
             resolving: Vec::new(),
             repo_files: None,
+            checked_templates: std::collections::HashSet::new(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Loop bodies and flows in, [`ir::Task`]s out: a task file's loop overlaid with the task's own
 //! settings, fan-outs expanded, defaults written in, the loop-level rules checked, digests sealed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -243,7 +243,16 @@ fn template(
             }
         }
     };
-    if let Err(problem) = crate::prompt::check(&text) {
+    // Checking renders the template; a flow of many tasks shares a few templates.
+    let result = if world.checked_templates.contains(&text) {
+        Ok(())
+    } else {
+        crate::prompt::check(&text)
+    };
+    if result.is_ok() {
+        world.checked_templates.insert(text.clone());
+    }
+    if let Err(problem) = result {
         let place = match (problem.line, problem.column) {
             (Some(l), Some(c)) => format!(" at {name}:{l}:{c}"),
             (Some(l), None) => format!(" at {name}:{l}"),
@@ -594,10 +603,12 @@ struct Decl {
 
 fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program> {
     let mut decls: Vec<Decl> = Vec::new();
+    // Name → index into `decls`; flows may hold 100,000 tasks, so no linear searches.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     let mut tasks: Vec<Task> = Vec::new();
     let mut ok = true;
     for t in &flow.tasks {
-        if let Some(prev) = decls.iter().find(|d| d.name.node == t.name.node) {
+        if let Some(prev) = seen.get(&t.name.node).map(|&i| &decls[i]) {
             world.diags.push(
                 Diagnostic::error(
                     "mvk::duplicate-name",
@@ -722,6 +733,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
                 None => ok = false,
             }
         }
+        seen.insert(t.name.node.clone(), decls.len());
         decls.push(Decl {
             name: t.name.clone(),
             items,
@@ -733,7 +745,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
     let nodes: Vec<NodeIndex> = (0..decls.len()).map(|i| graph.add_node(i)).collect();
     for (i, d) in decls.iter().enumerate() {
         for a in &d.after {
-            match decls.iter().position(|e| e.name.node == a.node) {
+            match seen.get(&a.node).copied() {
                 Some(j) => {
                     graph.add_edge(nodes[j], nodes[i], a.span);
                 }
@@ -822,17 +834,22 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
             })
             .collect()
     };
+    let task_index: HashMap<String, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (t.name.clone(), k))
+        .collect();
     for d in &decls {
         let mut deps = Vec::new();
         for a in &d.after {
-            if let Some(dep) = decls.iter().find(|e| e.name.node == a.node) {
+            if let Some(dep) = seen.get(&a.node).map(|&j| &decls[j]) {
                 deps.extend(expanded(dep));
             }
         }
         deps.sort();
         deps.dedup();
         for name in expanded(d) {
-            if let Some(t) = tasks.iter_mut().find(|t| t.name == name) {
+            if let Some(t) = task_index.get(&name).map(|&k| &mut tasks[k]) {
                 t.after.clone_from(&deps);
             }
         }
@@ -841,7 +858,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
     let mut digests: BTreeMap<String, digest::Digest> = BTreeMap::new();
     for n in order {
         for name in expanded(&decls[graph[n]]) {
-            if let Some(t) = tasks.iter_mut().find(|t| t.name == name) {
+            if let Some(t) = task_index.get(&name).map(|&k| &mut tasks[k]) {
                 let deps: BTreeMap<String, digest::Digest> = t
                     .after
                     .iter()
