@@ -6,3 +6,9 @@ pub const MVK_REPO: &str = "MVK_REPO";
 pub const NO_COLOR: &str = "NO_COLOR";
 /// The terminal width diagnostics are wrapped to.
 pub const COLUMNS: &str = "COLUMNS";
+/// Where attempt worktrees are pooled, per repository (default: the user's cache directory).
+pub const MVK_WORKTREE_ROOT: &str = "MVK_WORKTREE_ROOT";
+/// The user's cache directory, for the worktree pool.
+pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
+/// The home directory, when `XDG_CACHE_HOME` is not set.
+pub const HOME: &str = "HOME";

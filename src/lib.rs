@@ -11,12 +11,14 @@
 //! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
+//! - [`run`]: the interpreter's parts: processes, the worktree pool, the seal check.
 //! - [`cli`]: the command line, a thin layer over the above.
 //!
 //! # Files
 //! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
 //! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
+//! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;
 pub mod diag;
@@ -26,6 +28,7 @@ pub mod ir;
 pub mod plan;
 pub mod prompt;
 pub mod resolve;
+pub mod run;
 pub mod source;
 pub mod stdlib;
 pub mod syntax;

@@ -1,0 +1,1246 @@
+//! A pool of reusable git worktrees per repository: in goes a repository, a base commit and a
+//! branch name; out comes a [`Lease`] on a clean checkout of that base, and later, from
+//! [`capture`], the commit that records everything the agent left in it.
+//!
+//! Layout under the pool root (always outside the repository):
+//! `slot-N/` is a linked git worktree registered with the repository (`git worktree list` shows
+//! it) and `slot-N.lock` is the file whose exclusive lock says the slot is leased. Lock files
+//! are never deleted: unlinking a lock file another process has already opened would let two
+//! processes believe they hold the same slot.
+//!
+//! Adding a worktree writes every file, so slots are kept and reset to the next base instead:
+//! a forced checkout rewrites only what differs and removes untracked and ignored files.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use git2::build::CheckoutBuilder;
+use git2::{
+    ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreeAddOptions, WorktreePruneOptions,
+};
+
+/// Name and email used for capture commits when the repository configuration has no user.
+const FALLBACK_NAME: &str = "mvk";
+const FALLBACK_EMAIL: &str = "mvk@localhost";
+
+/// Upper bound on slot numbers tried before giving up; far above any sane concurrency.
+const MAX_SLOTS: usize = 4096;
+
+/// Failures of the worktree pool.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error("cannot {action} in `{path}`")]
+    Git {
+        action: String,
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("cannot {action} `{path}`")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("repository `{repo}` has no commits yet; make a first commit before running attempts")]
+    NoCommits { repo: PathBuf },
+    #[error("worktree root `{root}` is inside repository `{repo}`; pick a root outside it")]
+    RootInsideRepo { root: PathBuf, repo: PathBuf },
+    #[error("base commit `{base}` is not in repository `{repo}`")]
+    BaseNotFound {
+        base: Oid,
+        repo: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("`{branch}` is not a valid branch name")]
+    InvalidBranch { branch: String },
+    #[error("branch `{branch}` is checked out in `{path}`; pick another branch name")]
+    BranchCheckedOut { branch: String, path: PathBuf },
+    #[error("no free worktree slot under `{root}` after trying {tried} slots")]
+    PoolExhausted { root: PathBuf, tried: usize },
+}
+
+fn git_err(action: impl Into<String>, path: &Path) -> impl FnOnce(git2::Error) -> WorktreeError {
+    let action = action.into();
+    let path = path.to_path_buf();
+    move |source| WorktreeError::Git {
+        action,
+        path,
+        source,
+    }
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> WorktreeError {
+    let path = path.to_path_buf();
+    move |source| WorktreeError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Worktree slots of one repository under one root directory.
+///
+/// Holds only paths (the repository is reopened per call), so it is `Send + Sync` and
+/// several processes may use pools on the same root at once: slot locks keep them apart.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// The repository's common git directory (`.git` of the main worktree).
+    git_dir: PathBuf,
+    /// Canonical root holding `slot-N` directories and their lock files.
+    root: PathBuf,
+    /// Short hash of `root`, so worktree names of pools on different roots never collide.
+    root_tag: String,
+}
+
+/// An exclusive lease on one slot, checked out at `base` on `branch`.
+///
+/// Dropping it releases the slot; the branch and whatever was captured on it stay.
+#[derive(Debug)]
+pub struct Lease {
+    pub path: PathBuf,
+    pub branch: String,
+    pub base: Oid,
+    slot: usize,
+    /// Held open for its lock; closing the file releases it.
+    _lock: File,
+}
+
+impl Lease {
+    /// Number of the pool slot this lease holds.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+impl Pool {
+    /// Opens the pool for the repository at `repo_path` (its main worktree, a linked worktree or
+    /// its git directory) with slots under `root`, creating `root` if needed.
+    pub fn open(repo_path: &Path, root: &Path) -> Result<Pool, WorktreeError> {
+        let repo = Repository::open(repo_path).map_err(git_err("open repository", repo_path))?;
+        let git_dir = canonical(repo.commondir())?;
+        let main = Repository::open(&git_dir).map_err(git_err("open repository", &git_dir))?;
+        let shown = display_path(&main);
+        if main.is_empty().map_err(git_err("read HEAD", &shown))? {
+            return Err(WorktreeError::NoCommits { repo: shown });
+        }
+        fs::create_dir_all(root).map_err(io_err("create worktree root", root))?;
+        let root = canonical(root)?;
+        let mut inside = vec![git_dir.clone()];
+        if let Some(workdir) = main.workdir() {
+            inside.push(canonical(workdir)?);
+        }
+        if inside.iter().any(|repo_dir| root.starts_with(repo_dir)) {
+            return Err(WorktreeError::RootInsideRepo { root, repo: shown });
+        }
+        let hash = blake3::hash(root.as_os_str().as_encoded_bytes());
+        let root_tag = hash.to_hex()[..8].to_string();
+        Ok(Pool {
+            git_dir,
+            root,
+            root_tag,
+        })
+    }
+
+    /// Where the pool of `repo_path` lives unless the caller says otherwise:
+    /// `$MVK_WORKTREE_ROOT/<hash>` if that variable is set, else
+    /// `$XDG_CACHE_HOME/mvk/worktrees/<hash>` or `~/.cache/mvk/worktrees/<hash>`, where `<hash>`
+    /// is the first 16 hex digits of the blake3 hash of the canonical repository path.
+    pub fn default_root(repo_path: &Path) -> PathBuf {
+        default_root_from(
+            repo_path,
+            std::env::var_os(crate::env::MVK_WORKTREE_ROOT),
+            std::env::var_os(crate::env::XDG_CACHE_HOME),
+            std::env::var_os(crate::env::HOME),
+        )
+    }
+
+    /// The canonical directory holding the slots.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Takes an idle slot, or creates one, and makes it a clean checkout of `base` on `branch`
+    /// (created, or force-reset to `base` if it exists). Untracked and ignored files left by a
+    /// previous lease are removed and the index matches `base`, so `git status` is clean.
+    pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, WorktreeError> {
+        let branch_ref = format!("refs/heads/{branch}");
+        if branch.is_empty() || !git2::Reference::is_valid_name(&branch_ref) {
+            return Err(WorktreeError::InvalidBranch {
+                branch: branch.to_string(),
+            });
+        }
+        let main = self.main()?;
+        if let Err(source) = main.find_commit(base) {
+            return Err(WorktreeError::BaseNotFound {
+                base,
+                repo: display_path(&main),
+                source,
+            });
+        }
+        let (slot, lock) = self.lock_slot()?;
+        let path = self.slot_path(slot);
+        let reused = if self.slot_is_healthy(&main, &path) {
+            match self.reset_slot(&main, &path, base, branch) {
+                Ok(()) => true,
+                // Rebuilding would not help, and would throw away a healthy slot.
+                Err(e @ WorktreeError::BranchCheckedOut { .. }) => return Err(e),
+                // A slot the agent damaged beyond a checkout (permissions, a broken `.git`)
+                // is rebuilt from scratch rather than failing the attempt.
+                Err(_) => false,
+            }
+        } else {
+            false
+        };
+        if !reused {
+            self.create_slot(&main, slot, base, branch)?;
+            self.reset_slot(&main, &path, base, branch)?;
+        }
+        Ok(Lease {
+            path,
+            branch: branch.to_string(),
+            base,
+            slot,
+            _lock: lock,
+        })
+    }
+
+    /// Removes every slot that is not leased, together with its git worktree registration.
+    /// Branches stay. Returns the slot directories removed (or whose stale registration was
+    /// pruned), sorted.
+    pub fn gc(&self) -> Result<Vec<PathBuf>, WorktreeError> {
+        let main = self.main()?;
+        let mut slots = self.slot_numbers_on_disk()?;
+        for (_, wt_path) in registrations(&main)? {
+            if let Some(n) = self.slot_of_path(&wt_path) {
+                slots.insert(n);
+            }
+        }
+        let mut removed = Vec::new();
+        for n in slots {
+            let Some(_lock) = self.try_lock_slot(n)? else {
+                continue;
+            };
+            let path = self.slot_path(n);
+            let existed = path.exists();
+            let pruned = self.remove_registrations(&main, &path)?;
+            if path.exists() {
+                fs::remove_dir_all(&path).map_err(io_err("remove worktree slot", &path))?;
+            }
+            if existed || pruned {
+                removed.push(path);
+            }
+        }
+        Ok(removed)
+    }
+
+    fn main(&self) -> Result<Repository, WorktreeError> {
+        Repository::open(&self.git_dir).map_err(git_err("open repository", &self.git_dir))
+    }
+
+    fn slot_path(&self, n: usize) -> PathBuf {
+        self.root.join(format!("slot-{n}"))
+    }
+
+    fn lock_path(&self, n: usize) -> PathBuf {
+        self.root.join(format!("slot-{n}.lock"))
+    }
+
+    /// Slot number of a path directly under the root named `slot-N`.
+    fn slot_of_path(&self, path: &Path) -> Option<usize> {
+        let parent = path.parent()?;
+        if !same_path(parent, &self.root) {
+            return None;
+        }
+        parse_slot_name(path.file_name()?.to_str()?, "")
+    }
+
+    /// Slot numbers that have a directory or a lock file under the root.
+    fn slot_numbers_on_disk(&self) -> Result<BTreeSet<usize>, WorktreeError> {
+        let mut found = BTreeSet::new();
+        let entries = fs::read_dir(&self.root).map_err(io_err("list worktree root", &self.root))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err("list worktree root", &self.root))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if let Some(n) = parse_slot_name(name, ".lock").or_else(|| parse_slot_name(name, "")) {
+                found.insert(n);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Locks slot `n` if nobody holds it; `None` when it is leased.
+    fn try_lock_slot(&self, n: usize) -> Result<Option<File>, WorktreeError> {
+        let path = self.lock_path(n);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err("open slot lock", &path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(source)) => Err(WorktreeError::Io {
+                action: "lock slot",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Locks an existing idle slot if there is one (lowest number first), else the lowest
+    /// free number.
+    fn lock_slot(&self) -> Result<(usize, File), WorktreeError> {
+        let on_disk = self.slot_numbers_on_disk()?;
+        for &n in &on_disk {
+            if self.slot_path(n).is_dir()
+                && let Some(lock) = self.try_lock_slot(n)?
+            {
+                return Ok((n, lock));
+            }
+        }
+        for n in 0..MAX_SLOTS {
+            if on_disk.contains(&n) && self.slot_path(n).is_dir() {
+                continue;
+            }
+            if let Some(lock) = self.try_lock_slot(n)? {
+                return Ok((n, lock));
+            }
+        }
+        Err(WorktreeError::PoolExhausted {
+            root: self.root.clone(),
+            tried: MAX_SLOTS,
+        })
+    }
+
+    /// Whether `path` is a working linked worktree of this repository.
+    fn slot_is_healthy(&self, main: &Repository, path: &Path) -> bool {
+        let Ok(slot) = Repository::open(path) else {
+            return false;
+        };
+        let Ok(common) = fs::canonicalize(slot.commondir()) else {
+            return false;
+        };
+        let workdir_ok = slot.workdir().is_some_and(|w| same_path(w, path));
+        let registered = git2::Worktree::open_from_repository(&slot)
+            .and_then(|wt| wt.validate())
+            .is_ok();
+        slot.is_worktree() && workdir_ok && registered && same_path(&common, main.commondir())
+    }
+
+    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree on
+    /// `branch` at `base`.
+    fn create_slot(
+        &self,
+        main: &Repository,
+        n: usize,
+        base: Oid,
+        branch: &str,
+    ) -> Result<(), WorktreeError> {
+        let path = self.slot_path(n);
+        self.remove_registrations(main, &path)?;
+        if fs::symlink_metadata(&path).is_ok() {
+            fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
+        }
+        let name = self.fresh_worktree_name(main, n)?;
+        let shown = display_path(main);
+        let branch_ref = format!("refs/heads/{branch}");
+        self.free_branch(main, &branch_ref, branch, None)?;
+        let commit = main
+            .find_commit(base)
+            .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
+        let created = main
+            .branch(branch, &commit, true)
+            .map_err(git_err(format!("create branch `{branch}`"), &shown))?;
+        let reference = created.into_reference();
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(&reference));
+        if let Err(source) = main.worktree(&name, &path, Some(&opts)) {
+            // A failed add may leave an admin directory and a half-written checkout behind.
+            let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
+            let _ = fs::remove_dir_all(&path);
+            return Err(WorktreeError::Git {
+                action: format!("add worktree `{name}`"),
+                path,
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
+    /// a leftover admin directory of that name cannot be removed.
+    fn fresh_worktree_name(&self, main: &Repository, n: usize) -> Result<String, WorktreeError> {
+        let admin = main.commondir().join("worktrees");
+        for k in 0..100 {
+            let name = if k == 0 {
+                format!("mvk-{}-{n}", self.root_tag)
+            } else {
+                format!("mvk-{}-{n}-{k}", self.root_tag)
+            };
+            let dir = admin.join(&name);
+            if dir.exists() {
+                // Only succeeds when empty: the leftover of a failed add.
+                let _ = fs::remove_dir(&dir);
+            }
+            if !dir.exists() {
+                return Ok(name);
+            }
+        }
+        Err(WorktreeError::PoolExhausted {
+            root: self.root.clone(),
+            tried: 100,
+        })
+    }
+
+    /// Prunes every worktree registration of the repository that points at `path`.
+    /// Returns whether one was pruned.
+    fn remove_registrations(&self, main: &Repository, path: &Path) -> Result<bool, WorktreeError> {
+        let mut pruned = false;
+        for (name, wt_path) in registrations(main)? {
+            if !same_path(&wt_path, path) {
+                continue;
+            }
+            let wt = main.find_worktree(&name).map_err(git_err(
+                format!("look up worktree `{name}`"),
+                main.commondir(),
+            ))?;
+            let mut opts = WorktreePruneOptions::new();
+            opts.valid(true).working_tree(true);
+            wt.prune(Some(&mut opts)).map_err(git_err(
+                format!("prune worktree `{name}`"),
+                main.commondir(),
+            ))?;
+            pruned = true;
+        }
+        Ok(pruned)
+    }
+
+    /// Makes sure no other worktree has `branch_ref` checked out, so it can be force-moved.
+    /// An idle slot of this pool holding it gets a detached HEAD instead; the main worktree or
+    /// a leased slot holding it is an error.
+    fn free_branch(
+        &self,
+        main: &Repository,
+        branch_ref: &str,
+        branch: &str,
+        except: Option<&Path>,
+    ) -> Result<(), WorktreeError> {
+        if !main.is_bare() && head_target(main).as_deref() == Some(branch_ref) {
+            return Err(WorktreeError::BranchCheckedOut {
+                branch: branch.to_string(),
+                path: display_path(main),
+            });
+        }
+        for (name, wt_path) in registrations(main)? {
+            if except.is_some_and(|e| same_path(e, &wt_path)) {
+                continue;
+            }
+            let Ok(wt) = main.find_worktree(&name) else {
+                continue;
+            };
+            if wt.validate().is_err() {
+                continue;
+            }
+            let Ok(other) = Repository::open_from_worktree(&wt) else {
+                continue;
+            };
+            if head_target(&other).as_deref() != Some(branch_ref) {
+                continue;
+            }
+            let busy = || WorktreeError::BranchCheckedOut {
+                branch: branch.to_string(),
+                path: wt_path.clone(),
+            };
+            let Some(n) = self.slot_of_path(&wt_path) else {
+                return Err(busy());
+            };
+            let Some(_lock) = self.try_lock_slot(n)? else {
+                return Err(busy());
+            };
+            let at = other
+                .head()
+                .and_then(|h| h.peel_to_commit())
+                .map_err(git_err("read HEAD", &wt_path))?
+                .id();
+            other
+                .set_head_detached(at)
+                .map_err(git_err("detach HEAD", &wt_path))?;
+        }
+        Ok(())
+    }
+
+    /// Turns the healthy slot at `path` into a clean checkout of `base` on `branch`.
+    fn reset_slot(
+        &self,
+        main: &Repository,
+        path: &Path,
+        base: Oid,
+        branch: &str,
+    ) -> Result<(), WorktreeError> {
+        let slot = Repository::open(path).map_err(git_err("open worktree", path))?;
+        let commit = slot
+            .find_commit(base)
+            .map_err(git_err(format!("find base commit `{base}`"), path))?;
+        // Detach first: libgit2 refuses to force-move the branch a worktree has checked out,
+        // and the slot may still hold the branch it is about to be reset to.
+        slot.set_head_detached(base)
+            .map_err(git_err("detach HEAD", path))?;
+        let branch_ref = format!("refs/heads/{branch}");
+        self.free_branch(main, &branch_ref, branch, Some(path))?;
+        slot.branch(branch, &commit, true)
+            .map_err(git_err(format!("reset branch `{branch}`"), path))?;
+        slot.set_head(&branch_ref)
+            .map_err(git_err(format!("check out branch `{branch}`"), path))?;
+        let tree = commit
+            .tree()
+            .map_err(git_err(format!("read tree of `{base}`"), path))?;
+        // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
+        let mut checkout = CheckoutBuilder::new();
+        checkout.force().remove_untracked(true).remove_ignored(true);
+        slot.checkout_tree(tree.as_object(), Some(&mut checkout))
+            .map_err(git_err(format!("check out `{base}`"), path))?;
+        // The checkout leaves entries of files it did not touch alone; reading the tree makes
+        // the index exactly the base (stat data of unchanged entries is kept).
+        let mut index = slot.index().map_err(git_err("open index", path))?;
+        index
+            .read_tree(&tree)
+            .map_err(git_err("reset index", path))?;
+        index.write().map_err(git_err("write index", path))?;
+        slot.cleanup_state()
+            .map_err(git_err("clear merge or rebase state", path))?;
+        Ok(())
+    }
+}
+
+/// Commit id the lease's worktree HEAD points at now.
+pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
+    let repo = Repository::open(&lease.path).map_err(git_err("open worktree", &lease.path))?;
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(git_err("read HEAD", &lease.path))?;
+    Ok(head.id())
+}
+
+/// Records the worktree's whole state as one commit on the lease's branch and returns it.
+///
+/// Commits the agent made stay as history (the capture commit's parent is whatever HEAD
+/// points at, on any branch or detached). Modified, deleted and untracked files are included;
+/// ignored files are not (build output such as `target/`). When nothing is uncommitted no
+/// commit is made and HEAD's commit is returned. Either way the lease's branch is forced to
+/// the result and checked out.
+pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
+    let path = &lease.path;
+    let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+    let head = match repo.head() {
+        Ok(head) => Some(head.peel_to_commit().map_err(git_err("read HEAD", path))?),
+        Err(e) if e.code() == ErrorCode::UnbornBranch => None,
+        Err(e) => return Err(git_err("read HEAD", path)(e)),
+    };
+    let mut index = repo.index().map_err(git_err("open index", path))?;
+    index
+        .add_all(["*"], IndexAddOption::DEFAULT, None)
+        .map_err(git_err("stage changes", path))?;
+    // `add_all` does not notice files deleted from the worktree; `update_all` drops them.
+    index
+        .update_all(["*"], None)
+        .map_err(git_err("stage deletions", path))?;
+    index.write().map_err(git_err("write index", path))?;
+    let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
+    let final_id = match &head {
+        Some(commit) if commit.tree_id() == tree_id => commit.id(),
+        _ => {
+            let tree = repo
+                .find_tree(tree_id)
+                .map_err(git_err("read written tree", path))?;
+            let sig = signature(&repo).map_err(git_err("make commit signature", path))?;
+            let parents: Vec<&git2::Commit<'_>> = head.iter().collect();
+            repo.commit(None, &sig, &sig, message, &tree, &parents)
+                .map_err(git_err("commit changes", path))?
+        }
+    };
+    let branch_ref = format!("refs/heads/{}", lease.branch);
+    repo.reference(&branch_ref, final_id, true, "mvk: capture attempt")
+        .map_err(git_err(format!("move branch `{}`", lease.branch), path))?;
+    repo.set_head(&branch_ref).map_err(git_err(
+        format!("check out branch `{}`", lease.branch),
+        path,
+    ))?;
+    Ok(final_id)
+}
+
+/// The configured user if the repository configuration (any level) has one, else mvk's own.
+fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    match repo
+        .config()
+        .ok()
+        .and_then(|config| signature_from(&config))
+    {
+        Some(sig) => Ok(sig),
+        None => Signature::now(FALLBACK_NAME, FALLBACK_EMAIL),
+    }
+}
+
+fn signature_from(config: &git2::Config) -> Option<Signature<'static>> {
+    let name = config.get_string("user.name").ok()?;
+    let email = config.get_string("user.email").ok()?;
+    Signature::now(&name, &email).ok()
+}
+
+/// `(name, path)` of every worktree registered with the repository.
+fn registrations(main: &Repository) -> Result<Vec<(String, PathBuf)>, WorktreeError> {
+    let names = main
+        .worktrees()
+        .map_err(git_err("list worktrees", main.commondir()))?;
+    let mut out = Vec::new();
+    for name in names.iter().flatten().flatten() {
+        if let Ok(wt) = main.find_worktree(name) {
+            out.push((name.to_string(), wt.path().to_path_buf()));
+        }
+    }
+    Ok(out)
+}
+
+/// Symbolic target of HEAD (`refs/heads/...`), `None` when detached or unreadable.
+fn head_target(repo: &Repository) -> Option<String> {
+    let head = repo.find_reference("HEAD").ok()?;
+    head.symbolic_target().ok().flatten().map(str::to_string)
+}
+
+/// `slot-N` + `suffix` → `N`.
+fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
+    let digits = name.strip_prefix("slot-")?.strip_suffix(suffix)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, WorktreeError> {
+    fs::canonicalize(path).map_err(io_err("resolve path", path))
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    if a == b {
+        return true;
+    }
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The path to show for a repository: its working directory, or its git directory if bare.
+fn display_path(repo: &Repository) -> PathBuf {
+    repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf()
+}
+
+fn default_root_from(
+    repo_path: &Path,
+    mvk_root: Option<OsString>,
+    xdg_cache: Option<OsString>,
+    home: Option<OsString>,
+) -> PathBuf {
+    let repo = fs::canonicalize(repo_path).unwrap_or_else(|_| repo_path.to_path_buf());
+    let hash = blake3::hash(repo.as_os_str().as_encoded_bytes());
+    let tag = &hash.to_hex()[..16];
+    let non_empty = |v: Option<OsString>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(root) = non_empty(mvk_root) {
+        return root.join(tag);
+    }
+    // The XDG spec says relative values are invalid and must be ignored.
+    let cache = non_empty(xdg_cache)
+        .filter(|p| p.is_absolute())
+        .or_else(|| non_empty(home).map(|h| h.join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("mvk").join("worktrees").join(tag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Runs the real git CLI with no user or system configuration and a fixed identity.
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "Test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.com")
+            .env("GIT_COMMITTER_NAME", "Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.com")
+            .output()
+            .expect("run git");
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        repo: PathBuf,
+        root: PathBuf,
+        c1: Oid,
+        c2: Oid,
+    }
+
+    /// A repository with two commits: c1 has `a.txt`, `src/lib.rs` and a `.gitignore` that
+    /// ignores `target/`; c2 changes `a.txt`, deletes `src/lib.rs` and adds `b.txt`.
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let repo = tmp.path().join("repo");
+        let root = tmp.path().join("pool");
+        fs::create_dir_all(repo.join("src")).expect("mkdir");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        fs::write(repo.join("a.txt"), "one\n").expect("write");
+        fs::write(repo.join("src/lib.rs"), "// lib\n").expect("write");
+        fs::write(repo.join(".gitignore"), "target/\n").expect("write");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "c1"]);
+        let c1 = rev(&repo, "HEAD");
+        fs::write(repo.join("a.txt"), "two\n").expect("write");
+        fs::remove_file(repo.join("src/lib.rs")).expect("rm");
+        fs::write(repo.join("b.txt"), "bee\n").expect("write");
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "c2"]);
+        let c2 = rev(&repo, "HEAD");
+        Fixture {
+            _tmp: tmp,
+            repo,
+            root,
+            c1,
+            c2,
+        }
+    }
+
+    fn rev(dir: &Path, what: &str) -> Oid {
+        Oid::from_str(git(dir, &["rev-parse", what]).trim()).expect("oid")
+    }
+
+    /// Every file under `dir` except `.git`, relative, with contents.
+    fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+            for entry in fs::read_dir(dir).expect("read_dir") {
+                let entry = entry.expect("entry");
+                let path = entry.path();
+                if entry.file_name() == ".git" {
+                    continue;
+                }
+                if path.is_dir() {
+                    walk(base, &path, out);
+                } else {
+                    let rel = path
+                        .strip_prefix(base)
+                        .expect("rel")
+                        .to_string_lossy()
+                        .into();
+                    out.push((rel, fs::read(&path).expect("read")));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
+    /// Files of commit `id` as `files` would list them after a checkout.
+    fn tree_files(repo: &Path, id: Oid) -> Vec<(String, Vec<u8>)> {
+        let repo = Repository::open(repo).expect("open");
+        let tree = repo.find_commit(id).expect("commit").tree().expect("tree");
+        let mut out = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                let blob = repo.find_blob(entry.id()).expect("blob");
+                let name = entry.name().expect("utf-8 name");
+                out.push((format!("{dir}{name}"), blob.content().to_vec()));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .expect("walk");
+        out.sort();
+        out
+    }
+
+    fn branch_tip(repo: &Path, branch: &str) -> Oid {
+        rev(repo, &format!("refs/heads/{branch}"))
+    }
+
+    #[test]
+    fn acquire_gives_clean_checkout_outside_repo_listed_by_git() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/att-1").expect("acquire");
+        let repo_canon = fs::canonicalize(&f.repo).expect("canon");
+        assert!(!lease.path.starts_with(&repo_canon));
+        assert!(lease.path.starts_with(pool.root()));
+        assert_eq!(files(&lease.path), tree_files(&f.repo, f.c1));
+        assert_eq!(git(&lease.path, &["status", "--porcelain"]), "");
+        assert_eq!(
+            git(&lease.path, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/mvk/att-1"
+        );
+        assert_eq!(head_of(&lease).expect("head"), f.c1);
+        assert_eq!(branch_tip(&f.repo, "mvk/att-1"), f.c1);
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert!(
+            list.contains(&format!("worktree {}\n", lease.path.display())),
+            "{list}"
+        );
+        assert!(list.contains("branch refs/heads/mvk/att-1"), "{list}");
+        // The user's checkout is untouched.
+        assert_eq!(
+            git(&f.repo, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/main"
+        );
+        assert_eq!(git(&f.repo, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn existing_branch_is_reset_to_base() {
+        let f = fixture();
+        git(&f.repo, &["branch", "mvk/att-x", &f.c2.to_string()]);
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/att-x").expect("acquire");
+        assert_eq!(branch_tip(&f.repo, "mvk/att-x"), f.c1);
+        assert_eq!(files(&lease.path), tree_files(&f.repo, f.c1));
+    }
+
+    #[test]
+    fn reuse_removes_untracked_and_ignored_and_matches_new_base() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let first = pool.acquire(f.c1, "mvk/r1").expect("acquire");
+        let path = first.path.clone();
+        // The agent makes a mess: edits, deletions, untracked nested dirs, ignored build
+        // output, a commit of its own and a half-staged change.
+        fs::write(path.join("a.txt"), "agent\n").expect("write");
+        fs::create_dir_all(path.join("new/deep/er")).expect("mkdir");
+        fs::write(path.join("new/deep/er/x.txt"), "x").expect("write");
+        fs::create_dir_all(path.join("target/debug")).expect("mkdir");
+        fs::write(path.join("target/debug/bin"), "elf").expect("write");
+        fs::write(path.join("committed.txt"), "c").expect("write");
+        git(&path, &["add", "committed.txt"]);
+        git(&path, &["commit", "-q", "-m", "agent commit"]);
+        fs::write(path.join("staged.txt"), "s").expect("write");
+        git(&path, &["add", "staged.txt"]);
+        fs::remove_file(path.join("src/lib.rs")).expect("rm");
+        let untouched_mtime = || {
+            fs::metadata(path.join(".gitignore"))
+                .and_then(|m| m.modified())
+                .expect("mtime")
+        };
+        let before = untouched_mtime();
+        drop(first);
+
+        let second = pool.acquire(f.c2, "mvk/r2").expect("reacquire");
+        assert_eq!(second.path, path, "the idle slot is reused");
+        assert_eq!(
+            untouched_mtime(),
+            before,
+            "unchanged files are not rewritten"
+        );
+        assert_eq!(files(&second.path), tree_files(&f.repo, f.c2));
+        assert!(!path.join("target").exists(), "ignored dir removed");
+        assert!(!path.join("new").exists(), "untracked dir removed");
+        assert_eq!(git(&path, &["status", "--porcelain", "--ignored"]), "");
+        assert_eq!(
+            git(&path, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/mvk/r2"
+        );
+        // The first branch keeps the agent's commit for inspection.
+        let r1 = branch_tip(&f.repo, "mvk/r1");
+        assert_ne!(r1, f.c1);
+        assert_eq!(rev(&f.repo, "mvk/r1^"), f.c1);
+        drop(second);
+
+        // Going back to an older base restores deleted files too.
+        let third = pool.acquire(f.c1, "mvk/r1").expect("reacquire older base");
+        assert_eq!(third.path, path);
+        assert_eq!(files(&third.path), tree_files(&f.repo, f.c1));
+        assert_eq!(branch_tip(&f.repo, "mvk/r1"), f.c1);
+        assert_eq!(git(&path, &["status", "--porcelain", "--ignored"]), "");
+    }
+
+    #[test]
+    fn concurrent_leases_get_different_slots() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let a = pool.acquire(f.c1, "mvk/a").expect("a");
+        let b = pool.acquire(f.c2, "mvk/b").expect("b");
+        assert_ne!(a.path, b.path);
+        assert_ne!(a.slot(), b.slot());
+        assert_eq!(files(&a.path), tree_files(&f.repo, f.c1));
+        assert_eq!(files(&b.path), tree_files(&f.repo, f.c2));
+        // A second pool object on the same root respects the same locks.
+        let other = Pool::open(&f.repo, &f.root).expect("open pool again");
+        let c = other.acquire(f.c1, "mvk/c").expect("c");
+        assert!(c.path != a.path && c.path != b.path);
+    }
+
+    #[test]
+    fn branch_held_by_a_leased_slot_or_the_main_checkout_is_refused() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let held = pool.acquire(f.c1, "mvk/held").expect("held");
+        match pool.acquire(f.c2, "mvk/held") {
+            Err(WorktreeError::BranchCheckedOut { path, .. }) => assert_eq!(path, held.path),
+            other => panic!("expected BranchCheckedOut, got {other:?}"),
+        }
+        assert_eq!(branch_tip(&f.repo, "mvk/held"), f.c1, "branch not moved");
+        match pool.acquire(f.c1, "main") {
+            Err(WorktreeError::BranchCheckedOut { .. }) => {}
+            other => panic!("expected BranchCheckedOut, got {other:?}"),
+        }
+        assert_eq!(branch_tip(&f.repo, "main"), f.c2, "user's branch not moved");
+        assert!(matches!(
+            pool.acquire(f.c1, "bad..name"),
+            Err(WorktreeError::InvalidBranch { .. })
+        ));
+        // The refusals neither rebuilt nor broke the idle slot they tried.
+        let idle = pool.acquire(f.c2, "mvk/idle").expect("idle");
+        let idle_path = idle.path.clone();
+        drop(idle);
+        let mtime = || {
+            fs::metadata(idle_path.join("a.txt"))
+                .and_then(|m| m.modified())
+                .expect("mtime")
+        };
+        let before = mtime();
+        assert!(matches!(
+            pool.acquire(f.c2, "mvk/held"),
+            Err(WorktreeError::BranchCheckedOut { .. })
+        ));
+        assert_eq!(mtime(), before, "idle slot was not rebuilt");
+        let next = pool
+            .acquire(f.c2, "mvk/next")
+            .expect("acquire after refusals");
+        assert_eq!(next.path, idle_path);
+        assert_eq!(files(&next.path), tree_files(&f.repo, f.c2));
+    }
+
+    #[test]
+    fn idle_slot_holding_the_branch_is_detached() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let a = pool.acquire(f.c1, "mvk/shared").expect("a");
+        let b = pool.acquire(f.c1, "mvk/other").expect("b");
+        let a_path = a.path.clone();
+        drop(a);
+        let main = pool.main().expect("main");
+        pool.free_branch(&main, "refs/heads/mvk/shared", "mvk/shared", Some(&b.path))
+            .expect("free");
+        let head = git(&a_path, &["rev-parse", "--abbrev-ref", "HEAD"]);
+        assert_eq!(head.trim(), "HEAD", "idle slot detached");
+        assert_eq!(git(&a_path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn slot_deleted_behind_our_back_is_recreated() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/d1").expect("acquire");
+        let path = lease.path.clone();
+        drop(lease);
+        fs::remove_dir_all(&path).expect("rm slot");
+        let lease = pool.acquire(f.c2, "mvk/d2").expect("acquire again");
+        assert_eq!(lease.path, path);
+        assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert_eq!(
+            list.matches("worktree ").count(),
+            2,
+            "no stale entry: {list}"
+        );
+        assert!(!list.contains("prunable"), "{list}");
+    }
+
+    #[test]
+    fn slot_with_broken_git_link_is_rebuilt() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/g1").expect("acquire");
+        let path = lease.path.clone();
+        fs::remove_file(path.join(".git")).expect("rm .git link");
+        fs::write(path.join("junk"), "j").expect("write");
+        drop(lease);
+        let lease = pool.acquire(f.c2, "mvk/g2").expect("acquire again");
+        assert_eq!(lease.path, path);
+        assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
+        assert_eq!(git(&path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn empty_repository_is_a_clear_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let repo = tmp.path().join("repo");
+        fs::create_dir(&repo).expect("mkdir");
+        git(&repo, &["init", "-q"]);
+        let err = Pool::open(&repo, &tmp.path().join("pool")).expect_err("empty repo");
+        assert!(matches!(err, WorktreeError::NoCommits { .. }), "{err:?}");
+        assert!(err.to_string().contains("no commits"), "{err}");
+    }
+
+    #[test]
+    fn root_inside_repo_and_unknown_base_are_refused() {
+        let f = fixture();
+        let err = Pool::open(&f.repo, &f.repo.join("pool")).expect_err("inside");
+        assert!(
+            matches!(err, WorktreeError::RootInsideRepo { .. }),
+            "{err:?}"
+        );
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let missing = Oid::from_str("1234567890123456789012345678901234567890").expect("oid");
+        assert!(matches!(
+            pool.acquire(missing, "mvk/m"),
+            Err(WorktreeError::BaseNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn capture_without_changes_returns_head() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/none").expect("acquire");
+        assert_eq!(capture(&lease, "nothing").expect("capture"), f.c1);
+        // Only ignored output: still nothing to record.
+        fs::create_dir_all(lease.path.join("target")).expect("mkdir");
+        fs::write(lease.path.join("target/out"), "o").expect("write");
+        assert_eq!(capture(&lease, "nothing").expect("capture"), f.c1);
+        assert_eq!(branch_tip(&f.repo, "mvk/none"), f.c1);
+    }
+
+    #[test]
+    fn capture_records_commits_edits_deletions_and_untracked_files() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/cap").expect("acquire");
+        let p = &lease.path;
+        fs::write(p.join("first.txt"), "1").expect("write");
+        git(p, &["add", "first.txt"]);
+        git(p, &["commit", "-q", "-m", "agent"]);
+        let agent = rev(p, "HEAD");
+        fs::write(p.join("a.txt"), "changed\n").expect("write");
+        fs::remove_file(p.join("src/lib.rs")).expect("rm");
+        fs::create_dir_all(p.join("n1/n2")).expect("mkdir");
+        fs::write(p.join("n1/n2/deep.txt"), "deep").expect("write");
+        fs::write(p.join(".hidden"), "h").expect("write");
+        fs::create_dir_all(p.join("target")).expect("mkdir");
+        fs::write(p.join("target/out"), "o").expect("write");
+
+        let id = capture(&lease, "attempt 1").expect("capture");
+        assert_ne!(id, agent);
+        assert_eq!(rev(&f.repo, &format!("{id}^")), agent, "agent commit kept");
+        assert_eq!(branch_tip(&f.repo, "mvk/cap"), id);
+        assert_eq!(head_of(&lease).expect("head"), id);
+        let listed = git(&f.repo, &["ls-tree", "-r", "--name-only", &id.to_string()]);
+        let names: Vec<&str> = listed.lines().collect();
+        assert_eq!(
+            names,
+            [
+                ".gitignore",
+                ".hidden",
+                "a.txt",
+                "first.txt",
+                "n1/n2/deep.txt"
+            ]
+        );
+        let msg = git(&f.repo, &["log", "-1", "--format=%s", &id.to_string()]);
+        assert_eq!(msg.trim(), "attempt 1");
+        assert_eq!(
+            git(p, &["status", "--porcelain"]),
+            "",
+            "index matches capture"
+        );
+    }
+
+    #[test]
+    fn capture_uses_repo_user_when_configured() {
+        let f = fixture();
+        git(&f.repo, &["config", "user.name", "Repo User"]);
+        git(&f.repo, &["config", "user.email", "repo@example.com"]);
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/user").expect("acquire");
+        fs::write(lease.path.join("x"), "x").expect("write");
+        let id = capture(&lease, "m").expect("capture");
+        let who = git(
+            &f.repo,
+            &["log", "-1", "--format=%an <%ae>|%cn", &id.to_string()],
+        );
+        assert_eq!(who.trim(), "Repo User <repo@example.com>|Repo User");
+    }
+
+    #[test]
+    fn capture_without_any_git_user_configured() {
+        // libgit2 reads the user's global and XDG config at startup, so run the real capture in
+        // a child test process whose HOME and XDG dirs are empty.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let exe = std::env::current_exe().expect("test binary");
+        let out = Command::new(exe)
+            .args([
+                "--exact",
+                "run::worktree::tests::child_capture_with_empty_home",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("HOME", tmp.path())
+            .env("XDG_CONFIG_HOME", tmp.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env(CHILD_ENV, tmp.path())
+            .output()
+            .expect("run child test");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "child test did not run: {stdout}"
+        );
+    }
+
+    const CHILD_ENV: &str = "MVK_WORKTREE_TEST_CHILD";
+
+    #[test]
+    #[ignore = "run by capture_without_any_git_user_configured in a clean environment"]
+    fn child_capture_with_empty_home() {
+        let home = std::env::var_os(CHILD_ENV).expect("only run as a child");
+        assert_eq!(std::env::var_os("HOME"), Some(home));
+        let f = fixture();
+        let repo = Repository::open(&f.repo).expect("open");
+        let config = repo.config().expect("config");
+        assert!(
+            config.get_string("user.name").is_err(),
+            "a user is configured"
+        );
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/nouser").expect("acquire");
+        fs::write(lease.path.join("x"), "x").expect("write");
+        let id = capture(&lease, "m").expect("capture");
+        let commit = repo.find_commit(id).expect("commit");
+        assert_eq!(commit.author().name().ok(), Some("mvk"));
+        assert_eq!(commit.author().email().ok(), Some("mvk@localhost"));
+        assert_eq!(commit.committer().name().ok(), Some("mvk"));
+    }
+
+    #[test]
+    fn capture_from_other_branch_or_detached_head() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+
+        let lease = pool.acquire(f.c1, "mvk/wander").expect("acquire");
+        let p = lease.path.clone();
+        git(&p, &["checkout", "-q", "-b", "agent-side"]);
+        fs::write(p.join("side.txt"), "s").expect("write");
+        git(&p, &["add", "side.txt"]);
+        git(&p, &["commit", "-q", "-m", "side"]);
+        let side = rev(&p, "HEAD");
+        fs::write(p.join("loose.txt"), "l").expect("write");
+        let id = capture(&lease, "wander").expect("capture");
+        assert_eq!(rev(&f.repo, &format!("{id}^")), side);
+        assert_eq!(branch_tip(&f.repo, "mvk/wander"), id);
+        assert_eq!(
+            branch_tip(&f.repo, "agent-side"),
+            side,
+            "agent branch untouched"
+        );
+        assert_eq!(
+            git(&p, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/mvk/wander"
+        );
+        drop(lease);
+
+        let lease = pool.acquire(f.c1, "mvk/detached").expect("acquire");
+        let p = lease.path.clone();
+        git(&p, &["checkout", "-q", "--detach"]);
+        fs::write(p.join("d.txt"), "d").expect("write");
+        git(&p, &["add", "d.txt"]);
+        git(&p, &["commit", "-q", "-m", "detached work"]);
+        let detached = rev(&p, "HEAD");
+        let id = capture(&lease, "detached").expect("capture");
+        assert_eq!(id, detached, "nothing uncommitted: HEAD itself");
+        assert_eq!(branch_tip(&f.repo, "mvk/detached"), detached);
+        assert_eq!(
+            git(&p, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/mvk/detached"
+        );
+    }
+
+    #[test]
+    fn gc_removes_idle_slots_and_keeps_leased_ones() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let kept = pool.acquire(f.c1, "mvk/k").expect("kept");
+        let idle = pool.acquire(f.c1, "mvk/i").expect("idle");
+        let idle_path = idle.path.clone();
+        drop(idle);
+        let removed = pool.gc().expect("gc");
+        assert_eq!(removed, vec![idle_path.clone()]);
+        assert!(!idle_path.exists());
+        assert!(kept.path.exists());
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert!(!list.contains(&idle_path.display().to_string()), "{list}");
+        assert!(list.contains(&kept.path.display().to_string()), "{list}");
+        assert_eq!(branch_tip(&f.repo, "mvk/i"), f.c1, "branches stay");
+        drop(kept);
+        assert_eq!(pool.gc().expect("gc").len(), 1);
+        assert!(pool.gc().expect("gc again").is_empty());
+        // The pool still works after a full gc.
+        let again = pool.acquire(f.c2, "mvk/after").expect("acquire after gc");
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+    }
+
+    #[test]
+    fn default_root_prefers_env_then_xdg_then_home() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let repo = tmp.path();
+        let canon = fs::canonicalize(repo).expect("canon");
+        let tag = blake3::hash(canon.as_os_str().as_encoded_bytes()).to_hex()[..16].to_string();
+        let root = |m: Option<&str>, x: Option<&str>, h: Option<&str>| {
+            default_root_from(
+                repo,
+                m.map(Into::into),
+                x.map(Into::into),
+                h.map(Into::into),
+            )
+        };
+        assert_eq!(
+            root(Some("/pools"), Some("/xdg"), Some("/home/u")),
+            Path::new("/pools").join(&tag)
+        );
+        assert_eq!(
+            root(Some(""), Some("/xdg"), Some("/home/u")),
+            Path::new("/xdg/mvk/worktrees").join(&tag)
+        );
+        assert_eq!(
+            root(None, Some("relative"), Some("/home/u")),
+            Path::new("/home/u/.cache/mvk/worktrees").join(&tag)
+        );
+        assert_eq!(tag.len(), 16);
+        // Same repository through a different spelling of its path: same root.
+        let dotted = repo.join(".");
+        assert_eq!(
+            default_root_from(&dotted, None, Some("/xdg".into()), None),
+            root(None, Some("/xdg"), None)
+        );
+    }
+}
