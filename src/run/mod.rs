@@ -8,3 +8,6 @@ pub mod evidence;
 pub mod process;
 pub mod seal;
 pub mod worktree;
+
+#[cfg(test)]
+mod testing;
