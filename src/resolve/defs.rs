@@ -105,8 +105,15 @@ impl World {
         if let Some((def, _)) = table.get(&name.node) {
             return Some(*def);
         }
+        if scope.incomplete {
+            return None; // a failed import was reported; it may have defined this name
+        }
         let names: Vec<&str> = table.keys().map(String::as_str).collect();
-        let mut help = suggest(&format!("{kind}s defined here"), &name.node, &names);
+        let mut help = if names.is_empty() {
+            format!("no {kind}s are defined or imported in this file")
+        } else {
+            suggest(&format!("{kind}s defined here"), &name.node, &names)
+        };
         if agents && name.node == "human" {
             help = "a person is a rung of its own: write `rung human` in the ladder".to_string();
         } else if names.is_empty()

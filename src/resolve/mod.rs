@@ -79,6 +79,8 @@ pub struct DefRef {
 pub struct Scope {
     pub gates: BTreeMap<String, (DefRef, Span)>,
     pub agents: BTreeMap<String, (DefRef, Span)>,
+    /// An import failed (and was reported): an unknown name may be one it would have brought.
+    pub incomplete: bool,
 }
 
 #[derive(Debug)]
@@ -239,6 +241,7 @@ impl World {
             let Item::Import(import) = item else { continue };
             let origin = self.origin_for(idx, &import.path.node);
             let Some(j) = self.load(origin, Some(import.path.span), LoadAs::Import) else {
+                scope.incomplete = true;
                 continue;
             };
             let prefix = import.alias.as_ref().map(|a| format!("{}.", a.node));

@@ -22,6 +22,8 @@ struct Partial {
     gates: Vec<(ir::Gate, Span)>,
     /// Gate nodes written, resolved or not: a failed gate must not also read as "no gates".
     gates_written: usize,
+    /// Settings written, valid or not (see [`LoopBody::written`]): no "missing" error for them.
+    written: Vec<&'static str>,
     review: Option<(ir::Review, Span)>,
     budget: BudgetDecl,
     ladder: Option<(Vec<(Rung, Span)>, Span)>,
@@ -33,6 +35,10 @@ struct Partial {
 }
 
 impl Partial {
+    fn wrote(&self, setting: &str) -> bool {
+        self.written.contains(&setting)
+    }
+
     /// Settings of `over` replace those of `self`; gates replace by name or are added.
     fn overlay(mut self, over: Partial) -> Partial {
         macro_rules! take {
@@ -56,6 +62,7 @@ impl Partial {
             }
         }
         self.gates_written += over.gates_written;
+        self.written.extend(over.written);
         let b = over.budget;
         macro_rules! budget {
             ($($f:ident),*) => { $( if b.$f.is_some() { self.budget.$f = b.$f; } )* };
@@ -271,7 +278,10 @@ fn template(
 
 fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&str>) -> Partial {
     let errors_before = world.diags.error_count();
-    let mut p = Partial::default();
+    let mut p = Partial {
+        written: body.written.clone(),
+        ..Partial::default()
+    };
     if let Some(g) = &body.goal {
         let lookup = |n: &str| (n == "item").then(|| item.map(str::to_string)).flatten();
         match super::interp::interpolate(&g.node, &lookup, &[]) {
@@ -447,6 +457,9 @@ fn finish(
 ) -> Option<Task> {
     let mut field_spans = BTreeMap::new();
     let Some((goal, goal_span)) = p.goal.clone() else {
+        if p.wrote("goal") {
+            return None; // the goal was written and its error reported
+        }
         world.diags.push(
             Diagnostic::error("mvk::missing-goal", format!("`{name}` has no goal"))
                 .at(head, "no `goal`")
@@ -456,7 +469,7 @@ fn finish(
     };
     field_spans.insert("goal".to_string(), goal_span);
     let uncertified = p.uncertified.is_some_and(|(u, _)| u);
-    if p.gates.is_empty() && p.gates_written == 0 && !uncertified {
+    if p.gates.is_empty() && p.gates_written == 0 && !uncertified && !p.wrote("uncertified") {
         world.diags.push(
             Diagnostic::error("mvk::uncertified", format!("`{name}` has no gate, so no attempt could ever be certified"))
                 .at(head, "no deterministic check")
@@ -498,7 +511,7 @@ fn finish(
             }]
         }
         (None, None) => {
-            if !p.broken {
+            if !p.broken && !p.wrote("agent") && !p.wrote("ladder") {
                 world.diags.push(
                     Diagnostic::error("mvk::missing-agent", format!("`{name}` names no agent"))
                         .at(head, "who does the work?")
@@ -715,7 +728,10 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
             ok = false;
             continue;
         }
-        for item in &items {
+        // A `loop=` file that failed to load has been reported; its task is not built, so that
+        // its missing goal and agent are not reported too, but later tasks may still name it.
+        let base_failed = t.loop_file.is_some() && base.is_none();
+        for item in items.iter().filter(|_| !base_failed) {
             let base_partial = base
                 .as_ref()
                 .map(|(m, l)| lower_body(world, *m, &l.body, item.as_deref()));
@@ -750,11 +766,10 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
                     graph.add_edge(nodes[j], nodes[i], a.span);
                 }
                 None => {
-                    let names: Vec<&str> = decls
-                        .iter()
-                        .map(|e| e.name.node.as_str())
-                        .chain(flow.tasks.iter().map(|t| t.name.node.as_str()))
-                        .collect();
+                    let mut names: Vec<&str> =
+                        flow.tasks.iter().map(|t| t.name.node.as_str()).collect();
+                    names.sort_unstable();
+                    names.dedup();
                     world.diags.push(
                         Diagnostic::error(
                             "mvk::unknown-task",

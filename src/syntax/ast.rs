@@ -191,9 +191,17 @@ pub struct LoopBody {
     pub merge: Option<MergeDecl>,
     pub agent: Option<AgentUse>,
     pub uncertified: Option<Spanned<bool>>,
+    /// The settings written, whether or not they were valid (and the setting a misspelt node
+    /// most likely meant), so that a broken `goal` is not also reported as a missing one.
+    pub written: Vec<&'static str>,
 }
 
 impl LoopBody {
+    /// Whether `setting` (`"goal"`, `"agent"`, …) was written in this body, valid or not.
+    pub fn wrote(&self, setting: &str) -> bool {
+        self.written.contains(&setting)
+    }
+
     /// Whether this body sets anything at all (a task with `loop=` may only override).
     pub fn is_empty(&self) -> bool {
         self.goal.is_none()
@@ -207,6 +215,7 @@ impl LoopBody {
             && self.merge.is_none()
             && self.agent.is_none()
             && self.uncertified.is_none()
+            && self.written.is_empty()
     }
 }
 

@@ -35,6 +35,7 @@ pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
         let mut cv = NodeView::new(cx, child);
         if !body_child(cx, &mut body, &mut cv) {
             unknown_node(cx, &cv, "a loop", LOOP_CHILDREN);
+            note_misspelt(&mut body, &cv.name.node);
         }
     }
     Some(LoopDecl {
@@ -44,8 +45,19 @@ pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
     })
 }
 
+/// Records the setting an unknown node most likely meant (`gaol` → `goal`) as written, so that
+/// the typo is the one error reported instead of also "no goal".
+pub fn note_misspelt(body: &mut LoopBody, name: &str) {
+    if let Some(meant) = crate::diag::did_you_mean(name, LOOP_CHILDREN.iter().copied()) {
+        body.written.push(meant);
+    }
+}
+
 /// Lowers one child of a loop body into `body`; returns false if the node is not a loop setting.
 pub fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeView<'_>) -> bool {
+    if let Some(setting) = LOOP_CHILDREN.iter().find(|c| **c == view.name.node) {
+        body.written.push(setting);
+    }
     match view.name.node.as_str() {
         "goal" => {
             if let Some(first) = &body.goal {

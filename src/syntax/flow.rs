@@ -2,7 +2,7 @@
 //! its `task`s (a `loop=` file or an inline body; `after`; `each=` fan-out).
 
 use super::ast::{Each, FlowDecl, LoopBody, Spanned, TaskDecl};
-use super::body::{LOOP_CHILDREN, body_child, budget};
+use super::body::{LOOP_CHILDREN, body_child, budget, note_misspelt};
 use super::items::name_arg;
 use super::{Cx, NodeView, duplicate_node, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
@@ -138,6 +138,7 @@ fn task(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<TaskDecl> {
                     let mut allowed = vec!["after", "each"];
                     allowed.extend_from_slice(LOOP_CHILDREN);
                     unknown_node(cx, &cv, "a task", &allowed);
+                    note_misspelt(&mut body, &cv.name.node);
                 }
             }
         }

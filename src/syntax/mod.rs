@@ -38,14 +38,45 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
         Ok(doc) => doc,
         Err(err) => {
             let err: kdl::KdlError = err;
+            let unclosed_block = err
+                .diagnostics
+                .iter()
+                .any(|d| d.message.as_deref() == Some(NO_CLOSING_BRACE));
             for d in err.diagnostics {
                 let message = d.message.unwrap_or_else(|| "malformed KDL".to_string());
+                // The parser reports a missing `}` twice, at the `{` and over the whole block.
+                if unclosed_block && message == CLOSING_BRACE_NOT_FOUND {
+                    continue;
+                }
+                let offset = d.span.offset();
+                let written = text.get(offset..offset + d.span.len()).unwrap_or_default();
+                if let Some(v2) = v1_keyword(written) {
+                    diags.push(
+                        Diagnostic::error(
+                            "mvk::kdl-syntax",
+                            format!("malformed KDL: `{written}` is KDL 1.0; KDL 2.0 writes `{v2}`"),
+                        )
+                        .at(Span::new(file, d.span), "a bare keyword")
+                        .help(format!(
+                            "write `{v2}` (booleans and null start with `#` in KDL 2.0), or \"{written}\" for a string"
+                        )),
+                    );
+                    continue;
+                }
+                let (label, help) = match message.as_str() {
+                    NO_CLOSING_BRACE => (
+                        Some("this `{` is never closed".to_string()),
+                        Some("add the missing `}` at the end of the block".to_string()),
+                    ),
+                    UNCLOSED_STRING => (Some("no closing `\"` on this line".to_string()), d.help),
+                    _ => (d.label, d.help),
+                };
                 let mut diag =
                     Diagnostic::error("mvk::kdl-syntax", format!("malformed KDL: {message}")).at(
                         Span::new(file, d.span),
-                        d.label.unwrap_or_else(|| "here".into()),
+                        label.unwrap_or_else(|| "here".into()),
                     );
-                diag = diag.help(d.help.unwrap_or_else(|| {
+                diag = diag.help(help.unwrap_or_else(|| {
                     "see https://kdl.dev for KDL 2.0 syntax: strings are quoted, booleans are #true and #false".into()
                 }));
                 diags.push(diag);
@@ -55,6 +86,20 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
     };
     let mut cx = Cx { file, diags };
     items::lower_file(&mut cx, &doc)
+}
+
+const NO_CLOSING_BRACE: &str = "No closing '}' for child block";
+const CLOSING_BRACE_NOT_FOUND: &str = "Closing '}' was not found after nodes";
+const UNCLOSED_STRING: &str = "Unexpected newline in single-line quoted string";
+
+/// The KDL 2.0 spelling of a KDL 1.0 keyword written bare (`true` → `#true`).
+fn v1_keyword(written: &str) -> Option<&'static str> {
+    match written {
+        "true" => Some("#true"),
+        "false" => Some("#false"),
+        "null" => Some("#null"),
+        _ => None,
+    }
 }
 
 /// One node's arguments and properties, with the properties a reader has consumed tracked so

@@ -1,0 +1,94 @@
+//! The invalid-input corpus: every file in `tests/fixtures/invalid/` (but `lib/`, which holds the
+//! helper files the cases import) has one mistake, must not compile, must report the diagnostic
+//! named on its `// expect: mvk::…` line, and its rendered diagnostics are snapshots.
+
+use std::path::{Path, PathBuf};
+
+const DIR: &str = "tests/fixtures/invalid";
+
+/// The case files, sorted, as paths relative to the crate root so rendered names are stable.
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root.join(DIR))
+        .expect("list the invalid fixtures")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "kdl"))
+        .map(|p| Path::new(DIR).join(p.file_name().expect("a file name")))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The code on the `// expect: mvk::…` line (the file's second line).
+fn expected_code(text: &str, path: &Path) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    assert!(
+        first.starts_with("// "),
+        "{}: the first line must be a comment saying what is wrong",
+        path.display()
+    );
+    let second = lines.next().unwrap_or_default();
+    second
+        .strip_prefix("// expect: ")
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|| panic!("{}: line 2 must be `// expect: mvk::code`", path.display()))
+}
+
+#[test]
+fn corpus_is_large_enough() {
+    let n = cases().len();
+    assert!(n >= 45, "expected at least 45 invalid cases, found {n}");
+}
+
+#[test]
+fn invalid_inputs_fail_with_the_expected_diagnostic() {
+    // Cargo runs integration tests from the crate root; the fixtures' names depend on it.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(
+        std::env::current_dir()
+            .expect("current dir")
+            .canonicalize()
+            .ok(),
+        root.canonicalize().ok(),
+        "run from the crate root so rendered paths are relative"
+    );
+    let renderer = mvk::diag::Renderer::plain(80);
+    let options = mvk::resolve::Options { repo_root: None };
+    let abs = root.to_string_lossy();
+    // Every case is checked and snapshotted before any failure is reported.
+    let mut problems = Vec::new();
+    for path in cases() {
+        let text = std::fs::read_to_string(&path).expect("read case");
+        let expect = expected_code(&text, &path);
+        let compiled = mvk::resolve::compile(&path, &options);
+        let shown = path.display();
+        let rendered = renderer.render_all(&compiled.diags, &compiled.sources);
+        let codes: Vec<&str> = compiled.diags.iter().map(|d| d.code).collect();
+        if compiled.program.is_some() || !compiled.diags.has_errors() {
+            problems.push(format!("{shown} compiled, but it has a mistake"));
+        }
+        if !codes.contains(&expect.as_str()) {
+            problems.push(format!("{shown}: expected {expect}, got {codes:?}"));
+        }
+        if rendered.contains(abs.as_ref()) || rendered.contains("/tmp") {
+            problems.push(format!(
+                "{shown}: rendered diagnostics hold an absolute path"
+            ));
+        }
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a file stem")
+            .to_string();
+        insta::with_settings!({
+            snapshot_path => "snapshots/invalid",
+            prepend_module_to_snapshot => false,
+            description => text.lines().next().unwrap_or_default(),
+            omit_expression => true,
+        }, {
+            insta::assert_snapshot!(name, rendered);
+        });
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
