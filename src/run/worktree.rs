@@ -810,6 +810,10 @@ mod tests {
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let first = pool.acquire(f.c1, "mvk/r1").expect("acquire");
         let path = first.path.clone();
+        // Files written in the same second as the index are "racy" to git and may be rewritten
+        // on reset; let a second pass and refresh the index so the mtime check below is fair.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        git(&path, &["status", "--porcelain"]);
         // The agent makes a mess: edits, deletions, untracked nested dirs, ignored build
         // output, a commit of its own and a half-staged change.
         fs::write(path.join("a.txt"), "agent\n").expect("write");
