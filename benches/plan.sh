@@ -29,9 +29,8 @@ gen() { # a flow of $1 inline tasks; task i waits for task i/2 (a wide, deep DAG
 }
 
 measure() { # prints "seconds peak_kib" for a command
-  local out
-  out=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  echo "$out"
+  /usr/bin/time -o "$work/time" -f '%e %M' "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }
+  tail -1 "$work/time"
 }
 
 printf '%-8s %10s %10s %12s %10s\n' tasks plan_s rss_mib baseline_s ratio

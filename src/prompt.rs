@@ -87,7 +87,12 @@ pub fn render(template: &str, ctx: &PromptContext) -> Result<String, TemplatePro
     registry()
         .render_template(template, ctx)
         .map_err(|e| TemplateProblem {
-            message: e.reason().to_string(),
+            message: match e.reason() {
+                handlebars::RenderErrorReason::MissingVariable(Some(name)) => {
+                    format!("unknown variable `{name}`")
+                }
+                other => other.to_string(),
+            },
             line: e.line_no,
             column: e.column_no,
         })
