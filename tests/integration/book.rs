@@ -61,8 +61,11 @@ fn every_kdl_block_in_the_book_compiles() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let mut failures = Vec::new();
-    for (i, (file, line, code)) in blocks.iter().enumerate() {
-        let path = dir.path().join(format!("block-{i}.kdl"));
+    for (file, line, code) in &blocks {
+        // Named after the chapter and line, so a diagnostic's file name says where the block is.
+        let path = dir
+            .path()
+            .join(format!("{}-line{line}.kdl", file.replace(['/', '.'], "_")));
         std::fs::write(&path, code).expect("write block");
         let compiled = mvk::resolve::compile(&path, &mvk::resolve::Options { repo_root: None });
         if compiled.program.is_none() {
