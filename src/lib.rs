@@ -25,6 +25,7 @@ pub mod diag;
 pub mod digest;
 pub mod env;
 pub mod ir;
+pub mod ledger;
 pub mod plan;
 pub mod prompt;
 pub mod resolve;

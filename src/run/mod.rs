@@ -4,6 +4,7 @@
 //! and captures an attempt's change as a commit; [`seal`] decides whether a change touched the
 //! oracle. The loop that drives them (`mvk apply`) builds on these.
 
+pub mod adapter;
 pub mod evidence;
 pub mod process;
 pub mod seal;

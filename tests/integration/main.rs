@@ -1,8 +1,10 @@
 //! The one integration-test binary: every test module is listed here, and `forgotten_files`
 //! fails when a file in this directory is not.
 
+mod apply;
 mod book;
 mod digests;
+mod example_run;
 mod examples;
 mod fuzz;
 mod invalid;

@@ -1,0 +1,1 @@
+//! The README's first command: the example project laid out in a temporary repository and run.
