@@ -284,6 +284,21 @@ impl World {
                 .map_or(Some(Adapter::Command), |a| Adapter::parse(&a.node));
             let mut rate_limits = Vec::new();
             for pattern in &decl.rate_limits {
+                // Checked here so a run never starts with a pattern it cannot use.
+                if let Err(e) = regex::Regex::new(&pattern.node) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "mvk::bad-regex",
+                            format!(
+                                "`{}` is not a valid regular expression: {}",
+                                pattern.node,
+                                regex_problem(&e)
+                            ),
+                        )
+                        .at(pattern.span, "invalid rate-limit pattern")
+                        .help(r##"patterns use Rust regex syntax; to match `(`, `[`, `.`, `*`, `+`, `?` or `|` literally, put `\` before it: in KDL, "\\(429\\)" or the raw string #"\(429\)"#"##),
+                    );
+                }
                 rate_limits.push(pattern.node.clone());
             }
             (ok && adapter.is_some()).then(|| {
@@ -601,5 +616,19 @@ fn render_command(
         CommandTemplate::Sh(script) => {
             vec!["sh".to_string(), "-c".to_string(), render(&script.node)]
         }
+    }
+}
+
+/// The one-line reason a pattern does not compile (the regex crate's message also draws the
+/// pattern with a caret, which the diagnostic's span already shows).
+fn regex_problem(e: &regex::Error) -> String {
+    match e {
+        regex::Error::Syntax(text) => text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("error: "))
+            .unwrap_or(text)
+            .to_string(),
+        other => other.to_string(),
     }
 }

@@ -1,1 +1,1335 @@
 //! An agent's output in, what it cost (tokens, USD) and whether it hit a rate or usage limit out.
+//!
+//! [`read_usage`] streams an agent's stdout log once, line by line, and returns the [`Usage`] it
+//! reported: any agent's own `MVK_USAGE={…}` line, or the tool's own report as its adapter knows
+//! it (Claude Code's `result` object, Codex's `turn.completed` events, aider's `Tokens:`/`Cost:`
+//! lines, the Gemini CLI's `stats`, goose's `total_tokens`). [`RateLimitMatcher`] looks through
+//! the tail of an agent's output for a rate-limit or usage-limit message and the wait it names;
+//! a plain `command` agent is matched only by its own patterns, since any program may print
+//! "429" for reasons of its own.
+//!
+//! Nothing here panics on any input: the log is untrusted text from a process mvk does not own.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::ir::Adapter;
+
+/// Lines (and multi-line JSON documents) longer than this are skipped, so reading a log takes
+/// bounded memory however large it is.
+const MAX_LINE: usize = 1 << 20;
+
+/// The longest wait a rate-limit message can ask for; a usage limit that resets in days is
+/// retried hourly rather than parking the run for days without a word.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// A [`RateLimit::message`] is at most this many characters.
+const MESSAGE_CHARS: usize = 200;
+
+/// A session id longer than this is not an id; it is left out rather than cut.
+const MAX_SESSION: usize = 256;
+
+/// What an agent's run cost, as it reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    /// Every input token, cache writes and cache reads included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// US dollars in millionths; `None` when the agent reported no cost.
+    pub usd_micros: Option<u64>,
+    /// The tool's session (or thread) id, for resuming it or finding its own logs.
+    pub session: Option<String>,
+}
+
+impl Usage {
+    /// Input and output tokens together.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
+/// Streams the agent's stdout log (memory bounded however large the file: skip lines over 1 MiB)
+/// and returns what it cost, None if nothing was reported.
+///
+/// A `MVK_USAGE={"input_tokens":N,"output_tokens":N,"usd":X,"session":S}` line of its own (any
+/// adapter; keys optional; the last such line wins) overrides, field by field, what the tool
+/// itself reported: a wrapper script that prints it knows the whole cost. A log that does not
+/// exist reported nothing.
+pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usage>> {
+    let file = match File::open(stdout_log) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let mut scanner = Scanner::new(adapter).map_err(io::Error::other)?;
+    let mut buf = Vec::new();
+    while let Some(kept) = next_line(&mut reader, &mut buf)? {
+        if !kept {
+            // An overlong line also ends any multi-line document it was part of.
+            scanner.doc = None;
+            continue;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        scanner.line(text.strip_suffix('\r').unwrap_or(&text));
+    }
+    Ok(scanner.finish())
+}
+
+/// Reads the next line into `buf`, without its newline. `Ok(None)` at the end of the input;
+/// `Ok(Some(false))` for a line over [`MAX_LINE`], whose bytes are consumed but not kept.
+fn next_line<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
+    buf.clear();
+    let mut overlong = false;
+    let mut read_any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(read_any.then_some(!overlong));
+        }
+        read_any = true;
+        let newline = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        if !overlong {
+            if buf.len() + chunk.len() > MAX_LINE {
+                overlong = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = newline.map_or(available.len(), |i| i + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            return Ok(Some(!overlong));
+        }
+    }
+}
+
+/// Token and cost totals from one kind of report; `seen` once any report of that kind was read.
+#[derive(Debug, Default, Clone)]
+struct Tally {
+    seen: bool,
+    input: u64,
+    output: u64,
+    usd_micros: Option<u64>,
+}
+
+impl Tally {
+    fn add(&mut self, input: u64, output: u64, usd_micros: Option<u64>) {
+        self.seen = true;
+        self.input = self.input.saturating_add(input);
+        self.output = self.output.saturating_add(output);
+        if let Some(u) = usd_micros {
+            self.usd_micros = Some(self.usd_micros.unwrap_or(0).saturating_add(u));
+        }
+    }
+}
+
+/// The last `MVK_USAGE=` line: each field `None` when the line did not name it.
+#[derive(Debug, Default, Clone)]
+struct Reported {
+    input: Option<u64>,
+    output: Option<u64>,
+    usd_micros: Option<u64>,
+    session: Option<String>,
+}
+
+/// What the adapters keep while reading; see [`Scanner::finish`] for which report wins.
+#[derive(Debug, Default)]
+struct Native {
+    /// Claude: `result` objects; Codex: `turn.completed`; Gemini: `stats`; goose: totals;
+    /// aider: `Tokens:` lines.
+    primary: Tally,
+    /// Claude: assistant messages (a stream-json log cut off before its result); Codex: the last
+    /// cumulative `token_count`.
+    fallback: Tally,
+    /// Codex: `token_count` events of older versions, one per response.
+    legacy: Tally,
+    /// Claude stream-json repeats a message's usage on each of its content blocks, growing:
+    /// the message in progress (id, input, output) is counted once its id changes, so memory
+    /// stays constant however many messages there are.
+    pending: Option<(String, u64, u64)>,
+    /// aider: the session cost on its last `Cost:` line.
+    session_usd: Option<u64>,
+}
+
+struct Scanner {
+    adapter: Adapter,
+    reported: Option<Reported>,
+    native: Native,
+    session: Option<String>,
+    /// A pretty-printed JSON document being collected (Gemini and goose `--output-format json`).
+    doc: Option<String>,
+    aider: Option<AiderPatterns>,
+}
+
+struct AiderPatterns {
+    tokens: Regex,
+    cost: Regex,
+}
+
+impl Scanner {
+    fn new(adapter: Adapter) -> Result<Scanner, regex::Error> {
+        let aider = match adapter {
+            Adapter::Aider => Some(AiderPatterns {
+                // "Tokens: 2.1k sent, 1.5k cache write, 8.0k cache hit, 310 received."
+                tokens: Regex::new(
+                    r"Tokens: ([0-9.]+[kKmM]?) sent(?:, ([0-9.]+[kKmM]?) cache write)?(?:, ([0-9.]+[kKmM]?) cache hit)?, ([0-9.]+[kKmM]?) received",
+                )?,
+                // "Cost: $0.01 message, $0.05 session."
+                cost: Regex::new(r"Cost: \$([0-9.]+) message, \$([0-9.]+) session")?,
+            }),
+            _ => None,
+        };
+        Ok(Scanner {
+            adapter,
+            reported: None,
+            native: Native::default(),
+            session: None,
+            doc: None,
+            aider,
+        })
+    }
+
+    fn line(&mut self, line: &str) {
+        if let Some(r) = mvk_usage(line) {
+            self.reported = Some(r);
+            return;
+        }
+        if self.adapter == Adapter::Command {
+            return;
+        }
+        if let Some(doc) = &mut self.doc {
+            doc.push_str(line);
+            doc.push('\n');
+            if doc.len() > MAX_LINE {
+                self.doc = None;
+            } else if line == "}" {
+                let text = self.doc.take().unwrap_or_default();
+                self.json(&text);
+            }
+            return;
+        }
+        // JSON.stringify(…, null, 2) and serde's pretty printer open and close the top-level
+        // object alone on a line at column 0.
+        if matches!(self.adapter, Adapter::Gemini | Adapter::Goose) && line == "{" {
+            self.doc = Some(String::from("{\n"));
+            return;
+        }
+        if self.adapter == Adapter::Aider {
+            self.aider_line(line);
+            return;
+        }
+        let t = line.trim();
+        if t.starts_with('{') || t.starts_with('[') {
+            self.json(t);
+        }
+    }
+
+    fn json(&mut self, text: &str) {
+        let Ok(value) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        match value {
+            // Early Claude Code printed `--output-format json` as one array of every message.
+            Value::Array(items) => items.iter().for_each(|v| self.event(v)),
+            v => self.event(&v),
+        }
+    }
+
+    fn event(&mut self, v: &Value) {
+        if !v.is_object() {
+            return;
+        }
+        match self.adapter {
+            Adapter::Claude => self.claude(v),
+            Adapter::Codex => self.codex(v),
+            Adapter::Gemini => self.gemini(v),
+            Adapter::Goose => self.goose(v),
+            Adapter::Command | Adapter::Aider => {}
+        }
+    }
+
+    fn claude(&mut self, v: &Value) {
+        self.set_session(v.get("session_id"));
+        match v.get("type").and_then(Value::as_str) {
+            Some("result") => {
+                let (input, output) = v.get("usage").map_or((0, 0), claude_tokens);
+                // Older versions called it cost_usd.
+                let usd = v
+                    .get("total_cost_usd")
+                    .or_else(|| v.get("cost_usd"))
+                    .and_then(usd_micros);
+                self.native.primary.add(input, output, usd);
+            }
+            Some("assistant") => {
+                let Some(message) = v.get("message") else {
+                    return;
+                };
+                let Some(usage) = message.get("usage") else {
+                    return;
+                };
+                let id = message
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let (input, output) = claude_tokens(usage);
+                match &mut self.native.pending {
+                    Some((pending, i, o)) if *pending == id && !id.is_empty() => {
+                        *i = input;
+                        *o = output;
+                    }
+                    _ => {
+                        self.flush_pending();
+                        self.native.pending = Some((id, input, output));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn flush_pending(&mut self) {
+        if let Some((_, i, o)) = self.native.pending.take() {
+            self.native.fallback.add(i, o, None);
+        }
+    }
+
+    fn codex(&mut self, v: &Value) {
+        let kind = v.get("type").and_then(Value::as_str);
+        match kind {
+            Some("thread.started") => self.set_session(v.get("thread_id")),
+            Some("session.created") => self.set_session(v.get("session_id")),
+            Some("turn.completed") => {
+                // OpenAI's input_tokens already hold the cached ones.
+                let usage = v.get("usage");
+                let input = field(usage, "input_tokens");
+                let output = field(usage, "output_tokens");
+                self.native.primary.add(input, output, None);
+            }
+            _ => {}
+        }
+        // Older `codex exec --json` wrapped events as {"msg":{…}}; session logs as
+        // {"type":"event_msg","payload":{…}}.
+        let inner = match kind {
+            Some("token_count") => Some(v),
+            Some("event_msg") => v.get("payload"),
+            _ => v.get("msg"),
+        };
+        let Some(msg) = inner else {
+            return;
+        };
+        match msg.get("type").and_then(Value::as_str) {
+            Some("session_configured") => self.set_session(msg.get("session_id")),
+            Some("token_count") => {
+                let info = msg.get("info");
+                if let Some(total) = info.and_then(|i| i.get("total_token_usage")) {
+                    // Cumulative: the last one is the whole run.
+                    let input = field(Some(total), "input_tokens");
+                    let output = field(Some(total), "output_tokens");
+                    self.native.fallback = Tally::default();
+                    self.native.fallback.add(input, output, None);
+                } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
+                    let input = field(Some(msg), "input_tokens");
+                    let output = field(Some(msg), "output_tokens");
+                    self.native.legacy.add(input, output, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn gemini(&mut self, v: &Value) {
+        self.set_session(v.get("session_id"));
+        let kind = v.get("type").and_then(Value::as_str);
+        // stream-json's final `result` event, or the `--output-format json` document (no type).
+        if !matches!(kind, None | Some("result")) {
+            return;
+        }
+        let Some(stats) = v.get("stats").filter(|s| s.is_object()) else {
+            return;
+        };
+        if let Some(models) = stats.get("models").and_then(Value::as_object) {
+            let (mut input, mut output) = (0u64, 0u64);
+            for model in models.values() {
+                let t = model.get("tokens");
+                // total = prompt + candidates + thoughts + tool; thoughts are billed as output,
+                // tool-use prompts as input; `cached` is part of `prompt`.
+                input = input
+                    .saturating_add(field(t, "prompt"))
+                    .saturating_add(field(t, "tool"));
+                output = output
+                    .saturating_add(field(t, "candidates"))
+                    .saturating_add(field(t, "thoughts"));
+            }
+            self.native.primary.add(input, output, None);
+        } else if stats.get("input_tokens").is_some() || stats.get("total_tokens").is_some() {
+            let input = field(Some(stats), "input_tokens");
+            let output = field(Some(stats), "output_tokens");
+            // output_tokens leaves out thinking; the total does not.
+            let total = field(Some(stats), "total_tokens");
+            let output = output.max(total.saturating_sub(input));
+            self.native.primary.add(input, output, None);
+        }
+    }
+
+    fn goose(&mut self, v: &Value) {
+        // goose reports one total; it is counted as input so budgets see it.
+        let total = match v.get("type").and_then(Value::as_str) {
+            Some("complete") => v.get("total_tokens"),
+            None => v.get("metadata").and_then(|m| m.get("total_tokens")),
+            _ => None,
+        };
+        if let Some(n) = total.and_then(count) {
+            self.native.primary.add(n, 0, None);
+        }
+    }
+
+    fn aider_line(&mut self, line: &str) {
+        let Some(p) = &self.aider else {
+            return;
+        };
+        let clean = strip_ansi(line);
+        if let Some(c) = p.tokens.captures(&clean) {
+            let n = |i: usize| c.get(i).and_then(|m| aider_count(m.as_str())).unwrap_or(0);
+            // aider's "sent" holds cache writes but, for Anthropic models, not cache reads.
+            let input = n(1).saturating_add(n(3));
+            self.native.primary.add(input, n(4), None);
+        }
+        if let Some(c) = p.cost.captures(&clean)
+            && let Some(usd) = c.get(2).and_then(|m| m.as_str().parse::<f64>().ok())
+        {
+            // The session figure is cumulative: the last one is the total.
+            self.native.session_usd = f64_micros(usd).or(self.native.session_usd);
+        }
+    }
+
+    fn set_session(&mut self, v: Option<&Value>) {
+        if let Some(s) = v.and_then(session_id) {
+            self.session = Some(s);
+        }
+    }
+
+    /// The tool's own report (the first kind seen of primary, fallback, legacy), overridden
+    /// field by field by the last `MVK_USAGE` line.
+    fn finish(mut self) -> Option<Usage> {
+        self.flush_pending();
+        let n = &self.native;
+        let native = match self.adapter {
+            Adapter::Claude | Adapter::Codex => [&n.primary, &n.fallback, &n.legacy]
+                .into_iter()
+                .find(|t| t.seen)
+                .cloned()
+                .unwrap_or_default(),
+            Adapter::Aider => {
+                let mut t = n.primary.clone();
+                if n.session_usd.is_some() {
+                    t.seen = true;
+                    t.usd_micros = n.session_usd;
+                }
+                t
+            }
+            Adapter::Gemini | Adapter::Goose => n.primary.clone(),
+            Adapter::Command => Tally::default(),
+        };
+        if !native.seen && self.reported.is_none() {
+            return None;
+        }
+        let r = self.reported.unwrap_or_default();
+        Some(Usage {
+            input_tokens: r.input.unwrap_or(native.input),
+            output_tokens: r.output.unwrap_or(native.output),
+            usd_micros: r.usd_micros.or(native.usd_micros),
+            session: r.session.or(self.session),
+        })
+    }
+}
+
+/// `MVK_USAGE={…}` on a line of its own (spaces allowed around `=` and inside the JSON).
+fn mvk_usage(line: &str) -> Option<Reported> {
+    let rest = line.trim().strip_prefix("MVK_USAGE")?;
+    let json = rest.trim_start().strip_prefix('=')?;
+    let value: Value = serde_json::from_str(json.trim()).ok()?;
+    let obj = value.as_object()?;
+    Some(Reported {
+        input: obj.get("input_tokens").and_then(count),
+        output: obj.get("output_tokens").and_then(count),
+        usd_micros: obj.get("usd").and_then(usd_micros),
+        session: obj.get("session").and_then(session_id),
+    })
+}
+
+fn session_id(v: &Value) -> Option<String> {
+    v.as_str()
+        .filter(|s| !s.is_empty() && s.len() <= MAX_SESSION)
+        .map(str::to_string)
+}
+
+/// Claude's usage: input_tokens leave out cache writes and reads, which are billed input too.
+fn claude_tokens(usage: &Value) -> (u64, u64) {
+    let u = Some(usage);
+    let input = field(u, "input_tokens")
+        .saturating_add(field(u, "cache_creation_input_tokens"))
+        .saturating_add(field(u, "cache_read_input_tokens"));
+    (input, field(u, "output_tokens"))
+}
+
+fn field(v: Option<&Value>, key: &str) -> u64 {
+    v.and_then(|v| v.get(key)).and_then(count).unwrap_or(0)
+}
+
+/// A token count: a non-negative integer, or a finite non-negative number rounded.
+fn count(v: &Value) -> Option<u64> {
+    if let Some(n) = v.as_u64() {
+        return Some(n);
+    }
+    let f = v.as_f64()?;
+    // `as` saturates at u64::MAX for floats too large.
+    (f.is_finite() && f >= 0.0).then(|| f.round() as u64)
+}
+
+fn usd_micros(v: &Value) -> Option<u64> {
+    f64_micros(v.as_f64()?)
+}
+
+/// Dollars to micro-dollars, rounded to nearest (saturating); non-finite and negative amounts are
+/// no amount.
+fn f64_micros(usd: f64) -> Option<u64> {
+    let micros = (usd * 1e6).round();
+    (micros.is_finite() && micros >= 0.0).then_some(micros as u64)
+}
+
+/// aider's `format_tokens`: `950`, `2.1k`, `12k`; `M` in case a later version prints it.
+fn aider_count(s: &str) -> Option<u64> {
+    let (digits, scale) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1e3),
+        'm' | 'M' => (&s[..s.len() - 1], 1e6),
+        _ => (s, 1.0),
+    };
+    let n = digits.parse::<f64>().ok()? * scale;
+    (n.is_finite() && n >= 0.0).then(|| n.round() as u64)
+}
+
+/// Terminal colour codes (CSI sequences) out, so patterns see the text.
+fn strip_ansi(s: &str) -> Cow<'_, str> {
+    if !s.contains('\x1b') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, then one final byte in @..~.
+            for n in chars.by_ref() {
+                if ('@'..='~').contains(&n) {
+                    break;
+                }
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A rate-limit or usage-limit message found in an agent's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimit {
+    /// The matching line, trimmed, at most 200 chars (a longer line is cut to the 200 around
+    /// the match).
+    pub message: String,
+    /// How long the message says to wait, at most [`MAX_RETRY_AFTER`]; `None` when it does not
+    /// say (the caller backs off on its own).
+    pub retry_after: Option<Duration>,
+}
+
+/// An adapter's known rate-limit messages and an agent's own patterns, compiled.
+#[derive(Debug, Clone)]
+pub struct RateLimitMatcher {
+    patterns: Vec<Regex>,
+    /// "try again in 20s", "retry after 30 seconds", "retry-after: 17", "retryDelay": "26s",
+    /// "resets_in_seconds": 600: what follows is read by [`parse_wait`].
+    hint: Regex,
+    /// Claude Code's "Claude AI usage limit reached|<epoch seconds of the reset>".
+    claude_reset: Regex,
+}
+
+/// Messages of the model providers behind every tool (Anthropic, OpenAI, Google, Bedrock, and
+/// whatever litellm or goose relay): HTTP 429 and the providers' rate-limit and quota errors.
+const PROVIDER_LIMITS: &[&str] = &[
+    r"(?i)\btoo many requests\b",
+    // "Error: 429 {", "status: 429", "HTTP/1.1 429", "code": 429 (quotes maybe escaped)
+    r#"(?i)\b(?:status(?:\s+code)?|code|error|http(?:/[0-9.]+)?)(?:\\?["'])?\s*[:=]?\s*429\b"#,
+    // rate_limit_error, rate_limit_exceeded, "Rate limit reached for …", RateLimitError,
+    // RateLimitExceeded
+    r"(?i)rate[ _-]?limit(?:s|ed)?[ _-]?(?:exceeded|reached|error)",
+    // litellm via aider: "The API provider has rate limited you."
+    r"(?i)\brate[ _-]?limited\b",
+    r"(?i)\bresource[ _]exhausted\b|\bresource has been exhausted\b",
+    r"(?i)\bquota exceeded\b|\bexceeded your current quota\b",
+    r"(?i)overloaded_error|\b529\b.{0,40}\boverloaded\b",
+    r"ThrottlingException",
+];
+
+/// Claude Code's subscription limits: "Claude AI usage limit reached|1760000400", "Claude usage
+/// limit reached. Your limit will reset at 5pm", "You've hit your session limit · resets 3pm",
+/// "5-hour limit reached ∙ resets 1am".
+const CLAUDE_LIMITS: &[&str] = &[
+    r"(?i)\busage limit reached\b",
+    r"(?i)\bhit your (?:\w+ )?limit\b",
+    r"(?i)\b(?:5-hour|weekly|session|opus|sonnet) limit reached\b",
+];
+
+/// Codex's ChatGPT-plan limit: "You've hit your usage limit. … try again in 2 days 17 hours".
+const CODEX_LIMITS: &[&str] = &[
+    r"(?i)\bhit your (?:\w+ )?limit\b",
+    r"(?i)\busage_limit_reached\b",
+];
+
+const HINT: &str = r#"(?i)(?:\b(?:try\s+again|retry)\s+(?:in|after)\b|\bretry[-_]?after\b["']?\s*[:=]|\bretry_?delay\b["']?\s*[:=]|\bresets?_in_seconds\b["']?\s*[:=])\s*["']?"#;
+
+const CLAUDE_RESET: &str = r"(?i)usage limit reached\|([0-9]{1,20})";
+
+impl RateLimitMatcher {
+    /// The adapter's built-in patterns plus the agent's own `rate-limit "REGEX"` patterns.
+    /// `command` agents have no built-in patterns; every pattern is matched line by line.
+    pub fn new(adapter: Adapter, extra: &[String]) -> Result<RateLimitMatcher, regex::Error> {
+        let own: &[&str] = match adapter {
+            Adapter::Claude => CLAUDE_LIMITS,
+            Adapter::Codex => CODEX_LIMITS,
+            _ => &[],
+        };
+        let provider: &[&str] = match adapter {
+            Adapter::Command => &[],
+            _ => PROVIDER_LIMITS,
+        };
+        let mut patterns = Vec::with_capacity(own.len() + provider.len() + extra.len());
+        for p in own.iter().chain(provider) {
+            patterns.push(Regex::new(p)?);
+        }
+        for p in extra {
+            patterns.push(Regex::new(p)?);
+        }
+        Ok(RateLimitMatcher {
+            patterns,
+            hint: Regex::new(HINT)?,
+            claude_reset: Regex::new(CLAUDE_RESET)?,
+        })
+    }
+
+    /// Looks for a rate-limit or usage-limit message in the agent's output (the caller passes
+    /// the tail of stdout and stderr). The last matching line is the message; the wait comes
+    /// from that line, else from the last hint anywhere in the output.
+    pub fn check(&self, output: &str) -> Option<RateLimit> {
+        self.check_at(output, SystemTime::now())
+    }
+
+    fn check_at(&self, output: &str, now: SystemTime) -> Option<RateLimit> {
+        for line in output.lines().rev() {
+            let clean = strip_ansi(line);
+            // The earliest match, so a long line's excerpt starts where the message does.
+            let Some(start) = self
+                .patterns
+                .iter()
+                .filter_map(|re| re.find(&clean).map(|m| m.start()))
+                .min()
+            else {
+                continue;
+            };
+            let retry_after = self
+                .wait_in(&clean, now)
+                .or_else(|| self.last_wait(output, now));
+            return Some(RateLimit {
+                message: excerpt(&clean, start),
+                retry_after,
+            });
+        }
+        None
+    }
+
+    /// The first wait a line names: Claude's reset epoch, then a "try again in …" hint.
+    fn wait_in(&self, line: &str, now: SystemTime) -> Option<Duration> {
+        self.reset_wait(line, now)
+            .or_else(|| self.hints(line).next())
+    }
+
+    /// The last wait named anywhere in the output.
+    fn last_wait(&self, output: &str, now: SystemTime) -> Option<Duration> {
+        output.lines().rev().find_map(|line| {
+            let clean = strip_ansi(line);
+            self.reset_wait(&clean, now)
+                .or_else(|| self.hints(&clean).last())
+        })
+    }
+
+    fn hints<'a>(&'a self, line: &'a str) -> impl Iterator<Item = Duration> + 'a {
+        self.hint
+            .find_iter(line)
+            .filter_map(|m| line.get(m.end()..).and_then(parse_wait))
+            .map(clamp_wait)
+    }
+
+    /// Claude's epoch gives the reset time; one already past names no wait.
+    fn reset_wait(&self, line: &str, now: SystemTime) -> Option<Duration> {
+        let caps = self.claude_reset.captures(line)?;
+        let epoch: u64 = caps.get(1)?.as_str().parse().ok()?;
+        let now = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
+        let wait = epoch.checked_sub(now).filter(|w| *w > 0)?;
+        Some(Duration::from_secs(wait).min(MAX_RETRY_AFTER))
+    }
+}
+
+fn clamp_wait(secs: f64) -> Duration {
+    if !secs.is_finite() || secs >= MAX_RETRY_AFTER.as_secs_f64() {
+        return MAX_RETRY_AFTER;
+    }
+    Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(MAX_RETRY_AFTER)
+}
+
+/// Seconds in a span of time at the start of `s`: `30` (bare: seconds), `6.034s`, `20ms`,
+/// `1m30s`, `2 days 17 hours 14 minutes`, `1 hour and 5 minutes`. `None` when `s` does not start
+/// with one (`later`, `5 attempts`).
+fn parse_wait(s: &str) -> Option<f64> {
+    let mut rest = s;
+    let mut total = 0.0;
+    let mut parts = 0;
+    loop {
+        let mut t = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+        if parts > 0
+            && let Some(after) = t.strip_prefix("and ")
+        {
+            t = after.trim_start();
+        }
+        let num_len = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        if num_len == 0 {
+            break;
+        }
+        let Ok(n) = t[..num_len].parse::<f64>() else {
+            break;
+        };
+        let after = t[num_len..].trim_start();
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let unit = after[..unit_len].to_ascii_lowercase();
+        let scale = match unit.as_str() {
+            "" if parts == 0 => {
+                total += n;
+                parts += 1;
+                break;
+            }
+            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 0.001,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600.0,
+            "d" | "day" | "days" => 86400.0,
+            _ => break,
+        };
+        total += n * scale;
+        parts += 1;
+        rest = &after[unit_len..];
+    }
+    (parts > 0).then_some(total)
+}
+
+/// The line trimmed; a line over [`MESSAGE_CHARS`] is cut to that many characters starting a
+/// little before the match, so the message shows what matched.
+fn excerpt(line: &str, match_at: usize) -> String {
+    let lead = line.len() - line.trim_start().len();
+    let trimmed = line.trim();
+    let total = trimmed.chars().count();
+    if total <= MESSAGE_CHARS {
+        return trimmed.to_string();
+    }
+    let at_char = trimmed
+        .get(..match_at.saturating_sub(lead).min(trimmed.len()))
+        .map_or(0, |s| s.chars().count());
+    let start = at_char.saturating_sub(40).min(total - MESSAGE_CHARS);
+    trimmed.chars().skip(start).take(MESSAGE_CHARS).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const ALL: [Adapter; 6] = [
+        Adapter::Command,
+        Adapter::Claude,
+        Adapter::Codex,
+        Adapter::Aider,
+        Adapter::Goose,
+        Adapter::Gemini,
+    ];
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/adapters")
+            .join(name)
+    }
+
+    fn fixture_text(name: &str) -> String {
+        std::fs::read_to_string(fixture(name)).expect("read fixture")
+    }
+
+    fn usage_of(adapter: Adapter, text: &str) -> Option<Usage> {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        f.write_all(text.as_bytes()).expect("write");
+        read_usage(adapter, f.path()).expect("read usage")
+    }
+
+    fn usage(input: u64, output: u64, usd_micros: Option<u64>, session: Option<&str>) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            usd_micros,
+            session: session.map(str::to_string),
+        }
+    }
+
+    fn matcher(adapter: Adapter) -> RateLimitMatcher {
+        RateLimitMatcher::new(adapter, &[]).expect("built-in patterns compile")
+    }
+
+    fn at(epoch: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(epoch)
+    }
+
+    #[test]
+    fn tokens_add_input_and_output_saturating() {
+        assert_eq!(usage(3, 4, None, None).tokens(), 7);
+        assert_eq!(usage(u64::MAX, 4, None, None).tokens(), u64::MAX);
+    }
+
+    #[test]
+    fn mvk_usage_last_line_wins() {
+        let u = read_usage(Adapter::Command, &fixture("wrapper.out")).expect("read");
+        assert_eq!(u, Some(usage(1500, 300, Some(12346), None)));
+    }
+
+    #[test]
+    fn mvk_usage_is_read_for_every_adapter() {
+        for adapter in ALL {
+            let u = usage_of(
+                adapter,
+                "hello\nMVK_USAGE={\"output_tokens\":7,\"session\":\"w-1\"}\n",
+            );
+            assert_eq!(u, Some(usage(0, 7, None, Some("w-1"))), "{adapter:?}");
+        }
+    }
+
+    #[test]
+    fn mvk_usage_must_be_a_line_of_its_own_with_json() {
+        let text = "echo MVK_USAGE={\"input_tokens\":5}\nMVK_USAGE=not json\nMVK_USAGE=[1]\n\
+                    MVK_USAGE_X={\"input_tokens\":5}\n";
+        assert_eq!(usage_of(Adapter::Command, text), None);
+    }
+
+    #[test]
+    fn mvk_usage_overrides_only_the_fields_it_names() {
+        let mut text = fixture_text("claude-json.out");
+        text.push_str("MVK_USAGE={\"usd\":2.5}\n");
+        let u = usage_of(Adapter::Claude, &text).expect("usage");
+        assert_eq!(u.input_tokens, 1204 + 18250 + 210_443);
+        assert_eq!(u.output_tokens, 3911);
+        assert_eq!(u.usd_micros, Some(2_500_000));
+    }
+
+    #[test]
+    fn usd_rounds_to_the_nearest_micro_dollar_and_ignores_negative_amounts() {
+        let u = |usd: &str| {
+            usage_of(Adapter::Command, &format!("MVK_USAGE={{\"usd\":{usd}}}\n"))
+                .and_then(|u| u.usd_micros)
+        };
+        assert_eq!(u("0.0000004"), Some(0));
+        assert_eq!(u("0.0000006"), Some(1));
+        assert_eq!(u("1"), Some(1_000_000));
+        assert_eq!(u("-0.5"), None);
+        assert_eq!(u("\"0.5\""), None);
+        assert_eq!(f64_micros(f64::NAN), None);
+        assert_eq!(f64_micros(f64::INFINITY), None);
+        // A finite but absurd amount saturates, so any budget stops rather than ignoring it.
+        assert_eq!(f64_micros(1e300), Some(u64::MAX));
+    }
+
+    #[test]
+    fn negative_or_fractional_token_counts() {
+        let u = usage_of(
+            Adapter::Command,
+            "MVK_USAGE={\"input_tokens\":-3,\"output_tokens\":2.6}\n",
+        );
+        assert_eq!(u, Some(usage(0, 3, None, None)));
+    }
+
+    #[test]
+    fn command_adapter_reads_no_tool_output() {
+        let u = read_usage(Adapter::Command, &fixture("claude-json.out")).expect("read");
+        assert_eq!(u, None);
+    }
+
+    #[test]
+    fn nothing_reported_is_none_and_a_missing_log_reported_nothing() {
+        for adapter in ALL {
+            assert_eq!(usage_of(adapter, ""), None);
+            assert_eq!(usage_of(adapter, "just some text\n{\"a\":1}\n"), None);
+            let missing = Path::new("/nonexistent/mvk/agent.out");
+            assert_eq!(read_usage(adapter, missing).expect("no error"), None);
+        }
+    }
+
+    #[test]
+    fn claude_json_result_counts_cache_tokens_as_input() {
+        let u = read_usage(Adapter::Claude, &fixture("claude-json.out")).expect("read");
+        assert_eq!(
+            u,
+            Some(usage(
+                1204 + 18250 + 210_443,
+                3911,
+                Some(418_724),
+                Some("9c7a3f0e-5b1d-4c2e-8f6a-2d4b1e0c9a77")
+            ))
+        );
+    }
+
+    #[test]
+    fn claude_stream_json_reads_the_result_line() {
+        let u = read_usage(Adapter::Claude, &fixture("claude-stream.jsonl")).expect("read");
+        assert_eq!(
+            u,
+            Some(usage(
+                8 + 9400 + 9000,
+                110,
+                Some(52_100),
+                Some("1f0e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+            ))
+        );
+    }
+
+    #[test]
+    fn claude_stream_cut_off_before_its_result_counts_each_message_once() {
+        let u = read_usage(Adapter::Claude, &fixture("claude-stream-timeout.jsonl"))
+            .expect("read")
+            .expect("usage");
+        // msg_01A's last repeat (9005 in, 80 out) and msg_01B (9403 in, 30 out).
+        assert_eq!((u.input_tokens, u.output_tokens), (9005 + 9403, 110));
+        assert_eq!(u.usd_micros, None);
+        assert_eq!(
+            u.session.as_deref(),
+            Some("1f0e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+        );
+    }
+
+    #[test]
+    fn claude_results_of_several_runs_add_up() {
+        let line = fixture_text("claude-json.out");
+        let u = usage_of(Adapter::Claude, &format!("{line}{line}")).expect("usage");
+        assert_eq!(u.output_tokens, 2 * 3911);
+        assert_eq!(u.usd_micros, Some(2 * 418_724));
+    }
+
+    #[test]
+    fn claude_early_array_format() {
+        let text = r#"[{"type":"system","subtype":"init","session_id":"s-1"},{"type":"result","is_error":false,"cost_usd":0.25,"usage":{"input_tokens":10,"output_tokens":5}}]"#;
+        assert_eq!(
+            usage_of(Adapter::Claude, text),
+            Some(usage(10, 5, Some(250_000), Some("s-1")))
+        );
+    }
+
+    #[test]
+    fn claude_usage_limit_result_reports_zero() {
+        let u = read_usage(Adapter::Claude, &fixture("claude-usage-limit.out"))
+            .expect("read")
+            .expect("usage");
+        assert_eq!((u.tokens(), u.usd_micros), (0, Some(0)));
+    }
+
+    #[test]
+    fn codex_sums_turns_and_keeps_the_thread() {
+        let u = read_usage(Adapter::Codex, &fixture("codex-exec.jsonl")).expect("read");
+        // cached_input_tokens are part of input_tokens, not added again.
+        assert_eq!(
+            u,
+            Some(usage(
+                26549 + 1200,
+                1590 + 345,
+                None,
+                Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+            ))
+        );
+    }
+
+    #[test]
+    fn codex_cumulative_token_count_takes_the_last() {
+        let u = read_usage(Adapter::Codex, &fixture("codex-token-count.jsonl")).expect("read");
+        assert_eq!(
+            u,
+            Some(usage(
+                26549,
+                1590,
+                None,
+                Some("5973b6c0-94b8-487b-a530-2aeb6098ae0e")
+            ))
+        );
+    }
+
+    #[test]
+    fn codex_per_response_token_counts_add_up() {
+        let text = "{\"id\":\"1\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":100,\"cached_input_tokens\":10,\"output_tokens\":7,\"total_tokens\":107}}\n\
+                    {\"id\":\"1\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":50,\"output_tokens\":3}}\n";
+        assert_eq!(
+            usage_of(Adapter::Codex, text),
+            Some(usage(150, 10, None, None))
+        );
+    }
+
+    #[test]
+    fn codex_turns_win_over_token_counts() {
+        let text = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}\n\
+                    {\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"input_tokens\":500,\"output_tokens\":50}}}}\n";
+        assert_eq!(
+            usage_of(Adapter::Codex, text),
+            Some(usage(9, 1, None, None))
+        );
+    }
+
+    #[test]
+    fn aider_reads_token_lines_and_the_last_session_cost() {
+        let u = read_usage(Adapter::Aider, &fixture("aider.out")).expect("read");
+        // 12k sent; then 2.1k sent + 8.0k cache hit (cache writes are inside "sent").
+        // Cost: the session's, $0.06.
+        assert_eq!(
+            u,
+            Some(usage(12_000 + 2100 + 8000, 150 + 310, Some(60_000), None))
+        );
+    }
+
+    #[test]
+    fn aider_lines_with_colour_codes_and_no_cost() {
+        let text = "\x1b[32mTokens: 950 sent, 1.2M received.\x1b[0m\n";
+        assert_eq!(
+            usage_of(Adapter::Aider, text),
+            Some(usage(950, 1_200_000, None, None))
+        );
+    }
+
+    #[test]
+    fn gemini_json_document_sums_its_models() {
+        let u = read_usage(Adapter::Gemini, &fixture("gemini-json.out")).expect("read");
+        assert_eq!(
+            u,
+            Some(usage(
+                24939 + 8965 + 28,
+                20 + 154 + 10 + 30,
+                None,
+                Some("b4f1c2d3-0e9f-4a8b-9c7d-6e5f4a3b2c1d")
+            ))
+        );
+    }
+
+    #[test]
+    fn gemini_stream_result_counts_thinking_as_output() {
+        let u = read_usage(Adapter::Gemini, &fixture("gemini-stream.jsonl")).expect("read");
+        assert_eq!(u, Some(usage(5000, 400, None, Some("gs-42"))));
+    }
+
+    #[test]
+    fn goose_total_counts_as_input() {
+        let u = read_usage(Adapter::Goose, &fixture("goose-stream.jsonl")).expect("read");
+        assert_eq!(u, Some(usage(18342, 0, None, None)));
+        let doc = "{\n  \"messages\": [],\n  \"metadata\": {\n    \"total_tokens\": 42,\n    \"status\": \"completed\"\n  }\n}\n";
+        assert_eq!(
+            usage_of(Adapter::Goose, doc),
+            Some(usage(42, 0, None, None))
+        );
+    }
+
+    #[test]
+    fn lines_over_a_mebibyte_are_skipped_and_the_next_line_is_read() {
+        let mut text = String::from("MVK_USAGE={\"input_tokens\":1}\n");
+        text.push_str("MVK_USAGE={\"input_tokens\":2,\"pad\":\"");
+        text.push_str(&"x".repeat(MAX_LINE + 10));
+        text.push_str("\"}\n");
+        assert_eq!(
+            usage_of(Adapter::Command, &text),
+            Some(usage(1, 0, None, None))
+        );
+        text.push_str("MVK_USAGE={\"input_tokens\":3}\r\n");
+        assert_eq!(
+            usage_of(Adapter::Command, &text),
+            Some(usage(3, 0, None, None))
+        );
+    }
+
+    #[test]
+    fn a_last_line_without_newline_is_read() {
+        assert_eq!(
+            usage_of(Adapter::Command, "x\nMVK_USAGE={\"input_tokens\":4}"),
+            Some(usage(4, 0, None, None))
+        );
+    }
+
+    #[test]
+    fn built_in_patterns_compile_for_every_adapter() {
+        for adapter in ALL {
+            assert!(RateLimitMatcher::new(adapter, &[]).is_ok(), "{adapter:?}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_extra_pattern_is_an_error() {
+        let err = RateLimitMatcher::new(Adapter::Command, &["(unclosed".to_string()]);
+        assert!(matches!(err, Err(regex::Error::Syntax(_))));
+    }
+
+    #[test]
+    fn claude_usage_limit_waits_until_the_reset() {
+        let m = matcher(Adapter::Claude);
+        let out = fixture_text("claude-usage-limit.out");
+        let hit = m.check_at(&out, at(1_760_000_400 - 600)).expect("limited");
+        assert_eq!(hit.retry_after, Some(Duration::from_secs(600)));
+        assert!(
+            hit.message
+                .contains("Claude AI usage limit reached|1760000400"),
+            "{}",
+            hit.message
+        );
+        assert!(hit.message.chars().count() <= MESSAGE_CHARS);
+        let far = m
+            .check_at(&out, at(1_760_000_400 - 86_400))
+            .expect("limited");
+        assert_eq!(far.retry_after, Some(MAX_RETRY_AFTER));
+        let past = m.check_at(&out, at(1_760_000_400 + 5)).expect("limited");
+        assert_eq!(past.retry_after, None);
+    }
+
+    #[test]
+    fn claude_api_errors_and_plan_limits() {
+        let m = matcher(Adapter::Claude);
+        for line in [
+            r#"API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your account's rate limit. Please try again later."}}"#,
+            r#"API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            "You've hit your limit · resets 7pm (America/Los_Angeles)",
+            "You've hit your session limit · resets 3:50pm (Asia/Tokyo)",
+            "5-hour limit reached ∙ resets 1am",
+            "Claude usage limit reached. Your limit will reset at 5pm (Europe/Warsaw).",
+        ] {
+            let hit = m.check(&format!("working…\n{line}\n")).expect(line);
+            assert_eq!(hit.message, line.trim());
+            assert_eq!(hit.retry_after, None, "{line}");
+        }
+    }
+
+    #[test]
+    fn codex_usage_limit_waits_at_most_an_hour() {
+        let m = matcher(Adapter::Codex);
+        let hit = m
+            .check(&fixture_text("codex-usage-limit.jsonl"))
+            .expect("limited");
+        assert_eq!(hit.retry_after, Some(MAX_RETRY_AFTER));
+        assert!(
+            hit.message.starts_with("{\"type\":\"turn.failed\""),
+            "{}",
+            hit.message
+        );
+        let stream = m
+            .check("ERROR: stream error: exceeded retry limit, last status: 429 Too Many Requests")
+            .expect("limited");
+        assert_eq!(stream.retry_after, None);
+    }
+
+    #[test]
+    fn openai_rate_limit_names_seconds() {
+        let m = matcher(Adapter::Codex);
+        let hit = m
+            .check("Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 28578, Requested 4439. Please try again in 6.034s. Visit https://platform.openai.com/account/rate-limits to learn more.")
+            .expect("limited");
+        assert_eq!(hit.retry_after, Some(Duration::from_millis(6034)));
+    }
+
+    #[test]
+    fn aider_litellm_rate_limit() {
+        let hit = matcher(Adapter::Aider)
+            .check(&fixture_text("aider-rate-limit.err"))
+            .expect("limited");
+        assert_eq!(
+            hit.message,
+            "The API provider has rate limited you. Try again later or check your quotas."
+        );
+        // "Retrying in 0.2 seconds" is aider's own backoff, not the provider's reset.
+        assert_eq!(hit.retry_after, None);
+    }
+
+    #[test]
+    fn gemini_quota_error_reads_its_retry_delay() {
+        let hit = matcher(Adapter::Gemini)
+            .check(&fixture_text("gemini-quota.err"))
+            .expect("limited");
+        assert_eq!(hit.retry_after, Some(Duration::from_secs_f64(47.434392449)));
+        assert!(hit.message.contains("\\\"code\\\": 429"), "{}", hit.message);
+        assert_eq!(hit.message.chars().count(), MESSAGE_CHARS);
+        let delay = matcher(Adapter::Gemini)
+            .check("got status: 429 Too Many Requests.\n        \"retryDelay\": \"26s\"\n")
+            .expect("limited");
+        assert_eq!(delay.retry_after, Some(Duration::from_secs(26)));
+    }
+
+    #[test]
+    fn goose_rate_limit_retry_after_seconds() {
+        let hit = matcher(Adapter::Goose)
+            .check(&fixture_text("goose-rate-limit.err"))
+            .expect("limited");
+        assert_eq!(hit.retry_after, Some(Duration::from_secs(30)));
+        assert!(
+            hit.message
+                .starts_with("Ran into this error: Rate limit exceeded"),
+            "{}",
+            hit.message
+        );
+    }
+
+    #[test]
+    fn a_retry_after_header_on_another_line() {
+        let hit = matcher(Adapter::Claude)
+            .check(
+                "HTTP/1.1 429 Too Many Requests\nretry-after: 17\ncontent-type: application/json\n",
+            )
+            .expect("limited");
+        assert_eq!(hit.message, "HTTP/1.1 429 Too Many Requests");
+        assert_eq!(hit.retry_after, Some(Duration::from_secs(17)));
+    }
+
+    #[test]
+    fn command_agents_match_only_their_own_patterns() {
+        let out = "error: 429 Too Many Requests\nslow down, please\n";
+        assert_eq!(matcher(Adapter::Command).check(out), None);
+        let own = RateLimitMatcher::new(Adapter::Command, &["(?i)SLOW DOWN".to_string()])
+            .expect("compiles");
+        let hit = own.check(out).expect("limited");
+        assert_eq!(hit.message, "slow down, please");
+    }
+
+    #[test]
+    fn ordinary_failures_are_not_rate_limits() {
+        let out = "running 12 tests\ntest rate_limiter::allows_burst ... FAILED\n\
+                   test result: FAILED. 11 passed; 1 failed\nerror: test failed, to rerun pass `--lib`\n\
+                   Please try again later.\n";
+        for adapter in ALL {
+            assert_eq!(matcher(adapter).check(out), None, "{adapter:?}");
+        }
+        // A successful Claude result is no limit either.
+        let ok = fixture_text("claude-json.out");
+        assert_eq!(matcher(Adapter::Claude).check(&ok), None);
+    }
+
+    #[test]
+    fn messages_are_trimmed_and_at_most_200_chars() {
+        let m = matcher(Adapter::Goose);
+        let hit = m
+            .check("   \x1b[31mRate limit exceeded\x1b[0m   \n")
+            .expect("limited");
+        assert_eq!(hit.message, "Rate limit exceeded");
+        let long = format!(
+            "{} rate limit exceeded {}",
+            "é".repeat(500),
+            "ü".repeat(500)
+        );
+        let hit = m.check(&long).expect("limited");
+        assert_eq!(hit.message.chars().count(), MESSAGE_CHARS);
+        assert!(hit.message.contains("rate limit exceeded"));
+    }
+
+    #[test]
+    fn waits_in_words() {
+        assert_eq!(parse_wait("30"), Some(30.0));
+        assert_eq!(parse_wait("30 seconds."), Some(30.0));
+        assert_eq!(parse_wait("20ms"), Some(0.02));
+        assert_eq!(parse_wait("1m30s"), Some(90.0));
+        assert_eq!(parse_wait("1 hour and 5 minutes"), Some(3900.0));
+        assert_eq!(
+            parse_wait("2 days 17 hours 14 minutes."),
+            Some(2.0 * 86400.0 + 17.0 * 3600.0 + 14.0 * 60.0)
+        );
+        assert_eq!(parse_wait("later"), None);
+        assert_eq!(parse_wait("5 attempts"), None);
+        assert_eq!(parse_wait("1.2.3s"), None);
+        assert_eq!(clamp_wait(f64::INFINITY), MAX_RETRY_AFTER);
+        assert_eq!(clamp_wait(1e30), MAX_RETRY_AFTER);
+    }
+
+    /// Pieces of the formats above, so random logs reach the parsers' deeper branches.
+    fn fragment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("MVK_USAGE=".to_string()),
+            Just("{\"type\":\"result\",\"usage\":{\"input_tokens\":".to_string()),
+            Just("{\"type\":\"assistant\",\"message\":{\"id\":\"m\",\"usage\":{".to_string()),
+            Just("{\"type\":\"turn.completed\",\"usage\":".to_string()),
+            Just("{\"msg\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":".to_string()),
+            Just("\"stats\":{\"models\":{\"m\":{\"tokens\":{\"prompt\":".to_string()),
+            Just("{\"type\":\"complete\",\"total_tokens\":".to_string()),
+            Just("Tokens: 9.9k sent, ".to_string()),
+            Just("Cost: $1e309 message, $99999999999999999999 session.".to_string()),
+            Just("try again in ".to_string()),
+            Just("retry-after: ".to_string()),
+            Just("usage limit reached|".to_string()),
+            Just("429 Too Many Requests".to_string()),
+            Just("{\n".to_string()),
+            Just("}\n".to_string()),
+            Just("\x1b[".to_string()),
+            Just("é".to_string()),
+            "[0-9.eE+-]{1,30}",
+            "[ -~]{0,20}",
+            Just("\n".to_string()),
+            Just("}}}".to_string()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+            let mut f = tempfile::NamedTempFile::new().expect("temp file");
+            f.write_all(&bytes).expect("write");
+            let text = String::from_utf8_lossy(&bytes);
+            for adapter in ALL {
+                let read = read_usage(adapter, f.path());
+                prop_assert!(read.is_ok(), "{adapter:?}: {read:?}");
+                let _ = matcher(adapter).check(&text);
+            }
+        }
+
+        #[test]
+        fn random_logs_of_known_pieces_never_panic(parts in proptest::collection::vec(fragment(), 0..40)) {
+            let text = parts.concat();
+            let mut f = tempfile::NamedTempFile::new().expect("temp file");
+            f.write_all(text.as_bytes()).expect("write");
+            for adapter in ALL {
+                let read = read_usage(adapter, f.path());
+                prop_assert!(read.is_ok(), "{adapter:?}: {read:?}");
+                if let Some(hit) = matcher(adapter).check_at(&text, at(1_000)) {
+                    prop_assert!(hit.message.chars().count() <= MESSAGE_CHARS);
+                    prop_assert!(hit.retry_after.is_none_or(|d| d <= MAX_RETRY_AFTER));
+                }
+            }
+        }
+    }
+}
