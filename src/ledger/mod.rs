@@ -1,2 +1,781 @@
 //! The SQLite ledger (`.mvk/ledger.db`): runs, tasks, attempts, gate results, costs, events and
 //! merges in; durable rows, each transition written before its effect, out.
+//!
+//! Every write method is one transaction, so a transition is recorded whole or not at all, and
+//! it is committed before the method returns, so before the caller acts on it (a merge's intent
+//! is recorded before the ref moves). A transition from the wrong state (finishing an attempt
+//! twice, finishing a merge that is not an intent) is an error, never a silent no-op. The schema
+//! grows by appending migrations ([`schema`]); `PRAGMA user_version` says how many have been
+//! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
+//! and their columns are documented in the book (`book/src/ledger.md`).
+
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("cannot create the directory of the ledger `{}`", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the ledger `{}`", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error(
+        "the ledger `{}` cannot use WAL journaling (SQLite kept `{mode}`); put the repository on a local file system",
+        path.display()
+    )]
+    NoWal { path: PathBuf, mode: String },
+    #[error(
+        "the ledger `{}` has schema version {found}, newer than this mvk knows ({known}); upgrade mvk to use it",
+        path.display()
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("the ledger `{}` has schema version {found}, which no mvk writes", path.display())]
+    BadVersion { path: PathBuf, found: i64 },
+    #[error("cannot migrate the ledger `{}` to schema version {version}", path.display())]
+    Migrate {
+        path: PathBuf,
+        version: i64,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot record {what} in the ledger")]
+    Write {
+        what: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The row to change is missing or not in a state the transition starts from.
+    #[error("cannot record {what} in the ledger: {problem}")]
+    State { what: String, problem: String },
+    #[error("cannot record {what} in the ledger: `{field}` is {value}, more than SQLite holds")]
+    TooLarge {
+        what: String,
+        field: &'static str,
+        value: u64,
+    },
+    #[error("cannot read {what} from the ledger")]
+    Read {
+        what: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot record {what} in the ledger: the system clock is before 1970")]
+    Clock { what: String },
+}
+
+/// The start of a run, recorded before any task starts.
+pub struct RunStart<'a> {
+    pub id: &'a str,
+    /// The loop file as given, repository-relative if it is inside the repository.
+    pub file: &'a str,
+    /// The loop or flow name.
+    pub program: &'a str,
+    /// `loop` or `flow`.
+    pub kind: &'a str,
+    /// The program digest, hex.
+    pub program_digest: &'a str,
+    /// The compiled IR, stored content-addressed by `program_digest` (kept if already there).
+    pub ir_json: &'a str,
+    /// `(path, text)` of every file compiled, in the compiler's file order, stored with the
+    /// program.
+    pub sources: &'a [(String, String)],
+    pub repo_root: &'a str,
+    pub base_commit: &'a str,
+    pub target_branch: &'a str,
+    pub pid: u32,
+    pub host: &'a str,
+    /// `auto`, `batch` or `step`.
+    pub mode: &'a str,
+}
+
+/// The start of a task, with the digests a resume compares for drift.
+pub struct TaskStart<'a> {
+    pub run: &'a str,
+    pub name: &'a str,
+    pub digest: &'a str,
+    /// Per-field component digests `(field, hex)`.
+    pub fields: &'a [(String, String)],
+    /// The names of the tasks it waits for.
+    pub after: &'a [String],
+}
+
+/// The start of an attempt, recorded before its agent runs.
+pub struct AttemptStart<'a> {
+    pub run: &'a str,
+    pub task: &'a str,
+    /// 1-based over the task's whole ladder.
+    pub number: u32,
+    /// 1-based.
+    pub rung: u32,
+    /// The agent's label.
+    pub agent: &'a str,
+    pub branch: &'a str,
+    pub worktree: &'a str,
+    pub base: &'a str,
+}
+
+/// The agent's result.
+pub struct AgentEnd<'a> {
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// The commit that captured the attempt's change.
+    pub head: Option<&'a str>,
+    pub usage: Option<Cost>,
+    /// Rate-limit retries before this result.
+    pub rate_limited: u32,
+}
+
+/// What one agent call spent, as read from its output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub usd_micros: u64,
+}
+
+/// One gate run.
+pub struct GateRow<'a> {
+    /// `gate` or `after-merge`.
+    pub phase: &'a str,
+    pub ordinal: u32,
+    pub name: &'a str,
+    /// `pass`, `fail` or `unknown`.
+    pub verdict: &'a str,
+    pub exit_code: Option<i32>,
+    /// Executed, passed, failed, skipped, from the evidence.
+    pub counts: Option<(u64, u64, u64, u64)>,
+    /// Where the verdict's evidence came from: `nonce`, `cargo-test summary`, `none`, `unknown`.
+    pub evidence: &'a str,
+    pub reason: &'a str,
+    /// The gate's log file.
+    pub log: &'a str,
+    pub duration_ms: u64,
+}
+
+/// An attempt's verdict.
+pub struct AttemptEnd<'a> {
+    /// `passed` or `failed`.
+    pub outcome: &'a str,
+    /// `agent`, `seal`, `gate`, `unknown`, `merge` (or `review`), for a failure.
+    pub failure_kind: Option<&'a str>,
+    pub signature: Option<&'a str>,
+    pub criterion: Option<&'a str>,
+    /// The whole failure as JSON, as the next attempt's prompt sees it.
+    pub failure_json: Option<&'a str>,
+}
+
+/// A merge about to move `into` from `old_tip` to `new_commit`.
+pub struct MergeStart<'a> {
+    pub run: &'a str,
+    pub task: &'a str,
+    pub attempt_id: i64,
+    pub into: &'a str,
+    /// `ff`, `merge` or `squash`.
+    pub strategy: &'a str,
+    pub old_tip: &'a str,
+    pub new_commit: &'a str,
+}
+
+/// What a run (or one of its tasks) has spent so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    pub attempts: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub usd_micros: u64,
+}
+
+/// Where a run stands, for telling a live run from a dead one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunStatus {
+    /// `running`, `paused` or `finished`.
+    pub state: String,
+    pub pid: u32,
+    pub host: String,
+    pub heartbeat_ms: Option<i64>,
+    pub outcome: Option<String>,
+    pub exit_code: Option<i32>,
+}
+
+/// An open ledger: one SQLite connection with mvk's settings.
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// Milliseconds since the Unix epoch, for `what` is being recorded.
+fn now_ms(what: impl FnOnce() -> String) -> Result<i64, LedgerError> {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_err(|_| LedgerError::Clock { what: what() })?;
+    // i64 milliseconds reach the year 292 million.
+    Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A count as an SQLite integer (signed): one beyond `i64::MAX` is an error, never clamped.
+fn int(what: &dyn Fn() -> String, field: &'static str, value: u64) -> Result<i64, LedgerError> {
+    i64::try_from(value).map_err(|_| LedgerError::TooLarge {
+        what: what(),
+        field,
+        value,
+    })
+}
+
+/// Checks that an UPDATE changed exactly the one row it names; otherwise says why not, from
+/// the row's current state (`state`), so a transition from the wrong state is never silent.
+fn changed_one(
+    changed: usize,
+    what: &dyn Fn() -> String,
+    row: &str,
+    expected: &str,
+    state: impl FnOnce() -> rusqlite::Result<Option<String>>,
+) -> Result<(), LedgerError> {
+    if changed == 1 {
+        return Ok(());
+    }
+    let problem = match state().map_err(|source| LedgerError::Write {
+        what: what(),
+        source,
+    })? {
+        None => format!("the ledger has no {row}"),
+        Some(s) => format!("{row} is `{s}`, not {expected}"),
+    };
+    Err(LedgerError::State {
+        what: what(),
+        problem,
+    })
+}
+
+/// The `state` column of the row `sql` selects, if there is one.
+fn state_of(
+    tx: &Transaction<'_>,
+    sql: &str,
+    key: impl rusqlite::Params,
+) -> rusqlite::Result<Option<String>> {
+    tx.query_row(sql, key, |r| r.get(0)).optional()
+}
+
+impl Ledger {
+    /// Opens the ledger at `path`, creating it and its directory if needed, and migrates it.
+    pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| LedgerError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = schema::open(path)?;
+        Ok(Ledger {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one transaction and commits it. IMMEDIATE takes the write lock at the start,
+    /// so a busy database is waited for (busy_timeout) instead of failing midway in WAL mode.
+    fn write<T>(
+        &mut self,
+        what: &dyn Fn() -> String,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let now = now_ms(what)?;
+        let err = |source| LedgerError::Write {
+            what: what(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let out = f(&tx, now)?;
+        tx.commit().map_err(err)?;
+        Ok(out)
+    }
+
+    /// Records a run as `running`, with its program (IR and sources) if the ledger has not got it.
+    pub fn begin_run(&mut self, r: &RunStart<'_>) -> Result<(), LedgerError> {
+        let what = || format!("the start of run `{}`", r.id);
+        let sql = |source| LedgerError::Write {
+            what: what(),
+            source,
+        };
+        self.write(&what, |tx, now| {
+            // ON CONFLICT, not OR IGNORE: only an existing digest is skipped; IR that is not
+            // JSON still fails its CHECK.
+            let fresh = tx
+                .execute(
+                    "INSERT INTO programs (digest, ir_json, created_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (digest) DO NOTHING",
+                    params![r.program_digest, r.ir_json, now],
+                )
+                .map_err(sql)?;
+            // The sources belong with the IR they were compiled into (its spans point into
+            // them), so they are stored only with a new program.
+            if fresh == 1 {
+                let mut insert = tx
+                    .prepare(
+                        "INSERT INTO program_sources (program_digest, file_id, path, text)
+                         VALUES (?1, ?2, ?3, ?4)",
+                    )
+                    .map_err(sql)?;
+                for (file_id, (path, text)) in r.sources.iter().enumerate() {
+                    let file_id = int(&what, "file_id", file_id as u64)?;
+                    insert
+                        .execute(params![r.program_digest, file_id, path, text])
+                        .map_err(sql)?;
+                }
+            }
+            tx.execute(
+                "INSERT INTO runs (id, file, program, kind, program_digest, repo_root, base_commit,
+                    target_branch, mode, pid, host, state, started_at, heartbeat_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running', ?12, ?12)",
+                params![
+                    r.id,
+                    r.file,
+                    r.program,
+                    r.kind,
+                    r.program_digest,
+                    r.repo_root,
+                    r.base_commit,
+                    r.target_branch,
+                    r.mode,
+                    r.pid,
+                    r.host,
+                    now
+                ],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Sets the run's `heartbeat_at` to now.
+    pub fn heartbeat(&mut self, run: &str) -> Result<(), LedgerError> {
+        let what = || format!("a heartbeat of run `{run}`");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1",
+                    params![run, now],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            changed_one(n, &what, &format!("run `{run}`"), "any", || {
+                state_of(tx, "SELECT state FROM runs WHERE id = ?1", [run])
+            })
+        })
+    }
+
+    /// Marks a `running` run `finished` with its outcome and exit code.
+    pub fn finish_run(
+        &mut self,
+        run: &str,
+        outcome: &str,
+        exit_code: i32,
+    ) -> Result<(), LedgerError> {
+        let what = || format!("the end of run `{run}`");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE runs SET state = 'finished', outcome = ?2, exit_code = ?3,
+                        finished_at = ?4, heartbeat_at = ?4
+                     WHERE id = ?1 AND state = 'running'",
+                    params![run, outcome, exit_code, now],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            changed_one(n, &what, &format!("run `{run}`"), "`running`", || {
+                state_of(tx, "SELECT state FROM runs WHERE id = ?1", [run])
+            })
+        })
+    }
+
+    /// Records a task as `running`, with its digest per field and what it waits for.
+    pub fn begin_task(&mut self, t: &TaskStart<'_>) -> Result<(), LedgerError> {
+        let what = || format!("the start of task `{}` of run `{}`", t.name, t.run);
+        let sql = |source| LedgerError::Write {
+            what: what(),
+            source,
+        };
+        self.write(&what, |tx, now| {
+            tx.execute(
+                "INSERT INTO tasks (run, name, digest, state, started_at)
+                 VALUES (?1, ?2, ?3, 'running', ?4)",
+                params![t.run, t.name, t.digest, now],
+            )
+            .map_err(sql)?;
+            let mut field = tx
+                .prepare(
+                    "INSERT INTO task_fields (run, task, field, digest) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(sql)?;
+            for (name, digest) in t.fields {
+                field
+                    .execute(params![t.run, t.name, name, digest])
+                    .map_err(sql)?;
+            }
+            let mut dep = tx
+                .prepare(
+                    "INSERT INTO task_deps (run, task, after) VALUES (?1, ?2, ?3)
+                     ON CONFLICT DO NOTHING",
+                )
+                .map_err(sql)?;
+            for after in t.after {
+                dep.execute(params![t.run, t.name, after]).map_err(sql)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Marks a `running` task `finished` with its outcome and the commit it landed as.
+    pub fn finish_task(
+        &mut self,
+        run: &str,
+        task: &str,
+        outcome: &str,
+        merged: Option<&str>,
+    ) -> Result<(), LedgerError> {
+        let what = || format!("the end of task `{task}` of run `{run}`");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE tasks SET state = 'finished', outcome = ?3, merged = ?4, finished_at = ?5
+                     WHERE run = ?1 AND name = ?2 AND state = 'running'",
+                    params![run, task, outcome, merged, now],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            changed_one(n, &what, &format!("task `{task}`"), "`running`", || {
+                state_of(
+                    tx,
+                    "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
+                    [run, task],
+                )
+            })
+        })
+    }
+
+    /// Records an attempt as `running`, before its agent starts; returns its id.
+    pub fn begin_attempt(&mut self, a: &AttemptStart<'_>) -> Result<i64, LedgerError> {
+        let what = || format!("the start of attempt {} of task `{}`", a.number, a.task);
+        self.write(&what, |tx, now| {
+            tx.execute(
+                "INSERT INTO attempts (run, task, number, rung, agent, branch, worktree, base, state,
+                    started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9)",
+                params![
+                    a.run, a.task, a.number, a.rung, a.agent, a.branch, a.worktree, a.base, now
+                ],
+            )
+            .map_err(|source| LedgerError::Write {
+                what: what(),
+                source,
+            })?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    /// Records the agent's result (`agent-done`), and what it spent when it was read.
+    pub fn agent_done(&mut self, attempt: i64, e: &AgentEnd<'_>) -> Result<(), LedgerError> {
+        let what = || format!("the agent's result for attempt #{attempt}");
+        let sql = |source| LedgerError::Write {
+            what: what(),
+            source,
+        };
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE attempts SET state = 'agent-done', exit_code = ?2, timed_out = ?3,
+                        agent_ms = ?4, head = ?5, rate_limited = ?6, agent_done_at = ?7
+                     WHERE id = ?1 AND state = 'running'",
+                    params![
+                        attempt,
+                        e.exit_code,
+                        e.timed_out,
+                        int(&what, "duration_ms", e.duration_ms)?,
+                        e.head,
+                        e.rate_limited,
+                        now
+                    ],
+                )
+                .map_err(sql)?;
+            changed_one(
+                n,
+                &what,
+                &format!("attempt #{attempt}"),
+                "`running`",
+                || state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt]),
+            )?;
+            if let Some(c) = e.usage {
+                tx.execute(
+                    "INSERT INTO costs (attempt_id, kind, input_tokens, output_tokens, usd_micros,
+                        recorded_at)
+                     VALUES (?1, 'agent', ?2, ?3, ?4, ?5)",
+                    params![
+                        attempt,
+                        int(&what, "input_tokens", c.input_tokens)?,
+                        int(&what, "output_tokens", c.output_tokens)?,
+                        int(&what, "usd_micros", c.usd_micros)?,
+                        now
+                    ],
+                )
+                .map_err(sql)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Records one gate run of an attempt (its own gates, or after-merge ones, any number of
+    /// times).
+    pub fn record_gate(&mut self, attempt: i64, g: &GateRow<'_>) -> Result<(), LedgerError> {
+        let what = || format!("gate `{}` of attempt #{attempt}", g.name);
+        let counts = match g.counts {
+            Some((e, p, f, s)) => [
+                Some(int(&what, "executed", e)?),
+                Some(int(&what, "passed", p)?),
+                Some(int(&what, "failed", f)?),
+                Some(int(&what, "skipped", s)?),
+            ],
+            None => [None; 4],
+        };
+        let duration = int(&what, "duration_ms", g.duration_ms)?;
+        self.write(&what, |tx, now| {
+            tx.execute(
+                "INSERT INTO gate_results (attempt_id, phase, ordinal, name, verdict, exit_code,
+                    executed, passed, failed, skipped, evidence, reason, log, duration_ms,
+                    recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                params![
+                    attempt,
+                    g.phase,
+                    g.ordinal,
+                    g.name,
+                    g.verdict,
+                    g.exit_code,
+                    counts[0],
+                    counts[1],
+                    counts[2],
+                    counts[3],
+                    g.evidence,
+                    g.reason,
+                    g.log,
+                    duration,
+                    now
+                ],
+            )
+            .map_err(|source| LedgerError::Write {
+                what: what(),
+                source,
+            })?;
+            Ok(())
+        })
+    }
+
+    /// Marks an attempt `finished` with its verdict (from `running` when the agent never
+    /// reported, e.g. the wall budget ran out).
+    pub fn finish_attempt(&mut self, attempt: i64, e: &AttemptEnd<'_>) -> Result<(), LedgerError> {
+        let what = || format!("the end of attempt #{attempt}");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE attempts SET state = 'finished', outcome = ?2, failure_kind = ?3,
+                        signature = ?4, criterion = ?5, failure_json = ?6, finished_at = ?7
+                     WHERE id = ?1 AND state IN ('running', 'agent-done')",
+                    params![
+                        attempt,
+                        e.outcome,
+                        e.failure_kind,
+                        e.signature,
+                        e.criterion,
+                        e.failure_json,
+                        now
+                    ],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            let row = format!("attempt #{attempt}");
+            changed_one(n, &what, &row, "`running` or `agent-done`", || {
+                state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt])
+            })
+        })
+    }
+
+    /// Records the intent to move `into` from `old_tip` to `new_commit`, before it happens;
+    /// returns the merge's id.
+    pub fn begin_merge(&mut self, m: &MergeStart<'_>) -> Result<i64, LedgerError> {
+        let what = || format!("the intent to merge task `{}` into `{}`", m.task, m.into);
+        self.write(&what, |tx, now| {
+            tx.execute(
+                "INSERT INTO merges (run, task, attempt_id, into_branch, strategy, old_tip,
+                    new_commit, state, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'intent', ?8)",
+                params![
+                    m.run,
+                    m.task,
+                    m.attempt_id,
+                    m.into,
+                    m.strategy,
+                    m.old_tip,
+                    m.new_commit,
+                    now
+                ],
+            )
+            .map_err(|source| LedgerError::Write {
+                what: what(),
+                source,
+            })?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    /// Settles a merge intent: `done` (with the commit the target now points at), `conflict`,
+    /// `failed` or `aborted`.
+    pub fn finish_merge(
+        &mut self,
+        merge: i64,
+        state: &str,
+        commit: Option<&str>,
+        detail: &str,
+    ) -> Result<(), LedgerError> {
+        let what = || format!("the end of merge #{merge}");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE merges SET state = ?2, commit_id = ?3, detail = ?4, finished_at = ?5
+                     WHERE id = ?1 AND state = 'intent'",
+                    params![merge, state, commit, detail, now],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            changed_one(n, &what, &format!("merge #{merge}"), "`intent`", || {
+                state_of(tx, "SELECT state FROM merges WHERE id = ?1", [merge])
+            })
+        })
+    }
+
+    /// Appends one event of the run's trail (`detail_json` must be JSON).
+    pub fn event(
+        &mut self,
+        run: &str,
+        task: Option<&str>,
+        attempt: Option<u32>,
+        time_ms: i64,
+        event: &str,
+        detail_json: &str,
+    ) -> Result<(), LedgerError> {
+        let what = || format!("event `{event}` of run `{run}`");
+        self.write(&what, |tx, _| {
+            tx.execute(
+                "INSERT INTO events (run, task, attempt, time_ms, event, detail_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![run, task, attempt, time_ms, event, detail_json],
+            )
+            .map_err(|source| LedgerError::Write {
+                what: what(),
+                source,
+            })?;
+            Ok(())
+        })
+    }
+
+    /// Attempts (not counting abandoned ones), tokens and micro-dollars of a run, or of one of
+    /// its tasks.
+    pub fn spent(&self, run: &str, task: Option<&str>) -> Result<Spent, LedgerError> {
+        let what = || match task {
+            None => format!("what run `{run}` spent"),
+            Some(t) => format!("what task `{t}` of run `{run}` spent"),
+        };
+        let read = |source| LedgerError::Read {
+            what: what(),
+            source,
+        };
+        // Two sums, since one join of attempts with their costs would count an attempt per cost.
+        let attempts: u32 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE run = ?1 AND (?2 IS NULL OR task = ?2) AND state <> 'abandoned'",
+                params![run, task],
+                |r| r.get(0),
+            )
+            .map_err(read)?;
+        let (input, output, usd): (i64, i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(SUM(c.input_tokens), 0), COALESCE(SUM(c.output_tokens), 0),
+                    COALESCE(SUM(c.usd_micros), 0)
+                 FROM costs c JOIN attempts a ON a.id = c.attempt_id
+                 WHERE a.run = ?1 AND (?2 IS NULL OR a.task = ?2)",
+                params![run, task],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(read)?;
+        // The columns are CHECKed non-negative, so a sum below zero is a damaged ledger.
+        let unsigned = |column: usize, v: i64| {
+            u64::try_from(v).map_err(|_| read(rusqlite::Error::IntegralValueOutOfRange(column, v)))
+        };
+        Ok(Spent {
+            attempts,
+            input_tokens: unsigned(0, input)?,
+            output_tokens: unsigned(1, output)?,
+            usd_micros: unsigned(2, usd)?,
+        })
+    }
+
+    /// The state of a run, or `None` when the ledger has no such run.
+    pub fn run_status(&self, run: &str) -> Result<Option<RunStatus>, LedgerError> {
+        self.conn
+            .query_row(
+                "SELECT state, pid, host, heartbeat_at, outcome, exit_code FROM runs WHERE id = ?1",
+                params![run],
+                |r| {
+                    Ok(RunStatus {
+                        state: r.get(0)?,
+                        pid: r.get(1)?,
+                        host: r.get(2)?,
+                        heartbeat_ms: r.get(3)?,
+                        outcome: r.get(4)?,
+                        exit_code: r.get(5)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|source| LedgerError::Read {
+                what: format!("the state of run `{run}`"),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests;

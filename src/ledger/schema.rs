@@ -1,0 +1,112 @@
+//! A ledger file's path in, an open connection with mvk's settings and the current schema out:
+//! the pragmas every connection needs and the append-only migrations under `user_version`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::LedgerError;
+
+/// The schema, one SQL script per version: migration N (1-based) takes `user_version` from N-1
+/// to N. Append only: a shipped migration is never edited or removed, since ledgers in users'
+/// repositories have already run it (the test `shipped_migrations_never_change` holds them).
+pub(crate) const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
+
+/// The schema version this binary writes: the number of migrations.
+pub(crate) fn known_version() -> i64 {
+    // A list of SQL scripts written by hand never reaches i64::MAX entries.
+    i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX)
+}
+
+/// How long a writer waits for another connection's write lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens (creating) the database at `path`, sets the connection's pragmas and migrates it.
+pub(crate) fn open(path: &Path) -> Result<Connection, LedgerError> {
+    let open_err = |source| LedgerError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(open_err)?;
+    // First, so that changing the journal mode and migrating wait for another mvk's lock.
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+    // Per connection, off by default in SQLite: without it the schema's keys are decoration.
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(open_err)?;
+    // WAL: readers (`mvk status`, `mvk log --follow`) never block the writer, nor it them, and a
+    // process killed mid-write leaves the last committed transaction intact. Stored in the file.
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+        .map_err(open_err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(LedgerError::NoWal {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    // NORMAL is safe in WAL mode: a commit is in the WAL file before it returns, so it survives
+    // the mvk process dying at any point (SIGKILL, a panic); only a power loss or OS crash can
+    // lose the last few commits, and it never corrupts the database. FULL would add an fsync per
+    // transition for that case alone, and a resume checks git for what the ledger may have lost.
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_err)?;
+    migrate(path, conn)
+}
+
+/// Applies the migrations this database has not seen, each in its own transaction together with
+/// its `user_version`, so a crash leaves the database at one version or the next, never between.
+fn migrate(path: &Path, mut conn: Connection) -> Result<Connection, LedgerError> {
+    let known = known_version();
+    let err = |version, source| LedgerError::Migrate {
+        path: path.to_path_buf(),
+        version,
+        source,
+    };
+    // An up-to-date ledger (nearly every open) is only read: `mvk status` opening it while a run
+    // holds the write lock must not wait for it.
+    if check_version(path, &conn, known).map_err(|e| err(known, e))?? == known {
+        return Ok(conn);
+    }
+    loop {
+        // IMMEDIATE takes the write lock before the version is read again: two mvk processes
+        // opening a new ledger at once cannot both apply the same migration.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| err(known, e))?;
+        let found = check_version(path, &tx, known).map_err(|e| err(known, e))??;
+        if found == known {
+            tx.commit().map_err(|e| err(known, e))?;
+            return Ok(conn);
+        }
+        let next = found + 1;
+        let script = usize::try_from(found)
+            .ok()
+            .and_then(|i| MIGRATIONS.get(i))
+            .ok_or(LedgerError::BadVersion {
+                path: path.to_path_buf(),
+                found,
+            })?;
+        tx.execute_batch(script).map_err(|e| err(next, e))?;
+        tx.pragma_update(None, "user_version", next)
+            .map_err(|e| err(next, e))?;
+        tx.commit().map_err(|e| err(next, e))?;
+    }
+}
+
+/// The database's `user_version`, refused when it is newer than `known`.
+fn check_version(
+    path: &Path,
+    conn: &Connection,
+    known: i64,
+) -> rusqlite::Result<Result<i64, LedgerError>> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if found > known {
+        return Ok(Err(LedgerError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            known,
+        }));
+    }
+    Ok(Ok(found))
+}
