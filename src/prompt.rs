@@ -109,7 +109,20 @@ pub fn check(template: &str) -> Result<(), TemplateProblem> {
             column,
         });
     }
-    render(template, &sample()).map(|_| ())
+    render(template, &sample())?;
+    // The first attempt has no failure to show: a template that uses one unguarded would
+    // pass the sample above and fail at the first render.
+    render(template, &sample_first_attempt()).map(|_| ())
+}
+
+/// [`sample`] as the first attempt sees it: no previous failure, no earlier blockers.
+pub fn sample_first_attempt() -> PromptContext {
+    PromptContext {
+        attempt: 1,
+        failure: None,
+        previous_blockers: Vec::new(),
+        ..sample()
+    }
 }
 
 /// A context with every optional part present, for [`check`].
@@ -187,5 +200,11 @@ mod tests {
         };
         assert_eq!(render(t, &ctx).as_deref(), Ok("g"));
         assert!(check(t).is_ok());
+    }
+
+    #[test]
+    fn unguarded_failure_is_a_check_error() {
+        let err = check("{{goal}} {{failure.gate}}").err();
+        assert!(err.is_some_and(|e| e.message.contains("failure")));
     }
 }

@@ -15,11 +15,26 @@ pub enum Exit {
     Usage = 64,
     Invalid = 65,
     Internal = 70,
+    /// Stopped by Ctrl-C (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 impl Exit {
     pub fn code(self) -> u8 {
         self as u8
+    }
+
+    /// The exit for a run outcome's code (0–5); anything else is an internal error.
+    pub fn from_code(code: u8) -> Exit {
+        match code {
+            0 => Exit::Ok,
+            1 => Exit::Rejected,
+            2 => Exit::Stuck,
+            3 => Exit::Budget,
+            4 => Exit::Human,
+            5 => Exit::Drift,
+            _ => Exit::Internal,
+        }
     }
 }
 

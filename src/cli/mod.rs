@@ -1,8 +1,10 @@
 //! Command-line arguments in, an exit code out: one `XxxArgs` struct and one function per
 //! command, each a thin layer over the library; all output goes through [`printer::Printer`].
 
+pub mod apply;
 pub mod check;
 pub mod exit;
+pub mod gc;
 pub mod graph;
 pub mod plan;
 pub mod printer;
@@ -38,12 +40,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Compile a loop or flow and run it to an end: attempts, seal, gates, budgets, ladder, merge.
+    Apply(apply::ApplyArgs),
     /// Validate loop files; report every problem at once.
     Check(check::CheckArgs),
     /// Compile a loop file and print its DAG, digests, budgets and worst-case cost; runs nothing.
     Plan(plan::PlanArgs),
     /// Print a loop file's DAG as Graphviz dot or Mermaid.
     Graph(graph::GraphArgs),
+    /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
+    Gc(gc::GcArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -67,6 +73,8 @@ where
     };
     let printer = Printer::new(cli.quiet, cli.verbose);
     let result = match &cli.command {
+        Command::Apply(args) => apply::apply(&cli, &printer, args),
+        Command::Gc(args) => gc::gc(&cli, &printer, args),
         Command::Check(args) => check::check(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),
         Command::Graph(args) => graph::graph(&cli, &printer, args),

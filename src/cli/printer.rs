@@ -23,6 +23,10 @@ impl Printer {
         }
     }
 
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
     pub fn verbose(&self) -> bool {
         self.verbose
     }

@@ -1,13 +1,21 @@
-//! The interpreter's parts, each usable on its own: [`evidence`] reads a gate's output for
-//! proof that tests ran; [`process`] runs an agent or a gate in its
-//! own process group with bounded memory; [`worktree`] keeps a pool of reusable git worktrees
-//! and captures an attempt's change as a commit; [`seal`] decides whether a change touched the
-//! oracle. The loop that drives them (`mvk apply`) builds on these.
+//! The interpreter: a compiled [`Program`](crate::ir::Program) and a repository in, a run carried
+//! to an end out. [`driver`] drives tasks through budgets and the ladder and lands accepted work
+//! ([`land`]); [`attempt`] makes one attempt; its parts are usable on their own: [`process`]
+//! runs an agent or a gate in its own process group with bounded memory; [`worktree`] keeps a
+//! pool of reusable git worktrees and captures an attempt's change as a commit; [`seal`] decides
+//! whether a change touched the oracle; [`gate`] runs a gate and [`evidence`] reads its output
+//! for proof that tests ran; [`adapter`] reads an agent's cost and rate limits; [`trail`]
+//! writes the events, the heartbeat and the status files.
 
 pub mod adapter;
+pub mod attempt;
+pub mod driver;
 pub mod evidence;
+pub mod gate;
+pub mod land;
 pub mod process;
 pub mod seal;
+pub mod trail;
 pub mod worktree;
 
 #[cfg(test)]

@@ -581,7 +581,7 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
 }
 
 /// The configured user if the repository configuration (any level) has one, else mvk's own.
-fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+pub(crate) fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
     match repo
         .config()
         .ok()

@@ -1,1 +1,1116 @@
-//! `mvk apply` end to end on real temporary git repositories with scripted agents.
+//! `mvk apply` end to end on real temporary git repositories with scripted agents: in go a
+//! shell-only project with a bug and a sealed test, a loop file and an agent script from
+//! `tests/agents/`; each test asserts the exit code, the target branch's contents and the
+//! run's events (`.mvk/runs/<run>/events.jsonl`).
+
+// The helpers unwrap too, not only #[test] bodies: a panic there is the failure report.
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The project's code, with the bug: `add` subtracts.
+const CALC: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 - $2)); }\n";
+/// `src/calc.sh` as the fixing agents write it.
+const FIXED: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 + $2)); }\n";
+/// The oracle (sealed): runs two checks, prints its counts as evidence with the gate's nonce and
+/// exits non-zero when one fails.
+const TEST_CALC: &str = r#"#!/bin/sh
+. ./src/calc.sh
+executed=0
+passed=0
+failed=0
+check() {
+    executed=$((executed + 1))
+    if [ "$2" = "$3" ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL: $1: expected $3, got $2"
+    fi
+}
+check "add 2 3" "$(add 2 3)" 5
+check "add 0 0" "$(add 0 0)" 0
+echo "MVK_EVIDENCE={\"schema\":\"mvk.evidence.v1\",\"nonce\":\"$MVK_NONCE\",\"executed\":$executed,\"passed\":$passed,\"failed\":$failed,\"skipped\":0}"
+[ "$failed" -eq 0 ]
+"#;
+/// Gate scripts some tests use instead of the honest test run; not sealed, never touched.
+const CHECKS: &[(&str, &str)] = &[
+    (
+        "checks/fake_nonce.sh",
+        "echo 'MVK_EVIDENCE={\"schema\":\"mvk.evidence.v1\",\"nonce\":\"0123456789abcdef0123456789abcdef\",\"executed\":2,\"passed\":2,\"failed\":0,\"skipped\":0}'\n",
+    ),
+    ("checks/replay.sh", "cat evidence.out\n"),
+    (
+        "checks/zero.sh",
+        "echo \"MVK_EVIDENCE={\\\"schema\\\":\\\"mvk.evidence.v1\\\",\\\"nonce\\\":\\\"$MVK_NONCE\\\",\\\"executed\\\":0,\\\"passed\\\":0,\\\"failed\\\":0,\\\"skipped\\\":0}\"\n",
+    ),
+    (
+        "checks/no_secret.sh",
+        "if [ -n \"${MY_API_TOKEN+set}\" ]; then echo 'credential leaked into the gate'; exit 1; fi\nexec sh tests/test_calc.sh\n",
+    ),
+    (
+        "checks/post_fail.sh",
+        "echo 'after-merge check failed'\nexit 1\n",
+    ),
+];
+
+/// The honest gate: the sealed test script.
+const TESTS_GATE: &str = r#"gate tests { run "sh" "tests/test_calc.sh"; }"#;
+/// The line the test script prints for the bug; only the failure report can carry it.
+const FAILURE_LINE: &str = "FAIL: add 2 3: expected 5, got -1";
+
+/// An agent definition named NAME running `sh tests/agents/SCRIPT ARGS…`, 30 s timeout.
+fn agent_def(name: &str, script: &str, args: &[&str]) -> String {
+    agent_def_timeout(name, script, args, "30s")
+}
+
+fn agent_def_timeout(name: &str, script: &str, args: &[&str], timeout: &str) -> String {
+    let mut argv = format!("\"@AGENTS/{script}\"");
+    for arg in args {
+        argv.push_str(&format!(" \"{arg}\""));
+    }
+    format!("agent {name} timeout=\"{timeout}\" {{ run \"sh\" {argv}; }}\n")
+}
+
+/// A loop file: agent definitions, then loop `t` with the seal `tests/**`, GATES and EXTRA.
+/// `agent bot` is used unless EXTRA holds a ladder (then pass `uses_bot = false`).
+fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
+    let agent = if uses_bot { "agent bot" } else { "" };
+    format!(
+        "{defs}\nloop t {{\n    goal \"Make add() in src/calc.sh return the sum of its arguments.\"\n    {agent}\n    seal \"tests/**\"\n    {gates}\n    {extra}\n}}\n"
+    )
+}
+
+/// The common case: agent `bot` runs SCRIPT with the state directory as its argument.
+fn simple_loop(script: &str, extra: &str) -> String {
+    loop_kdl(
+        &agent_def("bot", script, &["@STATE"]),
+        true,
+        TESTS_GATE,
+        extra,
+    )
+}
+
+fn agents_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+/// Runs git in DIR with no user or system configuration; panics on failure.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = git_output(dir, args);
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
+    StdCommand::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("run git")
+}
+
+/// A temporary repository with the project and `loops/t.kdl` committed on `main`, a worktree
+/// root, and a state directory outside both for agents to leave notes in.
+struct Fixture {
+    repo: TempDir,
+    worktrees: TempDir,
+    state: TempDir,
+    /// `main`'s commit before the run.
+    base: String,
+}
+
+impl Fixture {
+    /// Lays out the project with LOOP (`@AGENTS`, `@STATE`, `@REPO` filled in) and checks it.
+    fn new(loop_text: &str) -> Fixture {
+        let repo = tempfile::tempdir().unwrap();
+        let worktrees = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let root = repo.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        git(root, &["config", "user.name", "Test"]);
+        git(root, &["config", "user.email", "test@example.com"]);
+        git(root, &["config", "commit.gpgsign", "false"]);
+        let text = loop_text
+            .replace("@AGENTS", agents_dir().to_str().unwrap())
+            .replace("@STATE", state.path().to_str().unwrap())
+            .replace("@REPO", root.to_str().unwrap());
+        let mut files = vec![
+            ("src/calc.sh", CALC),
+            ("tests/test_calc.sh", TEST_CALC),
+            ("loops/t.kdl", text.as_str()),
+        ];
+        files.extend_from_slice(CHECKS);
+        for (path, content) in files {
+            let path = root.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "init"]);
+        let base = git(root, &["rev-parse", "HEAD"]).trim().to_string();
+        let fixture = Fixture {
+            repo,
+            worktrees,
+            state,
+            base,
+        };
+        let check = fixture
+            .mvk()
+            .args(["check", "loops/t.kdl"])
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "mvk check refused the test's loop file:\n{text}\n{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
+        fixture
+    }
+
+    fn root(&self) -> &Path {
+        self.repo.path()
+    }
+
+    fn state(&self, name: &str) -> PathBuf {
+        self.state.path().join(name)
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git(self.root(), args)
+    }
+
+    /// The commit BRANCH points at.
+    fn tip(&self, branch: &str) -> String {
+        self.git(&["rev-parse", branch]).trim().to_string()
+    }
+
+    /// PATH as of REV, or `None` when it is not there.
+    fn show(&self, rev: &str, path: &str) -> Option<String> {
+        let out = git_output(self.root(), &["show", &format!("{rev}:{path}")]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn mvk(&self) -> Command {
+        let mut cmd = Command::cargo_bin("mvk").unwrap();
+        cmd.current_dir(self.root())
+            .env("MVK_WORKTREE_ROOT", self.worktrees.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("NO_COLOR", "1")
+            .env_remove("MVK_REPO");
+        cmd
+    }
+
+    fn apply(&self) -> Run {
+        self.apply_with(&[], &[])
+    }
+
+    /// Runs `mvk apply loops/t.kdl ARGS…` with ENV added and reads the run's events.
+    fn apply_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = self.mvk();
+        cmd.args(["apply", "loops/t.kdl"]).args(args);
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out.status.code().unwrap_or(-1);
+        let id = if args.contains(&"--json") {
+            serde_json::from_str::<Value>(&stdout)
+                .ok()
+                .and_then(|doc| doc["run"].as_str().map(str::to_string))
+        } else {
+            stdout.lines().next().map(|line| line.trim().to_string())
+        };
+        let context = format!("exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+        let Some(id) = id.filter(|id| !id.is_empty()) else {
+            panic!("no run id on stdout\n{context}");
+        };
+        let dir = self.root().join(".mvk/runs").join(&id);
+        let raw = fs::read_to_string(dir.join("events.jsonl"))
+            .unwrap_or_else(|e| panic!("no events.jsonl in {}: {e}\n{context}", dir.display()));
+        let events = raw
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("events.jsonl line is not JSON ({e}): {line}"))
+            })
+            .collect();
+        Run {
+            code,
+            stdout,
+            id,
+            dir,
+            events,
+            raw_events: raw,
+            context,
+        }
+    }
+}
+
+/// What one `mvk apply` did.
+struct Run {
+    code: i32,
+    stdout: String,
+    id: String,
+    /// `.mvk/runs/<run>`.
+    dir: PathBuf,
+    events: Vec<Value>,
+    raw_events: String,
+    context: String,
+}
+
+impl Run {
+    /// Everything worth seeing when an assertion fails.
+    fn why(&self) -> String {
+        format!("{}\n--- events.jsonl\n{}", self.context, self.raw_events)
+    }
+
+    fn expect_code(&self, code: i32) {
+        assert_eq!(self.code, code, "wrong exit code\n{}", self.why());
+    }
+
+    /// The events called NAME, in order.
+    fn named(&self, name: &str) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["event"] == name).collect()
+    }
+
+    /// The one event called NAME.
+    fn one(&self, name: &str) -> &Value {
+        let found = self.named(name);
+        assert_eq!(found.len(), 1, "expected one `{name}`\n{}", self.why());
+        found[0]
+    }
+
+    fn none(&self, name: &str) {
+        assert!(
+            self.named(name).is_empty(),
+            "expected no `{name}`\n{}",
+            self.why()
+        );
+    }
+
+    /// The attempt numbers of the `attempt.started` events.
+    fn attempts(&self) -> Vec<u64> {
+        self.named("attempt.started")
+            .iter()
+            .map(|e| e["attempt"].as_u64().unwrap())
+            .collect()
+    }
+
+    /// `mvk/<run>/t/N`.
+    fn branch(&self, attempt: u32) -> String {
+        format!("mvk/{}/t/{attempt}", self.id)
+    }
+
+    fn attempt_dir(&self, attempt: u32) -> PathBuf {
+        self.dir.join("t").join(attempt.to_string())
+    }
+}
+
+/// Whether PID is a live process (a zombie is dead: it only waits to be reaped).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state letter follows the command name, which is in parentheses.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X'))
+}
+
+/// Asserts the process whose pid an agent wrote to FILE is gone; kills it if not, so a
+/// failing test leaves nothing behind either.
+fn assert_gone(file: &Path, run: &Run) {
+    let text = fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("{} missing: {e}\n{}", file.display(), run.why()));
+    let pid: u32 = text.trim().parse().unwrap();
+    if alive(pid) {
+        let _ = StdCommand::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        panic!(
+            "process {pid} ({}) outlived mvk apply\n{}",
+            file.display(),
+            run.why()
+        );
+    }
+}
+
+/// The run did not move `main`, and the repository's files still hold the bug.
+fn assert_main_unchanged(fixture: &Fixture, run: &Run) {
+    assert_eq!(
+        fixture.tip("main"),
+        fixture.base,
+        "main moved\n{}",
+        run.why()
+    );
+    assert_eq!(
+        fs::read_to_string(fixture.root().join("src/calc.sh")).unwrap(),
+        CALC,
+        "the checked-out files changed"
+    );
+    run.none("merge.done");
+}
+
+/// `main` holds the fix, in history and in the checked-out files, and the checkout is clean.
+fn assert_main_fixed(fixture: &Fixture, run: &Run) {
+    assert_eq!(
+        fixture.show("main", "src/calc.sh").as_deref(),
+        Some(FIXED),
+        "main lacks the fix\n{}",
+        run.why()
+    );
+    assert_eq!(
+        fs::read_to_string(fixture.root().join("src/calc.sh")).unwrap(),
+        FIXED,
+        "the checked-out main was not updated"
+    );
+    assert_eq!(
+        fixture.git(&["status", "--porcelain"]),
+        "",
+        "the main worktree is not clean after landing"
+    );
+    assert_eq!(
+        fixture.show("main", "tests/test_calc.sh").as_deref(),
+        Some(TEST_CALC)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accepting an honest change
+
+#[test]
+fn honest_agent_fixes_on_second_attempt_from_the_failure_in_its_prompt() {
+    let fixture = Fixture::new(&simple_loop("honest.sh", ""));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+
+    let failed = run.one("attempt.failed");
+    assert_eq!(failed["attempt"], 1, "{}", run.why());
+    assert_eq!(failed["detail"]["kind"], "gate", "{}", run.why());
+    assert_eq!(failed["detail"]["gate"], "tests", "{}", run.why());
+
+    let gates = run.named("gate.finished");
+    assert_eq!(gates.len(), 2, "{}", run.why());
+    assert_eq!(gates[0]["attempt"], 1);
+    assert_eq!(gates[0]["detail"]["verdict"], "fail", "{}", run.why());
+    assert_eq!(gates[0]["detail"]["counts"]["executed"], 2, "{}", run.why());
+    assert_eq!(gates[0]["detail"]["counts"]["failed"], 1, "{}", run.why());
+    assert_eq!(gates[1]["attempt"], 2);
+    assert_eq!(gates[1]["detail"]["verdict"], "pass", "{}", run.why());
+
+    // The agent only fixed the bug because the second prompt quoted the failure.
+    let first = fs::read_to_string(run.attempt_dir(1).join("prompt.md")).unwrap();
+    let second = fs::read_to_string(run.attempt_dir(2).join("prompt.md")).unwrap();
+    assert!(
+        !first.contains(FAILURE_LINE),
+        "attempt 1's prompt:\n{first}"
+    );
+    assert!(
+        second.contains(FAILURE_LINE),
+        "attempt 2's prompt:\n{second}"
+    );
+
+    assert_eq!(
+        run.one("merge.done")["detail"]["into"],
+        "main",
+        "{}",
+        run.why()
+    );
+    let finished = run.one("run.finished");
+    assert_eq!(finished["detail"]["outcome"], "accepted", "{}", run.why());
+    assert_eq!(finished["detail"]["exit_code"], 0, "{}", run.why());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seal
+
+/// Runs `tamper.sh MODE` (which also fixes the bug, so only the seal can refuse it) with one
+/// iteration: the run is rejected, nothing lands, no gate runs, and the breach names the test
+/// with one of KINDS. Returns the fixture and the breaches for further checks.
+fn tampering(mode: &str, kinds: &[&str]) -> (Fixture, Vec<Value>) {
+    let defs = agent_def("bot", "tamper.sh", &[mode]);
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    let run = fixture.apply();
+    run.expect_code(1);
+    assert_main_unchanged(&fixture, &run);
+    assert_eq!(
+        fixture.show("main", "tests/test_calc.sh").as_deref(),
+        Some(TEST_CALC)
+    );
+    run.none("gate.finished");
+    run.none("seal.passed");
+    assert_eq!(
+        run.one("attempt.failed")["detail"]["kind"],
+        "seal",
+        "{}",
+        run.why()
+    );
+    let breached = run.one("seal.breached");
+    let breaches = breached["detail"]["breaches"].as_array().unwrap().clone();
+    assert!(
+        breaches
+            .iter()
+            .any(|b| b["path"] == "tests/test_calc.sh"
+                && kinds.iter().any(|k| b["kind"]["type"] == *k)),
+        "no {kinds:?} breach of tests/test_calc.sh\n{}",
+        run.why()
+    );
+    // The rejected work is kept on the attempt's branch.
+    fixture.git(&["rev-parse", "--verify", &run.branch(1)]);
+    (fixture, breaches)
+}
+
+/// Some breach names the agent's commit "agent: adjust the test" as the one that made it.
+fn names_the_agents_commit(fixture: &Fixture, breaches: &[Value]) {
+    let subjects: Vec<String> = breaches
+        .iter()
+        .filter_map(|b| b["commit"].as_str())
+        .map(|c| {
+            fixture
+                .git(&["log", "-1", "--format=%s", c])
+                .trim()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        subjects.iter().any(|s| s == "agent: adjust the test"),
+        "no breach names the agent's commit: {breaches:?} (subjects {subjects:?})"
+    );
+}
+
+#[test]
+fn seal_refuses_an_edited_test() {
+    tampering("edit", &["modified"]);
+}
+
+#[test]
+fn seal_refuses_a_deleted_test() {
+    tampering("delete", &["deleted"]);
+}
+
+#[test]
+fn seal_refuses_a_renamed_test() {
+    // Moved out of the sealed directory with its content unchanged: the sealed side is named.
+    let (_, breaches) = tampering("rename", &["renamed"]);
+    let breach = breaches
+        .iter()
+        .find(|b| b["kind"]["type"] == "renamed")
+        .unwrap();
+    assert_eq!(breach["kind"]["from"], "tests/test_calc.sh", "{breach}");
+    assert_eq!(breach["kind"]["to"], "src/test_calc.sh", "{breach}");
+}
+
+#[test]
+fn seal_refuses_a_committed_edit() {
+    let (fixture, breaches) = tampering("commit", &["modified"]);
+    names_the_agents_commit(&fixture, &breaches);
+}
+
+#[test]
+fn seal_refuses_an_edit_committed_then_reverted() {
+    // The net change leaves the test as it was, but the attempt's history changed the oracle.
+    let (fixture, breaches) = tampering("commit-revert", &["modified"]);
+    names_the_agents_commit(&fixture, &breaches);
+}
+
+#[test]
+fn seal_refuses_a_test_replaced_by_a_symlink() {
+    tampering("symlink", &["symlink_replaced"]);
+}
+
+#[test]
+fn seal_refuses_a_chmodded_test() {
+    let (_, breaches) = tampering("chmod", &["mode_changed"]);
+    let breach = breaches
+        .iter()
+        .find(|b| b["kind"]["type"] == "mode_changed")
+        .unwrap();
+    assert_eq!(breach["kind"]["old"], 0o100644, "{breach}");
+    assert_eq!(breach["kind"]["new"], 0o100755, "{breach}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evidence
+
+/// The fixing agent AGENT against GATE_SCRIPT (which exits 0 with bad evidence): the gate's
+/// verdict is unknown, never pass, and nothing lands.
+fn unknown_evidence(agent: &str, gate_script: &str, extra: &str) -> Run {
+    let defs = agent_def("bot", agent, &["@STATE"]);
+    let gate = format!("gate tests {{ run \"sh\" \"{gate_script}\"; }}");
+    let fixture = Fixture::new(&loop_kdl(&defs, true, &gate, extra));
+    let run = fixture.apply();
+    run.expect_code(2);
+    assert_main_unchanged(&fixture, &run);
+    let gates = run.named("gate.finished");
+    assert!(!gates.is_empty(), "{}", run.why());
+    for gate in &gates {
+        assert_eq!(gate["detail"]["verdict"], "unknown", "{}", run.why());
+        assert_eq!(gate["detail"]["exit_code"], 0, "{}", run.why());
+    }
+    for failed in run.named("attempt.failed") {
+        assert_eq!(failed["detail"]["kind"], "unknown", "{}", run.why());
+    }
+    run.none("attempt.passed");
+    run
+}
+
+#[test]
+fn fake_evidence_with_a_wrong_nonce_is_unknown() {
+    let run = unknown_evidence("fix.sh", "checks/fake_nonce.sh", "budget iterations=1");
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+}
+
+#[test]
+fn stale_evidence_written_by_the_agent_is_unknown() {
+    let run = unknown_evidence(
+        "stale_evidence.sh",
+        "checks/replay.sh",
+        "budget iterations=1",
+    );
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+}
+
+#[test]
+fn zero_executed_tests_are_unknown_and_repeat_into_stuck() {
+    // Default budget: same-failure=2 stops it after the second identical unknown.
+    let run = unknown_evidence("fix.sh", "checks/zero.sh", "");
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    let failed = run.named("attempt.failed");
+    assert_eq!(failed.len(), 2, "{}", run.why());
+    assert_eq!(
+        failed[0]["detail"]["signature"],
+        failed[1]["detail"]["signature"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misbehaving agents
+
+#[test]
+fn an_agent_that_changes_nothing_is_stuck() {
+    let fixture = Fixture::new(&simple_loop("noop.sh", "budget same-failure=2"));
+    let run = fixture.apply();
+    run.expect_code(2);
+    assert_main_unchanged(&fixture, &run);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    let failed = run.named("attempt.failed");
+    assert_eq!(failed.len(), 2, "{}", run.why());
+    for f in &failed {
+        assert_eq!(f["detail"]["kind"], "gate", "{}", run.why());
+    }
+    assert_eq!(
+        failed[0]["detail"]["signature"],
+        failed[1]["detail"]["signature"],
+        "{}",
+        run.why()
+    );
+    assert_eq!(
+        run.one("run.finished")["detail"]["outcome"],
+        "stuck",
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_hanging_agent_times_out_and_leaves_no_process() {
+    let defs = agent_def_timeout("bot", "hang.sh", &["@STATE"], "2s");
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    let run = fixture.apply();
+    // The only iteration failed on the agent: the budget ran out.
+    run.expect_code(3);
+    assert_main_unchanged(&fixture, &run);
+    let finished = run.one("agent.finished");
+    assert_eq!(finished["detail"]["timed_out"], true, "{}", run.why());
+    assert_eq!(
+        run.one("attempt.failed")["detail"]["kind"],
+        "agent",
+        "{}",
+        run.why()
+    );
+    run.none("gate.finished");
+    assert_gone(&fixture.state("agent.pid"), &run);
+    assert_gone(&fixture.state("child.pid"), &run);
+}
+
+#[test]
+fn a_child_outliving_its_agent_is_ended_and_does_not_hold_the_run() {
+    // The child keeps the agent's stdout and stderr open; the agent itself exits at once.
+    let defs = agent_def_timeout("bot", "orphan.sh", &["@STATE"], "20s");
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    let finished = run.one("agent.finished");
+    assert_eq!(finished["detail"]["timed_out"], false, "{}", run.why());
+    assert_eq!(finished["detail"]["exit_code"], 0, "{}", run.why());
+    assert_gone(&fixture.state("child.pid"), &run);
+}
+
+#[test]
+fn a_loud_agent_is_logged_to_disk_and_the_run_completes() {
+    // 200 MiB rather than the issue's 1 GiB keeps this test a few seconds on a 2-core CI box;
+    // it is already far past any in-memory tail. Peak memory for 1 GiB is the benchmark's job.
+    const MIB: u64 = 200;
+    let defs = agent_def("bot", "loud.sh", &[&MIB.to_string()]);
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    let out = run.attempt_dir(1).join("agent.out");
+    let len = fs::metadata(&out)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", out.display(), run.why()))
+        .len();
+    assert!(len >= MIB * 1024 * 1024, "agent.out holds {len} bytes");
+}
+
+#[test]
+fn a_rate_limited_agent_is_retried_as_the_same_attempt() {
+    let defs = "agent bot timeout=\"30s\" {\n    run \"sh\" \"@AGENTS/rate_limited.sh\" \"@STATE\"\n    rate-limit \"RATE LIMITED\"\n}\n"
+        .to_string();
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, ""));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    let limited = run.one("agent.rate-limited");
+    assert_eq!(limited["attempt"], 1, "{}", run.why());
+    // "retry after 1 seconds" in the message sets the wait.
+    assert_eq!(limited["detail"]["wait_ms"], 1000, "{}", run.why());
+    assert!(
+        limited["detail"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("RATE LIMITED")),
+        "{}",
+        run.why()
+    );
+    run.none("attempt.failed");
+    assert!(run.attempts().iter().all(|&a| a == 1), "{}", run.why());
+    assert_eq!(
+        fs::read_to_string(fixture.state("attempts")).unwrap(),
+        "1\n1\n",
+        "MVK_ATTEMPT of each run of the agent"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budgets
+
+/// Exit 3 with one `budget.exhausted` naming BUDGET; nothing lands.
+fn exhausted(fixture: &Fixture, run: &Run, budget: &str) {
+    run.expect_code(3);
+    assert_main_unchanged(fixture, run);
+    assert_eq!(
+        run.one("budget.exhausted")["detail"]["budget"],
+        budget,
+        "{}",
+        run.why()
+    );
+    assert_eq!(
+        run.one("run.finished")["detail"]["exit_code"],
+        3,
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn iterations_run_out() {
+    // same-failure above iterations, so the budget stops it before the brake does.
+    let fixture = Fixture::new(&simple_loop(
+        "noop.sh",
+        "budget iterations=2 same-failure=3",
+    ));
+    let run = fixture.apply();
+    exhausted(&fixture, &run, "iterations");
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+}
+
+#[test]
+fn tokens_run_out() {
+    // One attempt reports 1200 tokens against a limit of 1000.
+    let fixture = Fixture::new(&simple_loop(
+        "usage.sh",
+        "budget tokens=1000 same-failure=5 iterations=5",
+    ));
+    let run = fixture.apply();
+    exhausted(&fixture, &run, "tokens");
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+    let budget = run.one("budget.exhausted");
+    assert_eq!(budget["detail"]["spent"], 1200, "{}", run.why());
+    assert_eq!(budget["detail"]["limit"], 1000, "{}", run.why());
+    assert_eq!(
+        run.one("agent.finished")["detail"]["tokens"],
+        1200,
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn usd_runs_out() {
+    // $0.60 per attempt against $1.00: the second attempt crosses it.
+    let fixture = Fixture::new(&simple_loop(
+        "usage.sh",
+        "budget usd=1.0 same-failure=5 iterations=5",
+    ));
+    let run = fixture.apply();
+    exhausted(&fixture, &run, "usd");
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+}
+
+#[test]
+fn wall_time_runs_out() {
+    // Each attempt takes two seconds; the loop may take three.
+    let fixture = Fixture::new(&simple_loop(
+        "slow.sh",
+        "budget wall=\"3s\" same-failure=10 iterations=10",
+    ));
+    let run = fixture.apply();
+    exhausted(&fixture, &run, "wall");
+    assert!(run.attempts().len() <= 2, "{}", run.why());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ladder
+
+#[test]
+fn the_ladder_climbs_to_the_next_rung() {
+    let defs = agent_def("idle", "noop.sh", &[]) + &agent_def("fixer", "fix.sh", &[]);
+    let ladder =
+        "ladder {\n        rung agent=idle attempts=1\n        rung agent=fixer attempts=1\n    }";
+    let fixture = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    let climbed = run.one("rung.climbed");
+    assert_eq!(climbed["detail"]["from"], 1, "{}", run.why());
+    assert_eq!(climbed["detail"]["to"], 2, "{}", run.why());
+    let started = run.named("attempt.started");
+    assert_eq!(started.len(), 2, "{}", run.why());
+    assert_eq!(started[0]["detail"]["rung"], 1, "{}", run.why());
+    assert_eq!(started[0]["detail"]["agent"], "idle", "{}", run.why());
+    assert_eq!(started[1]["attempt"], 2, "{}", run.why());
+    assert_eq!(started[1]["detail"]["rung"], 2, "{}", run.why());
+    assert_eq!(started[1]["detail"]["agent"], "fixer", "{}", run.why());
+}
+
+#[test]
+fn the_ladder_ends_with_a_human_handoff() {
+    let defs = agent_def("idle", "noop.sh", &[]);
+    let ladder = "ladder {\n        rung agent=idle attempts=1\n        rung human\n    }";
+    let fixture = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let run = fixture.apply();
+    run.expect_code(4);
+    assert_main_unchanged(&fixture, &run);
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+    run.one("human.handoff");
+    let handoff = run.dir.join("HANDOFF.md");
+    let text = fs::read_to_string(&handoff)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", handoff.display(), run.why()));
+    assert!(
+        text.contains(&run.branch(1)),
+        "HANDOFF.md does not name attempt 1's branch:\n{text}"
+    );
+    assert!(
+        text.contains(FAILURE_LINE),
+        "HANDOFF.md does not show the last failure:\n{text}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Landing
+
+#[test]
+fn a_conflict_with_main_keeps_both_sides_and_retries_from_the_new_tip() {
+    let defs = agent_def("bot", "conflict.sh", &["@REPO", "@STATE"]);
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, ""));
+    let run = fixture.apply();
+    run.expect_code(0);
+    let main_tip = fs::read_to_string(fixture.state("main_tip"))
+        .unwrap()
+        .trim()
+        .to_string();
+
+    let conflict = run.one("merge.conflict");
+    assert_eq!(conflict["attempt"], 1, "{}", run.why());
+    assert!(
+        conflict["detail"]["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "src/calc.sh"),
+        "{}",
+        run.why()
+    );
+    let failed = run.one("attempt.failed");
+    assert_eq!(failed["attempt"], 1);
+    assert_eq!(failed["detail"]["kind"], "merge", "{}", run.why());
+    let started = run.named("attempt.started");
+    assert_eq!(started.len(), 2, "{}", run.why());
+    assert_eq!(
+        started[1]["detail"]["base"],
+        main_tip.as_str(),
+        "{}",
+        run.why()
+    );
+
+    // main keeps the change made meanwhile and gains attempt 2's note.
+    let calc = fixture.show("main", "src/calc.sh").unwrap();
+    assert!(
+        calc.contains("fixed on main"),
+        "main's src/calc.sh:\n{calc}"
+    );
+    assert!(fixture.show("main", "NOTES.md").is_some(), "{}", run.why());
+    let ancestry = git_output(
+        fixture.root(),
+        &["merge-base", "--is-ancestor", &main_tip, "main"],
+    );
+    assert!(
+        ancestry.status.success(),
+        "main lost the commit made meanwhile"
+    );
+    // Attempt 1's work is still on its branch.
+    let kept = fixture.show(&run.branch(1), "src/calc.sh").unwrap();
+    assert!(
+        kept.contains("fixed by the agent"),
+        "attempt 1's branch:\n{kept}"
+    );
+}
+
+/// An accepted run of `commit_fix.sh` (the agent commits "agent: fix add") with STRATEGY.
+fn landed(strategy: &str) -> (Fixture, Run, String) {
+    let defs = agent_def("bot", "commit_fix.sh", &[]);
+    let merge = format!("merge into=main strategy={strategy}");
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, &merge));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    let done = run.one("merge.done");
+    assert_eq!(done["detail"]["strategy"], strategy, "{}", run.why());
+    let tip = fixture.tip("main");
+    assert_eq!(done["detail"]["commit"], tip.as_str(), "{}", run.why());
+    let head = run.one("attempt.passed")["detail"]["head"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (fixture, run, head)
+}
+
+fn parents(fixture: &Fixture, rev: &str) -> Vec<String> {
+    fixture
+        .git(&["log", "-1", "--format=%P", rev])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn subjects(fixture: &Fixture, rev: &str) -> String {
+    fixture.git(&["log", "--format=%s", rev])
+}
+
+#[test]
+fn strategy_ff_moves_main_to_the_attempt() {
+    let (fixture, run, head) = landed("ff");
+    assert_eq!(fixture.tip("main"), head, "{}", run.why());
+    assert!(subjects(&fixture, "main").contains("agent: fix add"));
+}
+
+#[test]
+fn strategy_merge_makes_a_merge_commit() {
+    let (fixture, run, head) = landed("merge");
+    assert_eq!(
+        parents(&fixture, "main"),
+        [fixture.base.clone(), head],
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn strategy_squash_makes_one_commit_with_trailers() {
+    let (fixture, run, head) = landed("squash");
+    assert_eq!(
+        parents(&fixture, "main"),
+        std::slice::from_ref(&fixture.base),
+        "{}",
+        run.why()
+    );
+    assert!(
+        !subjects(&fixture, "main").contains("agent: fix add"),
+        "the agent's own commit reached main"
+    );
+    assert_eq!(
+        fixture.tip("main^{tree}"),
+        fixture.tip(&format!("{head}^{{tree}}"))
+    );
+    let message = fixture.git(&["log", "-1", "--format=%B", "main"]);
+    assert!(message.starts_with("mvk: t: "), "message:\n{message}");
+    let lines: Vec<&str> = message.lines().map(str::trim).collect();
+    for trailer in [
+        format!("Mvk-Run: {}", run.id),
+        "Mvk-Task: t".to_string(),
+        "Mvk-Attempt: 1".to_string(),
+    ] {
+        assert!(
+            lines.contains(&trailer.as_str()),
+            "no `{trailer}` in:\n{message}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l
+            .strip_prefix("Mvk-Digest: ")
+            .is_some_and(|d| !d.is_empty())),
+        "no Mvk-Digest trailer in:\n{message}"
+    );
+}
+
+#[test]
+fn a_failing_after_merge_gate_keeps_main_where_it_was() {
+    let defs = agent_def("bot", "fix.sh", &[]);
+    let merge =
+        "merge {\n        gate post evidence=none { run \"sh\" \"checks/post_fail.sh\"; }\n    }";
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, merge));
+    let run = fixture.apply();
+    run.expect_code(1);
+    assert_main_unchanged(&fixture, &run);
+    assert_eq!(
+        run.one("merge.failed")["detail"]["gate"],
+        "post",
+        "{}",
+        run.why()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trail and the environment
+
+#[test]
+fn json_output_is_one_document_matching_the_run() {
+    let fixture = Fixture::new(&simple_loop("fix.sh", ""));
+    let run = fixture.apply_with(&["--json"], &[]);
+    run.expect_code(0);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["schema"], "mvk.apply.v1");
+    assert_eq!(doc["run"], run.id.as_str());
+    assert_eq!(doc["outcome"], "accepted");
+    assert_eq!(doc["exit_code"], 0);
+    let tasks = doc["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{doc}");
+    let task = &tasks[0];
+    assert_eq!(task["name"], "t");
+    assert_eq!(task["outcome"], "accepted");
+    assert_eq!(task["attempts"], 1);
+    assert_eq!(task["merged"], fixture.tip("main").as_str());
+    assert_eq!(task["branch"], run.branch(1).as_str());
+    assert!(task["usd"].is_number(), "{doc}");
+    assert!(task["tokens"].is_number(), "{doc}");
+}
+
+#[test]
+fn the_trail_is_written() {
+    let fixture = Fixture::new(&simple_loop("fix.sh", ""));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert!(
+        run.stdout.lines().count() >= 2,
+        "no summary line\n{}",
+        run.why()
+    );
+
+    let first = run.events.first().unwrap();
+    let last = run.events.last().unwrap();
+    assert_eq!(first["event"], "run.started", "{}", run.why());
+    assert_eq!(
+        first["detail"]["base"],
+        fixture.base.as_str(),
+        "{}",
+        run.why()
+    );
+    assert_eq!(last["event"], "run.finished", "{}", run.why());
+    assert_eq!(last["detail"]["outcome"], "accepted", "{}", run.why());
+    for event in &run.events {
+        assert_eq!(event["run"], run.id.as_str(), "{event}");
+        assert!(
+            event["time"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{event}"
+        );
+    }
+    assert_eq!(
+        run.one("task.started")["detail"]["base"],
+        fixture.base.as_str()
+    );
+    for name in [
+        "seal.passed",
+        "attempt.passed",
+        "merge.started",
+        "task.finished",
+    ] {
+        run.one(name);
+    }
+
+    let attempt = run.attempt_dir(1);
+    for file in ["prompt.md", "agent.out", "agent.err", "gate-tests.log"] {
+        assert!(
+            attempt.join(file).is_file(),
+            "no {file} in {}",
+            attempt.display()
+        );
+    }
+    let log = fs::read_to_string(attempt.join("gate-tests.log")).unwrap();
+    assert!(log.contains("MVK_EVIDENCE="), "gate log:\n{log}");
+
+    let mvk = fixture.root().join(".mvk");
+    assert!(mvk.join("ledger.db").is_file());
+    let status = fs::read_to_string(mvk.join("STATUS.md")).unwrap();
+    assert!(!status.trim().is_empty());
+    let state: Value =
+        serde_json::from_str(&fs::read_to_string(mvk.join("loop_state.json")).unwrap()).unwrap();
+    assert!(state["phase"].is_string(), "loop_state.json: {state}");
+    let exclude = fs::read_to_string(fixture.root().join(".git/info/exclude")).unwrap();
+    assert!(
+        exclude
+            .lines()
+            .any(|l| matches!(l.trim(), ".mvk/" | "/.mvk/" | ".mvk" | "/.mvk")),
+        ".git/info/exclude:\n{exclude}"
+    );
+    assert_eq!(fixture.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn gates_do_not_see_credentials_the_agent_sees() {
+    let defs = agent_def("bot", "env_check.sh", &["@STATE"]);
+    let gate = r#"gate tests { run "sh" "checks/no_secret.sh"; }"#;
+    let fixture = Fixture::new(&loop_kdl(&defs, true, gate, "budget iterations=1"));
+    let run = fixture.apply_with(&[], &[("MY_API_TOKEN", "secret")]);
+    run.expect_code(0);
+    assert_main_fixed(&fixture, &run);
+    assert_eq!(
+        fs::read_to_string(fixture.state("agent_token")).unwrap(),
+        "secret\n",
+        "the agent should inherit the caller's credentials"
+    );
+    let log = fs::read_to_string(run.attempt_dir(1).join("gate-tests.log")).unwrap();
+    assert!(!log.contains("leaked"), "gate log:\n{log}");
+}

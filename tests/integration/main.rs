@@ -1,6 +1,9 @@
 //! The one integration-test binary: every test module is listed here, and `forgotten_files`
 //! fails when a file in this directory is not.
 
+// Tests may unwrap: a panic is the failure report (clippy.toml allows it in #[test] bodies only).
+#![allow(clippy::unwrap_used)]
+
 mod apply;
 mod book;
 mod digests;

@@ -1,0 +1,360 @@
+//! `mvk apply FILE [--task NAME] [--json]`: compile FILE and run it to an end in its repository;
+//! the run id first on stdout, progress on stderr, the exit code per the contract.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
+use crate::run::land::LandError;
+use crate::run::trail::Event;
+use crate::run::worktree::WorktreeError;
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The loop or flow file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Run only this task of a flow (from the target's current tip).
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// When to stop for a person: `auto` never does (batch and step need `mvk approve`, which
+    /// this version does not have yet).
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
+    /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Auto,
+    Batch,
+    Step,
+}
+
+pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
+    if args.mode != Mode::Auto {
+        return Err(CliError::Usage {
+            message: format!(
+                "`--mode {}` stops for `mvk approve`, which this version of mvk does not have yet",
+                if args.mode == Mode::Batch {
+                    "batch"
+                } else {
+                    "step"
+                }
+            ),
+            hint: Some(
+                "run with `--mode auto` (the default); a `rung human` still stops for a person"
+                    .into(),
+            ),
+        });
+    }
+    let program = super::compile(cli, printer, &args.file)?;
+    if program.kind == crate::ir::ProgramKind::Library {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` defines gates and agents only; there is no loop or flow to run",
+                args.file.display()
+            ),
+            hint: Some("apply a file with a `loop` or a `flow` that imports this one".into()),
+        });
+    }
+    let repo_root = repository(cli, &args.file)?;
+    let opts = RunOptions {
+        file: shown_file(&args.file, &repo_root),
+        repo_root,
+        task: args.task.clone(),
+        worktree_root: None,
+        mode: "auto".into(),
+    };
+    let progress = Progress::new(printer, args.json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal {
+            message: format!("cannot start the async runtime: {e}"),
+        })?;
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = driver::apply(&program, &opts, &progress) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    progress.finish();
+    let report = match result {
+        // Dropping the run killed every process group it had started.
+        None => {
+            printer.error("interrupted; every agent and gate this run started was stopped");
+            return Ok(Exit::Interrupted);
+        }
+        Some(Err(e)) => return Err(run_error(e)),
+        Some(Ok(report)) => report,
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Internal {
+            message: format!("cannot encode the report as JSON: {e}"),
+        })?;
+        printer.out(&text);
+    } else {
+        printer.out(&summary(&report));
+    }
+    Ok(Exit::from_code(report.exit_code))
+}
+
+/// The repository to work in: `--repo`, else the git repository holding the loop file.
+fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
+    let start = match &cli.repo {
+        Some(r) => r.clone(),
+        None => file
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .unwrap_or(Path::new("."))
+            .to_path_buf(),
+    };
+    let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
+        message: format!(
+            "`{}` is not inside a git repository: {}",
+            start.display(),
+            e.message()
+        ),
+        hint: Some(
+            "run mvk inside the repository the loop works on, or name it with `--repo DIR`".into(),
+        ),
+    })?;
+    let Some(workdir) = repo.workdir() else {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` is a bare repository; mvk needs a checkout",
+                start.display()
+            ),
+            hint: None,
+        });
+    };
+    // A linked worktree works too, but the pool and `.mvk/` belong to the main checkout.
+    let main = git2::Repository::open(repo.commondir())
+        .ok()
+        .and_then(|m| m.workdir().map(Path::to_path_buf))
+        .unwrap_or_else(|| workdir.to_path_buf());
+    main.canonicalize().map_err(|e| CliError::Usage {
+        message: format!("cannot resolve `{}`: {e}", main.display()),
+        hint: None,
+    })
+}
+
+fn shown_file(file: &Path, repo_root: &Path) -> String {
+    let abs = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    abs.strip_prefix(repo_root)
+        .map_or_else(|_| file.display().to_string(), |p| p.display().to_string())
+}
+
+fn run_error(e: RunError) -> CliError {
+    match e {
+        RunError::Config { message } => CliError::Usage {
+            message,
+            hint: None,
+        },
+        RunError::Land(LandError::Detached) => CliError::Usage {
+            message: "HEAD is detached, so there is no current branch to land on".into(),
+            hint: Some("check out a branch, or say `merge into=BRANCH` in the loop".into()),
+        },
+        RunError::Land(LandError::NoSuchBranch { branch }) => CliError::Usage {
+            message: format!("the target branch `{branch}` does not exist"),
+            hint: Some(format!(
+                "create it (`git branch {branch}`) or change `merge into=`"
+            )),
+        },
+        RunError::Worktree(WorktreeError::NoCommits { repo }) => CliError::Usage {
+            message: format!("repository `{}` has no commits yet", repo.display()),
+            hint: Some("make a first commit: attempts start from one".into()),
+        },
+        RunError::Agent { agent, source } => CliError::Usage {
+            message: format!("cannot run agent `{agent}`: {source}"),
+            hint: Some("install it, or fix the `run` line of its definition".into()),
+        },
+        other => {
+            let mut message = other.to_string();
+            let mut source = std::error::Error::source(&other);
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            CliError::Internal { message }
+        }
+    }
+}
+
+fn summary(report: &RunReport) -> String {
+    let mut out = String::new();
+    for t in &report.tasks {
+        out.push_str(&format!(
+            "{} {}: {} ({} attempt{}{})\n",
+            mark(t.outcome),
+            t.name,
+            t.reason,
+            t.attempts,
+            if t.attempts == 1 { "" } else { "s" },
+            if t.usd > 0.0 || t.tokens > 0 {
+                format!(
+                    ", {} tokens, {}",
+                    t.tokens,
+                    crate::plan::format_usd((t.usd * 1e6).round() as u64)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out.push_str(&format!(
+        "run {}: {} (exit {})",
+        report.run,
+        report.outcome.name(),
+        report.exit_code
+    ));
+    out
+}
+
+fn mark(o: driver::Outcome) -> &'static str {
+    match o {
+        driver::Outcome::Accepted => "✓",
+        driver::Outcome::Skipped => "-",
+        driver::Outcome::Human => "?",
+        _ => "✗",
+    }
+}
+
+/// Shows events: the run id on stdout as soon as it exists, then a live line on a terminal
+/// or plain lines otherwise, on stderr.
+struct Progress {
+    quiet: bool,
+    json: bool,
+    bar: Option<indicatif::ProgressBar>,
+    printed_id: Mutex<bool>,
+}
+
+impl Progress {
+    fn new(printer: &Printer, json: bool) -> Progress {
+        let quiet = printer.quiet();
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Progress {
+            quiet,
+            json,
+            bar,
+            printed_id: Mutex::new(false),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn event(&self, e: &Event) {
+        if e.event == "run.started" && !self.json {
+            let mut printed = self
+                .printed_id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !*printed {
+                println!("{}", e.run);
+                *printed = true;
+            }
+        }
+        let who = match (&e.task, e.attempt) {
+            (Some(t), Some(a)) => format!("{t} #{a}"),
+            (Some(t), None) => t.clone(),
+            _ => "run".to_string(),
+        };
+        let d = &e.detail;
+        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let text = match e.event.as_str() {
+            "run.started" => Some(format!("run {}: {} ({})", e.run, s("program"), s("file"))),
+            "attempt.started" => Some(format!("{who}: {} on {}", s("agent"), s("branch"))),
+            "agent.rate-limited" => Some(format!(
+                "{who}: rate-limited, waiting {} ({})",
+                crate::plan::format_duration(Duration::from_millis(
+                    d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
+                )),
+                s("message")
+            )),
+            "agent.finished" => Some(format!(
+                "{who}: agent {}",
+                if d.get("timed_out").and_then(Value::as_bool).unwrap_or(false) {
+                    "timed out".to_string()
+                } else {
+                    format!(
+                        "exited {}",
+                        d.get("exit_code").map_or("?".into(), Value::to_string)
+                    )
+                }
+            )),
+            "seal.breached" => Some(format!(
+                "{who}: seal breached: {}",
+                d.get("breaches")
+                    .and_then(Value::as_array)
+                    .map(|b| b
+                        .iter()
+                        .filter_map(|x| x.get("path").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(", "))
+                    .unwrap_or_default()
+            )),
+            "gate.finished" => Some(format!(
+                "{who}: gate {} {}: {}",
+                s("gate"),
+                s("verdict"),
+                s("reason")
+            )),
+            "attempt.failed" => Some(format!("{who}: failed ({}): {}", s("kind"), s("criterion"))),
+            "rung.climbed" => Some(format!("{who}: climbing to rung {}", s("rung"))),
+            "budget.exhausted" => Some(format!("{who}: the {} budget ran out", s("budget"))),
+            "merge.conflict" => Some(format!("{who}: cannot land: {}", s("reason"))),
+            "merge.failed" => Some(format!("{who}: after-merge gate {} failed", s("gate"))),
+            "merge.done" => Some(format!(
+                "{who}: landed on {} as {}",
+                s("into"),
+                s("commit").get(..10).unwrap_or("")
+            )),
+            "human.handoff" => Some(format!("{who}: waiting for a person: {}", s("file"))),
+            "task.skipped" => Some(format!("{who}: {}", s("reason"))),
+            _ => None,
+        };
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("{who}: {}", e.event));
+        }
+        if let Some(t) = text {
+            self.line(&t);
+        }
+    }
+}

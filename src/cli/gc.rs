@@ -1,0 +1,129 @@
+//! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
+//! slots no process holds and the `mvk/<run>/…` branches of runs that are no longer live.
+//!
+//! A run is live when the ledger says it is running and its process is alive on this host;
+//! its branches stay. Branches of runs the ledger does not know are left alone: mvk did not
+//! make them, or their record is gone, and deleting work on a guess is worse than keeping it.
+
+use std::path::Path;
+
+use clap::Args;
+
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::ledger::Ledger;
+use crate::run::worktree::Pool;
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Say what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError> {
+    let start = cli
+        .repo
+        .clone()
+        .unwrap_or_else(|| Path::new(".").to_path_buf());
+    let internal = |what: &str, e: &dyn std::fmt::Display| CliError::Internal {
+        message: format!("cannot {what}: {e}"),
+    };
+    let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
+        message: format!(
+            "`{}` is not inside a git repository: {}",
+            start.display(),
+            e.message()
+        ),
+        hint: Some("run `mvk gc` in the repository, or name it with `--repo DIR`".into()),
+    })?;
+    let main = git2::Repository::open(repo.commondir())
+        .map_err(|e| internal("open the repository", &e))?;
+    let Some(root) = main.workdir().map(Path::to_path_buf) else {
+        return Err(CliError::Usage {
+            message: "a bare repository has no mvk runs".into(),
+            hint: None,
+        });
+    };
+    let ledger_path = root.join(".mvk").join("ledger.db");
+    let ledger = if ledger_path.exists() {
+        Some(Ledger::open(&ledger_path).map_err(|e| internal("open the ledger", &e))?)
+    } else {
+        None
+    };
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+
+    // Branches first: a slot that holds a branch must be released before the branch can go.
+    let mut doomed = Vec::new();
+    let branches = main
+        .branches(Some(git2::BranchType::Local))
+        .map_err(|e| internal("list branches", &e))?;
+    for branch in branches.flatten() {
+        let Ok(Some(name)) = branch.0.name().map(|n| n.map(str::to_string)) else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix("mvk/") else {
+            continue;
+        };
+        let Some(run) = rest.split('/').next() else {
+            continue;
+        };
+        let Some(ledger) = &ledger else { continue };
+        let status = ledger
+            .run_status(run)
+            .map_err(|e| internal("read the ledger", &e))?;
+        let Some(status) = status else { continue };
+        let alive = status.state == "running"
+            && status.host == host
+            && Path::new(&format!("/proc/{}", status.pid)).exists();
+        if !alive {
+            doomed.push(name);
+        }
+    }
+
+    let pool_root = Pool::default_root(&root);
+    let mut removed_slots = Vec::new();
+    if pool_root.exists() {
+        let pool =
+            Pool::open(&root, &pool_root).map_err(|e| internal("open the worktree pool", &e))?;
+        if !args.dry_run {
+            removed_slots = pool
+                .gc()
+                .map_err(|e| internal("remove idle worktrees", &e))?;
+        }
+    }
+    let mut removed_branches = 0;
+    for name in &doomed {
+        if args.dry_run {
+            printer.out(&format!("would delete branch {name}"));
+            continue;
+        }
+        match main.find_branch(name, git2::BranchType::Local) {
+            Ok(mut b) => match b.delete() {
+                Ok(()) => removed_branches += 1,
+                // Checked out somewhere (a slot a live process holds): keep it.
+                Err(e) => printer.status(&format!("kept branch {name}: {}", e.message())),
+            },
+            Err(_) => continue,
+        }
+    }
+    for slot in &removed_slots {
+        printer.status(&format!("removed worktree {}", slot.display()));
+    }
+    if args.dry_run {
+        printer.out(&format!(
+            "{} branch(es) would be deleted; idle worktrees under {} would be removed",
+            doomed.len(),
+            pool_root.display()
+        ));
+    } else {
+        printer.out(&format!(
+            "removed {} worktree(s) and {removed_branches} branch(es)",
+            removed_slots.len()
+        ));
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,770 @@
+//! One attempt of a task in (a base commit, a rung's agent, the previous failure); out comes its
+//! result: passed with the commit that holds the change, or failed with the exact failure the
+//! next attempt is told about. In between: a pooled worktree, the prompt, the agent (retried on
+//! rate limits), the capture commit, the seal check and the gates.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use git2::{Oid, Repository};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::ir::{Agent, Task};
+use crate::prompt::{self, GateInfo, PromptContext};
+use crate::run::adapter::{self, RateLimitMatcher, Usage};
+use crate::run::driver::{Budgets, RunError, Runner};
+use crate::run::evidence::GateVerdict;
+use crate::run::gate::{self, GateContext, GateRun};
+use crate::run::process::{self, ProcessSpec, Termination};
+use crate::run::seal::{self, Breach, Seal, SealVerdict};
+use crate::run::worktree;
+
+/// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Without a wall budget, rate-limit retries of one attempt stop here and the attempt fails.
+const MAX_RATE_LIMIT_RETRIES: u32 = 20;
+/// Bytes of the agent's own output quoted in a failure (it crashed or timed out).
+const AGENT_TAIL_BYTES: u64 = 4 * 1024;
+
+/// What kind of criterion an attempt missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    Agent,
+    Seal,
+    Gate,
+    Unknown,
+    Merge,
+}
+
+impl FailureKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Agent => "agent",
+            FailureKind::Seal => "seal",
+            FailureKind::Gate => "gate",
+            FailureKind::Unknown => "unknown",
+            FailureKind::Merge => "merge",
+        }
+    }
+}
+
+/// The exact failure of one attempt, as the next attempt's prompt and the reports show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub attempt: u32,
+    pub kind: FailureKind,
+    pub gate: Option<String>,
+    pub exit_code: Option<i32>,
+    pub counts: Option<crate::run::evidence::Counts>,
+    pub tail: String,
+    pub criterion: String,
+    pub breaches: Vec<Breach>,
+    /// Two failures with the same signature are the same failure (the stuck brake).
+    pub signature: String,
+}
+
+impl Failure {
+    pub fn to_prompt(&self) -> prompt::Failure {
+        prompt::Failure {
+            attempt: self.attempt,
+            kind: self.kind.name().to_string(),
+            gate: self.gate.clone(),
+            exit_code: self.exit_code,
+            counts: self.counts.map(|c| prompt::Counts {
+                executed: c.executed,
+                passed: c.passed,
+                failed: c.failed,
+                skipped: c.skipped,
+            }),
+            output_tail: self.tail.clone(),
+            criterion: self.criterion.clone(),
+            blockers: Vec::new(),
+        }
+    }
+
+    pub fn new(
+        attempt: u32,
+        kind: FailureKind,
+        criterion: String,
+        signature_parts: &[&str],
+    ) -> Failure {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(kind.name().as_bytes());
+        for part in signature_parts {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        Failure {
+            attempt,
+            kind,
+            gate: None,
+            exit_code: None,
+            counts: None,
+            tail: String::new(),
+            criterion,
+            breaches: Vec::new(),
+            signature: hasher.finalize().to_hex()[..16].to_string(),
+        }
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug)]
+pub enum AttemptEnd {
+    Passed {
+        head: Oid,
+        gates: Vec<GateRun>,
+    },
+    Failed(Failure),
+    /// The wall budget ran out while the agent waited on a rate limit or ran.
+    WallSpent,
+}
+
+/// What an attempt cost and left behind, whatever its end.
+#[derive(Debug)]
+pub struct AttemptRecord {
+    pub ledger_id: i64,
+    pub number: u32,
+    pub branch: String,
+    pub head: Option<Oid>,
+    pub usage: Usage,
+    pub end: AttemptEnd,
+}
+
+/// The fixed facts of one attempt.
+pub struct AttemptSpec<'a> {
+    pub task: &'a Task,
+    pub number: u32,
+    pub rung: u32,
+    pub agent: &'a Agent,
+    pub base: Oid,
+    pub previous: Option<&'a Failure>,
+}
+
+/// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
+/// agent or a gate did is an [`AttemptEnd`].
+pub async fn run_attempt(
+    runner: &mut Runner<'_>,
+    spec: &AttemptSpec<'_>,
+    budgets: &Budgets,
+) -> Result<AttemptRecord, RunError> {
+    let task = spec.task;
+    let branch = format!(
+        "mvk/{}/{}/{}",
+        runner.run_id(),
+        slug(&task.name),
+        spec.number
+    );
+    let dir = runner.attempt_dir(&task.name, spec.number);
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
+        action: "create attempt directory",
+        path: dir.clone(),
+        source,
+    })?;
+    let mut lease = runner.acquire(spec.base, &branch)?;
+    let worktree_path = lease.path.clone();
+    let ledger_id = runner.ledger_begin_attempt(
+        &task.name,
+        spec.number,
+        spec.rung,
+        &spec.agent.label(),
+        &branch,
+        &worktree_path,
+        spec.base,
+    )?;
+    runner.emit(
+        Some(&task.name),
+        Some(spec.number),
+        "attempt.started",
+        json!({
+            "rung": spec.rung,
+            "agent": spec.agent.label(),
+            "branch": branch,
+            "worktree": worktree_path.display().to_string(),
+            "base": spec.base.to_string(),
+        }),
+    )?;
+    runner.set_phase("agent", Some(&task.name), spec.number)?;
+
+    // The prompt.
+    let prompt_text = render_prompt(task, spec, budgets.context_tokens)?;
+    let prompt_file = dir.join("prompt.md");
+    std::fs::write(&prompt_file, &prompt_text).map_err(|source| RunError::Io {
+        action: "write the prompt",
+        path: prompt_file.clone(),
+        source,
+    })?;
+
+    // The agent, retried on rate limits.
+    let matcher =
+        RateLimitMatcher::new(spec.agent.adapter, &spec.agent.rate_limits).map_err(|e| {
+            RunError::Config {
+                message: format!(
+                    "a rate-limit pattern of agent `{}` is not a valid regular expression: {e}",
+                    spec.agent.name
+                ),
+            }
+        })?;
+    let env = agent_env(runner.run_id(), spec, &worktree_path, &prompt_file);
+    let argv = fill_argv(
+        &spec.agent.argv,
+        runner.run_id(),
+        spec,
+        &worktree_path,
+        &prompt_file,
+        &prompt_text,
+    )?;
+    let mut usage = Usage::default();
+    let mut retries = 0u32;
+    let mut backoff = FIRST_BACKOFF;
+    let (outcome, started) = loop {
+        let Some(limit) = budgets.time_left(runner.started()) else {
+            return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
+        };
+        let timeout = spec.agent.timeout.min(limit);
+        let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
+            message: format!("agent `{}` has an empty command", spec.agent.name),
+        })?;
+        let mut ps = ProcessSpec::new(
+            program,
+            &worktree_path,
+            dir.join("agent.out"),
+            dir.join("agent.err"),
+        );
+        ps.args = args.to_vec();
+        ps.env = env.clone();
+        ps.timeout = Some(timeout);
+        let started = Instant::now();
+        let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
+            agent: spec.agent.name.clone(),
+            source,
+        })?;
+        if let Some(u) =
+            adapter::read_usage(spec.agent.adapter, &ps.stdout_log).map_err(|source| {
+                RunError::Io {
+                    action: "read the agent's output",
+                    path: ps.stdout_log.clone(),
+                    source,
+                }
+            })?
+        {
+            usage.input_tokens = usage.input_tokens.saturating_add(u.input_tokens);
+            usage.output_tokens = usage.output_tokens.saturating_add(u.output_tokens);
+            usage.usd_micros = Some(
+                usage
+                    .usd_micros
+                    .unwrap_or(0)
+                    .saturating_add(u.usd_micros.unwrap_or(0)),
+            );
+            usage.session = u.session.or(usage.session);
+        }
+        let limited = match outcome.termination {
+            Termination::Exited(code) if code != 0 => {
+                matcher.check(&format!("{}\n{}", outcome.stdout_tail, outcome.stderr_tail))
+            }
+            _ => None,
+        };
+        let Some(limit_hit) = limited else {
+            break (outcome, started);
+        };
+        retries += 1;
+        let wait = limit_hit.retry_after.unwrap_or(backoff);
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        let left = budgets.time_left(runner.started());
+        if budgets.wall.is_none() && retries > MAX_RATE_LIMIT_RETRIES {
+            break (outcome, started);
+        }
+        if left.is_some_and(|l| l <= wait) {
+            runner.emit(
+                Some(&task.name),
+                Some(spec.number),
+                "agent.rate-limited",
+                json!({"wait_ms": ms(wait), "message": limit_hit.message, "gave_up": true}),
+            )?;
+            return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
+        }
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "agent.rate-limited",
+            json!({"wait_ms": ms(wait), "message": limit_hit.message}),
+        )?;
+        runner.set_phase("rate-limited", Some(&task.name), spec.number)?;
+        tokio::time::sleep(wait).await;
+        // The same attempt again, from a clean checkout of the same base.
+        drop(lease);
+        lease = runner.acquire(spec.base, &branch)?;
+        runner.set_phase("agent", Some(&task.name), spec.number)?;
+    };
+    let (exit_code, timed_out) = match outcome.termination {
+        Termination::Exited(code) => (Some(code), false),
+        Termination::Signaled(_) => (None, false),
+        Termination::TimedOut => (None, true),
+    };
+    let duration = started.elapsed();
+
+    // Whatever the agent left is kept on the attempt's branch.
+    let head = worktree::capture(
+        &lease,
+        &format!(
+            "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
+            spec.number,
+            task.name,
+            runner.run_id(),
+            task.name,
+            spec.number
+        ),
+    )?;
+    runner.ledger_agent_done(
+        ledger_id, exit_code, timed_out, duration, head, &usage, retries,
+    )?;
+    runner.emit(
+        Some(&task.name),
+        Some(spec.number),
+        "agent.finished",
+        json!({
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "duration_ms": ms(duration),
+            "tokens": usage.tokens(),
+            "usd": usage.usd_micros.map(|u| u as f64 / 1e6),
+            "rate_limited": retries,
+            "stragglers_killed": outcome.stragglers_killed,
+        }),
+    )?;
+    let record = |end| AttemptRecord {
+        ledger_id,
+        number: spec.number,
+        branch: branch.clone(),
+        head: Some(head),
+        usage: usage.clone(),
+        end,
+    };
+
+    if timed_out || exit_code != Some(0) {
+        // Killed because the wall budget ran out: a budget stop, not the agent's failure.
+        if timed_out && budgets.time_left(runner.started()).is_none() {
+            return Ok(record(AttemptEnd::WallSpent));
+        }
+        let criterion = if timed_out {
+            format!(
+                "the agent finishes within {}",
+                crate::plan::format_duration(spec.agent.timeout)
+            )
+        } else if retries > MAX_RATE_LIMIT_RETRIES {
+            format!("the agent stays rate-limited after {retries} retries")
+        } else {
+            match exit_code {
+                Some(code) => format!("the agent exits with code 0 (it exited with {code})"),
+                None => "the agent exits on its own (it was killed by a signal)".to_string(),
+            }
+        };
+        let sig = exit_code.map_or_else(|| format!("timed-out={timed_out}"), |c| c.to_string());
+        let mut f = Failure::new(spec.number, FailureKind::Agent, criterion, &[&sig]);
+        f.exit_code = exit_code;
+        f.tail = agent_tail(&dir);
+        return Ok(record(AttemptEnd::Failed(f)));
+    }
+
+    // The seal.
+    runner.set_phase("seal", Some(&task.name), spec.number)?;
+    if let Some(f) = check_seal(runner, task, spec, head)? {
+        return Ok(record(AttemptEnd::Failed(f)));
+    }
+
+    // The gates, in order; the first that does not pass ends the attempt.
+    runner.set_phase("gates", Some(&task.name), spec.number)?;
+    let gate_env = gate_env(
+        runner.run_id(),
+        &task.name,
+        spec.number,
+        spec.base,
+        &worktree_path,
+    );
+    let mut runs = Vec::new();
+    for (i, g) in task.gates.iter().enumerate() {
+        let Some(left) = budgets.time_left(runner.started()) else {
+            return Ok(record(AttemptEnd::WallSpent));
+        };
+        let cx = GateContext {
+            cwd: &worktree_path,
+            env: &gate_env,
+            log: dir.join(format!("gate-{}.log", slug(&g.name))),
+            timeout: g.timeout.min(left),
+        };
+        let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+        runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
+        if run.timed_out && budgets.time_left(runner.started()).is_none() {
+            return Ok(record(AttemptEnd::WallSpent));
+        }
+        if run.verdict != GateVerdict::Pass {
+            return Ok(record(AttemptEnd::Failed(gate_failure(
+                spec.number,
+                &run,
+                &worktree_path,
+            ))));
+        }
+        runs.push(run);
+    }
+    drop(lease);
+    Ok(record(AttemptEnd::Passed { head, gates: runs }))
+}
+
+async fn finish_wall(
+    _runner: &mut Runner<'_>,
+    ledger_id: i64,
+    spec: &AttemptSpec<'_>,
+    branch: String,
+    head: Option<Oid>,
+    usage: Usage,
+    _retries: u32,
+) -> Result<AttemptRecord, RunError> {
+    Ok(AttemptRecord {
+        ledger_id,
+        number: spec.number,
+        branch,
+        head,
+        usage,
+        end: AttemptEnd::WallSpent,
+    })
+}
+
+/// The seal check of an attempt's change; `Some` failure when it touched the oracle.
+fn check_seal(
+    runner: &mut Runner<'_>,
+    task: &Task,
+    spec: &AttemptSpec<'_>,
+    head: Oid,
+) -> Result<Option<Failure>, RunError> {
+    let sealed = Seal::new(&task.seal).map_err(RunError::Seal)?;
+    let repo = Repository::open(runner.repo_root()).map_err(|source| RunError::Git {
+        action: "open the repository".into(),
+        source,
+    })?;
+    match seal::check(&repo, spec.base, head, &sealed).map_err(RunError::Seal)? {
+        SealVerdict::Untouched => {
+            runner.emit(
+                Some(&task.name),
+                Some(spec.number),
+                "seal.passed",
+                json!({}),
+            )?;
+            Ok(None)
+        }
+        SealVerdict::Breached(breaches) => {
+            runner.emit(
+                Some(&task.name),
+                Some(spec.number),
+                "seal.breached",
+                json!({ "breaches": breaches }),
+            )?;
+            let first = breaches
+                .first()
+                .map_or_else(String::new, ToString::to_string);
+            let parts: Vec<String> = breaches
+                .iter()
+                .map(|b| format!("{}:{:?}", b.path, std::mem::discriminant(&b.kind)))
+                .collect();
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let mut f = Failure::new(
+                spec.number,
+                FailureKind::Seal,
+                format!(
+                    "sealed paths stay untouched, but {first}; the attempt was rejected before any gate ran"
+                ),
+                &parts,
+            );
+            f.tail = breaches
+                .iter()
+                .map(|b| format!("{b}\n"))
+                .collect::<String>();
+            f.breaches = breaches;
+            Ok(Some(f))
+        }
+    }
+}
+
+/// The failure a gate run reports; its signature ignores what changes between identical runs
+/// (numbers such as timings, long hex such as nonces and commit ids, the worktree's path).
+pub fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
+    let kind = if run.verdict == GateVerdict::Unknown {
+        FailureKind::Unknown
+    } else {
+        FailureKind::Gate
+    };
+    let criterion = match kind {
+        FailureKind::Unknown => format!(
+            "gate `{}` proves that its tests ran and passed: {}",
+            run.gate, run.reason
+        ),
+        _ => format!("gate `{}` passes: {}", run.gate, run.reason),
+    };
+    let normal = normalize(&run.tail, worktree);
+    let exit = format!("{:?}", run.exit_code);
+    let counts = format!("{:?}", run.counts());
+    let mut f = Failure::new(
+        attempt,
+        kind,
+        criterion,
+        &[&run.gate, &exit, &counts, &normal],
+    );
+    f.gate = Some(run.gate.clone());
+    f.exit_code = run.exit_code;
+    f.counts = run.counts();
+    f.tail = run.tail.clone();
+    f
+}
+
+fn normalize(text: &str, worktree: &Path) -> String {
+    let text = text.replace(&worktree.display().to_string(), "<worktree>");
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.len() >= 12 {
+            out.push('H');
+        } else if run.chars().all(|c| c.is_ascii_digit()) {
+            if !run.is_empty() {
+                out.push('#');
+            }
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+fn agent_tail(dir: &Path) -> String {
+    let mut out = String::new();
+    for (name, label) in [("agent.err", "stderr"), ("agent.out", "stdout")] {
+        if let Ok(t) = gate::tail_of(&dir.join(name), AGENT_TAIL_BYTES / 2)
+            && !t.trim().is_empty()
+        {
+            out.push_str(&format!("[{label}]\n{t}\n"));
+        }
+    }
+    out
+}
+
+/// Renders the task's template, shrinking the quoted output until the prompt fits the context
+/// budget (about four bytes a token).
+fn render_prompt(
+    task: &Task,
+    spec: &AttemptSpec<'_>,
+    context_tokens: u32,
+) -> Result<String, RunError> {
+    let mut cx = PromptContext {
+        goal: task.goal.clone(),
+        task: task.name.clone(),
+        item: task.item.clone(),
+        scope: task.scope.clone(),
+        seal: task.seal.clone(),
+        attempt: spec.number,
+        rung: spec.agent.label(),
+        gates: task
+            .gates
+            .iter()
+            .map(|g| GateInfo {
+                name: g.name.clone(),
+                evidence: g.evidence.name().to_string(),
+                result: None,
+                summary: None,
+            })
+            .collect(),
+        failure: spec.previous.map(Failure::to_prompt),
+        diff: None,
+        previous_blockers: Vec::new(),
+    };
+    let max = usize::try_from(context_tokens)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(4);
+    loop {
+        let text = prompt::render(&task.prompt.text, &cx).map_err(|p| RunError::Template {
+            template: task.prompt.name.clone(),
+            message: p.to_string(),
+            line: p.line,
+        })?;
+        let Some(failure) = cx.failure.as_mut() else {
+            return Ok(text);
+        };
+        if text.len() <= max || failure.output_tail.is_empty() {
+            return Ok(text);
+        }
+        // Keep the end of the output: that is where test runners put their verdicts.
+        let excess = text.len() - max;
+        let tail = &failure.output_tail;
+        let mut cut = excess.saturating_add(64).min(tail.len());
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        failure.output_tail = if cut >= tail.len() {
+            String::new()
+        } else {
+            format!(
+                "[… {cut} bytes cut to fit the context budget]\n{}",
+                &tail[cut..]
+            )
+        };
+    }
+}
+
+fn agent_env(
+    run: &str,
+    spec: &AttemptSpec<'_>,
+    worktree: &Path,
+    prompt_file: &Path,
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("MVK_RUN".to_string(), run.to_string()),
+        ("MVK_TASK".to_string(), spec.task.name.clone()),
+        ("MVK_ATTEMPT".to_string(), spec.number.to_string()),
+        ("MVK_RUNG".to_string(), spec.rung.to_string()),
+        ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
+        (
+            "MVK_PROMPT_FILE".to_string(),
+            prompt_file.display().to_string(),
+        ),
+        ("MVK_BASE".to_string(), spec.base.to_string()),
+    ];
+    env.extend(spec.agent.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+fn gate_env(
+    run: &str,
+    task: &str,
+    attempt: u32,
+    base: Oid,
+    worktree: &Path,
+) -> Vec<(String, String)> {
+    vec![
+        ("MVK_RUN".to_string(), run.to_string()),
+        ("MVK_TASK".to_string(), task.to_string()),
+        ("MVK_ATTEMPT".to_string(), attempt.to_string()),
+        ("MVK_BASE".to_string(), base.to_string()),
+        ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
+    ]
+}
+
+/// The gate environment for gates run on a landing candidate.
+pub fn landing_env(
+    run: &str,
+    task: &str,
+    attempt: u32,
+    base: Oid,
+    worktree: &Path,
+) -> Vec<(String, String)> {
+    gate_env(run, task, attempt, base, worktree)
+}
+
+fn fill_argv(
+    argv: &[String],
+    run: &str,
+    spec: &AttemptSpec<'_>,
+    worktree: &Path,
+    prompt_file: &Path,
+    prompt_text: &str,
+) -> Result<Vec<String>, RunError> {
+    let lookup = |name: &str| -> Option<String> {
+        Some(match name {
+            "prompt" => prompt_text.to_string(),
+            "prompt_file" => prompt_file.display().to_string(),
+            "worktree" => worktree.display().to_string(),
+            "attempt" => spec.number.to_string(),
+            "rung" => spec.rung.to_string(),
+            "task" => spec.task.name.clone(),
+            "run" => run.to_string(),
+            _ => return None,
+        })
+    };
+    argv.iter()
+        .map(|arg| {
+            crate::resolve::interp::interpolate(arg, &lookup, &[])
+                .map(std::borrow::Cow::into_owned)
+                .map_err(|e| RunError::Config {
+                    message: format!("agent `{}`: cannot fill in `{arg}`: {e:?}", spec.agent.name),
+                })
+        })
+        .collect()
+}
+
+/// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;
+/// anything else becomes `-`, and a short hash keeps two names that differ only there apart.
+pub fn slug(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    let trimmed = out.trim_matches('-').to_string();
+    if trimmed == name && !trimmed.is_empty() {
+        return trimmed;
+    }
+    let hash = blake3::hash(name.as_bytes()).to_hex();
+    if trimmed.is_empty() {
+        hash[..8].to_string()
+    } else {
+        format!("{trimmed}-{}", &hash[..6])
+    }
+}
+
+pub fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Where an attempt's files go: `.mvk/runs/<run>/<task>/<attempt>`.
+pub fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
+    run_dir.join(slug(task)).join(attempt.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_branch_safe_and_distinct() {
+        assert_eq!(slug("fix-parser"), "fix-parser");
+        let a = slug("port[src/a.rs]");
+        let b = slug("port[src-a.rs]");
+        assert!(a.starts_with("port-src-a-rs-"), "{a}");
+        assert_ne!(a, b);
+        assert!(git2::Reference::is_valid_name(&format!(
+            "refs/heads/mvk/r/{a}/1"
+        )));
+    }
+
+    #[test]
+    fn signatures_ignore_timings_and_nonces() {
+        let w = Path::new("/tmp/wt");
+        let a = normalize(
+            "test result: FAILED. 1 passed; finished in 0.03s nonce 0123456789abcdef0123 at /tmp/wt/src",
+            w,
+        );
+        let b = normalize(
+            "test result: FAILED. 1 passed; finished in 1.27s nonce fedcba98765432100000 at /tmp/wt/src",
+            w,
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, normalize("test result: FAILED. other", w));
+    }
+}

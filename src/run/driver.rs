@@ -1,0 +1,1469 @@
+//! A compiled program and a repository in; the run carried to an end out: each task's attempts
+//! (see [`attempt`](crate::run::attempt)) driven through budgets and the ladder, accepted work
+//! landed on its target, every transition written to the ledger and the trail before its effect,
+//! and a [`RunReport`] whose outcome maps to the contract's exit codes.
+//!
+//! Tasks of a flow run one at a time in dependency order, each from the target's tip, so a task
+//! starts from the merged results of the tasks before it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use git2::Oid;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::ir::{Program, Rung, Task};
+use crate::ledger::{self, Ledger};
+use crate::run::attempt::{self, AttemptEnd, AttemptSpec, Failure, FailureKind};
+use crate::run::evidence::GateVerdict;
+use crate::run::gate::{self, GateContext, GateRun};
+use crate::run::land::{self, LandError, Prepared};
+use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
+use crate::run::worktree::{self, Lease, Pool};
+
+/// How often landing is retried when the target moves between preparing and publishing.
+const LAND_RETRIES: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot {action} `{}`", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot {action}")]
+    Git {
+        action: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error(transparent)]
+    Worktree(#[from] worktree::WorktreeError),
+    #[error(transparent)]
+    Ledger(#[from] ledger::LedgerError),
+    #[error(transparent)]
+    Trail(#[from] trail::TrailError),
+    #[error(transparent)]
+    Land(#[from] LandError),
+    #[error(transparent)]
+    Seal(crate::run::seal::SealError),
+    #[error(transparent)]
+    Gate(gate::GateError),
+    #[error("cannot run agent `{agent}`")]
+    Agent {
+        agent: String,
+        #[source]
+        source: crate::run::process::ProcessError,
+    },
+    #[error("template `{template}` does not render{}: {message}", line.map_or(String::new(), |l| format!(" at line {l}")))]
+    Template {
+        template: String,
+        message: String,
+        line: Option<usize>,
+    },
+    #[error("{message}")]
+    Config { message: String },
+}
+
+/// How a task, or a whole run, ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Accepted,
+    Rejected,
+    Stuck,
+    Unknown,
+    Budget,
+    Human,
+    Skipped,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Rejected => "rejected",
+            Outcome::Stuck => "stuck",
+            Outcome::Unknown => "unknown",
+            Outcome::Budget => "budget",
+            Outcome::Human => "human",
+            Outcome::Skipped => "skipped",
+        }
+    }
+
+    /// The contract's exit code for `apply`.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Accepted | Outcome::Skipped => 0,
+            Outcome::Rejected => 1,
+            Outcome::Stuck | Outcome::Unknown => 2,
+            Outcome::Budget => 3,
+            Outcome::Human => 4,
+        }
+    }
+
+    /// Rank in the contract's order for a flow's code: 1 > 2 > 3 > 4 > 0.
+    fn severity(self) -> u8 {
+        match self {
+            Outcome::Rejected => 5,
+            Outcome::Stuck | Outcome::Unknown => 4,
+            Outcome::Budget => 3,
+            Outcome::Human => 2,
+            Outcome::Accepted | Outcome::Skipped => 0,
+        }
+    }
+}
+
+/// What one task did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskReport {
+    pub name: String,
+    pub outcome: Outcome,
+    pub attempts: u32,
+    pub merged: Option<String>,
+    pub branch: Option<String>,
+    pub usd: f64,
+    pub tokens: u64,
+    /// One line: why it ended so.
+    pub reason: String,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub schema: &'static str,
+    pub run: String,
+    pub outcome: Outcome,
+    pub exit_code: u8,
+    pub tasks: Vec<TaskReport>,
+    pub handoff: Option<PathBuf>,
+}
+
+/// Where and how to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub repo_root: PathBuf,
+    /// The loop file as the user named it (for reports).
+    pub file: String,
+    /// Run only this task of a flow.
+    pub task: Option<String>,
+    /// The worktree pool's root; `None` for [`Pool::default_root`].
+    pub worktree_root: Option<PathBuf>,
+    pub mode: String,
+}
+
+/// Sees every event as it is written (the CLI's progress display).
+pub trait Observer: Send + Sync {
+    fn event(&self, event: &Event);
+}
+
+/// The limits that apply to an attempt: the task's budget and, in a flow, the flow's.
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    pub wall: Option<Duration>,
+    pub context_tokens: u32,
+}
+
+impl Budgets {
+    /// Time left before the wall budget runs out from `started`; `None` when it has run out.
+    pub fn time_left(&self, started: Instant) -> Option<Duration> {
+        match self.wall {
+            None => Some(Duration::MAX),
+            Some(w) => w.checked_sub(started.elapsed()).filter(|d| !d.is_zero()),
+        }
+    }
+}
+
+/// The state of one run: what every stage writes through.
+pub struct Runner<'a> {
+    program: &'a Program,
+    opts: &'a RunOptions,
+    run_id: String,
+    ledger: Ledger,
+    trail: Trail,
+    pool: Pool,
+    observer: &'a dyn Observer,
+    state: LoopState,
+    /// When the current task started (its wall budget counts from here).
+    task_started: Instant,
+    run_started: Instant,
+    /// The last attempt's `(task, number)` and its failure, for the handoff.
+    history: Vec<(String, u32, String, Option<Failure>)>,
+}
+
+/// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
+/// ledger, git, the disk); whatever agents and gates do is in the report.
+pub async fn apply(
+    program: &Program,
+    opts: &RunOptions,
+    observer: &dyn Observer,
+) -> Result<RunReport, RunError> {
+    let repo_root = &opts.repo_root;
+    let mvk_dir = repo_root.join(".mvk");
+    exclude_mvk_dir(repo_root)?;
+    let run_id = new_run_id()?;
+    let mut ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
+    let trail = Trail::create(&mvk_dir, &run_id)?;
+    let pool_root = opts
+        .worktree_root
+        .clone()
+        .unwrap_or_else(|| Pool::default_root(repo_root));
+    let pool = Pool::open(repo_root, &pool_root)?;
+
+    let selected: Vec<usize> = match &opts.task {
+        None => crate::plan::plan(program).order,
+        Some(name) => match program.tasks.iter().position(|t| &t.name == name) {
+            Some(i) => vec![i],
+            None => {
+                return Err(RunError::Config {
+                    message: format!(
+                        "`{}` has no task `{name}`; it has: {}",
+                        opts.file,
+                        program
+                            .tasks
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
+        },
+    };
+    let mut targets = BTreeMap::new();
+    for &i in &selected {
+        let task = &program.tasks[i];
+        if task.review.is_some() {
+            return Err(RunError::Config {
+                message: format!(
+                    "task `{}` declares `review`; the reviewer is not part of this mvk yet, and running without it would skip a check the loop asks for",
+                    task.name
+                ),
+            });
+        }
+        let target = if task.merge.into == crate::ir::CURRENT_BRANCH {
+            land::current_branch(repo_root)?
+        } else {
+            task.merge.into.clone()
+        };
+        land::branch_tip(repo_root, &target)?;
+        targets.insert(i, target);
+    }
+    let first_target = selected
+        .first()
+        .and_then(|i| targets.get(i))
+        .cloned()
+        .unwrap_or_else(|| "HEAD".into());
+    let base = land::branch_tip(repo_root, &first_target)?;
+
+    let ir_json = program_json(program)?;
+    let sources: Vec<(String, String)> = program
+        .sources
+        .iter()
+        .map(|(_, f)| (f.name.clone(), f.text.to_string()))
+        .collect();
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let kind = match program.kind {
+        crate::ir::ProgramKind::Flow => "flow",
+        _ => "loop",
+    };
+    ledger.begin_run(&ledger::RunStart {
+        id: &run_id,
+        file: &opts.file,
+        program: &program.name,
+        kind,
+        program_digest: &program.digest.to_string(),
+        ir_json: &ir_json,
+        sources: &sources,
+        repo_root: &repo_root.display().to_string(),
+        base_commit: &base.to_string(),
+        target_branch: &first_target,
+        pid: std::process::id(),
+        host: &host,
+        mode: &opts.mode,
+    })?;
+    let (now, _) = trail::now();
+    let state = LoopState {
+        schema: LoopState::SCHEMA,
+        run: run_id.clone(),
+        file: opts.file.clone(),
+        program: program.name.clone(),
+        phase: "starting".into(),
+        started: now.clone(),
+        updated: now,
+        tasks: selected
+            .iter()
+            .map(|&i| {
+                let t = &program.tasks[i];
+                TaskState {
+                    name: t.name.clone(),
+                    state: "pending".into(),
+                    limits: Limits {
+                        iterations: t.budget.iterations,
+                        tokens: t.budget.tokens,
+                        usd_micros: t.budget.usd_micros,
+                        wall_ms: t.budget.wall.map(attempt::ms),
+                    },
+                    ..TaskState::default()
+                }
+            })
+            .collect(),
+        ..LoopState::default()
+    };
+    let mut runner = Runner {
+        program,
+        opts,
+        run_id: run_id.clone(),
+        ledger,
+        trail,
+        pool,
+        observer,
+        state,
+        task_started: Instant::now(),
+        run_started: Instant::now(),
+        history: Vec::new(),
+    };
+    let _heartbeat = runner.trail.heartbeat();
+    runner.emit(
+        None,
+        None,
+        "run.started",
+        json!({
+            "file": opts.file,
+            "program": program.name,
+            "digest": program.digest.to_string(),
+            "base": base.to_string(),
+            "target": first_target,
+            "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+        }),
+    )?;
+    runner.write_state()?;
+
+    let mut reports: Vec<TaskReport> = Vec::new();
+    let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
+    let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
+    let mut handoff = None;
+    for &i in &selected {
+        let task = &program.tasks[i];
+        let blocked: Vec<&String> = task
+            .after
+            .iter()
+            .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
+            .collect();
+        let report = if !blocked.is_empty() && !continue_on_failure {
+            let reason = format!(
+                "skipped: {} did not succeed",
+                blocked
+                    .iter()
+                    .map(|d| format!("`{d}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            runner.emit(
+                Some(&task.name),
+                None,
+                "task.skipped",
+                json!({ "reason": reason, "after": blocked }),
+            )?;
+            runner.task_state(&task.name, |s| {
+                s.state = "skipped".into();
+                s.note = Some(reason.clone());
+            });
+            TaskReport {
+                name: task.name.clone(),
+                outcome: Outcome::Skipped,
+                attempts: 0,
+                merged: None,
+                branch: None,
+                usd: 0.0,
+                tokens: 0,
+                reason,
+            }
+        } else {
+            let target = targets.get(&i).cloned().unwrap_or_default();
+            let (report, h) = runner.run_task(task, &target).await?;
+            if h.is_some() {
+                handoff = h;
+            }
+            report
+        };
+        done.insert(task.name.clone(), report.outcome);
+        reports.push(report);
+    }
+
+    let outcome = reports
+        .iter()
+        .map(|r| r.outcome)
+        .max_by_key(|o| o.severity())
+        .unwrap_or(Outcome::Accepted);
+    let outcome = if outcome == Outcome::Skipped {
+        Outcome::Accepted
+    } else {
+        outcome
+    };
+    let exit_code = outcome.exit_code();
+    runner
+        .ledger
+        .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
+    runner.emit(
+        None,
+        None,
+        "run.finished",
+        json!({"outcome": outcome.name(), "exit_code": exit_code}),
+    )?;
+    runner.state.outcome = Some(outcome.name().into());
+    runner.state.exit_code = Some(exit_code);
+    runner.state.task = None;
+    runner.state.phase = if outcome == Outcome::Human {
+        "waiting-human".into()
+    } else {
+        "finished".into()
+    };
+    runner.write_state()?;
+    Ok(RunReport {
+        schema: "mvk.apply.v1",
+        run: run_id,
+        outcome,
+        exit_code,
+        tasks: reports,
+        handoff,
+    })
+}
+
+impl<'a> Runner<'a> {
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    pub fn repo_root(&self) -> &Path {
+        &self.opts.repo_root
+    }
+
+    /// When the current task started: its wall budget counts from here.
+    pub fn started(&self) -> Instant {
+        self.task_started
+    }
+
+    pub fn attempt_dir(&self, task: &str, attempt: u32) -> PathBuf {
+        attempt::attempt_dir(self.trail.run_dir(), task, attempt)
+    }
+
+    pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
+        Ok(self.pool.acquire(base, branch)?)
+    }
+
+    /// Writes an event to the ledger and the trail (in that order), then shows it.
+    pub fn emit(
+        &mut self,
+        task: Option<&str>,
+        attempt: Option<u32>,
+        event: &str,
+        detail: Value,
+    ) -> Result<(), RunError> {
+        let (_, time_ms) = trail::now();
+        self.ledger.event(
+            &self.run_id,
+            task,
+            attempt,
+            time_ms,
+            event,
+            &detail.to_string(),
+        )?;
+        let record = self.trail.event(task, attempt, event, detail)?;
+        self.observer.event(&record);
+        Ok(())
+    }
+
+    pub fn set_phase(
+        &mut self,
+        phase: &str,
+        task: Option<&str>,
+        attempt: u32,
+    ) -> Result<(), RunError> {
+        self.state.phase = phase.to_string();
+        self.state.task = task.map(str::to_string);
+        self.state.iteration = attempt;
+        if let Some(t) = task {
+            self.task_state(t, |s| {
+                s.state = "running".into();
+                s.attempt = attempt;
+            });
+        }
+        self.ledger.heartbeat(&self.run_id)?;
+        self.write_state()
+    }
+
+    fn task_state(&mut self, task: &str, f: impl FnOnce(&mut TaskState)) {
+        if let Some(s) = self.state.tasks.iter_mut().find(|s| s.name == task) {
+            f(s);
+        }
+    }
+
+    fn write_state(&mut self) -> Result<(), RunError> {
+        self.state.updated = trail::now().0;
+        let wall = attempt::ms(self.run_started.elapsed());
+        self.state.budget_spent.wall_ms = wall;
+        Ok(self.trail.write_state(&self.state)?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn ledger_begin_attempt(
+        &mut self,
+        task: &str,
+        number: u32,
+        rung: u32,
+        agent: &str,
+        branch: &str,
+        worktree: &Path,
+        base: Oid,
+    ) -> Result<i64, RunError> {
+        self.task_state(task, |s| {
+            s.rung = rung;
+            s.agent = Some(agent.to_string());
+            s.branch = Some(branch.to_string());
+        });
+        Ok(self.ledger.begin_attempt(&ledger::AttemptStart {
+            run: &self.run_id,
+            task,
+            number,
+            rung,
+            agent,
+            branch,
+            worktree: &worktree.display().to_string(),
+            base: &base.to_string(),
+        })?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn ledger_agent_done(
+        &mut self,
+        id: i64,
+        exit_code: Option<i32>,
+        timed_out: bool,
+        duration: Duration,
+        head: Oid,
+        usage: &crate::run::adapter::Usage,
+        retries: u32,
+    ) -> Result<(), RunError> {
+        let head = head.to_string();
+        let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
+        Ok(self.ledger.agent_done(
+            id,
+            &ledger::AgentEnd {
+                exit_code,
+                timed_out,
+                duration_ms: attempt::ms(duration),
+                head: Some(&head),
+                usage: reported.then(|| ledger::Cost {
+                    input_tokens: usage.input_tokens,
+                    output_tokens: usage.output_tokens,
+                    usd_micros: usage.usd_micros.unwrap_or(0),
+                }),
+                rate_limited: retries,
+            },
+        )?)
+    }
+
+    pub fn record_gate(
+        &mut self,
+        attempt_id: i64,
+        task: &str,
+        attempt: u32,
+        phase: &str,
+        ordinal: usize,
+        run: &GateRun,
+    ) -> Result<(), RunError> {
+        let counts = run
+            .counts()
+            .map(|c| (c.executed, c.passed, c.failed, c.skipped));
+        let log = run.log.display().to_string();
+        let verdict = verdict_name(run.verdict);
+        self.ledger.record_gate(
+            attempt_id,
+            &ledger::GateRow {
+                phase,
+                ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
+                name: &run.gate,
+                verdict,
+                exit_code: run.exit_code,
+                counts,
+                evidence: &run.evidence_label(),
+                reason: &run.reason,
+                log: &log,
+                duration_ms: run.duration_ms,
+            },
+        )?;
+        self.emit(
+            Some(task),
+            Some(attempt),
+            "gate.finished",
+            json!({
+                "gate": run.gate,
+                "phase": phase,
+                "verdict": verdict,
+                "exit_code": run.exit_code,
+                "counts": run.counts(),
+                "reason": run.reason,
+                "log": log,
+            }),
+        )
+    }
+
+    /// Runs one task through its ladder to an outcome.
+    async fn run_task(
+        &mut self,
+        task: &'a Task,
+        target: &str,
+    ) -> Result<(TaskReport, Option<PathBuf>), RunError> {
+        self.task_started = Instant::now();
+        let repo_root = self.opts.repo_root.clone();
+        let mut base = land::branch_tip(&repo_root, target)?;
+        let fields: Vec<(String, String)> = task
+            .meta
+            .fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        self.ledger.begin_task(&ledger::TaskStart {
+            run: &self.run_id,
+            name: &task.name,
+            digest: &task.meta.digest.to_string(),
+            fields: &fields,
+            after: &task.after,
+        })?;
+        self.emit(
+            Some(&task.name),
+            None,
+            "task.started",
+            json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
+        )?;
+        let flow_budget = self.program.flow.as_ref().map(|f| f.budget.clone());
+        let budgets = Budgets {
+            wall: task.budget.wall,
+            context_tokens: task.budget.context_tokens,
+        };
+        let mut number = 0u32;
+        let mut rung_idx = 0usize;
+        let mut rung_used = 0u32;
+        let mut last: Option<Failure> = None;
+        let mut same = 0u32;
+        let mut spent_tokens = 0u64;
+        let mut spent_usd = 0u64;
+        let mut last_branch = None;
+
+        let end = |runner: &mut Runner<'a>,
+                   outcome: Outcome,
+                   reason: String,
+                   merged: Option<Oid>,
+                   branch: Option<String>,
+                   attempts: u32,
+                   tokens: u64,
+                   usd: u64|
+         -> Result<TaskReport, RunError> {
+            let merged = merged.map(|m| m.to_string());
+            runner.ledger.finish_task(
+                &runner.run_id,
+                &task.name,
+                outcome.name(),
+                merged.as_deref(),
+            )?;
+            runner.emit(
+                Some(&task.name),
+                None,
+                "task.finished",
+                json!({"outcome": outcome.name(), "reason": reason, "merged": merged}),
+            )?;
+            runner.task_state(&task.name, |s| {
+                s.state = outcome.name().into();
+                s.note = Some(reason.clone());
+                s.merged = merged.clone();
+            });
+            if let Some(m) = &merged {
+                runner.state.last_green_commit = Some(m.clone());
+            }
+            if outcome == Outcome::Accepted {
+                runner.state.open_failures.retain(|o| o.task != task.name);
+            }
+            runner.write_state()?;
+            Ok(TaskReport {
+                name: task.name.clone(),
+                outcome,
+                attempts,
+                merged,
+                branch,
+                usd: usd as f64 / 1e6,
+                tokens,
+                reason,
+            })
+        };
+
+        loop {
+            // Budgets, checked before anything is spent on the next attempt.
+            let flow_spent = self.flow_spent()?;
+            let exhausted = if number >= task.budget.iterations {
+                Some((
+                    "iterations",
+                    u64::from(number),
+                    u64::from(task.budget.iterations),
+                ))
+            } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
+                Some(("tokens", spent_tokens, limit))
+            } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
+                Some(("usd", spent_usd, limit))
+            } else if budgets.time_left(self.task_started).is_none() {
+                Some((
+                    "wall",
+                    attempt::ms(self.task_started.elapsed()),
+                    budgets.wall.map_or(0, attempt::ms),
+                ))
+            } else if let Some(fb) = &flow_budget {
+                if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
+                    Some(("flow tokens", flow_spent.0, limit))
+                } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
+                    Some(("flow usd", flow_spent.1, limit))
+                } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
+                    Some((
+                        "flow wall",
+                        attempt::ms(self.run_started.elapsed()),
+                        attempt::ms(w),
+                    ))
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            if let Some((which, spent, limit)) = exhausted {
+                self.emit(
+                    Some(&task.name),
+                    None,
+                    "budget.exhausted",
+                    json!({"budget": which, "spent": spent, "limit": limit}),
+                )?;
+                // Out of iterations right after tampering or unprovable evidence: say that.
+                let outcome = match (which, last.as_ref().map(|f| f.kind)) {
+                    ("iterations", Some(FailureKind::Seal)) => Outcome::Rejected,
+                    ("iterations", Some(FailureKind::Unknown)) => Outcome::Unknown,
+                    _ => Outcome::Budget,
+                };
+                let reason = format!(
+                    "the {which} budget ran out ({}){}",
+                    budget_text(which, spent, limit),
+                    last_reason(last.as_ref())
+                );
+                let r = end(
+                    self,
+                    outcome,
+                    reason,
+                    None,
+                    last_branch,
+                    number,
+                    spent_tokens,
+                    spent_usd,
+                )?;
+                return Ok((r, None));
+            }
+
+            // The rung: climb past those whose attempts are used up.
+            while let Some(Rung::Agent {
+                attempts: Some(n), ..
+            }) = task.ladder.get(rung_idx)
+            {
+                if rung_used < *n {
+                    break;
+                }
+                rung_idx += 1;
+                rung_used = 0;
+                if rung_idx < task.ladder.len() {
+                    self.emit(
+                        Some(&task.name),
+                        None,
+                        "rung.climbed",
+                        json!({"from": rung_idx, "to": rung_idx + 1, "rung": rung_label(&task.ladder[rung_idx])}),
+                    )?;
+                }
+            }
+            let agent = match task.ladder.get(rung_idx) {
+                None => {
+                    let outcome = if last
+                        .as_ref()
+                        .is_some_and(|f| f.kind == FailureKind::Unknown)
+                    {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::Rejected
+                    };
+                    let reason = format!(
+                        "every rung's attempts were used{}",
+                        last_reason(last.as_ref())
+                    );
+                    let r = end(
+                        self,
+                        outcome,
+                        reason,
+                        None,
+                        last_branch,
+                        number,
+                        spent_tokens,
+                        spent_usd,
+                    )?;
+                    return Ok((r, None));
+                }
+                Some(Rung::Human) => {
+                    let path = self.handoff(task, target, last.as_ref())?;
+                    self.emit(
+                        Some(&task.name),
+                        None,
+                        "human.handoff",
+                        json!({"file": path.display().to_string()}),
+                    )?;
+                    let reason = format!(
+                        "the ladder reached `human`: see {}{}",
+                        path.display(),
+                        last_reason(last.as_ref())
+                    );
+                    let r = end(
+                        self,
+                        Outcome::Human,
+                        reason,
+                        None,
+                        last_branch,
+                        number,
+                        spent_tokens,
+                        spent_usd,
+                    )?;
+                    return Ok((r, Some(path)));
+                }
+                Some(Rung::Agent { agent, .. }) => agent,
+            };
+            number += 1;
+            rung_used += 1;
+            let spec = AttemptSpec {
+                task,
+                number,
+                rung: u32::try_from(rung_idx + 1).unwrap_or(u32::MAX),
+                agent,
+                base,
+                previous: last.as_ref(),
+            };
+            let record = attempt::run_attempt(self, &spec, &budgets).await?;
+            spent_tokens = spent_tokens.saturating_add(record.usage.tokens());
+            spent_usd = spent_usd.saturating_add(record.usage.usd_micros.unwrap_or(0));
+            self.state.budget_spent.attempts += 1;
+            self.state.budget_spent.tokens += record.usage.tokens();
+            self.state.budget_spent.usd_micros += record.usage.usd_micros.unwrap_or(0);
+            let wall = attempt::ms(self.task_started.elapsed());
+            self.task_state(&task.name, |s| {
+                s.spent.attempts = number;
+                s.spent.tokens = spent_tokens;
+                s.spent.usd_micros = spent_usd;
+                s.spent.wall_ms = wall;
+            });
+            last_branch = Some(record.branch.clone());
+
+            let failure = match record.end {
+                AttemptEnd::WallSpent => {
+                    self.finish_attempt(record.ledger_id, None)?;
+                    continue; // the budget check above stops the task
+                }
+                AttemptEnd::Failed(f) => f,
+                AttemptEnd::Passed { head, .. } => {
+                    self.emit(
+                        Some(&task.name),
+                        Some(number),
+                        "attempt.passed",
+                        json!({"head": head.to_string()}),
+                    )?;
+                    self.finish_attempt(record.ledger_id, None)?;
+                    match self
+                        .land(task, target, &spec, record.ledger_id, head)
+                        .await?
+                    {
+                        Landing::Landed(commit) => {
+                            let reason = match commit {
+                                Some(c) => format!(
+                                    "accepted on attempt {number}; landed on `{target}` as {}",
+                                    short(c)
+                                ),
+                                None => format!(
+                                    "accepted on attempt {number}; the change was empty, nothing to land"
+                                ),
+                            };
+                            let r = end(
+                                self,
+                                Outcome::Accepted,
+                                reason,
+                                commit,
+                                Some(record.branch),
+                                number,
+                                spent_tokens,
+                                spent_usd,
+                            )?;
+                            return Ok((r, None));
+                        }
+                        Landing::Retry(f, new_base) => {
+                            base = new_base;
+                            self.fail(task, number, &f)?;
+                            f
+                        }
+                        Landing::Rejected(reason) => {
+                            let r = end(
+                                self,
+                                Outcome::Rejected,
+                                reason,
+                                None,
+                                Some(record.branch),
+                                number,
+                                spent_tokens,
+                                spent_usd,
+                            )?;
+                            return Ok((r, None));
+                        }
+                        Landing::Human(reason) => {
+                            let path = self.handoff(task, target, None)?;
+                            self.emit(
+                                Some(&task.name),
+                                None,
+                                "human.handoff",
+                                json!({"file": path.display().to_string(), "reason": reason}),
+                            )?;
+                            let r = end(
+                                self,
+                                Outcome::Human,
+                                reason,
+                                None,
+                                Some(record.branch),
+                                number,
+                                spent_tokens,
+                                spent_usd,
+                            )?;
+                            return Ok((r, Some(path)));
+                        }
+                    }
+                }
+            };
+            if failure.kind != FailureKind::Merge {
+                self.finish_attempt(record.ledger_id, Some(&failure))?;
+                self.fail(task, number, &failure)?;
+            }
+            same = if last
+                .as_ref()
+                .is_some_and(|l| l.signature == failure.signature)
+            {
+                same + 1
+            } else {
+                1
+            };
+            self.history.push((
+                task.name.clone(),
+                number,
+                record.branch.clone(),
+                Some(failure.clone()),
+            ));
+            if same >= task.budget.same_failure.max(1) {
+                // Tampering on the last attempt is a rejection (the contract's 1), however often.
+                let outcome = match failure.kind {
+                    FailureKind::Seal => Outcome::Rejected,
+                    FailureKind::Unknown => Outcome::Unknown,
+                    _ => Outcome::Stuck,
+                };
+                let reason = format!(
+                    "stuck: the same failure {same} times in a row: {}",
+                    failure.criterion
+                );
+                self.emit(
+                    Some(&task.name),
+                    None,
+                    "task.stuck",
+                    json!({"signature": failure.signature, "times": same}),
+                )?;
+                let r = end(
+                    self,
+                    outcome,
+                    reason,
+                    None,
+                    last_branch,
+                    number,
+                    spent_tokens,
+                    spent_usd,
+                )?;
+                return Ok((r, None));
+            }
+            last = Some(failure);
+        }
+    }
+
+    fn finish_attempt(&mut self, id: i64, failure: Option<&Failure>) -> Result<(), RunError> {
+        let json = failure.map(|f| serde_json::to_string(f).unwrap_or_default());
+        self.ledger.finish_attempt(
+            id,
+            &ledger::AttemptEnd {
+                outcome: if failure.is_some() {
+                    "failed"
+                } else {
+                    "passed"
+                },
+                failure_kind: failure.map(|f| f.kind.name()),
+                signature: failure.map(|f| f.signature.as_str()),
+                criterion: failure.map(|f| f.criterion.as_str()),
+                failure_json: json.as_deref(),
+            },
+        )?;
+        Ok(())
+    }
+
+    fn fail(&mut self, task: &Task, number: u32, f: &Failure) -> Result<(), RunError> {
+        self.emit(
+            Some(&task.name),
+            Some(number),
+            "attempt.failed",
+            json!({
+                "kind": f.kind.name(),
+                "signature": f.signature,
+                "criterion": f.criterion,
+                "gate": f.gate,
+                "exit_code": f.exit_code,
+                "counts": f.counts,
+            }),
+        )?;
+        self.state.open_failures.retain(|o| o.task != task.name);
+        self.state.open_failures.push(OpenFailure {
+            task: task.name.clone(),
+            attempt: number,
+            kind: f.kind.name().into(),
+            criterion: f.criterion.clone(),
+        });
+        self.task_state(&task.name, |s| s.note = Some(f.criterion.clone()));
+        self.write_state()
+    }
+
+    /// Tokens and micro-dollars spent by the whole run so far.
+    fn flow_spent(&self) -> Result<(u64, u64), RunError> {
+        let s = self.ledger.spent(&self.run_id, None)?;
+        Ok((s.input_tokens.saturating_add(s.output_tokens), s.usd_micros))
+    }
+
+    /// Lands an accepted attempt: prepare the commit, gate it when the target moved or the loop
+    /// has after-merge gates, record the intent, publish.
+    async fn land(
+        &mut self,
+        task: &Task,
+        target: &str,
+        spec: &AttemptSpec<'_>,
+        attempt_id: i64,
+        head: Oid,
+    ) -> Result<Landing, RunError> {
+        let repo_root = self.opts.repo_root.clone();
+        let strategy = task.merge.strategy;
+        self.set_phase("merging", Some(&task.name), spec.number)?;
+        self.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "merge.started",
+            json!({"into": target, "strategy": strategy.name()}),
+        )?;
+        let message = landing_message(task, &self.run_id, spec.number);
+        for _ in 0..LAND_RETRIES {
+            let prepared =
+                match land::prepare(&repo_root, target, strategy, spec.base, head, &message) {
+                    Ok(p) => p,
+                    Err(LandError::Conflict { paths, .. }) => {
+                        return self.conflict(
+                            task,
+                            target,
+                            spec,
+                            paths,
+                            "the change conflicts with the target",
+                        );
+                    }
+                    Err(LandError::NotFastForward { .. }) => {
+                        return self.conflict(
+                            task,
+                            target,
+                            spec,
+                            Vec::new(),
+                            "the target moved, so a fast-forward is impossible",
+                        );
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+            let (tip, commit, moved) = match prepared {
+                Prepared::Nothing { .. } => {
+                    self.emit(
+                        Some(&task.name),
+                        Some(spec.number),
+                        "merge.empty",
+                        json!({"into": target}),
+                    )?;
+                    return Ok(Landing::Landed(None));
+                }
+                Prepared::Commit { tip, commit, moved } => (tip, commit, moved),
+            };
+            // Gate what will land: the task's gates again when the target moved (the merged
+            // tree is not what they saw), then the after-merge gates.
+            let mut to_run: Vec<(&crate::ir::Gate, bool)> = Vec::new();
+            if moved {
+                to_run.extend(task.gates.iter().map(|g| (g, true)));
+            }
+            to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
+            if !to_run.is_empty() {
+                let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
+                let lease = self.acquire(commit, &branch)?;
+                let env =
+                    attempt::landing_env(&self.run_id, &task.name, spec.number, tip, &lease.path);
+                let dir = self.attempt_dir(&task.name, spec.number);
+                for (i, (g, regate)) in to_run.iter().enumerate() {
+                    let cx = GateContext {
+                        cwd: &lease.path,
+                        env: &env,
+                        log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
+                        timeout: g.timeout,
+                    };
+                    let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+                    self.record_gate(attempt_id, &task.name, spec.number, "after-merge", i, &run)?;
+                    if run.verdict == GateVerdict::Pass {
+                        continue;
+                    }
+                    if *regate {
+                        // The change no longer holds on the moved target: retry from there.
+                        let mut f = attempt::gate_failure(spec.number, &run, &lease.path);
+                        f.kind = FailureKind::Merge;
+                        f.criterion = format!(
+                            "the change still passes after merging with the moved `{target}`: {}",
+                            f.criterion
+                        );
+                        return Ok(Landing::Retry(f, tip));
+                    }
+                    self.emit(
+                        Some(&task.name),
+                        Some(spec.number),
+                        "merge.failed",
+                        json!({"gate": run.gate, "reason": run.reason, "log": run.log.display().to_string()}),
+                    )?;
+                    return Ok(Landing::Rejected(format!(
+                        "after-merge gate `{}` failed on the merged result ({}); `{target}` was not moved, the change stays on its branch",
+                        run.gate, run.reason
+                    )));
+                }
+            }
+            let merge_id = self.ledger.begin_merge(&ledger::MergeStart {
+                run: &self.run_id,
+                task: &task.name,
+                attempt_id,
+                into: target,
+                strategy: strategy.name(),
+                old_tip: &tip.to_string(),
+                new_commit: &commit.to_string(),
+            })?;
+            let reflog = format!("mvk: land {} of run {}", task.name, self.run_id);
+            match land::publish(&repo_root, target, tip, commit, &reflog) {
+                Ok(()) => {
+                    self.ledger
+                        .finish_merge(merge_id, "done", Some(&commit.to_string()), "")?;
+                    self.emit(
+                        Some(&task.name),
+                        Some(spec.number),
+                        "merge.done",
+                        json!({"commit": commit.to_string(), "into": target, "strategy": strategy.name()}),
+                    )?;
+                    return Ok(Landing::Landed(Some(commit)));
+                }
+                Err(LandError::Moved { .. }) => {
+                    self.ledger.finish_merge(
+                        merge_id,
+                        "aborted",
+                        None,
+                        "the target moved while landing",
+                    )?;
+                }
+                Err(LandError::Dirty { paths }) => {
+                    let detail =
+                        format!("local changes in the main checkout: {}", paths.join(", "));
+                    self.ledger
+                        .finish_merge(merge_id, "aborted", None, &detail)?;
+                    self.emit(
+                        Some(&task.name),
+                        Some(spec.number),
+                        "merge.blocked",
+                        json!({"paths": paths}),
+                    )?;
+                    return Ok(Landing::Human(format!(
+                        "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `mvk/{}/{}/{}`",
+                        paths.join(", "),
+                        self.run_id,
+                        attempt::slug(&task.name),
+                        spec.number
+                    )));
+                }
+                Err(e) => {
+                    self.ledger
+                        .finish_merge(merge_id, "failed", None, &e.to_string())?;
+                    return Err(e.into());
+                }
+            }
+        }
+        self.conflict(
+            task,
+            target,
+            spec,
+            Vec::new(),
+            "the target kept moving while the change was landed",
+        )
+    }
+
+    fn conflict(
+        &mut self,
+        task: &Task,
+        target: &str,
+        spec: &AttemptSpec<'_>,
+        paths: Vec<String>,
+        why: &str,
+    ) -> Result<Landing, RunError> {
+        let new_base = land::branch_tip(&self.opts.repo_root, target)?;
+        self.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "merge.conflict",
+            json!({"paths": paths, "into": target, "reason": why, "target_tip": new_base.to_string()}),
+        )?;
+        let shown = if paths.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", paths.join(", "))
+        };
+        let mut f = Failure::new(
+            spec.number,
+            FailureKind::Merge,
+            format!(
+                "the change lands on `{target}`, but {why}{shown}; the next attempt starts from the new tip"
+            ),
+            &[why, &paths.join("\n")],
+        );
+        f.tail = paths.iter().map(|p| format!("conflict: {p}\n")).collect();
+        Ok(Landing::Retry(f, new_base))
+    }
+
+    /// Writes HANDOFF.md: what was tried and where the work is.
+    fn handoff(
+        &mut self,
+        task: &Task,
+        target: &str,
+        last: Option<&Failure>,
+    ) -> Result<PathBuf, RunError> {
+        use std::fmt::Write as _;
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "# Handoff: task `{}` of run {}\n",
+            task.name, self.run_id
+        );
+        let _ = writeln!(
+            text,
+            "The loop stopped for a person. Goal:\n\n> {}\n",
+            task.goal.replace('\n', "\n> ")
+        );
+        let _ = writeln!(
+            text,
+            "Target branch: `{target}`. Seal: {}.\n",
+            if task.seal.is_empty() {
+                "none".to_string()
+            } else {
+                task.seal
+                    .iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        );
+        let _ = writeln!(text, "## What was tried\n");
+        let tried: Vec<_> = self.history.iter().filter(|h| h.0 == task.name).collect();
+        if tried.is_empty() {
+            let _ = writeln!(text, "No attempt was made.");
+        }
+        for (_, n, branch, f) in tried {
+            let what = f.as_ref().map_or("passed".to_string(), |f| {
+                format!("{} failure: {}", f.kind.name(), f.criterion)
+            });
+            let _ = writeln!(text, "- attempt {n} on branch `{branch}`: {what}");
+        }
+        if let Some(f) = last
+            && !f.tail.is_empty()
+        {
+            let _ = writeln!(
+                text,
+                "\n## The last failure's output\n\n```\n{}\n```",
+                f.tail.trim_end()
+            );
+        }
+        let _ = writeln!(
+            text,
+            "\n## Next\n\nInspect a branch with `git log -p {target}..BRANCH`; every attempt's prompt, agent output and gate logs are under `{}`.",
+            self.trail.run_dir().display()
+        );
+        Ok(self.trail.write_handoff(&text)?)
+    }
+}
+
+/// How landing an accepted attempt ended.
+enum Landing {
+    Landed(Option<Oid>),
+    /// Not landed; try again from this base with this failure in the prompt.
+    Retry(Failure, Oid),
+    Rejected(String),
+    Human(String),
+}
+
+fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
+    let first = task.goal.lines().next().unwrap_or("").trim();
+    let mut subject: String = first.chars().take(60).collect();
+    if subject.len() < first.len() {
+        subject.push('…');
+    }
+    format!(
+        "mvk: {}: {subject}\n\n{}\n\nMvk-Run: {run}\nMvk-Task: {}\nMvk-Attempt: {attempt}\nMvk-Digest: {}\n",
+        task.name,
+        task.goal.trim(),
+        task.name,
+        task.meta.digest
+    )
+}
+
+fn verdict_name(v: GateVerdict) -> &'static str {
+    match v {
+        GateVerdict::Pass => "pass",
+        GateVerdict::Fail => "fail",
+        GateVerdict::Unknown => "unknown",
+    }
+}
+
+fn rung_label(r: &Rung) -> String {
+    match r {
+        Rung::Agent { agent, .. } => agent.label(),
+        Rung::Human => "human".into(),
+    }
+}
+
+fn last_reason(f: Option<&Failure>) -> String {
+    f.map_or(String::new(), |f| {
+        format!("; last failure: {}", f.criterion)
+    })
+}
+
+fn budget_text(which: &str, spent: u64, limit: u64) -> String {
+    if which.ends_with("usd") {
+        format!(
+            "{} of {}",
+            crate::plan::format_usd(spent),
+            crate::plan::format_usd(limit)
+        )
+    } else if which.ends_with("wall") {
+        format!(
+            "{} of {}",
+            crate::plan::format_duration(Duration::from_millis(spent)),
+            crate::plan::format_duration(Duration::from_millis(limit))
+        )
+    } else {
+        format!("{spent} of {limit}")
+    }
+}
+
+fn short(id: Oid) -> String {
+    id.to_string()[..10].to_string()
+}
+
+/// The program as JSON for the ledger: what a resume needs without the original files.
+fn program_json(program: &Program) -> Result<String, RunError> {
+    #[derive(Serialize)]
+    struct Stored<'a> {
+        schema: &'static str,
+        name: &'a str,
+        kind: crate::ir::ProgramKind,
+        flow: &'a Option<crate::ir::FlowSettings>,
+        digest: String,
+        tasks: Vec<StoredTask<'a>>,
+    }
+    #[derive(Serialize)]
+    struct StoredTask<'a> {
+        #[serde(flatten)]
+        task: &'a Task,
+        digest: String,
+        fields: BTreeMap<&'a str, String>,
+    }
+    let stored = Stored {
+        schema: "mvk.ir.v1",
+        name: &program.name,
+        kind: program.kind,
+        flow: &program.flow,
+        digest: program.digest.to_string(),
+        tasks: program
+            .tasks
+            .iter()
+            .map(|t| StoredTask {
+                task: t,
+                digest: t.meta.digest.to_string(),
+                fields: t
+                    .meta
+                    .fields
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.to_string()))
+                    .collect(),
+            })
+            .collect(),
+    };
+    serde_json::to_string(&stored).map_err(|e| RunError::Config {
+        message: format!("cannot encode the program for the ledger: {e}"),
+    })
+}
+
+/// `20261203T001945Z-3fa2`: sortable by time, unique by its random part.
+fn new_run_id() -> Result<String, RunError> {
+    let (time, _) = trail::now();
+    let stamp: String = time
+        .chars()
+        .take(19)
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect();
+    let nonce = crate::run::evidence::new_nonce().map_err(|e| RunError::Config {
+        message: e.to_string(),
+    })?;
+    Ok(format!("{stamp}-{}", &nonce[..4]))
+}
+
+/// Adds `/.mvk/` to the repository's `info/exclude` so mvk's files never show in `git status`.
+fn exclude_mvk_dir(repo_root: &Path) -> Result<(), RunError> {
+    let repo = git2::Repository::open(repo_root).map_err(|source| RunError::Git {
+        action: format!("open the repository at `{}`", repo_root.display()),
+        source,
+    })?;
+    let info = repo.commondir().join("info");
+    let path = info.join("exclude");
+    let existing = std::fs::read_to_string(&path).unwrap_or_default();
+    if existing
+        .lines()
+        .any(|l| l.trim() == "/.mvk/" || l.trim() == ".mvk/")
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&info).map_err(|source| RunError::Io {
+        action: "create",
+        path: info.clone(),
+        source,
+    })?;
+    let mut text = existing;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# mvk's runs, ledger and status files\n/.mvk/\n");
+    std::fs::write(&path, text).map_err(|source| RunError::Io {
+        action: "write",
+        path,
+        source,
+    })
+}

@@ -1,0 +1,290 @@
+//! One gate in (its argv, environment, evidence rule and a worktree); out comes its verdict with
+//! the evidence read from its own output (never the agent's), its counts and the tail of its log.
+//!
+//! Each run gets a fresh `MVK_NONCE`. The gate's environment drops credential-looking variables
+//! the loop did not grant it: a test suite has no business with the agent's API key.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ir::Gate;
+use crate::run::evidence::{self, Evidence, GateVerdict, Scanner};
+use crate::run::process::{self, ProcessError, ProcessSpec, Termination};
+
+/// Bytes of a gate's log kept for the next prompt and the reports.
+pub const TAIL_BYTES: u64 = 8 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("gate `{gate}` has an empty command")]
+    EmptyCommand { gate: String },
+    #[error(transparent)]
+    Nonce(#[from] evidence::NonceError),
+    #[error("cannot run gate `{gate}`")]
+    Process {
+        gate: String,
+        #[source]
+        source: ProcessError,
+    },
+    #[error("cannot read the log of gate `{gate}` at `{}`", path.display())]
+    Log {
+        gate: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What one gate run showed.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateRun {
+    pub gate: String,
+    pub verdict: GateVerdict,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub evidence: Evidence,
+    pub reason: String,
+    pub log: PathBuf,
+    /// The end of the combined output (lossy UTF-8, starting at a line boundary when cut).
+    #[serde(skip)]
+    pub tail: String,
+    pub duration_ms: u64,
+}
+
+impl GateRun {
+    pub fn counts(&self) -> Option<evidence::Counts> {
+        match &self.evidence {
+            Evidence::Proven { counts, .. } => Some(*counts),
+            _ => None,
+        }
+    }
+
+    /// How the evidence was obtained, for the ledger: `nonce`, `cargo-test summary`, `none`, `unknown`.
+    pub fn evidence_label(&self) -> String {
+        match &self.evidence {
+            Evidence::NotRequired => "none".into(),
+            Evidence::Proven { source, .. } => match source {
+                evidence::Source::Nonce => "nonce".into(),
+                evidence::Source::Runner(r) => format!("{} summary", r.name()),
+            },
+            Evidence::Unknown { .. } => "unknown".into(),
+        }
+    }
+}
+
+/// Where and with what the gate runs.
+pub struct GateContext<'a> {
+    pub cwd: &'a Path,
+    /// `MVK_*` variables besides the nonce (run, task, attempt, base, worktree).
+    pub env: &'a [(String, String)],
+    pub log: PathBuf,
+    /// The most the gate may take: its own timeout, or less when the wall budget is nearly spent.
+    pub timeout: Duration,
+}
+
+/// Whether a variable name looks like it holds a credential.
+pub fn is_credential(name: &str) -> bool {
+    const PARTS: &[&str] = &[
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "ACCESS_KEY",
+        "SESSION_KEY",
+        "AUTH",
+    ];
+    const PREFIXES: &[&str] = &["AWS_", "GH_", "GITHUB_", "AZURE_", "GOOGLE_APPLICATION"];
+    let upper = name.to_ascii_uppercase();
+    PARTS.iter().any(|p| upper.contains(p)) || PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Runs `gate` and judges it.
+pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, GateError> {
+    let Some((program, args)) = gate.argv.split_first() else {
+        return Err(GateError::EmptyCommand {
+            gate: gate.name.clone(),
+        });
+    };
+    let nonce = evidence::new_nonce()?;
+    let mut spec = ProcessSpec::new(program, cx.cwd, &cx.log, &cx.log);
+    spec.args = args.to_vec();
+    spec.timeout = Some(cx.timeout);
+    spec.env_remove = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| is_credential(k) && !gate.env.contains_key(k))
+        .collect();
+    spec.env = cx.env.to_vec();
+    spec.env.push(("MVK_NONCE".into(), nonce.clone()));
+    spec.env
+        .extend(gate.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    spec.tail_bytes = 4096;
+    let outcome = process::run(&spec)
+        .await
+        .map_err(|source| GateError::Process {
+            gate: gate.name.clone(),
+            source,
+        })?;
+    let log_err = |source| GateError::Log {
+        gate: gate.name.clone(),
+        path: cx.log.clone(),
+        source,
+    };
+    let evidence = scan_file(gate.evidence.into(), &nonce, &cx.log).map_err(log_err)?;
+    let tail = tail_of(&cx.log, TAIL_BYTES).map_err(log_err)?;
+    let (exit_code, timed_out) = match outcome.termination {
+        Termination::Exited(code) => (Some(code), false),
+        Termination::Signaled(_) => (None, false),
+        Termination::TimedOut => (None, true),
+    };
+    let (verdict, mut reason) = evidence::verdict(exit_code, &evidence);
+    if timed_out {
+        reason = format!(
+            "timed out after {}; {reason}",
+            crate::plan::format_duration(cx.timeout)
+        );
+    }
+    Ok(GateRun {
+        gate: gate.name.clone(),
+        verdict,
+        exit_code,
+        timed_out,
+        evidence,
+        reason,
+        log: cx.log.clone(),
+        tail,
+        duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Feeds a log file to a [`Scanner`] line by line; an over-long line is passed on cut, which the
+/// scanner skips, so memory stays bounded whatever the gate printed.
+pub fn scan_file(mode: evidence::EvidenceMode, nonce: &str, path: &Path) -> io::Result<Evidence> {
+    let mut scanner = Scanner::new(mode, nonce);
+    let mut reader = BufReader::new(File::open(path)?);
+    let limit = evidence::MAX_LINE_BYTES + 1;
+    let mut line = Vec::with_capacity(1024);
+    loop {
+        line.clear();
+        let mut overlong = false;
+        // Read one line, keeping at most `limit` bytes of it.
+        loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..=i], true),
+                None => (buf, false),
+            };
+            let room = limit.saturating_sub(line.len());
+            if chunk.len() > room {
+                overlong = true;
+            }
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            let used = chunk.len();
+            reader.consume(used);
+            if done {
+                break;
+            }
+        }
+        if line.is_empty() && !overlong {
+            break;
+        }
+        // An over-long line keeps `limit` bytes, more than any matcher accepts, so it is skipped.
+        scanner.feed_line(&String::from_utf8_lossy(&line));
+    }
+    Ok(scanner.finish())
+}
+
+/// The last `max` bytes of a file as text, cut at a line boundary when there is one.
+pub fn tail_of(path: &Path, max: u64) -> io::Result<String> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    if start > 0
+        && let Some(nl) = text.find('\n')
+        && nl + 1 < text.len()
+    {
+        return Ok(text[nl + 1..].to_string());
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn gate(script: &str, mode: crate::ir::EvidenceMode) -> Gate {
+        Gate {
+            name: "g".into(),
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            env: BTreeMap::new(),
+            evidence: mode,
+            timeout: Duration::from_secs(30),
+            from: None,
+            doc: None,
+        }
+    }
+
+    async fn run(script: &str, mode: crate::ir::EvidenceMode) -> GateRun {
+        let dir = tempfile::tempdir().unwrap();
+        let cx = GateContext {
+            cwd: dir.path(),
+            env: &[],
+            log: dir.path().join("g.log"),
+            timeout: Duration::from_secs(30),
+        };
+        run_gate(&gate(script, mode), &cx).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_nonce_line_proves_and_a_stale_one_does_not() {
+        use crate::ir::EvidenceMode::Nonce;
+        let good = r#"echo "MVK_EVIDENCE={\"schema\":\"mvk.evidence.v1\",\"nonce\":\"$MVK_NONCE\",\"executed\":2,\"passed\":2,\"failed\":0,\"skipped\":0}""#;
+        let r = run(good, Nonce).await;
+        assert_eq!(r.verdict, GateVerdict::Pass, "{}", r.reason);
+        let stale = r#"echo 'MVK_EVIDENCE={"schema":"mvk.evidence.v1","nonce":"00000000000000000000000000000000","executed":2,"passed":2,"failed":0,"skipped":0}'"#;
+        let r = run(stale, Nonce).await;
+        assert_eq!(r.verdict, GateVerdict::Unknown, "{}", r.reason);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_survived_and_the_tail_is_bounded() {
+        let r = run(
+            "head -c 300000 /dev/zero | tr '\\0' x; echo; echo done",
+            crate::ir::EvidenceMode::None,
+        )
+        .await;
+        assert_eq!(r.verdict, GateVerdict::Pass, "{}", r.reason);
+        assert!(r.tail.ends_with("done\n"), "{:?}", r.tail);
+        assert!(r.tail.len() <= TAIL_BYTES as usize);
+    }
+
+    #[test]
+    fn credential_names() {
+        for name in [
+            "ANTHROPIC_API_KEY",
+            "GITHUB_TOKEN",
+            "AWS_REGION",
+            "db_password",
+        ] {
+            assert!(is_credential(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "CARGO_HOME", "LANG"] {
+            assert!(!is_credential(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! A run's transitions in; the files a person skims and a program parses out:
+//! `.mvk/runs/<run>/events.jsonl` (appended, one JSON object a line), `.mvk/runs/<run>/heartbeat`,
+//! and `.mvk/STATUS.md` with `.mvk/loop_state.json` (rewritten whole at each transition).
+//!
+//! Rewritten files go through a temporary file and a rename, so a reader never sees half of one.
+//! Event lines are written with one `write_all` on a file opened for appending, so lines from
+//! concurrent writers never interleave within a line.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// How often the heartbeat file is touched while a run is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrailError {
+    #[error("cannot {action} `{}`", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot encode {what} as JSON")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TrailError {
+    let path = path.to_path_buf();
+    move |source| TrailError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// One line of `events.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub time: String,
+    /// Milliseconds since the Unix epoch, the same instant as `time` (for the ledger).
+    #[serde(skip)]
+    pub time_ms: i64,
+    pub run: String,
+    pub task: Option<String>,
+    pub attempt: Option<u32>,
+    pub event: String,
+    pub detail: Value,
+}
+
+/// The time now as RFC 3339 with milliseconds, and as epoch milliseconds.
+pub fn now() -> (String, i64) {
+    let t = SystemTime::now();
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    (humantime::format_rfc3339_millis(t).to_string(), ms)
+}
+
+/// The writer of one run's trail.
+#[derive(Debug)]
+pub struct Trail {
+    mvk_dir: PathBuf,
+    run_dir: PathBuf,
+    run: String,
+    events: Mutex<File>,
+    events_path: PathBuf,
+}
+
+impl Trail {
+    /// Creates `.mvk/runs/<run>/` under `mvk_dir` and opens its event log for appending.
+    pub fn create(mvk_dir: &Path, run: &str) -> Result<Trail, TrailError> {
+        let run_dir = mvk_dir.join("runs").join(run);
+        fs::create_dir_all(&run_dir).map_err(io_err("create run directory", &run_dir))?;
+        let events_path = run_dir.join("events.jsonl");
+        let events = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&events_path)
+            .map_err(io_err("open event log", &events_path))?;
+        Ok(Trail {
+            mvk_dir: mvk_dir.to_path_buf(),
+            run_dir,
+            run: run.to_string(),
+            events: Mutex::new(events),
+            events_path,
+        })
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub fn events_path(&self) -> &Path {
+        &self.events_path
+    }
+
+    /// Appends one event and returns it as written.
+    pub fn event(
+        &self,
+        task: Option<&str>,
+        attempt: Option<u32>,
+        event: &str,
+        detail: Value,
+    ) -> Result<Event, TrailError> {
+        let (time, time_ms) = now();
+        let record = Event {
+            time,
+            time_ms,
+            run: self.run.clone(),
+            task: task.map(str::to_string),
+            attempt,
+            event: event.to_string(),
+            detail,
+        };
+        let mut line = serde_json::to_vec(&record).map_err(|source| TrailError::Json {
+            what: "an event",
+            source,
+        })?;
+        line.push(b'\n');
+        // A poisoned lock only means another thread panicked mid-write; the file is still usable.
+        let mut file = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        file.write_all(&line)
+            .and_then(|()| file.flush())
+            .map_err(io_err("append to event log", &self.events_path))?;
+        Ok(record)
+    }
+
+    /// Rewrites `.mvk/loop_state.json` and `.mvk/STATUS.md` from `state`.
+    pub fn write_state(&self, state: &LoopState) -> Result<(), TrailError> {
+        let json = serde_json::to_vec_pretty(state).map_err(|source| TrailError::Json {
+            what: "the loop state",
+            source,
+        })?;
+        write_atomic(&self.mvk_dir.join("loop_state.json"), &json)?;
+        write_atomic(
+            &self.mvk_dir.join("STATUS.md"),
+            render_status(state).as_bytes(),
+        )
+    }
+
+    /// Writes `HANDOFF.md` in the run's directory and returns its path.
+    pub fn write_handoff(&self, text: &str) -> Result<PathBuf, TrailError> {
+        let path = self.run_dir.join("HANDOFF.md");
+        write_atomic(&path, text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Starts touching `heartbeat` every [`HEARTBEAT_EVERY`] until the returned guard is dropped.
+    /// The file holds the pid and the time, so a reader can tell a live run from a dead one.
+    pub fn heartbeat(&self) -> Heartbeat {
+        let path = self.run_dir.join("heartbeat");
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let notified = Arc::clone(&stop);
+        let handle = tokio::spawn(async move {
+            loop {
+                let (time, _) = now();
+                let text = format!("{{\"pid\":{},\"time\":\"{time}\"}}\n", std::process::id());
+                // A missed beat is harmless; the next one retries.
+                let _ = write_atomic(&path, text.as_bytes());
+                tokio::select! {
+                    () = notified.notified() => break,
+                    () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+                }
+            }
+        });
+        Heartbeat { stop, handle }
+    }
+}
+
+/// Stops the heartbeat when dropped.
+#[derive(Debug)]
+pub struct Heartbeat {
+    stop: Arc<tokio::sync::Notify>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+        self.handle.abort();
+    }
+}
+
+/// Writes `bytes` to a sibling temporary file and renames it over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrailError> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io_err("write", path)(e)
+    })
+}
+
+/// What `loop_state.json` holds: where the run stands, for programs.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct LoopState {
+    pub schema: &'static str,
+    pub run: String,
+    pub file: String,
+    pub program: String,
+    /// starting, agent, seal, gates, merging, waiting-human, finished.
+    pub phase: String,
+    pub started: String,
+    pub updated: String,
+    /// The task being worked on, if any.
+    pub task: Option<String>,
+    /// The attempt being made, 1-based over the whole ladder.
+    pub iteration: u32,
+    pub last_green_commit: Option<String>,
+    pub open_failures: Vec<OpenFailure>,
+    pub budget_spent: Spent,
+    pub tasks: Vec<TaskState>,
+    /// The run's outcome once it has one.
+    pub outcome: Option<String>,
+    pub exit_code: Option<u8>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct OpenFailure {
+    pub task: String,
+    pub attempt: u32,
+    pub kind: String,
+    pub criterion: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+pub struct Spent {
+    pub attempts: u32,
+    pub tokens: u64,
+    pub usd_micros: u64,
+    pub wall_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TaskState {
+    pub name: String,
+    /// pending, running, accepted, rejected, stuck, unknown, budget, human, skipped.
+    pub state: String,
+    pub attempt: u32,
+    pub rung: u32,
+    pub agent: Option<String>,
+    pub branch: Option<String>,
+    pub merged: Option<String>,
+    pub spent: Spent,
+    pub limits: Limits,
+    /// The last failure or the reason for the state, in one line.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Limits {
+    pub iterations: u32,
+    pub tokens: Option<u64>,
+    pub usd_micros: Option<u64>,
+    pub wall_ms: Option<u64>,
+}
+
+impl LoopState {
+    pub const SCHEMA: &'static str = "mvk.loop_state.v1";
+}
+
+fn render_status(s: &LoopState) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "# mvk run {}\n", s.run);
+    let _ = writeln!(out, "- loop: `{}` ({})", s.program, s.file);
+    let _ = writeln!(out, "- phase: **{}**", s.phase);
+    if let Some(outcome) = &s.outcome {
+        let code = s
+            .exit_code
+            .map_or(String::new(), |c| format!(" (exit {c})"));
+        let _ = writeln!(out, "- outcome: **{outcome}**{code}");
+    }
+    let _ = writeln!(out, "- started: {}; updated: {}", s.started, s.updated);
+    if let Some(commit) = &s.last_green_commit {
+        let _ = writeln!(out, "- last green commit: `{commit}`");
+    }
+    let _ = writeln!(out, "\n| task | state | attempt | rung | spent | note |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for t in &s.tasks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {}/{} | {} | {} | {} |",
+            t.name,
+            t.state,
+            t.attempt,
+            t.limits.iterations,
+            match &t.agent {
+                Some(a) => format!("{} {a}", t.rung),
+                None => t.rung.to_string(),
+            },
+            spent_text(&t.spent, &t.limits),
+            t.note.as_deref().unwrap_or("").replace('|', "\\|"),
+        );
+    }
+    if !s.open_failures.is_empty() {
+        let _ = writeln!(out, "\n## Open failures");
+        for f in &s.open_failures {
+            let _ = writeln!(
+                out,
+                "- {} attempt {} ({}): {}",
+                f.task, f.attempt, f.kind, f.criterion
+            );
+        }
+    }
+    out
+}
+
+fn spent_text(spent: &Spent, limits: &Limits) -> String {
+    let of = |v: String, limit: Option<String>| match limit {
+        Some(l) => format!("{v}/{l}"),
+        None => v,
+    };
+    format!(
+        "{} · {} tok · {}",
+        of(
+            crate::plan::format_usd(spent.usd_micros),
+            limits.usd_micros.map(crate::plan::format_usd)
+        ),
+        of(
+            spent.tokens.to_string(),
+            limits.tokens.map(|t| t.to_string())
+        ),
+        of(
+            crate::plan::format_duration(Duration::from_millis(spent.wall_ms)),
+            limits
+                .wall_ms
+                .map(|w| crate::plan::format_duration(Duration::from_millis(w)))
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_json_lines_and_state_files_are_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let trail = Trail::create(dir.path(), "r1").unwrap();
+        trail
+            .event(
+                Some("t"),
+                Some(1),
+                "attempt.started",
+                serde_json::json!({"rung": 1}),
+            )
+            .unwrap();
+        trail
+            .event(
+                None,
+                None,
+                "run.finished",
+                serde_json::json!({"exit_code": 0}),
+            )
+            .unwrap();
+        let text = fs::read_to_string(trail.events_path()).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "attempt.started");
+        assert_eq!(lines[0]["task"], "t");
+        assert_eq!(lines[1]["attempt"], Value::Null);
+
+        let state = LoopState {
+            schema: LoopState::SCHEMA,
+            run: "r1".into(),
+            phase: "gates".into(),
+            tasks: vec![TaskState {
+                name: "t".into(),
+                state: "running".into(),
+                note: Some("a | b".into()),
+                ..TaskState::default()
+            }],
+            ..LoopState::default()
+        };
+        trail.write_state(&state).unwrap();
+        let json: Value =
+            serde_json::from_slice(&fs::read(dir.path().join("loop_state.json")).unwrap()).unwrap();
+        assert_eq!(json["phase"], "gates");
+        let md = fs::read_to_string(dir.path().join("STATUS.md")).unwrap();
+        assert!(md.contains("| t | running |"), "{md}");
+        assert!(md.contains("a \\| b"), "{md}");
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+}

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Takes two seconds and fixes nothing.
+sleep 2
