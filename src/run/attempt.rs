@@ -319,7 +319,13 @@ pub async fn run_attempt(
         ),
     )?;
     runner.ledger_agent_done(
-        ledger_id, exit_code, timed_out, duration, head, &usage, retries,
+        ledger_id,
+        exit_code,
+        timed_out,
+        duration,
+        Some(head),
+        &usage,
+        retries,
     )?;
     runner.emit(
         Some(&task.name),
@@ -413,15 +419,25 @@ pub async fn run_attempt(
     Ok(record(AttemptEnd::Passed { head, gates: runs }))
 }
 
+/// The wall budget ran out before the agent produced a result: record what it spent.
 async fn finish_wall(
-    _runner: &mut Runner<'_>,
+    runner: &mut Runner<'_>,
     ledger_id: i64,
     spec: &AttemptSpec<'_>,
     branch: String,
     head: Option<Oid>,
     usage: Usage,
-    _retries: u32,
+    retries: u32,
 ) -> Result<AttemptRecord, RunError> {
+    runner.ledger_agent_done(
+        ledger_id,
+        None,
+        false,
+        Duration::ZERO,
+        head,
+        &usage,
+        retries,
+    )?;
     Ok(AttemptRecord {
         ledger_id,
         number: spec.number,

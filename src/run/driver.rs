@@ -366,6 +366,22 @@ pub async fn apply(
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            let fields: Vec<(String, String)> = task
+                .meta
+                .fields
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect();
+            runner.ledger.begin_task(&ledger::TaskStart {
+                run: &run_id,
+                name: &task.name,
+                digest: &task.meta.digest.to_string(),
+                fields: &fields,
+                after: &task.after,
+            })?;
+            runner
+                .ledger
+                .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
             runner.emit(
                 Some(&task.name),
                 None,
@@ -548,11 +564,11 @@ impl<'a> Runner<'a> {
         exit_code: Option<i32>,
         timed_out: bool,
         duration: Duration,
-        head: Oid,
+        head: Option<Oid>,
         usage: &crate::run::adapter::Usage,
         retries: u32,
     ) -> Result<(), RunError> {
-        let head = head.to_string();
+        let head = head.map(|h| h.to_string());
         let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
         Ok(self.ledger.agent_done(
             id,
@@ -560,7 +576,7 @@ impl<'a> Runner<'a> {
                 exit_code,
                 timed_out,
                 duration_ms: attempt::ms(duration),
-                head: Some(&head),
+                head: head.as_deref(),
                 usage: reported.then(|| ledger::Cost {
                     input_tokens: usage.input_tokens,
                     output_tokens: usage.output_tokens,
@@ -870,7 +886,14 @@ impl<'a> Runner<'a> {
 
             let failure = match record.end {
                 AttemptEnd::WallSpent => {
-                    self.finish_attempt(record.ledger_id, None)?;
+                    let f = Failure::new(
+                        number,
+                        FailureKind::Agent,
+                        "the attempt ends within the wall budget (it ran out during the attempt)"
+                            .into(),
+                        &["wall"],
+                    );
+                    self.finish_attempt(record.ledger_id, Some(&f))?;
                     continue; // the budget check above stops the task
                 }
                 AttemptEnd::Failed(f) => f,
