@@ -112,7 +112,21 @@ pub fn check(template: &str) -> Result<(), TemplateProblem> {
     render(template, &sample())?;
     // The first attempt has no failure to show: a template that uses one unguarded would
     // pass the sample above and fail at the first render.
-    render(template, &sample_first_attempt()).map(|_| ())
+    render(template, &sample_first_attempt())?;
+    // A seal, agent or merge failure has no gate, exit code or counts.
+    render(template, &sample_bare_failure()).map(|_| ())
+}
+
+/// [`sample`] with a failure whose optional parts are all absent.
+pub fn sample_bare_failure() -> PromptContext {
+    let mut cx = sample();
+    if let Some(f) = cx.failure.as_mut() {
+        f.gate = None;
+        f.exit_code = None;
+        f.counts = None;
+        f.blockers.clear();
+    }
+    cx
 }
 
 /// [`sample`] as the first attempt sees it: no previous failure, no earlier blockers.
@@ -200,6 +214,12 @@ mod tests {
         };
         assert_eq!(render(t, &ctx).as_deref(), Ok("g"));
         assert!(check(t).is_ok());
+    }
+
+    #[test]
+    fn counts_of_a_failure_without_counts_are_a_check_error() {
+        assert!(check("{{#if failure}}{{failure.counts.failed}}{{/if}}").is_err());
+        assert!(check("{{#if failure.counts}}{{failure.counts.failed}}{{/if}}").is_ok());
     }
 
     #[test]

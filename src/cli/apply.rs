@@ -84,16 +84,28 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
             message: format!("cannot start the async runtime: {e}"),
         })?;
     let result = runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return Some(driver::apply(&program, &opts, &progress).await);
+        };
         tokio::select! {
             r = driver::apply(&program, &opts, &progress) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
+            _ = term.recv() => None,
+            _ = hup.recv() => None,
         }
     });
     progress.finish();
     let report = match result {
         // Dropping the run killed every process group it had started.
         None => {
-            printer.error("interrupted; every agent and gate this run started was stopped");
+            printer.error(
+                "interrupted; every agent and gate this run started was stopped (the ledger still shows the run as running, for `mvk resume`)",
+            );
             return Ok(Exit::Interrupted);
         }
         Some(Err(e)) => return Err(run_error(e)),
@@ -182,7 +194,10 @@ fn run_error(e: RunError) -> CliError {
             message: format!("repository `{}` has no commits yet", repo.display()),
             hint: Some("make a first commit: attempts start from one".into()),
         },
-        RunError::Agent { agent, source } => CliError::Usage {
+        RunError::Agent {
+            agent,
+            source: source @ crate::run::process::ProcessError::ProgramNotFound { .. },
+        } => CliError::Usage {
             message: format!("cannot run agent `{agent}`: {source}"),
             hint: Some("install it, or fix the `run` line of its definition".into()),
         },

@@ -1,8 +1,9 @@
 //! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
 //! slots no process holds and the `mvk/<run>/…` branches of runs that are no longer live.
 //!
-//! A run is live when the ledger says it is running and its process is alive on this host;
-//! its branches stay. Branches of runs the ledger does not know are left alone: mvk did not
+//! A run's branches go once the ledger records it as finished, unless it finished waiting for a
+//! person (the accepted work may be on such a branch only). A run still marked running — alive,
+//! or dead and resumable — keeps its branches. Branches of runs the ledger does not know are left alone: mvk did not
 //! make them, or their record is gone, and deleting work on a guess is worse than keeping it.
 
 use std::path::Path;
@@ -51,10 +52,6 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
     } else {
         None
     };
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
 
     // Branches first: a slot that holds a branch must be released before the branch can go.
     let mut doomed = Vec::new();
@@ -76,10 +73,10 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
             .run_status(run)
             .map_err(|e| internal("read the ledger", &e))?;
         let Some(status) = status else { continue };
-        let alive = status.state == "running"
-            && status.host == host
-            && Path::new(&format!("/proc/{}", status.pid)).exists();
-        if !alive {
+        // Keep what a person or a resume may still need: a run that is running (alive, or dead
+        // and resumable), paused, or finished waiting for a person.
+        let over = status.state == "finished" && status.outcome.as_deref() != Some("human");
+        if over {
             doomed.push(name);
         }
     }

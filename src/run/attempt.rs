@@ -20,6 +20,17 @@ use crate::run::process::{self, ProcessSpec, Termination};
 use crate::run::seal::{self, Breach, Seal, SealVerdict};
 use crate::run::worktree;
 
+/// Variables that point git at a repository; removed from agents' and gates' environments.
+pub const GIT_LOCATION_VARS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+];
+
 /// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -165,7 +176,7 @@ pub async fn run_attempt(
         source,
     })?;
     let mut lease = runner.acquire(spec.base, &branch)?;
-    let worktree_path = lease.path.clone();
+    let mut worktree_path = lease.path.clone();
     let ledger_id = runner.ledger_begin_attempt(
         &task.name,
         spec.number,
@@ -208,23 +219,24 @@ pub async fn run_attempt(
                 ),
             }
         })?;
-    let env = agent_env(runner.run_id(), spec, &worktree_path, &prompt_file);
-    let argv = fill_argv(
-        &spec.agent.argv,
-        runner.run_id(),
-        spec,
-        &worktree_path,
-        &prompt_file,
-        &prompt_text,
-    )?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
+    let mut escaped = 0usize;
     let mut backoff = FIRST_BACKOFF;
     let (outcome, started) = loop {
         let Some(limit) = budgets.time_left(runner.started()) else {
             return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
+        let env = agent_env(runner.run_id(), spec, &worktree_path, &prompt_file);
+        let argv = fill_argv(
+            &spec.agent.argv,
+            runner.run_id(),
+            spec,
+            &worktree_path,
+            &prompt_file,
+            &prompt_text,
+        )?;
         let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
             message: format!("agent `{}` has an empty command", spec.agent.name),
         })?;
@@ -235,13 +247,17 @@ pub async fn run_attempt(
             dir.join("agent.err"),
         );
         ps.args = args.to_vec();
-        ps.env = env.clone();
+        ps.env = env;
+        // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
+        ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
         ps.timeout = Some(timeout);
         let started = Instant::now();
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: spec.agent.name.clone(),
             source,
         })?;
+        // Whatever escaped the agent's process group must not edit the worktree later.
+        escaped += crate::run::reaper::kill_adopted();
         if let Some(u) =
             adapter::read_usage(spec.agent.adapter, &ps.stdout_log).map_err(|source| {
                 RunError::Io {
@@ -262,9 +278,13 @@ pub async fn run_attempt(
             usage.session = u.session.or(usage.session);
         }
         let limited = match outcome.termination {
-            Termination::Exited(code) if code != 0 => {
-                matcher.check(&format!("{}\n{}", outcome.stdout_tail, outcome.stderr_tail))
-            }
+            // The limit message is the agent's last word: look at the end of its output only,
+            // not at whatever project output it relayed earlier.
+            Termination::Exited(code) if code != 0 => matcher.check(&format!(
+                "{}\n{}",
+                last_lines(&outcome.stdout_tail, 20),
+                last_lines(&outcome.stderr_tail, 20)
+            )),
             _ => None,
         };
         let Some(limit_hit) = limited else {
@@ -294,9 +314,12 @@ pub async fn run_attempt(
         )?;
         runner.set_phase("rate-limited", Some(&task.name), spec.number)?;
         tokio::time::sleep(wait).await;
-        // The same attempt again, from a clean checkout of the same base.
+        // The same attempt again, from a clean checkout of the same base; what the limited try
+        // left is kept on the branch's history first.
+        worktree::capture(&lease, "mvk: work of a rate-limited try")?;
         drop(lease);
         lease = runner.acquire(spec.base, &branch)?;
+        worktree_path = lease.path.clone();
         runner.set_phase("agent", Some(&task.name), spec.number)?;
     };
     let (exit_code, timed_out) = match outcome.termination {
@@ -339,6 +362,7 @@ pub async fn run_attempt(
             "usd": usage.usd_micros.map(|u| u as f64 / 1e6),
             "rate_limited": retries,
             "stragglers_killed": outcome.stragglers_killed,
+            "escaped_killed": escaped,
         }),
     )?;
     let record = |end| AttemptRecord {
@@ -381,8 +405,13 @@ pub async fn run_attempt(
         return Ok(record(AttemptEnd::Failed(f)));
     }
 
-    // The gates, in order; the first that does not pass ends the attempt.
+    // The gates, in order; the first that does not pass ends the attempt. They run on a clean
+    // checkout of the captured commit: ignored or untracked files the agent left (a conftest.py
+    // it excluded from git, a forged build cache) are not what lands, and were not sealed.
     runner.set_phase("gates", Some(&task.name), spec.number)?;
+    drop(lease);
+    let lease = runner.acquire(head, &branch)?;
+    let worktree_path = lease.path.clone();
     let gate_env = gate_env(
         runner.run_id(),
         &task.name,
@@ -402,6 +431,7 @@ pub async fn run_attempt(
             timeout: g.timeout.min(left),
         };
         let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+        crate::run::reaper::kill_adopted();
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
         if run.timed_out && budgets.time_left(runner.started()).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
@@ -455,7 +485,10 @@ fn check_seal(
     spec: &AttemptSpec<'_>,
     head: Oid,
 ) -> Result<Option<Failure>, RunError> {
-    let sealed = Seal::new(&task.seal).map_err(RunError::Seal)?;
+    // mvk's own directory is sealed in every loop: an agent's `.mvk` would land over the ledger.
+    let mut patterns = task.seal.clone();
+    patterns.push(".mvk".to_string());
+    let sealed = Seal::new(&patterns).map_err(RunError::Seal)?;
     let repo = Repository::open(runner.repo_root()).map_err(|source| RunError::Git {
         action: "open the repository".into(),
         source,
@@ -518,7 +551,8 @@ pub fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
         ),
         _ => format!("gate `{}` passes: {}", run.gate, run.reason),
     };
-    let normal = normalize(&run.tail, worktree);
+    // The last lines, not the last bytes: a byte window shifts when a timing's width changes.
+    let normal = normalize(last_lines(&run.tail, 30), worktree);
     let exit = format!("{:?}", run.exit_code);
     let counts = format!("{:?}", run.counts());
     let mut f = Failure::new(
@@ -532,6 +566,19 @@ pub fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
     f.counts = run.counts();
     f.tail = run.tail.clone();
     f
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> &str {
+    let body = text.trim_end_matches('\n');
+    let mut idx = body.len();
+    for _ in 0..n {
+        match body[..idx].rfind('\n') {
+            Some(i) => idx = i,
+            None => return text,
+        }
+    }
+    &text[idx + 1..]
 }
 
 fn normalize(text: &str, worktree: &Path) -> String {
@@ -767,6 +814,13 @@ mod tests {
         assert!(git2::Reference::is_valid_name(&format!(
             "refs/heads/mvk/r/{a}/1"
         )));
+    }
+
+    #[test]
+    fn last_lines_counts_from_the_end() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\nb", 5), "a\nb");
+        assert_eq!(last_lines("", 3), "");
     }
 
     #[test]

@@ -204,6 +204,11 @@ pub async fn apply(
 ) -> Result<RunReport, RunError> {
     let repo_root = &opts.repo_root;
     let mvk_dir = repo_root.join(".mvk");
+    crate::run::reaper::become_subreaper().map_err(|source| RunError::Io {
+        action: "become the reaper of escaped agent processes (prctl)",
+        path: PathBuf::from("/proc/self"),
+        source,
+    })?;
     exclude_mvk_dir(repo_root)?;
     let run_id = new_run_id()?;
     let mut ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
@@ -331,126 +336,146 @@ pub async fn apply(
         history: Vec::new(),
     };
     let _heartbeat = runner.trail.heartbeat();
-    runner.emit(
-        None,
-        None,
-        "run.started",
-        json!({
-            "file": opts.file,
-            "program": program.name,
-            "digest": program.digest.to_string(),
-            "base": base.to_string(),
-            "target": first_target,
-            "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
-        }),
-    )?;
-    runner.write_state()?;
+    let result: Result<RunReport, RunError> = async {
+        runner.emit(
+            None,
+            None,
+            "run.started",
+            json!({
+                "file": opts.file,
+                "program": program.name,
+                "digest": program.digest.to_string(),
+                "base": base.to_string(),
+                "target": first_target,
+                "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+            }),
+        )?;
+        runner.write_state()?;
 
-    let mut reports: Vec<TaskReport> = Vec::new();
-    let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
-    let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
-    let mut handoff = None;
-    for &i in &selected {
-        let task = &program.tasks[i];
-        let blocked: Vec<&String> = task
-            .after
-            .iter()
-            .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
-            .collect();
-        let report = if !blocked.is_empty() && !continue_on_failure {
-            let reason = format!(
-                "skipped: {} did not succeed",
-                blocked
-                    .iter()
-                    .map(|d| format!("`{d}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            let fields: Vec<(String, String)> = task
-                .meta
-                .fields
+        let mut reports: Vec<TaskReport> = Vec::new();
+        let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
+        let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
+        let mut handoff = None;
+        for &i in &selected {
+            let task = &program.tasks[i];
+            let blocked: Vec<&String> = task
+                .after
                 .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
+                .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
                 .collect();
-            runner.ledger.begin_task(&ledger::TaskStart {
-                run: &run_id,
-                name: &task.name,
-                digest: &task.meta.digest.to_string(),
-                fields: &fields,
-                after: &task.after,
-            })?;
-            runner
-                .ledger
-                .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
-            runner.emit(
-                Some(&task.name),
-                None,
-                "task.skipped",
-                json!({ "reason": reason, "after": blocked }),
-            )?;
-            runner.task_state(&task.name, |s| {
-                s.state = "skipped".into();
-                s.note = Some(reason.clone());
-            });
-            TaskReport {
-                name: task.name.clone(),
-                outcome: Outcome::Skipped,
-                attempts: 0,
-                merged: None,
-                branch: None,
-                usd: 0.0,
-                tokens: 0,
-                reason,
-            }
-        } else {
-            let target = targets.get(&i).cloned().unwrap_or_default();
-            let (report, h) = runner.run_task(task, &target).await?;
-            if h.is_some() {
-                handoff = h;
-            }
-            report
-        };
-        done.insert(task.name.clone(), report.outcome);
-        reports.push(report);
-    }
+            let report = if !blocked.is_empty() && !continue_on_failure {
+                let reason = format!(
+                    "skipped: {} did not succeed",
+                    blocked
+                        .iter()
+                        .map(|d| format!("`{d}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let fields: Vec<(String, String)> = task
+                    .meta
+                    .fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
+                runner.ledger.begin_task(&ledger::TaskStart {
+                    run: &run_id,
+                    name: &task.name,
+                    digest: &task.meta.digest.to_string(),
+                    fields: &fields,
+                    after: &task.after,
+                })?;
+                runner
+                    .ledger
+                    .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
+                runner.emit(
+                    Some(&task.name),
+                    None,
+                    "task.skipped",
+                    json!({ "reason": reason, "after": blocked }),
+                )?;
+                runner.task_state(&task.name, |s| {
+                    s.state = "skipped".into();
+                    s.note = Some(reason.clone());
+                });
+                TaskReport {
+                    name: task.name.clone(),
+                    outcome: Outcome::Skipped,
+                    attempts: 0,
+                    merged: None,
+                    branch: None,
+                    usd: 0.0,
+                    tokens: 0,
+                    reason,
+                }
+            } else {
+                let target = targets.get(&i).cloned().unwrap_or_default();
+                let (report, h) = runner.run_task(task, &target).await?;
+                if h.is_some() {
+                    handoff = h;
+                }
+                report
+            };
+            done.insert(task.name.clone(), report.outcome);
+            reports.push(report);
+        }
 
-    let outcome = reports
-        .iter()
-        .map(|r| r.outcome)
-        .max_by_key(|o| o.severity())
-        .unwrap_or(Outcome::Accepted);
-    let outcome = if outcome == Outcome::Skipped {
-        Outcome::Accepted
-    } else {
-        outcome
-    };
-    let exit_code = outcome.exit_code();
-    runner
-        .ledger
-        .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
-    runner.emit(
-        None,
-        None,
-        "run.finished",
-        json!({"outcome": outcome.name(), "exit_code": exit_code}),
-    )?;
-    runner.state.outcome = Some(outcome.name().into());
-    runner.state.exit_code = Some(exit_code);
-    runner.state.task = None;
-    runner.state.phase = if outcome == Outcome::Human {
-        "waiting-human".into()
-    } else {
-        "finished".into()
-    };
-    runner.write_state()?;
-    Ok(RunReport {
-        schema: "mvk.apply.v1",
-        run: run_id,
-        outcome,
-        exit_code,
-        tasks: reports,
-        handoff,
-    })
+        let outcome = reports
+            .iter()
+            .map(|r| r.outcome)
+            .max_by_key(|o| o.severity())
+            .unwrap_or(Outcome::Accepted);
+        let outcome = if outcome == Outcome::Skipped {
+            Outcome::Accepted
+        } else {
+            outcome
+        };
+        let exit_code = outcome.exit_code();
+        runner
+            .ledger
+            .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
+        runner.emit(
+            None,
+            None,
+            "run.finished",
+            json!({"outcome": outcome.name(), "exit_code": exit_code}),
+        )?;
+        runner.state.outcome = Some(outcome.name().into());
+        runner.state.exit_code = Some(exit_code);
+        runner.state.task = None;
+        runner.state.phase = if outcome == Outcome::Human {
+            "waiting-human".into()
+        } else {
+            "finished".into()
+        };
+        runner.write_state()?;
+        Ok(RunReport {
+            schema: "mvk.apply.v1",
+            run: run_id.clone(),
+            outcome,
+            exit_code,
+            tasks: reports,
+            handoff,
+        })
+    }
+    .await;
+    if let Err(e) = &result {
+        // Say in the ledger and the trail that the run ended on mvk's own error, so no one
+        // waits for it; best effort, since the error may be the ledger itself.
+        let message = e.to_string();
+        let _ = runner.ledger.finish_run(&run_id, "error", 70);
+        let _ = runner.emit(
+            None,
+            None,
+            "run.finished",
+            json!({"outcome": "error", "exit_code": 70, "error": message}),
+        );
+        runner.state.outcome = Some("error".into());
+        runner.state.exit_code = Some(70);
+        runner.state.phase = "finished".into();
+        let _ = runner.write_state();
+    }
+    result
 }
 
 impl<'a> Runner<'a> {
@@ -721,72 +746,6 @@ impl<'a> Runner<'a> {
         };
 
         loop {
-            // Budgets, checked before anything is spent on the next attempt.
-            let flow_spent = self.flow_spent()?;
-            let exhausted = if number >= task.budget.iterations {
-                Some((
-                    "iterations",
-                    u64::from(number),
-                    u64::from(task.budget.iterations),
-                ))
-            } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
-                Some(("tokens", spent_tokens, limit))
-            } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
-                Some(("usd", spent_usd, limit))
-            } else if budgets.time_left(self.task_started).is_none() {
-                Some((
-                    "wall",
-                    attempt::ms(self.task_started.elapsed()),
-                    budgets.wall.map_or(0, attempt::ms),
-                ))
-            } else if let Some(fb) = &flow_budget {
-                if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
-                    Some(("flow tokens", flow_spent.0, limit))
-                } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
-                    Some(("flow usd", flow_spent.1, limit))
-                } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
-                    Some((
-                        "flow wall",
-                        attempt::ms(self.run_started.elapsed()),
-                        attempt::ms(w),
-                    ))
-                } else {
-                    None
-                }
-            } else {
-                None
-            };
-            if let Some((which, spent, limit)) = exhausted {
-                self.emit(
-                    Some(&task.name),
-                    None,
-                    "budget.exhausted",
-                    json!({"budget": which, "spent": spent, "limit": limit}),
-                )?;
-                // Out of iterations right after tampering or unprovable evidence: say that.
-                let outcome = match (which, last.as_ref().map(|f| f.kind)) {
-                    ("iterations", Some(FailureKind::Seal)) => Outcome::Rejected,
-                    ("iterations", Some(FailureKind::Unknown)) => Outcome::Unknown,
-                    _ => Outcome::Budget,
-                };
-                let reason = format!(
-                    "the {which} budget ran out ({}){}",
-                    budget_text(which, spent, limit),
-                    last_reason(last.as_ref())
-                );
-                let r = end(
-                    self,
-                    outcome,
-                    reason,
-                    None,
-                    last_branch,
-                    number,
-                    spent_tokens,
-                    spent_usd,
-                )?;
-                return Ok((r, None));
-            }
-
             // The rung: climb past those whose attempts are used up.
             while let Some(Rung::Agent {
                 attempts: Some(n), ..
@@ -833,7 +792,7 @@ impl<'a> Runner<'a> {
                     return Ok((r, None));
                 }
                 Some(Rung::Human) => {
-                    let path = self.handoff(task, target, last.as_ref())?;
+                    let path = self.handoff(task, target, last.as_ref(), None)?;
                     self.emit(
                         Some(&task.name),
                         None,
@@ -859,6 +818,73 @@ impl<'a> Runner<'a> {
                 }
                 Some(Rung::Agent { agent, .. }) => agent,
             };
+
+            // Budgets, checked before anything is spent on the next attempt.
+            let flow_spent = self.flow_spent()?;
+            let exhausted = if number >= task.budget.iterations {
+                Some((
+                    "iterations",
+                    u64::from(number),
+                    u64::from(task.budget.iterations),
+                ))
+            } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
+                Some(("tokens", spent_tokens, limit))
+            } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
+                Some(("usd", spent_usd, limit))
+            } else if budgets.time_left(self.task_started).is_none() {
+                Some((
+                    "wall",
+                    attempt::ms(self.task_started.elapsed()),
+                    budgets.wall.map_or(0, attempt::ms),
+                ))
+            } else if let Some(fb) = &flow_budget {
+                if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
+                    Some(("flow tokens", flow_spent.0, limit))
+                } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
+                    Some(("flow usd", flow_spent.1, limit))
+                } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
+                    Some((
+                        "flow wall",
+                        attempt::ms(self.run_started.elapsed()),
+                        attempt::ms(w),
+                    ))
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            if let Some((which, spent, limit)) = exhausted {
+                self.emit(
+                    Some(&task.name),
+                    None,
+                    "budget.exhausted",
+                    json!({"budget": which, "spent": spent, "limit": limit}),
+                )?;
+                // Out of iterations right after tampering or unprovable evidence: say that.
+                let outcome = match last.as_ref().map(|f| f.kind) {
+                    Some(FailureKind::Seal) => Outcome::Rejected,
+                    Some(FailureKind::Unknown) => Outcome::Unknown,
+                    _ => Outcome::Budget,
+                };
+                let reason = format!(
+                    "the {which} budget ran out ({}){}",
+                    budget_text(which, spent, limit),
+                    last_reason(last.as_ref())
+                );
+                let r = end(
+                    self,
+                    outcome,
+                    reason,
+                    None,
+                    last_branch,
+                    number,
+                    spent_tokens,
+                    spent_usd,
+                )?;
+                return Ok((r, None));
+            }
+
             number += 1;
             rung_used += 1;
             let spec = AttemptSpec {
@@ -936,10 +962,10 @@ impl<'a> Runner<'a> {
                             self.fail(task, number, &f)?;
                             f
                         }
-                        Landing::Rejected(reason) => {
+                        Landing::Rejected(outcome, reason) => {
                             let r = end(
                                 self,
-                                Outcome::Rejected,
+                                outcome,
                                 reason,
                                 None,
                                 Some(record.branch),
@@ -950,7 +976,13 @@ impl<'a> Runner<'a> {
                             return Ok((r, None));
                         }
                         Landing::Human(reason) => {
-                            let path = self.handoff(task, target, None)?;
+                            self.history.push((
+                                task.name.clone(),
+                                number,
+                                record.branch.clone(),
+                                None,
+                            ));
+                            let path = self.handoff(task, target, None, Some(&reason))?;
                             self.emit(
                                 Some(&task.name),
                                 None,
@@ -1170,10 +1202,18 @@ impl<'a> Runner<'a> {
                         "merge.failed",
                         json!({"gate": run.gate, "reason": run.reason, "log": run.log.display().to_string()}),
                     )?;
-                    return Ok(Landing::Rejected(format!(
-                        "after-merge gate `{}` failed on the merged result ({}); `{target}` was not moved, the change stays on its branch",
-                        run.gate, run.reason
-                    )));
+                    let outcome = if run.verdict == GateVerdict::Unknown {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::Rejected
+                    };
+                    return Ok(Landing::Rejected(
+                        outcome,
+                        format!(
+                            "after-merge gate `{}` did not pass on the merged result ({}); `{target}` was not moved, the change stays on its branch",
+                            run.gate, run.reason
+                        ),
+                    ));
                 }
             }
             let merge_id = self.ledger.begin_merge(&ledger::MergeStart {
@@ -1220,6 +1260,17 @@ impl<'a> Runner<'a> {
                     return Ok(Landing::Human(format!(
                         "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `mvk/{}/{}/{}`",
                         paths.join(", "),
+                        self.run_id,
+                        attempt::slug(&task.name),
+                        spec.number
+                    )));
+                }
+                Err(LandError::CheckedOutElsewhere { path, .. }) => {
+                    let detail = format!("`{target}` is checked out in `{}`", path.display());
+                    self.ledger
+                        .finish_merge(merge_id, "aborted", None, &detail)?;
+                    return Ok(Landing::Human(format!(
+                        "accepted, but {detail}, whose files landing would leave stale; land branch `mvk/{}/{}/{}` there",
                         self.run_id,
                         attempt::slug(&task.name),
                         spec.number
@@ -1279,6 +1330,7 @@ impl<'a> Runner<'a> {
         task: &Task,
         target: &str,
         last: Option<&Failure>,
+        why: Option<&str>,
     ) -> Result<PathBuf, RunError> {
         use std::fmt::Write as _;
         let mut text = String::new();
@@ -1305,6 +1357,9 @@ impl<'a> Runner<'a> {
                     .join(" ")
             }
         );
+        if let Some(why) = why {
+            let _ = writeln!(text, "Why it stopped: {why}\n");
+        }
         let _ = writeln!(text, "## What was tried\n");
         let tried: Vec<_> = self.history.iter().filter(|h| h.0 == task.name).collect();
         if tried.is_empty() {
@@ -1339,7 +1394,7 @@ enum Landing {
     Landed(Option<Oid>),
     /// Not landed; try again from this base with this failure in the prompt.
     Retry(Failure, Oid),
-    Rejected(String),
+    Rejected(Outcome, String),
     Human(String),
 }
 
@@ -1467,11 +1522,21 @@ fn exclude_mvk_dir(repo_root: &Path) -> Result<(), RunError> {
     })?;
     let info = repo.commondir().join("info");
     let path = info.join("exclude");
-    let existing = std::fs::read_to_string(&path).unwrap_or_default();
-    if existing
+    let existing = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(RunError::Io {
+                action: "read",
+                path,
+                source,
+            });
+        }
+    };
+    let listed = String::from_utf8_lossy(&existing)
         .lines()
-        .any(|l| l.trim() == "/.mvk/" || l.trim() == ".mvk/")
-    {
+        .any(|l| l.trim() == "/.mvk/" || l.trim() == ".mvk/" || l.trim() == "/.mvk");
+    if listed {
         return Ok(());
     }
     std::fs::create_dir_all(&info).map_err(|source| RunError::Io {
@@ -1479,11 +1544,12 @@ fn exclude_mvk_dir(repo_root: &Path) -> Result<(), RunError> {
         path: info.clone(),
         source,
     })?;
+    // Appended to what is there, byte for byte: the user's own patterns stay as they are.
     let mut text = existing;
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+    if !text.is_empty() && !text.ends_with(b"\n") {
+        text.push(b'\n');
     }
-    text.push_str("# mvk's runs, ledger and status files\n/.mvk/\n");
+    text.extend_from_slice(b"# mvk's runs, ledger and status files\n/.mvk\n");
     std::fs::write(&path, text).map_err(|source| RunError::Io {
         action: "write",
         path,

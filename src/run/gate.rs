@@ -100,10 +100,15 @@ pub fn is_credential(name: &str) -> bool {
         "ACCESS_KEY",
         "SESSION_KEY",
         "AUTH",
+        "COOKIE",
+        "_PAT",
+        "_DSN",
     ];
     const PREFIXES: &[&str] = &["AWS_", "GH_", "GITHUB_", "AZURE_", "GOOGLE_APPLICATION"];
     let upper = name.to_ascii_uppercase();
-    PARTS.iter().any(|p| upper.contains(p)) || PREFIXES.iter().any(|p| upper.starts_with(p))
+    PARTS.iter().any(|p| upper.contains(p))
+        || PREFIXES.iter().any(|p| upper.starts_with(p))
+        || upper.ends_with("_KEY")
 }
 
 /// Runs `gate` and judges it.
@@ -120,6 +125,11 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
     spec.env_remove = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
         .filter(|k| is_credential(k) && !gate.env.contains_key(k))
+        .chain(
+            crate::run::attempt::GIT_LOCATION_VARS
+                .iter()
+                .map(|v| v.to_string()),
+        )
         .collect();
     spec.env = cx.env.to_vec();
     spec.env.push(("MVK_NONCE".into(), nonce.clone()));

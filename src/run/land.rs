@@ -35,6 +35,9 @@ pub enum LandError {
     /// The target moved between [`prepare`] and [`publish`].
     #[error("`{branch}` moved while the change was being landed")]
     Moved { branch: String },
+    /// The target is checked out in a linked worktree, whose files would go stale.
+    #[error("`{branch}` is checked out in the worktree `{}`; landing there is left to a person", path.display())]
+    CheckedOutElsewhere { branch: String, path: PathBuf },
     /// Local changes in the main checkout would be overwritten.
     #[error("the main checkout has local changes that landing would overwrite: {}", paths.join(", "))]
     Dirty { paths: Vec<String> },
@@ -198,6 +201,12 @@ pub fn publish(
             branch: branch.to_string(),
         });
     }
+    if let Some(path) = checked_out_elsewhere(&repo, &full) {
+        return Err(LandError::CheckedOutElsewhere {
+            branch: branch.to_string(),
+            path,
+        });
+    }
     let checked_out = !repo.is_bare()
         && repo
             .find_reference("HEAD")
@@ -213,6 +222,8 @@ pub fn publish(
             let mut opts = CheckoutBuilder::new();
             // Safe: only files that still match HEAD are rewritten; the baseline is HEAD's tree.
             opts.safe();
+            // An ignored file (a user's `.env`, mvk's `.mvk/`) is never overwritten by a landing.
+            opts.overwrite_ignored(false);
             opts.notify_on(CheckoutNotificationType::CONFLICT);
             opts.notify(|_, path, _, _, _| {
                 if let Some(p) = path {
@@ -241,6 +252,28 @@ pub fn publish(
         }
         Err(e) => Err(git_err(format!("move branch `{branch}`"), repo_root)(e)),
     }
+}
+
+/// A linked worktree (not one of mvk's pool slots, which never hold a target) that has
+/// `full_ref` checked out.
+fn checked_out_elsewhere(repo: &Repository, full_ref: &str) -> Option<PathBuf> {
+    let names = repo.worktrees().ok()?;
+    for name in names.iter().flatten().flatten() {
+        let Ok(wt) = repo.find_worktree(name) else {
+            continue;
+        };
+        let Ok(linked) = Repository::open_from_worktree(&wt) else {
+            continue;
+        };
+        let head = linked
+            .find_reference("HEAD")
+            .ok()
+            .and_then(|h| h.symbolic_target().ok().flatten().map(str::to_string));
+        if head.as_deref() == Some(full_ref) {
+            return Some(wt.path().to_path_buf());
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod evidence;
 pub mod gate;
 pub mod land;
 pub mod process;
+pub mod reaper;
 pub mod seal;
 pub mod trail;
 pub mod worktree;

@@ -10,6 +10,7 @@ mod digests;
 mod example_run;
 mod examples;
 mod fuzz;
+mod hardening;
 mod invalid;
 mod stdlib;
 

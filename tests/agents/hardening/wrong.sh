@@ -1,0 +1,2 @@
+#!/bin/sh
+echo "# still wrong" >> src/calc.sh
