@@ -23,6 +23,7 @@
 pub mod cli;
 pub mod diag;
 pub mod digest;
+pub mod drift;
 pub mod env;
 pub mod ir;
 pub mod ledger;

@@ -13,6 +13,7 @@ use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
 use crate::run::land::LandError;
+use crate::run::lock::{Holder, LockError, RunLock};
 use crate::run::trail::Event;
 use crate::run::worktree::WorktreeError;
 
@@ -31,6 +32,10 @@ pub struct ApplyArgs {
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
     pub json: bool,
+    /// When another run of the same loop or flow is going on, wait for it to end instead of
+    /// refusing.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,14 +73,72 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         });
     }
     let repo_root = repository(cli, &args.file)?;
+    let run_id = driver::new_run_id().map_err(run_error)?;
+    let _lock = lock(
+        printer,
+        &repo_root,
+        &program.name,
+        &run_id,
+        "apply",
+        args.wait,
+    )?;
     let opts = RunOptions {
         file: shown_file(&args.file, &repo_root),
         repo_root,
         task: args.task.clone(),
         worktree_root: None,
         mode: "auto".into(),
+        run_id,
     };
     let progress = Progress::new(printer, args.json);
+    execute(
+        printer,
+        args.json,
+        &progress,
+        driver::apply(&program, &opts, &progress),
+    )
+}
+
+/// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.
+pub(crate) fn lock(
+    printer: &Printer,
+    repo_root: &Path,
+    program: &str,
+    run: &str,
+    command: &str,
+    wait: bool,
+) -> Result<RunLock, CliError> {
+    let me = Holder {
+        run: run.to_string(),
+        pid: std::process::id(),
+        host: driver::host_name(),
+        since: crate::run::trail::now().0,
+        command: command.to_string(),
+    };
+    RunLock::acquire(&repo_root.join(".mvk"), program, &me, wait, |holder| {
+        printer.status(&format!("waiting for {holder} to finish"));
+    })
+    .map_err(|e| match e {
+        LockError::Held { .. } => CliError::Usage {
+            message: e.to_string(),
+            hint: Some(format!(
+                "wait for it (`mvk status`), or add `--wait` to start when it ends; two runs of `{program}` at once would fight over its target"
+            )),
+        },
+        LockError::Io { .. } => CliError::Internal {
+            message: chain(&e),
+        },
+    })
+}
+
+/// Runs a driver future to its end on a runtime of its own, stopping every process it started
+/// on Ctrl-C, SIGTERM or SIGHUP; prints the report and returns the contract's exit code.
+pub(crate) fn execute(
+    printer: &Printer,
+    json: bool,
+    progress: &Progress,
+    run: impl std::future::Future<Output = Result<RunReport, RunError>>,
+) -> Result<Exit, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -90,10 +153,10 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
         ) else {
-            return Some(driver::apply(&program, &opts, &progress).await);
+            return Some(run.await);
         };
         tokio::select! {
-            r = driver::apply(&program, &opts, &progress) => Some(r),
+            r = run => Some(r),
             _ = tokio::signal::ctrl_c() => None,
             _ = term.recv() => None,
             _ = hup.recv() => None,
@@ -104,14 +167,14 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         // Dropping the run killed every process group it had started.
         None => {
             printer.error(
-                "interrupted; every agent and gate this run started was stopped (the ledger still shows the run as running, for `mvk resume`)",
+                "interrupted; every agent and gate this run started was stopped (the ledger still shows the run as running: continue it with `mvk resume`)",
             );
             return Ok(Exit::Interrupted);
         }
         Some(Err(e)) => return Err(run_error(e)),
         Some(Ok(report)) => report,
     };
-    if args.json {
+    if json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Internal {
             message: format!("cannot encode the report as JSON: {e}"),
         })?;
@@ -120,6 +183,16 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         printer.out(&summary(&report));
     }
     Ok(Exit::from_code(report.exit_code))
+}
+
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
 }
 
 /// The repository to work in: `--repo`, else the git repository holding the loop file.
@@ -138,6 +211,12 @@ fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
             .unwrap_or(Path::new("."))
             .to_path_buf(),
     };
+    repository_at(&start)
+}
+
+/// The main checkout of the git repository that holds `start`.
+pub(crate) fn repository_at(start: &Path) -> Result<PathBuf, CliError> {
+    let start = start.to_path_buf();
     let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
         message: format!(
             "`{}` is not inside a git repository: {}",
@@ -168,13 +247,13 @@ fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
     })
 }
 
-fn shown_file(file: &Path, repo_root: &Path) -> String {
+pub(crate) fn shown_file(file: &Path, repo_root: &Path) -> String {
     let abs = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
     abs.strip_prefix(repo_root)
         .map_or_else(|_| file.display().to_string(), |p| p.display().to_string())
 }
 
-fn run_error(e: RunError) -> CliError {
+pub(crate) fn run_error(e: RunError) -> CliError {
     match e {
         RunError::Config { message } => CliError::Usage {
             message,
@@ -201,15 +280,9 @@ fn run_error(e: RunError) -> CliError {
             message: format!("cannot run agent `{agent}`: {source}"),
             hint: Some("install it, or fix the `run` line of its definition".into()),
         },
-        other => {
-            let mut message = other.to_string();
-            let mut source = std::error::Error::source(&other);
-            while let Some(s) = source {
-                message.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            CliError::Internal { message }
-        }
+        other => CliError::Internal {
+            message: chain(&other),
+        },
     }
 }
 
@@ -254,7 +327,7 @@ fn mark(o: driver::Outcome) -> &'static str {
 
 /// Shows events: the run id on stdout as soon as it exists, then a live line on a terminal
 /// or plain lines otherwise, on stderr.
-struct Progress {
+pub(crate) struct Progress {
     quiet: bool,
     json: bool,
     bar: Option<indicatif::ProgressBar>,
@@ -262,7 +335,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(printer: &Printer, json: bool) -> Progress {
+    pub(crate) fn new(printer: &Printer, json: bool) -> Progress {
         let quiet = printer.quiet();
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new_spinner();
@@ -296,7 +369,7 @@ impl Progress {
 
 impl Observer for Progress {
     fn event(&self, e: &Event) {
-        if e.event == "run.started" && !self.json {
+        if (e.event == "run.started" || e.event == "run.resumed") && !self.json {
             let mut printed = self
                 .printed_id
                 .lock()
@@ -315,6 +388,24 @@ impl Observer for Progress {
         let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let text = match e.event.as_str() {
             "run.started" => Some(format!("run {}: {} ({})", e.run, s("program"), s("file"))),
+            "run.resumed" => Some(format!("run {}: resumed ({})", e.run, s("found"))),
+            "task.resumed" => Some(format!(
+                "{who}: resumed after {} attempt(s){}",
+                d.get("attempts").and_then(Value::as_u64).unwrap_or(0),
+                d.get("pending")
+                    .and_then(Value::as_str)
+                    .map_or(String::new(), |p| format!(", carrying on: {p}"))
+            )),
+            "task.replanned" => Some(format!("{who}: re-planned (drift accepted)")),
+            "attempt.abandoned" => Some(format!("{who}: abandoned: {}", s("reason"))),
+            "merge.settled" => Some(format!(
+                "{who}: an interrupted merge was {}",
+                if d.get("landed").and_then(Value::as_bool).unwrap_or(false) {
+                    "found landed"
+                } else {
+                    "not landed; landing again"
+                }
+            )),
             "attempt.started" => Some(format!("{who}: {} on {}", s("agent"), s("branch"))),
             "agent.rate-limited" => Some(format!(
                 "{who}: rate-limited, waiting {} ({})",

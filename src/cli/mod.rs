@@ -8,6 +8,8 @@ pub mod gc;
 pub mod graph;
 pub mod plan;
 pub mod printer;
+pub mod resume;
+pub mod why;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -48,6 +50,10 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Print a loop file's DAG as Graphviz dot or Mermaid.
     Graph(graph::GraphArgs),
+    /// Continue an interrupted or paused run; stops with exit 5 when its definition drifted.
+    Resume(resume::ResumeArgs),
+    /// Explain a run's drift, field by field, and why each task would or would not run again.
+    Why(why::WhyArgs),
     /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
     Gc(gc::GcArgs),
 }
@@ -75,6 +81,8 @@ where
     let result = match &cli.command {
         Command::Apply(args) => apply::apply(&cli, &printer, args),
         Command::Gc(args) => gc::gc(&cli, &printer, args),
+        Command::Resume(args) => resume::resume(&cli, &printer, args),
+        Command::Why(args) => why::why(&cli, &printer, args),
         Command::Check(args) => check::check(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),
         Command::Graph(args) => graph::graph(&cli, &printer, args),

@@ -9,7 +9,10 @@
 //! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
+mod resume;
 mod schema;
+
+pub use resume::{AttemptRow, MergeRow, ResumeStart, RunRow, StoredProgram, TaskRow, TaskRowState};
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -112,6 +115,10 @@ pub struct TaskStart<'a> {
     pub fields: &'a [(String, String)],
     /// The names of the tasks it waits for.
     pub after: &'a [String],
+    /// The commit it starts from.
+    pub base: &'a str,
+    /// The digest of its sealed paths' contents in `base` (see `run::seal::content_digest`).
+    pub seal_digest: &'a str,
 }
 
 /// The start of an attempt, recorded before its agent runs.
@@ -127,6 +134,8 @@ pub struct AttemptStart<'a> {
     pub branch: &'a str,
     pub worktree: &'a str,
     pub base: &'a str,
+    /// The task's epoch (see [`Ledger::reset_task`]).
+    pub epoch: u32,
 }
 
 /// The agent's result.
@@ -320,31 +329,7 @@ impl Ledger {
             source,
         };
         self.write(&what, |tx, now| {
-            // ON CONFLICT, not OR IGNORE: only an existing digest is skipped; IR that is not
-            // JSON still fails its CHECK.
-            let fresh = tx
-                .execute(
-                    "INSERT INTO programs (digest, ir_json, created_at) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (digest) DO NOTHING",
-                    params![r.program_digest, r.ir_json, now],
-                )
-                .map_err(sql)?;
-            // The sources belong with the IR they were compiled into (its spans point into
-            // them), so they are stored only with a new program.
-            if fresh == 1 {
-                let mut insert = tx
-                    .prepare(
-                        "INSERT INTO program_sources (program_digest, file_id, path, text)
-                         VALUES (?1, ?2, ?3, ?4)",
-                    )
-                    .map_err(sql)?;
-                for (file_id, (path, text)) in r.sources.iter().enumerate() {
-                    let file_id = int(&what, "file_id", file_id as u64)?;
-                    insert
-                        .execute(params![r.program_digest, file_id, path, text])
-                        .map_err(sql)?;
-                }
-            }
+            store_program(tx, &what, r.program_digest, r.ir_json, r.sources, now)?;
             tx.execute(
                 "INSERT INTO runs (id, file, program, kind, program_digest, repo_root, base_commit,
                     target_branch, mode, pid, host, state, started_at, heartbeat_at)
@@ -423,31 +408,12 @@ impl Ledger {
         };
         self.write(&what, |tx, now| {
             tx.execute(
-                "INSERT INTO tasks (run, name, digest, state, started_at)
-                 VALUES (?1, ?2, ?3, 'running', ?4)",
-                params![t.run, t.name, t.digest, now],
+                "INSERT INTO tasks (run, name, digest, state, started_at, base, seal_digest)
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)",
+                params![t.run, t.name, t.digest, now, t.base, t.seal_digest],
             )
             .map_err(sql)?;
-            let mut field = tx
-                .prepare(
-                    "INSERT INTO task_fields (run, task, field, digest) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(sql)?;
-            for (name, digest) in t.fields {
-                field
-                    .execute(params![t.run, t.name, name, digest])
-                    .map_err(sql)?;
-            }
-            let mut dep = tx
-                .prepare(
-                    "INSERT INTO task_deps (run, task, after) VALUES (?1, ?2, ?3)
-                     ON CONFLICT DO NOTHING",
-                )
-                .map_err(sql)?;
-            for after in t.after {
-                dep.execute(params![t.run, t.name, after]).map_err(sql)?;
-            }
-            Ok(())
+            insert_fields(tx, t).map_err(sql)
         })
     }
 
@@ -487,10 +453,11 @@ impl Ledger {
         self.write(&what, |tx, now| {
             tx.execute(
                 "INSERT INTO attempts (run, task, number, rung, agent, branch, worktree, base, state,
-                    started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9)",
+                    started_at, epoch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10)",
                 params![
-                    a.run, a.task, a.number, a.rung, a.agent, a.branch, a.worktree, a.base, now
+                    a.run, a.task, a.number, a.rung, a.agent, a.branch, a.worktree, a.base, now,
+                    a.epoch
                 ],
             )
             .map_err(|source| LedgerError::Write {
@@ -775,6 +742,63 @@ impl Ledger {
                 source,
             })
     }
+}
+
+/// Stores a compiled program (IR and sources) under its digest, unless the ledger has it.
+fn store_program(
+    tx: &Transaction<'_>,
+    what: &dyn Fn() -> String,
+    digest: &str,
+    ir_json: &str,
+    sources: &[(String, String)],
+    now: i64,
+) -> Result<(), LedgerError> {
+    let sql = |source| LedgerError::Write {
+        what: what(),
+        source,
+    };
+    // ON CONFLICT, not OR IGNORE: only an existing digest is skipped; IR that is not
+    // JSON still fails its CHECK.
+    let fresh = tx
+        .execute(
+            "INSERT INTO programs (digest, ir_json, created_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (digest) DO NOTHING",
+            params![digest, ir_json, now],
+        )
+        .map_err(sql)?;
+    // The sources belong with the IR they were compiled into (its spans point into
+    // them), so they are stored only with a new program.
+    if fresh == 1 {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO program_sources (program_digest, file_id, path, text)
+                         VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(sql)?;
+        for (file_id, (path, text)) in sources.iter().enumerate() {
+            let file_id = int(what, "file_id", file_id as u64)?;
+            insert
+                .execute(params![digest, file_id, path, text])
+                .map_err(sql)?;
+        }
+    }
+    Ok(())
+}
+
+/// Inserts a task's field digests and dependencies (after its row).
+fn insert_fields(tx: &Transaction<'_>, t: &TaskStart<'_>) -> rusqlite::Result<()> {
+    let mut field =
+        tx.prepare("INSERT INTO task_fields (run, task, field, digest) VALUES (?1, ?2, ?3, ?4)")?;
+    for (name, digest) in t.fields {
+        field.execute(params![t.run, t.name, name, digest])?;
+    }
+    let mut dep = tx.prepare(
+        "INSERT INTO task_deps (run, task, after) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+    )?;
+    for after in t.after {
+        dep.execute(params![t.run, t.name, after])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ use super::LedgerError;
 /// The schema, one SQL script per version: migration N (1-based) takes `user_version` from N-1
 /// to N. Append only: a shipped migration is never edited or removed, since ledgers in users'
 /// repositories have already run it (the test `shipped_migrations_never_change` holds them).
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_initial.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_initial.sql"),
+    include_str!("migrations/0002_resume.sql"),
+];
 
 /// The schema version this binary writes: the number of migrations.
 pub(crate) fn known_version() -> i64 {

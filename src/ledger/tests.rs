@@ -46,6 +46,8 @@ fn task_start<'a>(run: &'a str, name: &'a str, fields: &'a [(String, String)]) -
         digest: "t4sk",
         fields,
         after: &[],
+        base: "b0",
+        seal_digest: "s0",
     }
 }
 
@@ -59,6 +61,7 @@ fn attempt_start<'a>(run: &'a str, task: &'a str, number: u32) -> AttemptStart<'
         branch: "mvk/r/t/1",
         worktree: "/wt/slot-0",
         base: "b0",
+        epoch: 0,
     }
 }
 
@@ -161,6 +164,7 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
             "merges",
             "program_sources",
             "programs",
+            "resumptions",
             "runs",
             "task_deps",
             "task_fields",

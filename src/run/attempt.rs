@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use git2::{Oid, Repository};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ir::{Agent, Task};
@@ -40,7 +40,7 @@ const MAX_RATE_LIMIT_RETRIES: u32 = 20;
 const AGENT_TAIL_BYTES: u64 = 4 * 1024;
 
 /// What kind of criterion an attempt missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailureKind {
     Agent,
@@ -63,7 +63,7 @@ impl FailureKind {
 }
 
 /// The exact failure of one attempt, as the next attempt's prompt and the reports show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
     pub attempt: u32,
     pub kind: FailureKind,
@@ -153,6 +153,8 @@ pub struct AttemptSpec<'a> {
     pub agent: &'a Agent,
     pub base: Oid,
     pub previous: Option<&'a Failure>,
+    /// The task's epoch, recorded with the attempt.
+    pub epoch: u32,
 }
 
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
@@ -185,6 +187,7 @@ pub async fn run_attempt(
         &branch,
         &worktree_path,
         spec.base,
+        spec.epoch,
     )?;
     runner.emit(
         Some(&task.name),
@@ -350,6 +353,7 @@ pub async fn run_attempt(
         &usage,
         retries,
     )?;
+    drop(lease);
     runner.emit(
         Some(&task.name),
         Some(spec.number),
@@ -365,6 +369,56 @@ pub async fn run_attempt(
             "escaped_killed": escaped,
         }),
     )?;
+    judge(
+        runner,
+        spec,
+        budgets,
+        Judged {
+            ledger_id,
+            branch,
+            head,
+            exit_code,
+            timed_out,
+            retries,
+            usage,
+        },
+    )
+    .await
+}
+
+/// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.
+#[derive(Debug)]
+pub struct Judged {
+    pub ledger_id: i64,
+    pub branch: String,
+    pub head: Oid,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub retries: u32,
+    /// What the agent spent (counted by the caller's budgets).
+    pub usage: Usage,
+}
+
+/// Decides an attempt whose agent has finished: its exit, then the seal, then the gates on a
+/// clean checkout of the captured commit. A resume calls it for an attempt whose agent finished
+/// before mvk was interrupted, so the agent is never run twice.
+pub async fn judge(
+    runner: &mut Runner<'_>,
+    spec: &AttemptSpec<'_>,
+    budgets: &Budgets,
+    j: Judged,
+) -> Result<AttemptRecord, RunError> {
+    let task = spec.task;
+    let Judged {
+        ledger_id,
+        branch,
+        head,
+        exit_code,
+        timed_out,
+        retries,
+        usage,
+    } = j;
+    let dir = runner.attempt_dir(&task.name, spec.number);
     let record = |end| AttemptRecord {
         ledger_id,
         number: spec.number,
@@ -409,7 +463,6 @@ pub async fn run_attempt(
     // checkout of the captured commit: ignored or untracked files the agent left (a conftest.py
     // it excluded from git, a forged build cache) are not what lands, and were not sealed.
     runner.set_phase("gates", Some(&task.name), spec.number)?;
-    drop(lease);
     let lease = runner.acquire(head, &branch)?;
     let worktree_path = lease.path.clone();
     let gate_env = gate_env(

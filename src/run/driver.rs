@@ -83,6 +83,20 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome a ledger row names (`error` and `drift` are run outcomes only).
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        Some(match name {
+            "accepted" => Outcome::Accepted,
+            "rejected" => Outcome::Rejected,
+            "stuck" => Outcome::Stuck,
+            "unknown" => Outcome::Unknown,
+            "budget" => Outcome::Budget,
+            "human" => Outcome::Human,
+            "skipped" => Outcome::Skipped,
+            _ => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Outcome::Accepted => "accepted",
@@ -154,6 +168,8 @@ pub struct RunOptions {
     /// The worktree pool's root; `None` for [`Pool::default_root`].
     pub worktree_root: Option<PathBuf>,
     pub mode: String,
+    /// The run's id: a new one from [`new_run_id`], or the one being resumed.
+    pub run_id: String,
 }
 
 /// Sees every event as it is written (the CLI's progress display).
@@ -176,6 +192,78 @@ impl Budgets {
             Some(w) => w.checked_sub(started.elapsed()).filter(|d| !d.is_zero()),
         }
     }
+}
+
+/// What a resume found of a task.
+#[derive(Debug)]
+pub enum Restored {
+    /// It finished before the interruption (and is not re-planned): its report, from the ledger.
+    Finished(TaskReport),
+    /// It goes on from where the ledger says it stopped.
+    Resume(Box<Resume>),
+}
+
+/// Where an unfinished task stands, as the ledger says.
+#[derive(Debug, Default)]
+pub struct Resume {
+    /// The task has a ledger row: it had started (or was re-planned).
+    pub begun: bool,
+    pub progress: Progress,
+    pub pending: Option<Pending>,
+    /// Wall time the task used before, which its wall budget still counts.
+    pub elapsed: Duration,
+    /// `(attempt, branch, failure)` of its attempts so far, for a handoff.
+    pub history: Vec<(u32, String, Option<Failure>)>,
+}
+
+/// A task's way through its ladder so far.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Attempts made (the last attempt's number).
+    pub number: u32,
+    /// 0-based index of the current rung, and the attempts made on it.
+    pub rung_idx: usize,
+    pub rung_used: u32,
+    pub last: Option<Failure>,
+    /// How many times in a row `last`'s signature has been seen.
+    pub same: u32,
+    pub spent_tokens: u64,
+    pub spent_usd: u64,
+    pub last_branch: Option<String>,
+    /// The task's epoch (see `Ledger::reset_task`).
+    pub epoch: u32,
+}
+
+/// An attempt a resume found half done.
+#[derive(Debug)]
+pub enum Pending {
+    /// Its agent finished and its change was captured: judge it from the seal check on.
+    Judge(ledger::AttemptRow),
+    /// It passed and was not landed: land it.
+    Land(ledger::AttemptRow),
+}
+
+impl Pending {
+    pub fn row(&self) -> &ledger::AttemptRow {
+        match self {
+            Pending::Judge(r) | Pending::Land(r) => r,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pending::Judge(_) => "judge",
+            Pending::Land(_) => "land",
+        }
+    }
+}
+
+/// A commit id from the ledger.
+fn oid(hex: &str) -> Result<Oid, RunError> {
+    Oid::from_str(hex).map_err(|source| RunError::Git {
+        action: format!("read the commit id `{hex}` recorded in the ledger"),
+        source,
+    })
 }
 
 /// The state of one run: what every stage writes through.
@@ -203,6 +291,121 @@ pub async fn apply(
     observer: &dyn Observer,
 ) -> Result<RunReport, RunError> {
     let repo_root = &opts.repo_root;
+    let (mut ledger, trail, pool) = open_run(opts)?;
+    let run_id = opts.run_id.clone();
+    let selected = select(program, opts)?;
+    let targets = targets_of(program, &selected, repo_root)?;
+    let first_target = selected
+        .first()
+        .and_then(|i| targets.get(i))
+        .cloned()
+        .unwrap_or_else(|| "HEAD".into());
+    let base = land::branch_tip(repo_root, &first_target)?;
+
+    let ir_json = program_json(program)?;
+    let sources = program_sources(program);
+    let kind = match program.kind {
+        crate::ir::ProgramKind::Flow => "flow",
+        _ => "loop",
+    };
+    ledger.begin_run(&ledger::RunStart {
+        id: &run_id,
+        file: &opts.file,
+        program: &program.name,
+        kind,
+        program_digest: &program.digest.to_string(),
+        ir_json: &ir_json,
+        sources: &sources,
+        repo_root: &repo_root.display().to_string(),
+        base_commit: &base.to_string(),
+        target_branch: &first_target,
+        pid: std::process::id(),
+        host: &host_name(),
+        mode: &opts.mode,
+    })?;
+    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let started = json!({
+        "file": opts.file,
+        "program": program.name,
+        "digest": program.digest.to_string(),
+        "base": base.to_string(),
+        "target": first_target,
+        "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+    });
+    runner
+        .drive(
+            &selected,
+            &targets,
+            BTreeMap::new(),
+            ("run.started", started),
+        )
+        .await
+}
+
+/// How a resumed run goes on: what the ledger says of it, and the drift that was accepted.
+pub struct ResumeFrom {
+    pub run: ledger::RunRow,
+    /// The accepted drift, or `None` when the definition is unchanged.
+    pub drift: Option<crate::drift::DriftReport>,
+    /// `interrupted` or `paused`.
+    pub found: String,
+}
+
+/// Continues the interrupted or paused run `from.run` with `program` (the definition as
+/// compiled now: unchanged, or with accepted drift). Finished tasks are not run again; a task
+/// caught in flight carries on from its last durable step: an attempt whose agent finished is
+/// judged from the seal check on, one whose agent was running is restarted under its number, a
+/// merge that may have happened is checked against git and never done twice.
+pub async fn resume(
+    program: &Program,
+    opts: &RunOptions,
+    observer: &dyn Observer,
+    from: ResumeFrom,
+) -> Result<RunReport, RunError> {
+    let run_id = opts.run_id.clone();
+    let (mut ledger, trail, pool) = open_run(opts)?;
+    let drift_json = match &from.drift {
+        Some(d) => Some(serde_json::to_string(d).map_err(|e| RunError::Config {
+            message: format!("cannot encode the drift report: {e}"),
+        })?),
+        None => None,
+    };
+    ledger.resume_run(&ledger::ResumeStart {
+        run: &run_id,
+        pid: std::process::id(),
+        host: &host_name(),
+        found: &from.found,
+        old_program_digest: &from.run.program_digest,
+        new_program_digest: &program.digest.to_string(),
+        ir_json: &program_json(program)?,
+        sources: &program_sources(program),
+        drift_json: drift_json.as_deref(),
+    })?;
+    let selected = crate::run::resume::selected_tasks(&ledger, &run_id, program)?;
+    let targets = targets_of(program, &selected, &opts.repo_root)?;
+    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let replanned = from
+        .drift
+        .as_ref()
+        .map(crate::drift::DriftReport::replanned)
+        .unwrap_or_default();
+    let last = runner.ledger().last_event_ms(&run_id, None)?;
+    let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
+    runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
+    let restored = crate::run::resume::restore(&mut runner, &selected, &targets, &replanned)?;
+    let detail = json!({
+        "found": from.found,
+        "digest": program.digest.to_string(),
+        "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
+    });
+    runner
+        .drive(&selected, &targets, restored, ("run.resumed", detail))
+        .await
+}
+
+/// The ledger, the trail and the worktree pool of a run, with the process ready to run agents.
+fn open_run(opts: &RunOptions) -> Result<(Ledger, Trail, Pool), RunError> {
+    let repo_root = &opts.repo_root;
     let mvk_dir = repo_root.join(".mvk");
     crate::run::reaper::become_subreaper().map_err(|source| RunError::Io {
         action: "become the reaper of escaped agent processes (prctl)",
@@ -210,37 +413,46 @@ pub async fn apply(
         source,
     })?;
     exclude_mvk_dir(repo_root)?;
-    let run_id = new_run_id()?;
-    let mut ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
-    let trail = Trail::create(&mvk_dir, &run_id)?;
+    let ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
+    let trail = Trail::create(&mvk_dir, &opts.run_id)?;
     let pool_root = opts
         .worktree_root
         .clone()
         .unwrap_or_else(|| Pool::default_root(repo_root));
     let pool = Pool::open(repo_root, &pool_root)?;
+    Ok((ledger, trail, pool))
+}
 
-    let selected: Vec<usize> = match &opts.task {
-        None => crate::plan::plan(program).order,
+/// The tasks to run, in dependency order: all of them, or the one `--task` names.
+fn select(program: &Program, opts: &RunOptions) -> Result<Vec<usize>, RunError> {
+    match &opts.task {
+        None => Ok(crate::plan::plan(program).order),
         Some(name) => match program.tasks.iter().position(|t| &t.name == name) {
-            Some(i) => vec![i],
-            None => {
-                return Err(RunError::Config {
-                    message: format!(
-                        "`{}` has no task `{name}`; it has: {}",
-                        opts.file,
-                        program
-                            .tasks
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
+            Some(i) => Ok(vec![i]),
+            None => Err(RunError::Config {
+                message: format!(
+                    "`{}` has no task `{name}`; it has: {}",
+                    opts.file,
+                    program
+                        .tasks
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
         },
-    };
+    }
+}
+
+/// Each selected task's target branch, checked to exist.
+fn targets_of(
+    program: &Program,
+    selected: &[usize],
+    repo_root: &Path,
+) -> Result<BTreeMap<usize, String>, RunError> {
     let mut targets = BTreeMap::new();
-    for &i in &selected {
+    for &i in selected {
         let task = &program.tasks[i];
         if task.review.is_some() {
             return Err(RunError::Config {
@@ -258,229 +470,366 @@ pub async fn apply(
         land::branch_tip(repo_root, &target)?;
         targets.insert(i, target);
     }
-    let first_target = selected
-        .first()
-        .and_then(|i| targets.get(i))
-        .cloned()
-        .unwrap_or_else(|| "HEAD".into());
-    let base = land::branch_tip(repo_root, &first_target)?;
+    Ok(targets)
+}
 
-    let ir_json = program_json(program)?;
-    let sources: Vec<(String, String)> = program
+fn program_sources(program: &Program) -> Vec<(String, String)> {
+    program
         .sources
         .iter()
         .map(|(_, f)| (f.name.clone(), f.text.to_string()))
-        .collect();
-    let host = rustix::system::uname()
+        .collect()
+}
+
+/// This machine's name, as `uname -n` says.
+pub fn host_name() -> String {
+    rustix::system::uname()
         .nodename()
         .to_string_lossy()
-        .into_owned();
-    let kind = match program.kind {
-        crate::ir::ProgramKind::Flow => "flow",
-        _ => "loop",
-    };
-    ledger.begin_run(&ledger::RunStart {
-        id: &run_id,
-        file: &opts.file,
-        program: &program.name,
-        kind,
-        program_digest: &program.digest.to_string(),
-        ir_json: &ir_json,
-        sources: &sources,
-        repo_root: &repo_root.display().to_string(),
-        base_commit: &base.to_string(),
-        target_branch: &first_target,
-        pid: std::process::id(),
-        host: &host,
-        mode: &opts.mode,
-    })?;
-    let (now, _) = trail::now();
-    let state = LoopState {
-        schema: LoopState::SCHEMA,
-        run: run_id.clone(),
-        file: opts.file.clone(),
-        program: program.name.clone(),
-        phase: "starting".into(),
-        started: now.clone(),
-        updated: now,
-        tasks: selected
-            .iter()
-            .map(|&i| {
-                let t = &program.tasks[i];
-                TaskState {
-                    name: t.name.clone(),
-                    state: "pending".into(),
-                    limits: Limits {
-                        iterations: t.budget.iterations,
-                        tokens: t.budget.tokens,
-                        usd_micros: t.budget.usd_micros,
-                        wall_ms: t.budget.wall.map(attempt::ms),
-                    },
-                    ..TaskState::default()
-                }
-            })
-            .collect(),
-        ..LoopState::default()
-    };
-    let mut runner = Runner {
-        program,
-        opts,
-        run_id: run_id.clone(),
-        ledger,
-        trail,
-        pool,
-        observer,
-        state,
-        task_started: Instant::now(),
-        run_started: Instant::now(),
-        history: Vec::new(),
-    };
-    let _heartbeat = runner.trail.heartbeat();
-    let result: Result<RunReport, RunError> = async {
-        runner.emit(
-            None,
-            None,
-            "run.started",
-            json!({
-                "file": opts.file,
-                "program": program.name,
-                "digest": program.digest.to_string(),
-                "base": base.to_string(),
-                "target": first_target,
-                "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
-            }),
-        )?;
-        runner.write_state()?;
+        .into_owned()
+}
 
-        let mut reports: Vec<TaskReport> = Vec::new();
-        let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
-        let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
-        let mut handoff = None;
-        for &i in &selected {
-            let task = &program.tasks[i];
-            let blocked: Vec<&String> = task
-                .after
+impl<'a> Runner<'a> {
+    fn new(
+        program: &'a Program,
+        opts: &'a RunOptions,
+        ledger: Ledger,
+        trail: Trail,
+        pool: Pool,
+        observer: &'a dyn Observer,
+        selected: &[usize],
+    ) -> Runner<'a> {
+        let (now, _) = trail::now();
+        let state = LoopState {
+            schema: LoopState::SCHEMA,
+            run: opts.run_id.clone(),
+            file: opts.file.clone(),
+            program: program.name.clone(),
+            phase: "starting".into(),
+            started: now.clone(),
+            updated: now,
+            tasks: selected
                 .iter()
-                .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
-                .collect();
-            let report = if !blocked.is_empty() && !continue_on_failure {
-                let reason = format!(
-                    "skipped: {} did not succeed",
-                    blocked
-                        .iter()
-                        .map(|d| format!("`{d}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                let fields: Vec<(String, String)> = task
-                    .meta
-                    .fields
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.to_string()))
-                    .collect();
-                runner.ledger.begin_task(&ledger::TaskStart {
-                    run: &run_id,
-                    name: &task.name,
-                    digest: &task.meta.digest.to_string(),
-                    fields: &fields,
-                    after: &task.after,
-                })?;
-                runner
-                    .ledger
-                    .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
-                runner.emit(
-                    Some(&task.name),
-                    None,
-                    "task.skipped",
-                    json!({ "reason": reason, "after": blocked }),
-                )?;
-                runner.task_state(&task.name, |s| {
-                    s.state = "skipped".into();
-                    s.note = Some(reason.clone());
-                });
-                TaskReport {
-                    name: task.name.clone(),
-                    outcome: Outcome::Skipped,
-                    attempts: 0,
-                    merged: None,
-                    branch: None,
-                    usd: 0.0,
-                    tokens: 0,
-                    reason,
-                }
-            } else {
-                let target = targets.get(&i).cloned().unwrap_or_default();
-                let (report, h) = runner.run_task(task, &target).await?;
-                if h.is_some() {
-                    handoff = h;
-                }
-                report
-            };
-            done.insert(task.name.clone(), report.outcome);
-            reports.push(report);
+                .map(|&i| {
+                    let t = &program.tasks[i];
+                    TaskState {
+                        name: t.name.clone(),
+                        state: "pending".into(),
+                        limits: Limits {
+                            iterations: t.budget.iterations,
+                            tokens: t.budget.tokens,
+                            usd_micros: t.budget.usd_micros,
+                            wall_ms: t.budget.wall.map(attempt::ms),
+                        },
+                        ..TaskState::default()
+                    }
+                })
+                .collect(),
+            ..LoopState::default()
+        };
+        Runner {
+            program,
+            opts,
+            run_id: opts.run_id.clone(),
+            ledger,
+            trail,
+            pool,
+            observer,
+            state,
+            task_started: Instant::now(),
+            run_started: Instant::now(),
+            history: Vec::new(),
         }
+    }
 
-        let outcome = reports
+    /// Runs the selected tasks in order to the run's end, starting with `first` (the run's
+    /// `run.started` or `run.resumed` event); a task in `restored` carries on from there.
+    async fn drive(
+        &mut self,
+        selected: &[usize],
+        targets: &BTreeMap<usize, String>,
+        mut restored: BTreeMap<String, Restored>,
+        first: (&str, Value),
+    ) -> Result<RunReport, RunError> {
+        let program = self.program;
+        let run_id = self.run_id.clone();
+        let _heartbeat = self.trail.heartbeat();
+        let result: Result<RunReport, RunError> = async {
+            self.emit(None, None, first.0, first.1)?;
+            self.write_state()?;
+
+            let mut reports: Vec<TaskReport> = Vec::new();
+            let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
+            let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
+            let mut handoff = None;
+            for &i in selected {
+                let task = &program.tasks[i];
+                let restore = restored.remove(&task.name);
+                if let Some(Restored::Finished(report)) = restore {
+                    self.task_state(&task.name, |s| {
+                        s.state = report.outcome.name().into();
+                        s.note = Some(report.reason.clone());
+                        s.merged = report.merged.clone();
+                        s.attempt = report.attempts;
+                    });
+                    done.insert(task.name.clone(), report.outcome);
+                    reports.push(report);
+                    continue;
+                }
+                let blocked: Vec<&String> = task
+                    .after
+                    .iter()
+                    .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
+                    .collect();
+                let report = if !blocked.is_empty() && !continue_on_failure {
+                    let reason = format!(
+                        "skipped: {} did not succeed",
+                        blocked
+                            .iter()
+                            .map(|d| format!("`{d}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    if !matches!(restore, Some(Restored::Resume(ref r)) if r.begun) {
+                        let base = land::branch_tip(
+                            &self.opts.repo_root,
+                            targets.get(&i).map_or("HEAD", String::as_str),
+                        )?;
+                        self.begin_task(task, base)?;
+                    }
+                    self.ledger
+                        .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
+                    self.emit(
+                        Some(&task.name),
+                        None,
+                        "task.skipped",
+                        json!({ "reason": reason, "after": blocked }),
+                    )?;
+                    self.task_state(&task.name, |s| {
+                        s.state = "skipped".into();
+                        s.note = Some(reason.clone());
+                    });
+                    TaskReport {
+                        name: task.name.clone(),
+                        outcome: Outcome::Skipped,
+                        attempts: 0,
+                        merged: None,
+                        branch: None,
+                        usd: 0.0,
+                        tokens: 0,
+                        reason,
+                    }
+                } else {
+                    let target = targets.get(&i).cloned().unwrap_or_default();
+                    let resume = match restore {
+                        Some(Restored::Resume(r)) => Some(*r),
+                        _ => None,
+                    };
+                    let (report, h) = self.run_task(task, &target, resume).await?;
+                    if h.is_some() {
+                        handoff = h;
+                    }
+                    report
+                };
+                done.insert(task.name.clone(), report.outcome);
+                reports.push(report);
+            }
+
+            let outcome = reports
+                .iter()
+                .map(|r| r.outcome)
+                .max_by_key(|o| o.severity())
+                .unwrap_or(Outcome::Accepted);
+            let outcome = if outcome == Outcome::Skipped {
+                Outcome::Accepted
+            } else {
+                outcome
+            };
+            let exit_code = outcome.exit_code();
+            self.ledger
+                .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
+            self.emit(
+                None,
+                None,
+                "run.finished",
+                json!({"outcome": outcome.name(), "exit_code": exit_code}),
+            )?;
+            self.state.outcome = Some(outcome.name().into());
+            self.state.exit_code = Some(exit_code);
+            self.state.task = None;
+            self.state.phase = if outcome == Outcome::Human {
+                "waiting-human".into()
+            } else {
+                "finished".into()
+            };
+            self.write_state()?;
+            Ok(RunReport {
+                schema: "mvk.apply.v1",
+                run: run_id.clone(),
+                outcome,
+                exit_code,
+                tasks: reports,
+                handoff,
+            })
+        }
+        .await;
+        if let Err(e) = &result {
+            // Say in the ledger and the trail that the run ended on mvk's own error, so no one
+            // waits for it; best effort, since the error may be the ledger itself.
+            let message = e.to_string();
+            let _ = self.ledger.finish_run(&run_id, "error", 70);
+            let _ = self.emit(
+                None,
+                None,
+                "run.finished",
+                json!({"outcome": "error", "exit_code": 70, "error": message}),
+            );
+            self.state.outcome = Some("error".into());
+            self.state.exit_code = Some(70);
+            self.state.phase = "finished".into();
+            let _ = self.write_state();
+        }
+        result
+    }
+
+    /// Records the start of a task: its digests, dependencies, base and sealed contents.
+    pub(crate) fn begin_task(&mut self, task: &Task, base: Oid) -> Result<(), RunError> {
+        let fields: Vec<(String, String)> = task
+            .meta
+            .fields
             .iter()
-            .map(|r| r.outcome)
-            .max_by_key(|o| o.severity())
-            .unwrap_or(Outcome::Accepted);
-        let outcome = if outcome == Outcome::Skipped {
-            Outcome::Accepted
-        } else {
-            outcome
-        };
-        let exit_code = outcome.exit_code();
-        runner
-            .ledger
-            .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
-        runner.emit(
-            None,
-            None,
-            "run.finished",
-            json!({"outcome": outcome.name(), "exit_code": exit_code}),
-        )?;
-        runner.state.outcome = Some(outcome.name().into());
-        runner.state.exit_code = Some(exit_code);
-        runner.state.task = None;
-        runner.state.phase = if outcome == Outcome::Human {
-            "waiting-human".into()
-        } else {
-            "finished".into()
-        };
-        runner.write_state()?;
-        Ok(RunReport {
-            schema: "mvk.apply.v1",
-            run: run_id.clone(),
-            outcome,
-            exit_code,
-            tasks: reports,
-            handoff,
-        })
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        let seal_digest = self.seal_digest(task, base)?;
+        Ok(self.ledger.begin_task(&ledger::TaskStart {
+            run: &self.run_id,
+            name: &task.name,
+            digest: &task.meta.digest.to_string(),
+            fields: &fields,
+            after: &task.after,
+            base: &base.to_string(),
+            seal_digest: &seal_digest,
+        })?)
     }
-    .await;
-    if let Err(e) = &result {
-        // Say in the ledger and the trail that the run ended on mvk's own error, so no one
-        // waits for it; best effort, since the error may be the ledger itself.
-        let message = e.to_string();
-        let _ = runner.ledger.finish_run(&run_id, "error", 70);
-        let _ = runner.emit(
-            None,
-            None,
-            "run.finished",
-            json!({"outcome": "error", "exit_code": 70, "error": message}),
-        );
-        runner.state.outcome = Some("error".into());
-        runner.state.exit_code = Some(70);
-        runner.state.phase = "finished".into();
-        let _ = runner.write_state();
+
+    /// The digest of `task`'s sealed files at `base`.
+    pub(crate) fn seal_digest(&self, task: &Task, base: Oid) -> Result<String, RunError> {
+        let sealed = crate::run::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
+        let repo =
+            git2::Repository::open(&self.opts.repo_root).map_err(|source| RunError::Git {
+                action: "open the repository".into(),
+                source,
+            })?;
+        let files = crate::run::seal::sealed_files(&repo, base, &sealed).map_err(RunError::Seal)?;
+        Ok(crate::run::seal::sealed_digest(&files))
     }
-    result
 }
 
 impl<'a> Runner<'a> {
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    pub fn program(&self) -> &'a Program {
+        self.program
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.ledger
+    }
+
+    /// Re-plans `task` after accepted drift: a new epoch from `base`.
+    pub(crate) fn reset_task(
+        &mut self,
+        task: &Task,
+        base: Oid,
+        epoch: u32,
+    ) -> Result<(), RunError> {
+        let fields: Vec<(String, String)> = task
+            .meta
+            .fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        let seal_digest = self.seal_digest(task, base)?;
+        self.ledger.reset_task(
+            &ledger::TaskStart {
+                run: &self.run_id,
+                name: &task.name,
+                digest: &task.meta.digest.to_string(),
+                fields: &fields,
+                after: &task.after,
+                base: &base.to_string(),
+                seal_digest: &seal_digest,
+            },
+            epoch,
+        )?;
+        self.emit(
+            Some(&task.name),
+            None,
+            "task.replanned",
+            json!({"digest": task.meta.digest.to_string(), "epoch": epoch, "base": base.to_string()}),
+        )
+    }
+
+    /// Records an attempt's failure in the ledger (its verdict only, no event).
+    pub(crate) fn finish_failed(&mut self, id: i64, f: &Failure) -> Result<(), RunError> {
+        self.finish_attempt(id, Some(f))
+    }
+
+    /// Ends a task whose accepted attempt `a` landed as `commit` before the run was interrupted.
+    pub(crate) fn finish_landed(
+        &mut self,
+        task: &Task,
+        a: &ledger::AttemptRow,
+        commit: &str,
+    ) -> Result<TaskReport, RunError> {
+        let reason = format!(
+            "accepted on attempt {}; landed as {} before the run was interrupted",
+            a.number,
+            &commit[..10.min(commit.len())]
+        );
+        self.ledger.finish_task(
+            &self.run_id,
+            &task.name,
+            Outcome::Accepted.name(),
+            Some(commit),
+        )?;
+        self.emit(
+            Some(&task.name),
+            None,
+            "task.finished",
+            json!({"outcome": "accepted", "reason": reason, "merged": commit}),
+        )?;
+        let spent = self.ledger.spent(&self.run_id, Some(&task.name))?;
+        self.state.last_green_commit = Some(commit.to_string());
+        Ok(TaskReport {
+            name: task.name.clone(),
+            outcome: Outcome::Accepted,
+            attempts: a.number,
+            merged: Some(commit.to_string()),
+            branch: Some(a.branch.clone()),
+            usd: spent.usd_micros as f64 / 1e6,
+            tokens: spent.input_tokens.saturating_add(spent.output_tokens),
+            reason,
+        })
+    }
+
+    /// Counts wall time the run used before it was interrupted towards its flow budget, and
+    /// what it spent towards `loop_state.json`.
+    pub(crate) fn restore_run_clock(&mut self, elapsed: Duration) -> Result<(), RunError> {
+        self.run_started = Instant::now()
+            .checked_sub(elapsed)
+            .unwrap_or_else(Instant::now);
+        let spent = self.ledger.spent(&self.run_id, None)?;
+        self.state.budget_spent.attempts = spent.attempts;
+        self.state.budget_spent.tokens = spent.input_tokens.saturating_add(spent.output_tokens);
+        self.state.budget_spent.usd_micros = spent.usd_micros;
+        Ok(())
     }
 
     pub fn repo_root(&self) -> &Path {
@@ -564,6 +913,7 @@ impl<'a> Runner<'a> {
         branch: &str,
         worktree: &Path,
         base: Oid,
+        epoch: u32,
     ) -> Result<i64, RunError> {
         self.task_state(task, |s| {
             s.rung = rung;
@@ -579,6 +929,7 @@ impl<'a> Runner<'a> {
             branch,
             worktree: &worktree.display().to_string(),
             base: &base.to_string(),
+            epoch,
         })?)
     }
 
@@ -657,47 +1008,64 @@ impl<'a> Runner<'a> {
         )
     }
 
-    /// Runs one task through its ladder to an outcome.
+    /// Runs one task through its ladder to an outcome; `resume` carries on a task a resumed
+    /// run found unfinished.
     async fn run_task(
         &mut self,
         task: &'a Task,
         target: &str,
+        resume: Option<Resume>,
     ) -> Result<(TaskReport, Option<PathBuf>), RunError> {
-        self.task_started = Instant::now();
         let repo_root = self.opts.repo_root.clone();
         let mut base = land::branch_tip(&repo_root, target)?;
-        let fields: Vec<(String, String)> = task
-            .meta
-            .fields
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect();
-        self.ledger.begin_task(&ledger::TaskStart {
-            run: &self.run_id,
-            name: &task.name,
-            digest: &task.meta.digest.to_string(),
-            fields: &fields,
-            after: &task.after,
-        })?;
-        self.emit(
-            Some(&task.name),
-            None,
-            "task.started",
-            json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
-        )?;
+        let resume = resume.unwrap_or_default();
+        // Wall time the task used before the run was interrupted still counts.
+        self.task_started = Instant::now()
+            .checked_sub(resume.elapsed)
+            .unwrap_or_else(Instant::now);
+        if resume.begun {
+            self.emit(
+                Some(&task.name),
+                None,
+                "task.resumed",
+                json!({
+                    "digest": task.meta.digest.to_string(),
+                    "base": base.to_string(),
+                    "target": target,
+                    "attempts": resume.progress.number,
+                    "epoch": resume.progress.epoch,
+                    "pending": resume.pending.as_ref().map(Pending::name),
+                }),
+            )?;
+        } else {
+            self.begin_task(task, base)?;
+            self.emit(
+                Some(&task.name),
+                None,
+                "task.started",
+                json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
+            )?;
+        }
         let flow_budget = self.program.flow.as_ref().map(|f| f.budget.clone());
         let budgets = Budgets {
             wall: task.budget.wall,
             context_tokens: task.budget.context_tokens,
         };
-        let mut number = 0u32;
-        let mut rung_idx = 0usize;
-        let mut rung_used = 0u32;
-        let mut last: Option<Failure> = None;
-        let mut same = 0u32;
-        let mut spent_tokens = 0u64;
-        let mut spent_usd = 0u64;
-        let mut last_branch = None;
+        let Progress {
+            mut number,
+            mut rung_idx,
+            mut rung_used,
+            mut last,
+            mut same,
+            mut spent_tokens,
+            mut spent_usd,
+            mut last_branch,
+            epoch,
+        } = resume.progress;
+        let mut pending = resume.pending;
+        for (n, branch, f) in resume.history {
+            self.history.push((task.name.clone(), n, branch, f));
+        }
 
         let end = |runner: &mut Runner<'a>,
                    outcome: Outcome,
@@ -746,37 +1114,156 @@ impl<'a> Runner<'a> {
         };
 
         loop {
-            // The rung: climb past those whose attempts are used up.
-            while let Some(Rung::Agent {
-                attempts: Some(n), ..
-            }) = task.ladder.get(rung_idx)
+            let pend = pending.take();
+            let mut fresh_agent = None;
+            // A resumed task may have hit the brake just before mvk was interrupted.
+            if pend.is_none()
+                && let Some(f) = last
+                    .as_ref()
+                    .filter(|_| same >= task.budget.same_failure.max(1))
             {
-                if rung_used < *n {
-                    break;
-                }
-                rung_idx += 1;
-                rung_used = 0;
-                if rung_idx < task.ladder.len() {
-                    self.emit(
+                let reason = format!(
+                    "stuck: the same failure {same} times in a row: {}",
+                    f.criterion
+                );
+                let outcome = stuck_outcome(f.kind);
+                let r = end(
+                    self,
+                    outcome,
+                    reason,
+                    None,
+                    last_branch,
+                    number,
+                    spent_tokens,
+                    spent_usd,
+                )?;
+                return Ok((r, None));
+            }
+            if pend.is_none() {
+                // The rung: climb past those whose attempts are used up.
+                while let Some(Rung::Agent {
+                    attempts: Some(n), ..
+                }) = task.ladder.get(rung_idx)
+                {
+                    if rung_used < *n {
+                        break;
+                    }
+                    rung_idx += 1;
+                    rung_used = 0;
+                    if rung_idx < task.ladder.len() {
+                        self.emit(
                         Some(&task.name),
                         None,
                         "rung.climbed",
                         json!({"from": rung_idx, "to": rung_idx + 1, "rung": rung_label(&task.ladder[rung_idx])}),
                     )?;
+                    }
                 }
-            }
-            let agent = match task.ladder.get(rung_idx) {
-                None => {
-                    let outcome = if last
-                        .as_ref()
-                        .is_some_and(|f| f.kind == FailureKind::Unknown)
-                    {
-                        Outcome::Unknown
+                fresh_agent = Some(match task.ladder.get(rung_idx) {
+                    None => {
+                        let outcome = if last
+                            .as_ref()
+                            .is_some_and(|f| f.kind == FailureKind::Unknown)
+                        {
+                            Outcome::Unknown
+                        } else {
+                            Outcome::Rejected
+                        };
+                        let reason = format!(
+                            "every rung's attempts were used{}",
+                            last_reason(last.as_ref())
+                        );
+                        let r = end(
+                            self,
+                            outcome,
+                            reason,
+                            None,
+                            last_branch,
+                            number,
+                            spent_tokens,
+                            spent_usd,
+                        )?;
+                        return Ok((r, None));
+                    }
+                    Some(Rung::Human) => {
+                        let path = self.handoff(task, target, last.as_ref(), None)?;
+                        self.emit(
+                            Some(&task.name),
+                            None,
+                            "human.handoff",
+                            json!({"file": path.display().to_string()}),
+                        )?;
+                        let reason = format!(
+                            "the ladder reached `human`: see {}{}",
+                            path.display(),
+                            last_reason(last.as_ref())
+                        );
+                        let r = end(
+                            self,
+                            Outcome::Human,
+                            reason,
+                            None,
+                            last_branch,
+                            number,
+                            spent_tokens,
+                            spent_usd,
+                        )?;
+                        return Ok((r, Some(path)));
+                    }
+                    Some(Rung::Agent { agent, .. }) => agent,
+                });
+
+                // Budgets, checked before anything is spent on the next attempt.
+                let flow_spent = self.flow_spent()?;
+                let exhausted = if number >= task.budget.iterations {
+                    Some((
+                        "iterations",
+                        u64::from(number),
+                        u64::from(task.budget.iterations),
+                    ))
+                } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
+                    Some(("tokens", spent_tokens, limit))
+                } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
+                    Some(("usd", spent_usd, limit))
+                } else if budgets.time_left(self.task_started).is_none() {
+                    Some((
+                        "wall",
+                        attempt::ms(self.task_started.elapsed()),
+                        budgets.wall.map_or(0, attempt::ms),
+                    ))
+                } else if let Some(fb) = &flow_budget {
+                    if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
+                        Some(("flow tokens", flow_spent.0, limit))
+                    } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
+                        Some(("flow usd", flow_spent.1, limit))
+                    } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
+                        Some((
+                            "flow wall",
+                            attempt::ms(self.run_started.elapsed()),
+                            attempt::ms(w),
+                        ))
                     } else {
-                        Outcome::Rejected
+                        None
+                    }
+                } else {
+                    None
+                };
+                if let Some((which, spent, limit)) = exhausted {
+                    self.emit(
+                        Some(&task.name),
+                        None,
+                        "budget.exhausted",
+                        json!({"budget": which, "spent": spent, "limit": limit}),
+                    )?;
+                    // Out of iterations right after tampering or unprovable evidence: say that.
+                    let outcome = match last.as_ref().map(|f| f.kind) {
+                        Some(FailureKind::Seal) => Outcome::Rejected,
+                        Some(FailureKind::Unknown) => Outcome::Unknown,
+                        _ => Outcome::Budget,
                     };
                     let reason = format!(
-                        "every rung's attempts were used{}",
+                        "the {which} budget ran out ({}){}",
+                        budget_text(which, spent, limit),
                         last_reason(last.as_ref())
                     );
                     let r = end(
@@ -791,111 +1278,93 @@ impl<'a> Runner<'a> {
                     )?;
                     return Ok((r, None));
                 }
-                Some(Rung::Human) => {
-                    let path = self.handoff(task, target, last.as_ref(), None)?;
-                    self.emit(
-                        Some(&task.name),
-                        None,
-                        "human.handoff",
-                        json!({"file": path.display().to_string()}),
-                    )?;
-                    let reason = format!(
-                        "the ladder reached `human`: see {}{}",
-                        path.display(),
-                        last_reason(last.as_ref())
-                    );
-                    let r = end(
-                        self,
-                        Outcome::Human,
-                        reason,
-                        None,
-                        last_branch,
-                        number,
-                        spent_tokens,
-                        spent_usd,
-                    )?;
-                    return Ok((r, Some(path)));
-                }
-                Some(Rung::Agent { agent, .. }) => agent,
-            };
-
-            // Budgets, checked before anything is spent on the next attempt.
-            let flow_spent = self.flow_spent()?;
-            let exhausted = if number >= task.budget.iterations {
-                Some((
-                    "iterations",
-                    u64::from(number),
-                    u64::from(task.budget.iterations),
-                ))
-            } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
-                Some(("tokens", spent_tokens, limit))
-            } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
-                Some(("usd", spent_usd, limit))
-            } else if budgets.time_left(self.task_started).is_none() {
-                Some((
-                    "wall",
-                    attempt::ms(self.task_started.elapsed()),
-                    budgets.wall.map_or(0, attempt::ms),
-                ))
-            } else if let Some(fb) = &flow_budget {
-                if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
-                    Some(("flow tokens", flow_spent.0, limit))
-                } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
-                    Some(("flow usd", flow_spent.1, limit))
-                } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
-                    Some((
-                        "flow wall",
-                        attempt::ms(self.run_started.elapsed()),
-                        attempt::ms(w),
-                    ))
-                } else {
-                    None
-                }
-            } else {
-                None
-            };
-            if let Some((which, spent, limit)) = exhausted {
-                self.emit(
-                    Some(&task.name),
-                    None,
-                    "budget.exhausted",
-                    json!({"budget": which, "spent": spent, "limit": limit}),
-                )?;
-                // Out of iterations right after tampering or unprovable evidence: say that.
-                let outcome = match last.as_ref().map(|f| f.kind) {
-                    Some(FailureKind::Seal) => Outcome::Rejected,
-                    Some(FailureKind::Unknown) => Outcome::Unknown,
-                    _ => Outcome::Budget,
-                };
-                let reason = format!(
-                    "the {which} budget ran out ({}){}",
-                    budget_text(which, spent, limit),
-                    last_reason(last.as_ref())
-                );
-                let r = end(
-                    self,
-                    outcome,
-                    reason,
-                    None,
-                    last_branch,
-                    number,
-                    spent_tokens,
-                    spent_usd,
-                )?;
-                return Ok((r, None));
             }
-
-            number += 1;
-            rung_used += 1;
-            let spec = AttemptSpec {
-                task,
-                number,
-                rung: u32::try_from(rung_idx + 1).unwrap_or(u32::MAX),
-                agent,
-                base,
-                previous: last.as_ref(),
+            // An attempt a resume found half done goes on from its last durable step;
+            // otherwise a fresh one.
+            let (spec, record, settled) = match pend {
+                None => {
+                    number += 1;
+                    rung_used += 1;
+                    let agent = fresh_agent.ok_or_else(|| RunError::Config {
+                        message: format!(
+                            "task `{}` has no agent on rung {}",
+                            task.name,
+                            rung_idx + 1
+                        ),
+                    })?;
+                    let spec = AttemptSpec {
+                        task,
+                        number,
+                        rung: u32::try_from(rung_idx + 1).unwrap_or(u32::MAX),
+                        agent,
+                        base,
+                        previous: last.as_ref(),
+                        epoch,
+                    };
+                    let record = attempt::run_attempt(self, &spec, &budgets).await?;
+                    (spec, record, false)
+                }
+                Some(p) => {
+                    let row = p.row();
+                    let agent = match task.ladder.get(row.rung.saturating_sub(1) as usize) {
+                        Some(Rung::Agent { agent, .. }) => agent,
+                        _ => {
+                            return Err(RunError::Config {
+                                message: format!(
+                                    "attempt {} of task `{}` ran on rung {}, which is not an agent in the definition now",
+                                    row.number, task.name, row.rung
+                                ),
+                            });
+                        }
+                    };
+                    let spec = AttemptSpec {
+                        task,
+                        number: row.number,
+                        rung: row.rung,
+                        agent,
+                        base: oid(&row.base)?,
+                        previous: last.as_ref(),
+                        epoch,
+                    };
+                    let head = oid(row.head.as_deref().unwrap_or_default())?;
+                    match p {
+                        Pending::Judge(row) => {
+                            let record = attempt::judge(
+                                self,
+                                &spec,
+                                &budgets,
+                                attempt::Judged {
+                                    ledger_id: row.id,
+                                    branch: row.branch.clone(),
+                                    head,
+                                    exit_code: row.exit_code,
+                                    timed_out: row.timed_out.unwrap_or(false),
+                                    retries: row.rate_limited,
+                                    // Already counted: the restored spending includes it.
+                                    usage: crate::run::adapter::Usage::default(),
+                                },
+                            )
+                            .await?;
+                            (spec, record, false)
+                        }
+                        Pending::Land(row) => {
+                            let record = attempt::AttemptRecord {
+                                ledger_id: row.id,
+                                number: row.number,
+                                branch: row.branch.clone(),
+                                head: Some(head),
+                                usage: crate::run::adapter::Usage::default(),
+                                end: AttemptEnd::Passed {
+                                    head,
+                                    gates: Vec::new(),
+                                },
+                            };
+                            (spec, record, true)
+                        }
+                    }
+                }
             };
-            let record = attempt::run_attempt(self, &spec, &budgets).await?;
+            let number = spec.number;
             spent_tokens = spent_tokens.saturating_add(record.usage.tokens());
             spent_usd = spent_usd.saturating_add(record.usage.usd_micros.unwrap_or(0));
             self.state.budget_spent.attempts += 1;
@@ -924,13 +1393,15 @@ impl<'a> Runner<'a> {
                 }
                 AttemptEnd::Failed(f) => f,
                 AttemptEnd::Passed { head, .. } => {
-                    self.emit(
-                        Some(&task.name),
-                        Some(number),
-                        "attempt.passed",
-                        json!({"head": head.to_string()}),
-                    )?;
-                    self.finish_attempt(record.ledger_id, None)?;
+                    if !settled {
+                        self.emit(
+                            Some(&task.name),
+                            Some(number),
+                            "attempt.passed",
+                            json!({"head": head.to_string()}),
+                        )?;
+                        self.finish_attempt(record.ledger_id, None)?;
+                    }
                     match self
                         .land(task, target, &spec, record.ledger_id, head)
                         .await?
@@ -1023,12 +1494,7 @@ impl<'a> Runner<'a> {
                 Some(failure.clone()),
             ));
             if same >= task.budget.same_failure.max(1) {
-                // Tampering on the last attempt is a rejection (the contract's 1), however often.
-                let outcome = match failure.kind {
-                    FailureKind::Seal => Outcome::Rejected,
-                    FailureKind::Unknown => Outcome::Unknown,
-                    _ => Outcome::Stuck,
-                };
+                let outcome = stuck_outcome(failure.kind);
                 let reason = format!(
                     "stuck: the same failure {same} times in a row: {}",
                     failure.criterion
@@ -1225,9 +1691,11 @@ impl<'a> Runner<'a> {
                 old_tip: &tip.to_string(),
                 new_commit: &commit.to_string(),
             })?;
+            crate::run::failpoint("merge-intent");
             let reflog = format!("mvk: land {} of run {}", task.name, self.run_id);
             match land::publish(&repo_root, target, tip, commit, &reflog) {
                 Ok(()) => {
+                    crate::run::failpoint("merge-published");
                     self.ledger
                         .finish_merge(merge_id, "done", Some(&commit.to_string()), "")?;
                     self.emit(
@@ -1413,6 +1881,16 @@ fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
     )
 }
 
+/// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
+/// (the contract's 1), however often; unprovable evidence is unknown.
+fn stuck_outcome(kind: FailureKind) -> Outcome {
+    match kind {
+        FailureKind::Seal => Outcome::Rejected,
+        FailureKind::Unknown => Outcome::Unknown,
+        _ => Outcome::Stuck,
+    }
+}
+
 fn verdict_name(v: GateVerdict) -> &'static str {
     match v {
         GateVerdict::Pass => "pass",
@@ -1458,50 +1936,13 @@ fn short(id: Oid) -> String {
 
 /// The program as JSON for the ledger: what a resume needs without the original files.
 fn program_json(program: &Program) -> Result<String, RunError> {
-    #[derive(Serialize)]
-    struct Stored<'a> {
-        schema: &'static str,
-        name: &'a str,
-        kind: crate::ir::ProgramKind,
-        flow: &'a Option<crate::ir::FlowSettings>,
-        digest: String,
-        tasks: Vec<StoredTask<'a>>,
-    }
-    #[derive(Serialize)]
-    struct StoredTask<'a> {
-        #[serde(flatten)]
-        task: &'a Task,
-        digest: String,
-        fields: BTreeMap<&'a str, String>,
-    }
-    let stored = Stored {
-        schema: "mvk.ir.v1",
-        name: &program.name,
-        kind: program.kind,
-        flow: &program.flow,
-        digest: program.digest.to_string(),
-        tasks: program
-            .tasks
-            .iter()
-            .map(|t| StoredTask {
-                task: t,
-                digest: t.meta.digest.to_string(),
-                fields: t
-                    .meta
-                    .fields
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.to_string()))
-                    .collect(),
-            })
-            .collect(),
-    };
-    serde_json::to_string(&stored).map_err(|e| RunError::Config {
+    serde_json::to_string(&crate::drift::StoredIr::of(program)).map_err(|e| RunError::Config {
         message: format!("cannot encode the program for the ledger: {e}"),
     })
 }
 
 /// `20261203T001945Z-3fa2`: sortable by time, unique by its random part.
-fn new_run_id() -> Result<String, RunError> {
+pub fn new_run_id() -> Result<String, RunError> {
     let (time, _) = trail::now();
     let stamp: String = time
         .chars()

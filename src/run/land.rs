@@ -243,6 +243,7 @@ pub fn publish(
             Err(e) => return Err(git_err("update the main checkout", repo_root)(e)),
         }
     }
+    crate::run::failpoint("merge-checkout");
     match repo.reference_matching(&full, commit, true, tip, reflog) {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::Modified || e.code() == ErrorCode::Locked => {

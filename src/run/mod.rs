@@ -13,11 +13,23 @@ pub mod driver;
 pub mod evidence;
 pub mod gate;
 pub mod land;
+pub mod lock;
 pub mod process;
 pub mod reaper;
+pub mod resume;
 pub mod seal;
 pub mod trail;
 pub mod worktree;
 
 #[cfg(test)]
 mod testing;
+
+/// Dies here, at once and without cleaning up, when [`crate::env::MVK_FAILPOINT`] names `point`:
+/// crash tests use it to stop mvk between a ledger write and the effect it records, where no
+/// outside signal can be timed. Costs one environment lookup otherwise.
+pub fn failpoint(point: &str) {
+    if std::env::var_os(crate::env::MVK_FAILPOINT).is_some_and(|v| v == point) {
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}

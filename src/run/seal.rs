@@ -317,6 +317,46 @@ pub fn changed_paths(repo: &Repository, base: Oid, head: Oid) -> Result<Vec<Stri
     Ok(paths.into_iter().collect())
 }
 
+/// The sealed files of a commit: path → (git file mode, blob id), sorted by path. What the
+/// oracle is at that commit; a resume compares it with the base it goes on from.
+pub fn sealed_files(
+    repo: &Repository,
+    commit: Oid,
+    seal: &Seal,
+) -> Result<std::collections::BTreeMap<String, (u32, String)>, SealError> {
+    let tree = commit_tree(repo, commit)?;
+    let mut files = std::collections::BTreeMap::new();
+    if seal.is_empty() {
+        return Ok(files);
+    }
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() == Some(git2::ObjectType::Tree) {
+            return git2::TreeWalkResult::Ok;
+        }
+        let path = format!("{dir}{}", String::from_utf8_lossy(entry.name_bytes()));
+        if seal.is_sealed(&path) {
+            let mode = u32::try_from(entry.filemode()).unwrap_or(0);
+            files.insert(path, (mode, entry.id().to_string()));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(git_err(format!("list the sealed files of `{commit}`")))?;
+    Ok(files)
+}
+
+/// A digest of [`sealed_files`]: equal when and only when every sealed file's content and mode
+/// are the same.
+pub fn sealed_digest(files: &std::collections::BTreeMap<String, (u32, String)>) -> String {
+    let mut hasher = blake3::Hasher::new_derive_key("mvk 2026-12 sealed files");
+    for (path, (mode, blob)) in files {
+        for part in [path.as_bytes(), &mode.to_le_bytes(), blob.as_bytes()] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
 fn commit_tree(repo: &Repository, id: Oid) -> Result<Tree<'_>, SealError> {
     let commit = repo
         .find_commit(id)

@@ -15,12 +15,12 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 /// The project's code, with the bug: `add` subtracts.
-const CALC: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 - $2)); }\n";
+pub(crate) const CALC: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 - $2)); }\n";
 /// `src/calc.sh` as the fixing agents write it.
-const FIXED: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 + $2)); }\n";
+pub(crate) const FIXED: &str = "# calc: tiny arithmetic helpers\nadd() { echo $(($1 + $2)); }\n";
 /// The oracle (sealed): runs two checks, prints its counts as evidence with the gate's nonce and
 /// exits non-zero when one fails.
-const TEST_CALC: &str = r#"#!/bin/sh
+pub(crate) const TEST_CALC: &str = r#"#!/bin/sh
 . ./src/calc.sh
 executed=0
 passed=0
@@ -61,16 +61,16 @@ const CHECKS: &[(&str, &str)] = &[
 ];
 
 /// The honest gate: the sealed test script.
-const TESTS_GATE: &str = r#"gate tests { run "sh" "tests/test_calc.sh"; }"#;
+pub(crate) const TESTS_GATE: &str = r#"gate tests { run "sh" "tests/test_calc.sh"; }"#;
 /// The line the test script prints for the bug; only the failure report can carry it.
-const FAILURE_LINE: &str = "FAIL: add 2 3: expected 5, got -1";
+pub(crate) const FAILURE_LINE: &str = "FAIL: add 2 3: expected 5, got -1";
 
 /// An agent definition named NAME running `sh tests/agents/SCRIPT ARGS…`, 30 s timeout.
-fn agent_def(name: &str, script: &str, args: &[&str]) -> String {
+pub(crate) fn agent_def(name: &str, script: &str, args: &[&str]) -> String {
     agent_def_timeout(name, script, args, "30s")
 }
 
-fn agent_def_timeout(name: &str, script: &str, args: &[&str], timeout: &str) -> String {
+pub(crate) fn agent_def_timeout(name: &str, script: &str, args: &[&str], timeout: &str) -> String {
     let mut argv = format!("\"@AGENTS/{script}\"");
     for arg in args {
         argv.push_str(&format!(" \"{arg}\""));
@@ -80,7 +80,7 @@ fn agent_def_timeout(name: &str, script: &str, args: &[&str], timeout: &str) -> 
 
 /// A loop file: agent definitions, then loop `t` with the seal `tests/**`, GATES and EXTRA.
 /// `agent bot` is used unless EXTRA holds a ladder (then pass `uses_bot = false`).
-fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
+pub(crate) fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
     let agent = if uses_bot { "agent bot" } else { "" };
     format!(
         "{defs}\nloop t {{\n    goal \"Make add() in src/calc.sh return the sum of its arguments.\"\n    {agent}\n    seal \"tests/**\"\n    {gates}\n    {extra}\n}}\n"
@@ -88,7 +88,7 @@ fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
 }
 
 /// The common case: agent `bot` runs SCRIPT with the state directory as its argument.
-fn simple_loop(script: &str, extra: &str) -> String {
+pub(crate) fn simple_loop(script: &str, extra: &str) -> String {
     loop_kdl(
         &agent_def("bot", script, &["@STATE"]),
         true,
@@ -97,12 +97,12 @@ fn simple_loop(script: &str, extra: &str) -> String {
     )
 }
 
-fn agents_dir() -> PathBuf {
+pub(crate) fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }
 
 /// Runs git in DIR with no user or system configuration; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = git_output(dir, args);
     assert!(
         out.status.success(),
@@ -112,7 +112,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
     StdCommand::new("git")
         .args(args)
         .current_dir(dir)
@@ -124,17 +124,17 @@ fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
 
 /// A temporary repository with the project and `loops/t.kdl` committed on `main`, a worktree
 /// root, and a state directory outside both for agents to leave notes in.
-struct Fixture {
-    repo: TempDir,
-    worktrees: TempDir,
-    state: TempDir,
+pub(crate) struct Fixture {
+    pub(crate) repo: TempDir,
+    pub(crate) worktrees: TempDir,
+    pub(crate) state: TempDir,
     /// `main`'s commit before the run.
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Fixture {
     /// Lays out the project with LOOP (`@AGENTS`, `@STATE`, `@REPO` filled in) and checks it.
-    fn new(loop_text: &str) -> Fixture {
+    pub(crate) fn new(loop_text: &str) -> Fixture {
         let repo = tempfile::tempdir().unwrap();
         let worktrees = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
@@ -181,32 +181,32 @@ impl Fixture {
         fixture
     }
 
-    fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.repo.path()
     }
 
-    fn state(&self, name: &str) -> PathBuf {
+    pub(crate) fn state(&self, name: &str) -> PathBuf {
         self.state.path().join(name)
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         git(self.root(), args)
     }
 
     /// The commit BRANCH points at.
-    fn tip(&self, branch: &str) -> String {
+    pub(crate) fn tip(&self, branch: &str) -> String {
         self.git(&["rev-parse", branch]).trim().to_string()
     }
 
     /// PATH as of REV, or `None` when it is not there.
-    fn show(&self, rev: &str, path: &str) -> Option<String> {
+    pub(crate) fn show(&self, rev: &str, path: &str) -> Option<String> {
         let out = git_output(self.root(), &["show", &format!("{rev}:{path}")]);
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn mvk(&self) -> Command {
+    pub(crate) fn mvk(&self) -> Command {
         let mut cmd = Command::cargo_bin("mvk").unwrap();
         cmd.current_dir(self.root())
             .env("MVK_WORKTREE_ROOT", self.worktrees.path())
@@ -217,14 +217,22 @@ impl Fixture {
         cmd
     }
 
-    fn apply(&self) -> Run {
+    pub(crate) fn apply(&self) -> Run {
         self.apply_with(&[], &[])
     }
 
     /// Runs `mvk apply loops/t.kdl ARGS…` with ENV added and reads the run's events.
-    fn apply_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+    pub(crate) fn apply_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut all = vec!["apply", "loops/t.kdl"];
+        all.extend_from_slice(args);
+        self.run_mvk(&all, env)
+    }
+
+    /// Runs `mvk ARGS…` (a command that runs a loop and prints its run id first) with ENV
+    /// added, and reads the run's events.
+    pub(crate) fn run_mvk(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut cmd = self.mvk();
-        cmd.args(["apply", "loops/t.kdl"]).args(args);
+        cmd.args(args);
         for (name, value) in env {
             cmd.env(name, value);
         }
@@ -266,40 +274,40 @@ impl Fixture {
 }
 
 /// What one `mvk apply` did.
-struct Run {
-    code: i32,
-    stdout: String,
-    id: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) id: String,
     /// `.mvk/runs/<run>`.
-    dir: PathBuf,
-    events: Vec<Value>,
-    raw_events: String,
-    context: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) events: Vec<Value>,
+    pub(crate) raw_events: String,
+    pub(crate) context: String,
 }
 
 impl Run {
     /// Everything worth seeing when an assertion fails.
-    fn why(&self) -> String {
+    pub(crate) fn why(&self) -> String {
         format!("{}\n--- events.jsonl\n{}", self.context, self.raw_events)
     }
 
-    fn expect_code(&self, code: i32) {
+    pub(crate) fn expect_code(&self, code: i32) {
         assert_eq!(self.code, code, "wrong exit code\n{}", self.why());
     }
 
     /// The events called NAME, in order.
-    fn named(&self, name: &str) -> Vec<&Value> {
+    pub(crate) fn named(&self, name: &str) -> Vec<&Value> {
         self.events.iter().filter(|e| e["event"] == name).collect()
     }
 
     /// The one event called NAME.
-    fn one(&self, name: &str) -> &Value {
+    pub(crate) fn one(&self, name: &str) -> &Value {
         let found = self.named(name);
         assert_eq!(found.len(), 1, "expected one `{name}`\n{}", self.why());
         found[0]
     }
 
-    fn none(&self, name: &str) {
+    pub(crate) fn none(&self, name: &str) {
         assert!(
             self.named(name).is_empty(),
             "expected no `{name}`\n{}",
@@ -308,7 +316,7 @@ impl Run {
     }
 
     /// The attempt numbers of the `attempt.started` events.
-    fn attempts(&self) -> Vec<u64> {
+    pub(crate) fn attempts(&self) -> Vec<u64> {
         self.named("attempt.started")
             .iter()
             .map(|e| e["attempt"].as_u64().unwrap())
@@ -316,17 +324,17 @@ impl Run {
     }
 
     /// `mvk/<run>/t/N`.
-    fn branch(&self, attempt: u32) -> String {
+    pub(crate) fn branch(&self, attempt: u32) -> String {
         format!("mvk/{}/t/{attempt}", self.id)
     }
 
-    fn attempt_dir(&self, attempt: u32) -> PathBuf {
+    pub(crate) fn attempt_dir(&self, attempt: u32) -> PathBuf {
         self.dir.join("t").join(attempt.to_string())
     }
 }
 
 /// Whether PID is a live process (a zombie is dead: it only waits to be reaped).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

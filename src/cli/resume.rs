@@ -1,0 +1,183 @@
+//! `mvk resume [RUN] [--accept-drift] [--wait] [--json]`: a run id (or the latest run) in; the
+//! interrupted or paused run continued to its end out, after its definition was recompiled and
+//! compared with what the run began with: drift stops with exit 5 and a report unless accepted.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::apply::{Progress, execute, lock, repository_at, run_error};
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::ledger::{Ledger, RunRow};
+use crate::run::driver::{self, ResumeFrom, RunOptions};
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue (an id or a unique prefix of one; default: the latest run).
+    #[arg(value_name = "RUN")]
+    pub run: Option<String>,
+    /// Go on although the definition changed: the changed tasks and those after them are
+    /// planned again (fresh budgets and ladder); the acceptance is recorded in the ledger.
+    #[arg(long)]
+    pub accept_drift: bool,
+    /// When the run's process is still alive, wait for it to end instead of refusing.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
+    let repo_root = repo_root(cli)?;
+    let ledger = open_ledger(&repo_root)?;
+    let run = find_run(&ledger, args.run.as_deref())?;
+    refuse_finished(&run)?;
+    let _lock = lock(
+        printer,
+        &repo_root,
+        &run.program,
+        &run.id,
+        "resume",
+        args.wait,
+    )?;
+    // Read again under the lock: the holder we waited for may have finished the run.
+    let run = find_run(&ledger, Some(&run.id))?;
+    refuse_finished(&run)?;
+    let found = if run.state == "paused" {
+        "paused"
+    } else {
+        "interrupted"
+    };
+    let file = repo_root.join(&run.file);
+    let program = super::compile(cli, printer, &file)?;
+    let drift =
+        crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;
+    drop(ledger);
+    let accepted = if drift.is_empty() {
+        None
+    } else if args.accept_drift {
+        printer.status(&format!(
+            "drift accepted: re-planning {}",
+            names(drift.replanned().iter())
+        ));
+        Some(drift)
+    } else {
+        super::why::print_drift(printer, &drift);
+        printer.error(&format!(
+            "run `{}` was not resumed: its definition drifted since it began",
+            run.id
+        ));
+        printer.hint(&format!(
+            "review the change; `mvk resume {} --accept-drift` plans the changed tasks and those after them again",
+            run.id
+        ));
+        return Ok(Exit::Drift);
+    };
+    let opts = RunOptions {
+        file: run.file.clone(),
+        repo_root,
+        task: None,
+        worktree_root: None,
+        mode: run.mode.clone(),
+        run_id: run.id.clone(),
+    };
+    let from = ResumeFrom {
+        run,
+        drift: accepted,
+        found: found.into(),
+    };
+    let progress = Progress::new(printer, args.json);
+    execute(
+        printer,
+        args.json,
+        &progress,
+        driver::resume(&program, &opts, &progress, from),
+    )
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<String> = it.map(|n| format!("`{n}`")).collect();
+    if v.is_empty() {
+        "nothing (only settings that need no re-run changed)".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn refuse_finished(run: &RunRow) -> Result<(), CliError> {
+    if run.state != "finished" {
+        return Ok(());
+    }
+    Err(CliError::Usage {
+        message: format!(
+            "run `{}` already finished: {} (exit {}); there is nothing to resume",
+            run.id,
+            run.outcome.as_deref().unwrap_or("?"),
+            run.exit_code.unwrap_or(-1)
+        ),
+        hint: Some(format!("start a new run with `mvk apply {}`", run.file)),
+    })
+}
+
+/// The repository of the command: `--repo`, else the one holding the working directory.
+pub(crate) fn repo_root(cli: &Cli) -> Result<PathBuf, CliError> {
+    let start = match &cli.repo {
+        Some(r) => r.clone(),
+        None => PathBuf::from("."),
+    };
+    repository_at(&start)
+}
+
+/// The repository's ledger, which must exist.
+pub(crate) fn open_ledger(repo_root: &Path) -> Result<Ledger, CliError> {
+    let path = repo_root.join(".mvk").join("ledger.db");
+    if !path.exists() {
+        return Err(CliError::Usage {
+            message: format!(
+                "there are no runs in `{}` yet (no `.mvk/ledger.db`)",
+                repo_root.display()
+            ),
+            hint: Some("start one with `mvk apply FILE`".into()),
+        });
+    }
+    Ledger::open(&path).map_err(|e| CliError::Internal {
+        message: super::apply::chain(&e),
+    })
+}
+
+/// The run `arg` names (an id or a unique prefix), or the latest run.
+pub(crate) fn find_run(ledger: &Ledger, arg: Option<&str>) -> Result<RunRow, CliError> {
+    let runs = ledger
+        .runs_matching(arg.unwrap_or(""))
+        .map_err(|e| CliError::Internal {
+            message: super::apply::chain(&e),
+        })?;
+    match (arg, runs.as_slice()) {
+        (_, []) => Err(CliError::Usage {
+            message: match arg {
+                Some(a) => format!("no run `{a}` in this repository"),
+                None => "there are no runs in this repository yet".into(),
+            },
+            hint: Some("`mvk runs` lists them".into()),
+        }),
+        (None, [latest, ..]) => Ok(latest.clone()),
+        (Some(_), [one]) => Ok(one.clone()),
+        (Some(a), many) => match many.iter().find(|r| r.id == a) {
+            Some(exact) => Ok(exact.clone()),
+            None => Err(CliError::Usage {
+                message: format!(
+                    "`{a}` names {} runs: {}",
+                    many.len(),
+                    many.iter()
+                        .take(5)
+                        .map(|r| format!("`{}`", r.id))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                hint: Some("give more of the run id".into()),
+            }),
+        },
+    }
+}

@@ -1,0 +1,499 @@
+//! A run id in, what `mvk resume` and `mvk why` need out: the run, its tasks, attempts and
+//! merges as rows, the program it was compiled from; and the transitions of a resume (the run
+//! taken over by a new process, an attempt caught in flight abandoned, a task re-planned).
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{Ledger, LedgerError, TaskStart, changed_one, insert_fields, state_of, store_program};
+
+/// A run as the ledger has it.
+#[derive(Debug, Clone)]
+pub struct RunRow {
+    pub id: String,
+    pub file: String,
+    pub program: String,
+    pub kind: String,
+    pub program_digest: String,
+    pub repo_root: String,
+    pub base_commit: String,
+    pub target_branch: String,
+    pub mode: String,
+    pub pid: u32,
+    pub host: String,
+    pub state: String,
+    pub outcome: Option<String>,
+    pub exit_code: Option<i32>,
+    pub started_at: i64,
+    pub heartbeat_at: i64,
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskRowState {
+    Pending,
+    Running,
+    Finished,
+}
+
+/// A task of a run.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub name: String,
+    pub digest: String,
+    pub state: TaskRowState,
+    pub outcome: Option<String>,
+    pub merged: Option<String>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub base: Option<String>,
+    pub seal_digest: Option<String>,
+    pub epoch: u32,
+    /// Field name → component digest (hex).
+    pub fields: BTreeMap<String, String>,
+}
+
+/// An attempt of a task.
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub number: u32,
+    pub rung: u32,
+    pub agent: String,
+    pub branch: String,
+    pub base: String,
+    /// `running`, `agent-done`, `finished` or `abandoned`.
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: Option<bool>,
+    pub head: Option<String>,
+    pub rate_limited: u32,
+    pub outcome: Option<String>,
+    pub failure_kind: Option<String>,
+    pub signature: Option<String>,
+    pub failure_json: Option<String>,
+    pub started_at: i64,
+    pub agent_done_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub epoch: u32,
+}
+
+/// A merge of a task's accepted attempt.
+#[derive(Debug, Clone)]
+pub struct MergeRow {
+    pub id: i64,
+    pub attempt_id: i64,
+    pub into: String,
+    pub strategy: String,
+    pub old_tip: String,
+    pub new_commit: String,
+    /// `intent`, `done`, `conflict`, `failed` or `aborted`.
+    pub state: String,
+    pub commit: Option<String>,
+}
+
+/// A program as stored with a run: its IR as JSON and the sources it was compiled from.
+#[derive(Debug, Clone)]
+pub struct StoredProgram {
+    pub ir_json: String,
+    /// `(path, text)` in the compiler's file order (the IR's spans index into it).
+    pub sources: Vec<(String, String)>,
+}
+
+/// A run taken over by a new process.
+pub struct ResumeStart<'a> {
+    pub run: &'a str,
+    pub pid: u32,
+    pub host: &'a str,
+    /// `interrupted` or `paused`.
+    pub found: &'a str,
+    pub old_program_digest: &'a str,
+    /// The program the run goes on with (the old one unless drift was accepted).
+    pub new_program_digest: &'a str,
+    pub ir_json: &'a str,
+    pub sources: &'a [(String, String)],
+    /// The accepted drift report, when there was drift.
+    pub drift_json: Option<&'a str>,
+}
+
+fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        id: r.get(0)?,
+        file: r.get(1)?,
+        program: r.get(2)?,
+        kind: r.get(3)?,
+        program_digest: r.get(4)?,
+        repo_root: r.get(5)?,
+        base_commit: r.get(6)?,
+        target_branch: r.get(7)?,
+        mode: r.get(8)?,
+        pid: r.get(9)?,
+        host: r.get(10)?,
+        state: r.get(11)?,
+        outcome: r.get(12)?,
+        exit_code: r.get(13)?,
+        started_at: r.get(14)?,
+        heartbeat_at: r.get(15)?,
+    })
+}
+
+const RUN_COLUMNS: &str = "id, file, program, kind, program_digest, repo_root, base_commit,
+    target_branch, mode, pid, host, state, outcome, exit_code, started_at, heartbeat_at";
+
+impl Ledger {
+    fn read_err(what: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> LedgerError {
+        let what = what.into();
+        move |source| LedgerError::Read { what, source }
+    }
+
+    /// The run `id`, if the ledger has it.
+    pub fn run_row(&self, id: &str) -> Result<Option<RunRow>, LedgerError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                [id],
+                run_row,
+            )
+            .optional()
+            .map_err(Self::read_err(format!("run `{id}`")))
+    }
+
+    /// Runs whose id starts with `prefix`, newest first (all runs for an empty prefix).
+    pub fn runs_matching(&self, prefix: &str) -> Result<Vec<RunRow>, LedgerError> {
+        let read = || Self::read_err("the runs");
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE substr(id, 1, length(?1)) = ?1
+                 ORDER BY started_at DESC, id DESC"
+            ))
+            .map_err(read())?;
+        let rows = stmt
+            .query_map([prefix], run_row)
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
+    /// The program stored under `digest`.
+    pub fn stored_program(&self, digest: &str) -> Result<Option<StoredProgram>, LedgerError> {
+        let read = || Self::read_err(format!("program `{digest}`"));
+        let Some(ir_json) = self
+            .conn
+            .query_row(
+                "SELECT ir_json FROM programs WHERE digest = ?1",
+                [digest],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(read())?
+        else {
+            return Ok(None);
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT path, text FROM program_sources WHERE program_digest = ?1 ORDER BY file_id",
+            )
+            .map_err(read())?;
+        let sources = stmt
+            .query_map([digest], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        Ok(Some(StoredProgram { ir_json, sources }))
+    }
+
+    /// The tasks of a run that have rows (started, finished or skipped), with their fields.
+    pub fn task_rows(&self, run: &str) -> Result<Vec<TaskRow>, LedgerError> {
+        let read = || Self::read_err(format!("the tasks of run `{run}`"));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, digest, state, outcome, merged, started_at, finished_at, base,
+                    seal_digest, epoch
+                 FROM tasks WHERE run = ?1 ORDER BY started_at, name",
+            )
+            .map_err(read())?;
+        let mut tasks = stmt
+            .query_map([run], |r| {
+                let state: String = r.get(2)?;
+                Ok(TaskRow {
+                    name: r.get(0)?,
+                    digest: r.get(1)?,
+                    state: match state.as_str() {
+                        "pending" => TaskRowState::Pending,
+                        "running" => TaskRowState::Running,
+                        _ => TaskRowState::Finished,
+                    },
+                    outcome: r.get(3)?,
+                    merged: r.get(4)?,
+                    started_at: r.get(5)?,
+                    finished_at: r.get(6)?,
+                    base: r.get(7)?,
+                    seal_digest: r.get(8)?,
+                    epoch: r.get(9)?,
+                    fields: BTreeMap::new(),
+                })
+            })
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        let mut fields = self
+            .conn
+            .prepare("SELECT task, field, digest FROM task_fields WHERE run = ?1")
+            .map_err(read())?;
+        let rows = fields
+            .query_map([run], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(read())?;
+        for row in rows {
+            let (task, field, digest) = row.map_err(read())?;
+            if let Some(t) = tasks.iter_mut().find(|t| t.name == task) {
+                t.fields.insert(field, digest);
+            }
+        }
+        Ok(tasks)
+    }
+
+    /// A task's attempts, in the order they were made (abandoned ones included).
+    pub fn attempt_rows(&self, run: &str, task: &str) -> Result<Vec<AttemptRow>, LedgerError> {
+        let read = || Self::read_err(format!("the attempts of task `{task}` of run `{run}`"));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, number, rung, agent, branch, base, state, exit_code, timed_out, head,
+                    rate_limited, outcome, failure_kind, signature, failure_json, started_at,
+                    agent_done_at, finished_at, epoch
+                 FROM attempts WHERE run = ?1 AND task = ?2 ORDER BY id",
+            )
+            .map_err(read())?;
+        let rows = stmt
+            .query_map([run, task], |r| {
+                Ok(AttemptRow {
+                    id: r.get(0)?,
+                    number: r.get(1)?,
+                    rung: r.get(2)?,
+                    agent: r.get(3)?,
+                    branch: r.get(4)?,
+                    base: r.get(5)?,
+                    state: r.get(6)?,
+                    exit_code: r.get(7)?,
+                    timed_out: r.get(8)?,
+                    head: r.get(9)?,
+                    rate_limited: r.get(10)?,
+                    outcome: r.get(11)?,
+                    failure_kind: r.get(12)?,
+                    signature: r.get(13)?,
+                    failure_json: r.get(14)?,
+                    started_at: r.get(15)?,
+                    agent_done_at: r.get(16)?,
+                    finished_at: r.get(17)?,
+                    epoch: r.get(18)?,
+                })
+            })
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
+    /// A task's merges, in the order they were begun.
+    pub fn merge_rows(&self, run: &str, task: &str) -> Result<Vec<MergeRow>, LedgerError> {
+        let read = || Self::read_err(format!("the merges of task `{task}` of run `{run}`"));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, attempt_id, into_branch, strategy, old_tip, new_commit, state, commit_id
+                 FROM merges WHERE run = ?1 AND task = ?2 ORDER BY id",
+            )
+            .map_err(read())?;
+        let rows = stmt
+            .query_map([run, task], |r| {
+                Ok(MergeRow {
+                    id: r.get(0)?,
+                    attempt_id: r.get(1)?,
+                    into: r.get(2)?,
+                    strategy: r.get(3)?,
+                    old_tip: r.get(4)?,
+                    new_commit: r.get(5)?,
+                    state: r.get(6)?,
+                    commit: r.get(7)?,
+                })
+            })
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
+    /// The time of the last event recorded for a run (or one of its tasks), in ms.
+    pub fn last_event_ms(&self, run: &str, task: Option<&str>) -> Result<Option<i64>, LedgerError> {
+        self.conn
+            .query_row(
+                "SELECT MAX(time_ms) FROM events WHERE run = ?1 AND (?2 IS NULL OR task = ?2)",
+                params![run, task],
+                |r| r.get(0),
+            )
+            .map_err(Self::read_err(format!("the events of run `{run}`")))
+    }
+
+    /// Tokens and micro-dollars spent by one epoch of a task: what its budgets count.
+    pub fn spent_in_epoch(
+        &self,
+        run: &str,
+        task: &str,
+        epoch: u32,
+    ) -> Result<(u64, u64), LedgerError> {
+        let (tokens, usd): (i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(SUM(c.input_tokens + c.output_tokens), 0),
+                    COALESCE(SUM(c.usd_micros), 0)
+                 FROM costs c JOIN attempts a ON a.id = c.attempt_id
+                 WHERE a.run = ?1 AND a.task = ?2 AND a.epoch = ?3",
+                params![run, task, epoch],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(Self::read_err(format!("what task `{task}` spent")))?;
+        // Columns are CHECKed non-negative, so a negative sum cannot happen; clamp rather than fail.
+        Ok((
+            u64::try_from(tokens).unwrap_or(0),
+            u64::try_from(usd).unwrap_or(0),
+        ))
+    }
+
+    /// Hands a `running` (its process gone) or `paused` run to this process, recording the
+    /// resumption and, when drift was accepted, the program it goes on with.
+    pub fn resume_run(&mut self, r: &ResumeStart<'_>) -> Result<(), LedgerError> {
+        let what = || format!("the resumption of run `{}`", r.run);
+        self.write(&what, |tx, now| {
+            let sql = |source| LedgerError::Write {
+                what: what(),
+                source,
+            };
+            store_program(tx, &what, r.new_program_digest, r.ir_json, r.sources, now)?;
+            let n = tx
+                .execute(
+                    "UPDATE runs SET state = 'running', pid = ?2, host = ?3, heartbeat_at = ?4,
+                        program_digest = ?5
+                     WHERE id = ?1 AND state IN ('running', 'paused')",
+                    params![r.run, r.pid, r.host, now, r.new_program_digest],
+                )
+                .map_err(sql)?;
+            changed_one(
+                n,
+                &what,
+                &format!("run `{}`", r.run),
+                "`running` or `paused`",
+                || state_of(tx, "SELECT state FROM runs WHERE id = ?1", [r.run]),
+            )?;
+            tx.execute(
+                "INSERT INTO resumptions (run, at, pid, host, found, old_program_digest,
+                    new_program_digest, drift_json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    r.run,
+                    now,
+                    r.pid,
+                    r.host,
+                    r.found,
+                    r.old_program_digest,
+                    r.new_program_digest,
+                    r.drift_json
+                ],
+            )
+            .map_err(sql)?;
+            Ok(())
+        })
+    }
+
+    /// Marks an attempt caught in flight (`running`, its process gone) `abandoned`: a resume
+    /// restarts it under the same number.
+    pub fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {
+        let what = || format!("attempt #{attempt} as abandoned");
+        self.write(&what, |tx, now| {
+            let n = tx
+                .execute(
+                    "UPDATE attempts SET state = 'abandoned', finished_at = ?2
+                     WHERE id = ?1 AND state = 'running'",
+                    params![attempt, now],
+                )
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            changed_one(
+                n,
+                &what,
+                &format!("attempt #{attempt}"),
+                "`running`",
+                || state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt]),
+            )
+        })
+    }
+
+    /// Re-plans a task after accepted drift: it runs again under its new digest, in a new
+    /// epoch (fresh budgets and ladder); its earlier attempts and merges stay as they were.
+    pub fn reset_task(&mut self, t: &TaskStart<'_>, epoch: u32) -> Result<(), LedgerError> {
+        let what = || format!("the re-planning of task `{}` of run `{}`", t.name, t.run);
+        self.write(&what, |tx, now| {
+            let sql = |source| LedgerError::Write {
+                what: what(),
+                source,
+            };
+            let n = tx
+                .execute(
+                    "UPDATE tasks SET state = 'running', outcome = NULL, merged = NULL,
+                        finished_at = NULL, started_at = ?3, digest = ?4, base = ?5,
+                        seal_digest = ?6, epoch = ?7
+                     WHERE run = ?1 AND name = ?2",
+                    params![t.run, t.name, now, t.digest, t.base, t.seal_digest, epoch],
+                )
+                .map_err(sql)?;
+            changed_one(n, &what, &format!("task `{}`", t.name), "any", || {
+                state_of(
+                    tx,
+                    "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
+                    [t.run, t.name],
+                )
+            })?;
+            tx.execute(
+                "DELETE FROM task_fields WHERE run = ?1 AND task = ?2",
+                [t.run, t.name],
+            )
+            .map_err(sql)?;
+            tx.execute(
+                "DELETE FROM task_deps WHERE run = ?1 AND task = ?2",
+                [t.run, t.name],
+            )
+            .map_err(sql)?;
+            insert_fields(tx, t).map_err(sql)
+        })
+    }
+}
+
+impl Ledger {
+    /// The detail (JSON) of the first `event` of a run, such as its `run.started`.
+    pub fn first_event_detail(
+        &self,
+        run: &str,
+        event: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        self.conn
+            .query_row(
+                "SELECT detail_json FROM events WHERE run = ?1 AND event = ?2 ORDER BY id LIMIT 1",
+                [run, event],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(Self::read_err(format!("event `{event}` of run `{run}`")))
+    }
+}

@@ -1,0 +1,399 @@
+//! An interrupted run's ledger rows in; what each of its tasks carries on from out: finished
+//! tasks keep their outcome, an attempt caught in flight is abandoned (its agent was running)
+//! or judged from the seal check (its agent had finished), a merge intent is settled against
+//! git before anything else so that no merge is ever done twice, and drift is measured.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use git2::{Oid, Repository};
+use serde_json::json;
+
+use crate::drift::{DriftReport, StoredIr, ValueChange};
+use crate::ir::Program;
+use crate::ledger::{self, AttemptRow, Ledger, RunRow, TaskRowState};
+use crate::run::attempt::{Failure, FailureKind};
+use crate::run::driver::{
+    Outcome, Pending, Progress, Restored, Resume, RunError, Runner, TaskReport,
+};
+use crate::run::land;
+
+/// The tasks a resumed run goes on with, in dependency order: those its `run.started` named
+/// (all of the program's, or the one `--task` chose), plus tasks added to the definition when
+/// the run covered all of them.
+pub fn selected_tasks(
+    ledger: &Ledger,
+    run: &str,
+    program: &Program,
+) -> Result<Vec<usize>, RunError> {
+    let order = crate::plan::plan(program).order;
+    let named: Option<Vec<String>> = ledger
+        .first_event_detail(run, "run.started")?
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
+        .and_then(|v| serde_json::from_value(v.get("tasks")?.clone()).ok());
+    let stored = ledger
+        .run_row(run)?
+        .map(|r| r.program_digest)
+        .and_then(|d| ledger.stored_program(&d).ok().flatten())
+        .and_then(|p| serde_json::from_str::<StoredIr>(&p.ir_json).ok());
+    let Some(named) = named else {
+        return Ok(order);
+    };
+    let whole = stored.is_none_or(|s| s.tasks.len() <= named.len());
+    if whole {
+        return Ok(order);
+    }
+    Ok(order
+        .into_iter()
+        .filter(|&i| named.contains(&program.tasks[i].name))
+        .collect())
+}
+
+/// What each selected task of the run carries on from. Merge intents are settled first, for
+/// every task, whatever else happens to it; `replanned` tasks (accepted drift) start a new epoch.
+pub fn restore(
+    runner: &mut Runner<'_>,
+    selected: &[usize],
+    targets: &BTreeMap<usize, String>,
+    replanned: &BTreeSet<String>,
+) -> Result<BTreeMap<String, Restored>, RunError> {
+    let program = runner.program();
+    let run = runner.run_id().to_string();
+    let rows: BTreeMap<String, ledger::TaskRow> = runner
+        .ledger()
+        .task_rows(&run)?
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+    let mut out = BTreeMap::new();
+    for &i in selected {
+        let task = &program.tasks[i];
+        let Some(row) = rows.get(&task.name) else {
+            continue; // never started: it starts like in a fresh run
+        };
+        let target = targets.get(&i).map_or("HEAD", String::as_str);
+        settle_merges(runner, &task.name, target)?;
+        let attempts: Vec<AttemptRow> = runner.ledger().attempt_rows(&run, &task.name)?;
+        if replanned.contains(&task.name) {
+            // What was in flight belonged to the old definition: close it, keep its history.
+            for a in attempts.iter().filter(|a| a.epoch == row.epoch) {
+                match a.state.as_str() {
+                    "running" => runner.ledger_mut().abandon_attempt(a.id)?,
+                    "agent-done" => runner.ledger_mut().finish_attempt(
+                        a.id,
+                        &ledger::AttemptEnd {
+                            outcome: "failed",
+                            failure_kind: None,
+                            signature: None,
+                            criterion: Some(
+                                "superseded: the definition changed and the drift was accepted",
+                            ),
+                            failure_json: None,
+                        },
+                    )?,
+                    _ => {}
+                }
+            }
+            let base = land::branch_tip(runner.repo_root(), target)?;
+            runner.reset_task(task, base, row.epoch + 1)?;
+            let resume = Resume {
+                begun: true,
+                progress: Progress {
+                    epoch: row.epoch + 1,
+                    number: attempts.iter().map(|a| a.number).max().unwrap_or(0),
+                    ..Progress::default()
+                },
+                ..Resume::default()
+            };
+            out.insert(task.name.clone(), Restored::Resume(Box::new(resume)));
+            continue;
+        }
+        if row.state == TaskRowState::Finished {
+            out.insert(
+                task.name.clone(),
+                Restored::Finished(report_of(runner, row, &attempts)?),
+            );
+            continue;
+        }
+        let restored = progress_of(runner, task, row, &attempts)?;
+        out.insert(task.name.clone(), restored);
+    }
+    Ok(out)
+}
+
+/// Settles a task's merge intents against git: done when the target holds the commit, aborted
+/// (to be landed again) when it does not. A merge is never done twice.
+fn settle_merges(runner: &mut Runner<'_>, task: &str, _target: &str) -> Result<(), RunError> {
+    let run = runner.run_id().to_string();
+    let merges = runner.ledger().merge_rows(&run, task)?;
+    for m in merges.into_iter().filter(|m| m.state == "intent") {
+        let repo = Repository::open(runner.repo_root()).map_err(|source| RunError::Git {
+            action: "open the repository".into(),
+            source,
+        })?;
+        let tip = land::branch_tip(runner.repo_root(), &m.into)?;
+        let new = Oid::from_str(&m.new_commit).map_err(|source| RunError::Git {
+            action: format!("read the commit id `{}` of merge #{}", m.new_commit, m.id),
+            source,
+        })?;
+        let landed = tip == new || repo.graph_descendant_of(tip, new).unwrap_or(false);
+        if landed {
+            runner.ledger_mut().finish_merge(
+                m.id,
+                "done",
+                Some(&m.new_commit),
+                "settled by resume: the target holds the commit",
+            )?;
+            runner.emit(
+                Some(task),
+                None,
+                "merge.settled",
+                json!({"merge": m.id, "commit": m.new_commit, "into": m.into, "landed": true}),
+            )?;
+        } else {
+            runner.ledger_mut().finish_merge(
+                m.id,
+                "aborted",
+                None,
+                "interrupted before the target moved; landed again by resume",
+            )?;
+            runner.emit(
+                Some(task),
+                None,
+                "merge.settled",
+                json!({"merge": m.id, "into": m.into, "landed": false, "tip": tip.to_string()}),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The report of a task that finished before the run was resumed.
+fn report_of(
+    runner: &Runner<'_>,
+    row: &ledger::TaskRow,
+    attempts: &[AttemptRow],
+) -> Result<TaskReport, RunError> {
+    let outcome = Outcome::from_name(row.outcome.as_deref().unwrap_or("")).ok_or_else(|| {
+        RunError::Config {
+            message: format!(
+                "task `{}` finished with an outcome this mvk does not know: `{}`",
+                row.name,
+                row.outcome.as_deref().unwrap_or("")
+            ),
+        }
+    })?;
+    let spent = runner.ledger().spent(runner.run_id(), Some(&row.name))?;
+    Ok(TaskReport {
+        name: row.name.clone(),
+        outcome,
+        attempts: attempts.iter().map(|a| a.number).max().unwrap_or(0),
+        merged: row.merged.clone(),
+        branch: attempts.last().map(|a| a.branch.clone()),
+        usd: spent.usd_micros as f64 / 1e6,
+        tokens: spent.input_tokens.saturating_add(spent.output_tokens),
+        reason: format!("{} before the run was resumed", outcome.name()),
+    })
+}
+
+/// Where a started, unfinished task stands: its attempts replayed through the ladder.
+fn progress_of(
+    runner: &mut Runner<'_>,
+    task: &crate::ir::Task,
+    row: &ledger::TaskRow,
+    attempts: &[AttemptRow],
+) -> Result<Restored, RunError> {
+    let run = runner.run_id().to_string();
+    let mut p = Progress {
+        epoch: row.epoch,
+        ..Progress::default()
+    };
+    let mut pending = None;
+    let mut history = Vec::new();
+    let count = |p: &mut Progress, a: &AttemptRow| {
+        p.number = p.number.max(a.number);
+        let idx = a.rung.saturating_sub(1) as usize;
+        if idx == p.rung_idx && p.rung_used > 0 {
+            p.rung_used += 1;
+        } else {
+            p.rung_idx = idx;
+            p.rung_used = 1;
+        }
+        p.last_branch = Some(a.branch.clone());
+    };
+    for a in attempts.iter().filter(|a| a.epoch == row.epoch) {
+        match a.state.as_str() {
+            "abandoned" => {}
+            "running" => {
+                // Its agent was running when mvk died: restart it cleanly under its number,
+                // keeping what the dead try left on disk beside it.
+                runner.ledger_mut().abandon_attempt(a.id)?;
+                let dir = runner.attempt_dir(&task.name, a.number);
+                if dir.exists() {
+                    let kept = dir.with_file_name(format!("{}.abandoned-{}", a.number, a.id));
+                    std::fs::rename(&dir, &kept).map_err(|source| RunError::Io {
+                        action: "keep the directory of an abandoned attempt",
+                        path: dir.clone(),
+                        source,
+                    })?;
+                }
+                runner.emit(
+                    Some(&task.name),
+                    Some(a.number),
+                    "attempt.abandoned",
+                    json!({"reason": "its process was gone when the run was resumed; it starts again"}),
+                )?;
+            }
+            "agent-done" if a.head.is_some() => {
+                count(&mut p, a);
+                pending = Some(Pending::Judge(a.clone()));
+            }
+            "agent-done" => {
+                // The wall budget ran out before the agent produced a result.
+                count(&mut p, a);
+                let f = Failure::new(
+                    a.number,
+                    FailureKind::Agent,
+                    "the attempt ends within the wall budget (it ran out during the attempt)"
+                        .into(),
+                    &["wall"],
+                );
+                runner.finish_failed(a.id, &f)?;
+                history.push((a.number, a.branch.clone(), Some(f.clone())));
+                p.last = Some(f);
+                p.same = 1;
+            }
+            "finished" if a.outcome.as_deref() == Some("passed") => {
+                count(&mut p, a);
+                let merges = runner.ledger().merge_rows(&run, &task.name)?;
+                let landed = merges
+                    .iter()
+                    .find(|m| m.attempt_id == a.id && m.state == "done")
+                    .map(|m| m.commit.clone().unwrap_or_default());
+                history.push((a.number, a.branch.clone(), None));
+                if let Some(commit) = landed {
+                    // It landed; only the task's end was not recorded.
+                    let report = runner.finish_landed(task, a, &commit)?;
+                    return Ok(Restored::Finished(report));
+                }
+                pending = Some(Pending::Land(a.clone()));
+            }
+            "finished" => {
+                count(&mut p, a);
+                pending = None;
+                let f: Option<Failure> = a
+                    .failure_json
+                    .as_deref()
+                    .and_then(|j| serde_json::from_str(j).ok());
+                if let Some(f) = f {
+                    p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
+                        p.same + 1
+                    } else {
+                        1
+                    };
+                    history.push((a.number, a.branch.clone(), Some(f.clone())));
+                    p.last = Some(f);
+                }
+            }
+            _ => {}
+        }
+    }
+    let (tokens, usd) = runner
+        .ledger()
+        .spent_in_epoch(&run, &task.name, row.epoch)?;
+    p.spent_tokens = tokens;
+    p.spent_usd = usd;
+    let last_seen = runner.ledger().last_event_ms(&run, Some(&task.name))?;
+    let elapsed = match (last_seen, row.started_at) {
+        (Some(last), Some(start)) if last > start => {
+            Duration::from_millis(u64::try_from(last - start).unwrap_or(0))
+        }
+        _ => Duration::ZERO,
+    };
+    Ok(Restored::Resume(Box::new(Resume {
+        begun: true,
+        progress: p,
+        pending,
+        elapsed,
+        history,
+    })))
+}
+
+/// Compares the program a run began with (from the ledger) with `program` as compiled now,
+/// and each started task's sealed files at its recorded base with those at `bases` (the commit
+/// the task would go on from).
+pub fn drift(
+    ledger: &Ledger,
+    run: &RunRow,
+    program: &Program,
+    repo_root: &Path,
+) -> Result<DriftReport, RunError> {
+    let stored = ledger
+        .stored_program(&run.program_digest)?
+        .ok_or_else(|| RunError::Config {
+            message: format!(
+                "the ledger has no program `{}` for run `{}`",
+                run.program_digest, run.id
+            ),
+        })?;
+    let old: StoredIr = serde_json::from_str(&stored.ir_json).map_err(|e| RunError::Config {
+        message: format!("the stored program of run `{}` cannot be read: {e}", run.id),
+    })?;
+    let mut report = crate::drift::compare(&run.id, &old, &stored.sources, program);
+    let repo = Repository::open(repo_root).map_err(|source| RunError::Git {
+        action: "open the repository".into(),
+        source,
+    })?;
+    for row in ledger.task_rows(&run.id)? {
+        let (Some(base), Some(digest)) = (&row.base, &row.seal_digest) else {
+            continue;
+        };
+        // Finished tasks do not start again, so their oracle cannot drift under them.
+        if row.state == TaskRowState::Finished {
+            continue;
+        }
+        let Some(task) = program.task(&row.name) else {
+            continue;
+        };
+        let target = if task.merge.into == crate::ir::CURRENT_BRANCH {
+            land::current_branch(repo_root)?
+        } else {
+            task.merge.into.clone()
+        };
+        let now = land::branch_tip(repo_root, &target)?;
+        let seal = crate::run::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
+        let files_now =
+            crate::run::seal::sealed_files(&repo, now, &seal).map_err(RunError::Seal)?;
+        if &crate::run::seal::sealed_digest(&files_now) == digest {
+            continue;
+        }
+        let base = Oid::from_str(base).map_err(|source| RunError::Git {
+            action: format!("read the base `{base}` of task `{}`", row.name),
+            source,
+        })?;
+        let files_then =
+            crate::run::seal::sealed_files(&repo, base, &seal).map_err(RunError::Seal)?;
+        let mut changes = Vec::new();
+        let paths: BTreeSet<&String> = files_then.keys().chain(files_now.keys()).collect();
+        for path in paths {
+            let (a, b) = (files_then.get(path), files_now.get(path));
+            if a != b {
+                let show = |f: Option<&(u32, String)>| {
+                    f.map(|(mode, blob)| json!(format!("{mode:o} {}", &blob[..12.min(blob.len())])))
+                };
+                changes.push(ValueChange {
+                    path: path.clone(),
+                    old: show(a),
+                    new: show(b),
+                });
+            }
+        }
+        report.add_sealed_change(
+            &row.name,
+            (&row.digest, &task.meta.digest.to_string()),
+            changes,
+        );
+    }
+    Ok(report)
+}

@@ -1,0 +1,5 @@
+#!/bin/sh
+# Fixes the bug at once, counting its calls in $1/calls.
+set -eu
+echo call >> "$1/calls"
+printf '%s\n' '# calc: tiny arithmetic helpers' 'add() { echo $(($1 + $2)); }' > src/calc.sh

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Counts its calls in $1/calls. Until $1/go exists it records its process group in $1/agent.pgid,
+# says it started ($1/started) and hangs, so a test can kill mvk while the agent runs; once
+# $1/go exists it fixes the bug.
+set -eu
+echo call >> "$1/calls"
+if [ ! -f "$1/go" ]; then
+    ps -o pgid= -p $$ | tr -d ' ' > "$1/agent.pgid"
+    touch "$1/started"
+    sleep 300 &
+    wait
+fi
+printf '%s\n' '# calc: tiny arithmetic helpers' 'add() { echo $(($1 + $2)); }' > src/calc.sh

@@ -1,0 +1,429 @@
+//! `mvk resume` and `mvk why` end to end: runs killed with SIGKILL at chosen instants (while
+//! the agent runs, while a gate runs, between a merge's intent and its effect) are continued
+//! without running twice what must happen once; drift in the loop file or in a sealed file
+//! stops a resume with exit 5 and a report; a second run of a loop refuses while one is live.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use rusqlite::Connection;
+
+use super::apply::{Fixture, Run, TESTS_GATE, agent_def, alive, loop_kdl, simple_loop};
+
+/// Starts `mvk apply loops/t.kdl` in the background, with ENV added.
+fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
+    let mut cmd = StdCommand::cargo_bin("mvk").unwrap();
+    cmd.current_dir(f.root())
+        .args(["apply", "loops/t.kdl"])
+        .env("MVK_WORKTREE_ROOT", f.worktrees.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("NO_COLOR", "1")
+        .env_remove("MVK_REPO")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Waits (up to a minute) until PATH exists.
+fn wait_for(path: &Path, child: &mut Child) {
+    let start = Instant::now();
+    while !path.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = child.wait_with_output_ref();
+            panic!(
+                "mvk ended ({status}) before {} appeared\n{out}",
+                path.display()
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} did not appear",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+trait OutputRef {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl OutputRef for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let mut out = String::new();
+        if let Some(s) = self.stdout.as_mut() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(s) = self.stderr.as_mut() {
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    }
+}
+
+/// Kills mvk with SIGKILL, as a power cut would, and the process group whose id is in PGID_FILE
+/// (the agent or gate it was running, which SIGKILL leaves orphaned).
+fn crash(child: &mut Child, pgid_file: Option<&Path>) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+    if let Some(file) = pgid_file {
+        let pgid = fs::read_to_string(file).unwrap();
+        let pgid = pgid.trim();
+        StdCommand::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .status()
+            .unwrap();
+    }
+}
+
+fn ledger(f: &Fixture) -> Connection {
+    Connection::open(f.root().join(".mvk/ledger.db")).unwrap()
+}
+
+fn the_run(f: &Fixture) -> String {
+    ledger(f)
+        .query_row(
+            "SELECT id FROM runs ORDER BY started_at DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn count(f: &Fixture, file: &str) -> usize {
+    fs::read_to_string(f.state(file))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Attempt rows of the run: (number, state, outcome).
+fn attempts(f: &Fixture, run: &str) -> Vec<(u32, String, Option<String>)> {
+    let db = ledger(f);
+    let mut stmt = db
+        .prepare("SELECT number, state, outcome FROM attempts WHERE run = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Commits on main since the fixture's base whose message says mvk landed them.
+fn landings(f: &Fixture) -> usize {
+    f.git(&["log", "--format=%s", &format!("{}..main", f.base)])
+        .lines()
+        .filter(|l| {
+            l.starts_with("mvk: t:") || l.starts_with("Merge") || l.starts_with("mvk: attempt")
+        })
+        .count()
+}
+
+/// How many events called NAME the resume wrote (the trail also holds the crashed process's).
+fn since_resume(r: &Run, name: &str) -> usize {
+    let start = r
+        .events
+        .iter()
+        .rposition(|e| e["event"] == "run.resumed")
+        .unwrap_or_else(|| panic!("no run.resumed\n{}", r.why()));
+    r.events[start..]
+        .iter()
+        .filter(|e| e["event"] == name)
+        .count()
+}
+
+fn resume(f: &Fixture, args: &[&str]) -> Run {
+    let mut all = vec!["resume"];
+    all.extend_from_slice(args);
+    f.run_mvk(&all, &[])
+}
+
+fn fixed(f: &Fixture) {
+    assert_eq!(
+        f.show("main", "src/calc.sh").as_deref(),
+        Some(super::apply::FIXED)
+    );
+    assert_eq!(
+        fs::read_to_string(f.root().join("src/calc.sh")).unwrap(),
+        super::apply::FIXED,
+        "the main checkout's file matches main"
+    );
+}
+
+#[test]
+fn a_run_killed_while_its_agent_ran_restarts_that_attempt_under_its_number() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    let run = the_run(&f);
+    fs::write(f.state("go"), "").unwrap();
+
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    assert_eq!(r.id, run, "resume continues the same run");
+    fixed(&f);
+    assert_eq!(
+        count(&f, "calls"),
+        2,
+        "the agent ran once before the crash and once after"
+    );
+    assert_eq!(
+        attempts(&f, &run),
+        [
+            (1, "abandoned".into(), None),
+            (1, "finished".into(), Some("passed".into()))
+        ],
+        "the attempt caught in flight was abandoned and made again as attempt 1"
+    );
+    r.one("run.resumed");
+    r.one("attempt.abandoned");
+    let db = ledger(&f);
+    let (state, outcome): (String, String) = db
+        .query_row(
+            "SELECT state, outcome FROM runs WHERE id = ?1",
+            [&run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((state.as_str(), outcome.as_str()), ("finished", "accepted"));
+    let found: String = db
+        .query_row(
+            "SELECT found FROM resumptions WHERE run = ?1",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(found, "interrupted");
+}
+
+#[test]
+fn a_run_killed_while_a_gate_ran_goes_on_from_the_seal_without_running_the_agent_again() {
+    let gate = r#"gate tests { run "sh" "@AGENTS/wait_gate.sh" "@STATE"; }"#;
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "counted_fix.sh", &["@STATE"]),
+        true,
+        gate,
+        "budget iterations=3",
+    ));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("gate-started"), &mut child);
+    crash(&mut child, Some(&f.state("gate.pgid")));
+    let run = the_run(&f);
+    assert_eq!(attempts(&f, &run), [(1, "agent-done".into(), None)]);
+    fs::write(f.state("go"), "").unwrap();
+
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(count(&f, "calls"), 1, "the agent is not run again");
+    assert_eq!(
+        count(&f, "gate-calls"),
+        2,
+        "the gate ran again, from the seal on"
+    );
+    assert_eq!(
+        attempts(&f, &run),
+        [(1, "finished".into(), Some("passed".into()))]
+    );
+    assert_eq!(since_resume(&r, "seal.passed"), 1, "{}", r.why());
+    assert_eq!(since_resume(&r, "attempt.started"), 0, "{}", r.why());
+}
+
+/// Runs the fixing loop with mvk dying at FAILPOINT, then resumes it; returns the resume.
+fn crash_at(failpoint: &str, strategy: &str) -> (Fixture, Run) {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "counted_fix.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        &format!("budget iterations=3\n    merge strategy={strategy}"),
+    ));
+    let crashed = f.run_mvk(&["apply", "loops/t.kdl"], &[("MVK_FAILPOINT", failpoint)]);
+    assert_eq!(
+        crashed.code,
+        -1,
+        "mvk was killed at `{failpoint}`\n{}",
+        crashed.why()
+    );
+    let r = resume(&f, &[]);
+    (f, r)
+}
+
+#[test]
+fn a_merge_interrupted_after_its_intent_lands_once() {
+    let (f, r) = crash_at("merge-intent", "squash");
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(landings(&f), 1, "{}", f.git(&["log", "--oneline", "main"]));
+    assert_eq!(count(&f, "calls"), 1);
+    let settled = r.one("merge.settled");
+    assert_eq!(settled["detail"]["landed"], false);
+    r.one("merge.done");
+}
+
+#[test]
+fn a_merge_interrupted_after_the_ref_moved_is_not_done_again() {
+    let (f, r) = crash_at("merge-published", "squash");
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(landings(&f), 1, "{}", f.git(&["log", "--oneline", "main"]));
+    let settled = r.one("merge.settled");
+    assert_eq!(settled["detail"]["landed"], true);
+    assert_eq!(since_resume(&r, "merge.done"), 0, "{}", r.why());
+    assert_eq!(since_resume(&r, "merge.started"), 0, "{}", r.why());
+    let states: Vec<String> = {
+        let db = ledger(&f);
+        let mut stmt = db.prepare("SELECT state FROM merges ORDER BY id").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(states, ["done"]);
+}
+
+#[test]
+fn a_merge_interrupted_between_checkout_and_ref_lands_with_a_clean_checkout() {
+    let (f, r) = crash_at("merge-checkout", "ff");
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(landings(&f), 1, "{}", f.git(&["log", "--oneline", "main"]));
+    assert_eq!(
+        f.git(&["status", "--porcelain"]),
+        "",
+        "nothing left uncommitted"
+    );
+}
+
+/// An interrupted run of the paused agent (killed while the agent waits).
+fn interrupted(extra: &str) -> (Fixture, String) {
+    let f = Fixture::new(&simple_loop("paused.sh", extra));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    fs::write(f.state("go"), "").unwrap();
+    let run = the_run(&f);
+    (f, run)
+}
+
+#[test]
+fn an_edited_loop_file_is_drift_reported_field_by_field_and_accepted_on_request() {
+    let (f, run) = interrupted("budget iterations=3");
+    let path = f.root().join("loops/t.kdl");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(&path, text.replace("iterations=3", "iterations=5")).unwrap();
+
+    let out = f.mvk().args(["resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    for needle in [
+        "`budget` of task `t` changed since the run began",
+        "budget.iterations: 3 → 5",
+        "loops/t.kdl (when run",
+        "--accept-drift",
+    ] {
+        assert!(
+            stderr.contains(needle) || stdout.contains(needle),
+            "no `{needle}` in:\n{stdout}{stderr}"
+        );
+    }
+    assert_eq!(count(&f, "calls"), 1, "nothing ran");
+
+    let why = f.mvk().args(["why", "--json"]).output().unwrap();
+    assert_eq!(why.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&why.stdout).unwrap();
+    assert_eq!(doc["run"], run.as_str());
+    assert_eq!(doc["drift"]["changed"][0]["fields"][0]["field"], "budget");
+    assert_eq!(
+        doc["drift"]["changed"][0]["fields"][0]["changes"][0]["path"],
+        "budget.iterations"
+    );
+    assert_eq!(doc["tasks"][0]["verdict"], "changed");
+
+    let r = resume(&f, &["--accept-drift"]);
+    r.expect_code(0);
+    fixed(&f);
+    r.one("task.replanned");
+    let drift: String = ledger(&f)
+        .query_row(
+            "SELECT drift_json FROM resumptions WHERE run = ?1",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(drift.contains("\"budget.iterations\""), "{drift}");
+}
+
+#[test]
+fn a_cosmetic_edit_is_not_drift() {
+    let (f, _) = interrupted("budget iterations=3");
+    let path = f.root().join("loops/t.kdl");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(
+        &path,
+        format!(
+            "// a comment\n{}",
+            text.replace("iterations=3", "iterations=3   ")
+        ),
+    )
+    .unwrap();
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    fixed(&f);
+}
+
+#[test]
+fn a_sealed_file_changed_on_the_target_is_drift() {
+    let (f, _) = interrupted("budget iterations=3");
+    let test = f.root().join("tests/test_calc.sh");
+    let text = fs::read_to_string(&test).unwrap();
+    fs::write(&test, format!("{text}\n# weakened\n")).unwrap();
+    f.git(&["commit", "-qam", "change the oracle"]);
+    let out = f.mvk().args(["resume"]).output().unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(5), "{all}");
+    assert!(all.contains("`seal.content` of task `t` changed"), "{all}");
+    assert!(all.contains("tests/test_calc.sh"), "{all}");
+}
+
+#[test]
+fn a_second_run_of_a_live_loop_is_refused_naming_the_holder() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    let run = the_run(&f);
+    for args in [vec!["apply", "loops/t.kdl"], vec!["resume"]] {
+        let out = f.mvk().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("run `{run}`")),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("--wait"), "{stderr}");
+    }
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    assert!(!alive(child.id()));
+}
+
+#[test]
+fn a_finished_run_is_not_resumed() {
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=3"));
+    f.apply().expect_code(0);
+    let out = f.mvk().args(["resume"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already finished"));
+    assert_eq!(count(&f, "calls"), 1);
+}
