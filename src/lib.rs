@@ -11,13 +11,19 @@
 //! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
-//! - [`run`]: the interpreter's parts: processes, the worktree pool, the seal check.
+//! - [`drift`]: a run's stored program and the program compiled now → what changed, field by
+//!   field, and what it invalidates.
+//! - [`run`]: the interpreter: the driver (apply, resume), attempts, processes, the worktree pool,
+//!   the seal check, gates and evidence, landing, run locks.
+//! - [`ledger`]: every transition as rows in SQLite, written before its effect.
 //! - [`cli`]: the command line, a thin layer over the above.
 //!
 //! # Files
 //! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
 //! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
+//! - `.mvk/ledger.db`, `.mvk/runs/<run>/`, `.mvk/locks/<program>.lock` in the user's repository:
+//!   [`ledger`], [`run::trail`], [`run::lock`].
 //! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;
