@@ -427,3 +427,118 @@ fn a_finished_run_is_not_resumed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("already finished"));
     assert_eq!(count(&f, "calls"), 1);
 }
+
+/// An interrupted run of a loop file that TEXT replaces after FILES are written and committed.
+fn interrupted_with(files: &[(&str, &str)], text: &str) -> (Fixture, String) {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    for (path, content) in files {
+        let path = f.root().join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+    let text = text
+        .replace("@AGENTS", super::apply::agents_dir().to_str().unwrap())
+        .replace("@STATE", f.state.path().to_str().unwrap());
+    fs::write(f.root().join("loops/t.kdl"), text).unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-qm", "the loop for this test"]);
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    fs::write(f.state("go"), "").unwrap();
+    let run = the_run(&f);
+    (f, run)
+}
+
+/// `mvk resume` without `--accept-drift`: exit 5, and everything it printed.
+fn refused(f: &Fixture) -> String {
+    let out = f.mvk().args(["resume"]).output().unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(5), "{all}");
+    all
+}
+
+#[test]
+fn an_imported_gate_library_changed_is_drift_located_in_the_library() {
+    let library = "gate calc { run \"sh\" \"tests/test_calc.sh\"; }\n";
+    let text = format!(
+        "import \"gates.kdl\"\n{}",
+        loop_kdl(
+            &agent_def("bot", "paused.sh", &["@STATE"]),
+            true,
+            "gate tests use=calc",
+            "budget iterations=3"
+        )
+    );
+    let (f, _) = interrupted_with(&[("loops/gates.kdl", library)], &text);
+    fs::write(
+        f.root().join("loops/gates.kdl"),
+        "gate calc timeout=\"5m\" { run \"sh\" \"tests/test_calc.sh\"; }\n",
+    )
+    .unwrap();
+    let all = refused(&f);
+    assert!(all.contains("`gate.tests` of task `t` changed"), "{all}");
+    assert!(all.contains("gate.tests.timeout"), "{all}");
+    assert_eq!(count(&f, "calls"), 1, "nothing ran");
+}
+
+#[test]
+fn a_prompt_template_changed_is_drift() {
+    let text = loop_kdl(
+        &agent_def("bot", "paused.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=3\n    prompt \"p.hbs\"",
+    );
+    let (f, _) = interrupted_with(&[("loops/p.hbs", "Do this: {{goal}}\n")], &text);
+    fs::write(f.root().join("loops/p.hbs"), "Do this now: {{goal}}\n").unwrap();
+    let all = refused(&f);
+    assert!(all.contains("`prompt` of task `t` changed"), "{all}");
+}
+
+#[test]
+fn a_flow_resumed_does_not_run_its_finished_task_again() {
+    let text = format!(
+        "{}{}\nflow t {{\n    task first {{\n        goal \"Fix add.\"\n        agent fixer\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n    task second {{\n        after first\n        goal \"Check add again.\"\n        agent bot\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n}}\n",
+        agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
+        agent_def("bot", "paused.sh", &["@STATE"]),
+    );
+    let (f, run) = interrupted_with(&[], &text);
+    assert_eq!(count(&f, "fixer-calls"), 1);
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(
+        count(&f, "fixer-calls"),
+        1,
+        "the finished task did not run again"
+    );
+    assert_eq!(
+        count(&f, "calls"),
+        2,
+        "the interrupted task's agent ran again"
+    );
+    let outcomes: Vec<(String, String)> = {
+        let db = ledger(&f);
+        let mut stmt = db
+            .prepare("SELECT name, outcome FROM tasks WHERE run = ?1 ORDER BY name")
+            .unwrap();
+        stmt.query_map([&run], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        outcomes,
+        [
+            ("first".to_string(), "accepted".to_string()),
+            ("second".to_string(), "accepted".to_string())
+        ]
+    );
+    assert_eq!(since_resume(&r, "task.started"), 0, "{}", r.why());
+    assert_eq!(since_resume(&r, "task.resumed"), 1, "{}", r.why());
+}
