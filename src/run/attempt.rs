@@ -254,6 +254,7 @@ pub async fn run_attempt(
         // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
         ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
         ps.timeout = Some(timeout);
+        ps.group_file = Some(dir.join("agent.pgid"));
         let started = Instant::now();
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: spec.agent.name.clone(),

@@ -364,6 +364,9 @@ pub async fn resume(
 ) -> Result<RunReport, RunError> {
     let run_id = opts.run_id.clone();
     let (mut ledger, trail, pool) = open_run(opts)?;
+    // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
+    // anything of the run is reused, so none can edit a worktree or forge a log.
+    let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), pool.root());
     let drift_json = match &from.drift {
         Some(d) => Some(serde_json::to_string(d).map_err(|e| RunError::Config {
             message: format!("cannot encode the drift report: {e}"),
@@ -395,6 +398,7 @@ pub async fn resume(
     let restored = crate::run::resume::restore(&mut runner, &selected, &targets, &replanned)?;
     let detail = json!({
         "found": from.found,
+        "orphans_killed": orphans,
         "digest": program.digest.to_string(),
         "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
     });

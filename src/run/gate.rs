@@ -120,6 +120,7 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
     };
     let nonce = evidence::new_nonce()?;
     let mut spec = ProcessSpec::new(program, cx.cwd, &cx.log, &cx.log);
+    spec.group_file = Some(cx.log.with_extension("pgid"));
     spec.args = args.to_vec();
     spec.timeout = Some(cx.timeout);
     spec.env_remove = std::env::vars_os()

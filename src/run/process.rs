@@ -58,6 +58,9 @@ pub struct ProcessSpec {
     pub stderr_log: PathBuf,
     /// Memory bound for each of the two tails.
     pub tail_bytes: usize,
+    /// Where to write the process group's id once it runs, so that a later mvk can find what a
+    /// dead one left running (see [`crate::run::reaper::kill_orphans`]).
+    pub group_file: Option<PathBuf>,
 }
 
 impl ProcessSpec {
@@ -80,6 +83,7 @@ impl ProcessSpec {
             stdout_log: stdout_log.into(),
             stderr_log: stderr_log.into(),
             tail_bytes: DEFAULT_TAIL_BYTES,
+            group_file: None,
         }
     }
 }
@@ -264,6 +268,14 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
     // Declared after `child`, so on an early return or a dropped future it runs first and kills the
     // whole group while the leader is still unreaped (its pid, hence the group id, cannot be reused yet).
     let mut guard = GroupGuard { pgid: Some(pgid) };
+    if let Some(file) = &spec.group_file {
+        tokio::fs::write(file, format!("{}\n", pgid.as_raw_nonzero()))
+            .await
+            .map_err(|source| ProcessError::CreateLog {
+                path: file.clone(),
+                source,
+            })?;
+    }
 
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ProcessError::Spawn {

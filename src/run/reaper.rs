@@ -40,8 +40,47 @@ pub fn kill_adopted() -> usize {
     killed
 }
 
-/// Live (not zombie) processes whose parent is `parent`, read from `/proc`.
-fn children_of(parent: i32) -> Vec<i32> {
+/// Kills what a dead mvk left running: every live process in a process group the run recorded
+/// (the `*.pgid` files its agents and gates wrote under `run_dir`) whose working directory is
+/// under `pool_root`, so that it cannot edit a worktree a resumed run uses. The directory check
+/// keeps a recycled group id from reaching an unrelated process. Returns how many were killed.
+pub fn kill_orphans(run_dir: &std::path::Path, pool_root: &std::path::Path) -> usize {
+    let groups: Vec<i32> = walkdir::WalkDir::new(run_dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pgid"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| t.trim().parse().ok())
+        .collect();
+    if groups.is_empty() {
+        return 0;
+    }
+    let mut killed = 0;
+    for (pid, stat) in processes() {
+        if !groups.contains(&stat.pgrp) || stat.state == "Z" || stat.state == "X" {
+            continue;
+        }
+        let inside = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd.starts_with(pool_root));
+        if inside
+            && let Some(p) = Pid::from_raw(pid)
+            && rustix::process::kill_process(p, Signal::KILL).is_ok()
+        {
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// What `/proc/PID/stat` says of a process.
+struct Stat {
+    state: String,
+    ppid: i32,
+    pgrp: i32,
+}
+
+/// Every process `/proc` lists, with its state, parent and group.
+fn processes() -> Vec<(i32, Stat)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -57,16 +96,29 @@ fn children_of(parent: i32) -> Vec<i32> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses, so split at the last `)`.
+        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so split at the
+        // last `)`.
         let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
             continue;
         };
         let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("");
-        let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
-        if ppid == Some(parent) && state != "Z" && state != "X" {
-            out.push(pid);
-        }
+        let state = fields.next().unwrap_or("").to_string();
+        let (Some(ppid), Some(pgrp)) = (
+            fields.next().and_then(|p| p.parse::<i32>().ok()),
+            fields.next().and_then(|p| p.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        out.push((pid, Stat { state, ppid, pgrp }));
     }
     out
+}
+
+/// Live (not zombie) processes whose parent is `parent`, read from `/proc`.
+fn children_of(parent: i32) -> Vec<i32> {
+    processes()
+        .into_iter()
+        .filter(|(_, s)| s.ppid == parent && s.state != "Z" && s.state != "X")
+        .map(|(pid, _)| pid)
+        .collect()
 }

@@ -162,7 +162,14 @@ fn a_run_killed_while_its_agent_ran_restarts_that_attempt_under_its_number() {
     let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
     let mut child = spawn_apply(&f, &[]);
     wait_for(&f.state("started"), &mut child);
-    crash(&mut child, Some(&f.state("agent.pgid")));
+    // SIGKILL to mvk alone: its agent lives on, orphaned, in the attempt's worktree.
+    crash(&mut child, None);
+    let orphan: u32 = fs::read_to_string(f.state("agent.pgid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(orphan), "the agent outlived mvk");
     let run = the_run(&f);
     fs::write(f.state("go"), "").unwrap();
 
@@ -183,7 +190,12 @@ fn a_run_killed_while_its_agent_ran_restarts_that_attempt_under_its_number() {
         ],
         "the attempt caught in flight was abandoned and made again as attempt 1"
     );
-    r.one("run.resumed");
+    assert!(!alive(orphan), "resume killed the orphaned agent");
+    assert_eq!(
+        r.one("run.resumed")["detail"]["orphans_killed"],
+        2,
+        "sh and its sleep"
+    );
     r.one("attempt.abandoned");
     let db = ledger(&f);
     let (state, outcome): (String, String) = db
