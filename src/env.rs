@@ -12,3 +12,6 @@ pub const MVK_WORKTREE_ROOT: &str = "MVK_WORKTREE_ROOT";
 pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 /// The home directory, when `XDG_CACHE_HOME` is not set.
 pub const HOME: &str = "HOME";
+/// mvk's cache directory: git imports are fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>`
+/// (default: `$XDG_CACHE_HOME/mvk`, else `~/.cache/mvk`).
+pub const MVK_CACHE_DIR: &str = "MVK_CACHE_DIR";
