@@ -76,7 +76,12 @@ fn import(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<super::ast::Import
     let rev = view
         .take("rev")
         .map(|e| values::nonempty(cx, e, "`rev`").ok_or(()));
+    let errors = cx.diags.error_count();
     view.finish(cx, &["as", "git", "rev"]);
+    // A misspelt property may be a misspelt `rev`: better not to fetch what was not meant.
+    if cx.diags.error_count() > errors && url.is_some() {
+        return None;
+    }
     if !view.expect_args(cx, 1, usage) {
         return None;
     }
