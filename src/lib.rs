@@ -18,6 +18,8 @@
 //! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
 //! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
+//! - `mvk.lock`, beside the loop files: read and written by [`resolve::lock`] (only `mvk lock` writes).
+//! - git imports, fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>` (default `~/.cache/mvk/git/…`): [`resolve::git`].
 //! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;
