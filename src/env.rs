@@ -16,3 +16,6 @@ pub const HOME: &str = "HOME";
 /// SIGKILL, as a power cut or the OOM killer would (`merge-intent`, `merge-checkout`,
 /// `merge-published`). See [`crate::run::failpoint`].
 pub const MVK_FAILPOINT: &str = "MVK_FAILPOINT";
+/// mvk's cache directory: git imports are fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>`
+/// (default: `$XDG_CACHE_HOME/mvk`, else `~/.cache/mvk`).
+pub const MVK_CACHE_DIR: &str = "MVK_CACHE_DIR";

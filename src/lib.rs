@@ -24,6 +24,8 @@
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
 //! - `.mvk/ledger.db`, `.mvk/runs/<run>/`, `.mvk/locks/<program>.lock` in the user's repository:
 //!   [`ledger`], [`run::trail`], [`run::lock`].
+//! - `mvk.lock`, beside the loop files: read and written by [`resolve::lock`] (only `mvk lock` writes).
+//! - git imports, fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>` (default `~/.cache/mvk/git/…`): [`resolve::git`].
 //! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;

@@ -9,18 +9,71 @@ use miette::{NamedSource, SourceSpan};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId(pub u32);
 
-/// Where a file came from: the user's disk or the stdlib embedded in the binary.
+/// Where a file came from: the user's disk, the stdlib embedded in the binary, or a commit of a
+/// git repository (read from mvk's cache).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Origin {
     Disk(PathBuf),
     Std(String),
+    Git(GitFile),
+}
+
+/// A file in a git repository at one commit, and the reference that led there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GitFile {
+    pub url: String,
+    /// The rev as the import wrote it (`None`: the repository's HEAD); relative imports inside
+    /// the repository inherit it.
+    pub rev: Option<String>,
+    pub commit: git2::Oid,
+    /// The file's path from the repository's root, `/`-separated, without `.` or `..`.
+    pub path: String,
+}
+
+impl GitFile {
+    /// How the file is named in diagnostics: `URL@COMMIT:PATH`, the commit shortened.
+    pub fn name(&self) -> String {
+        let commit = self.commit.to_string();
+        format!(
+            "{}@{}:{}",
+            self.url,
+            &commit[..12.min(commit.len())],
+            self.path
+        )
+    }
+
+    /// A file named by `reference` from this one: relative to its directory, same commit.
+    pub fn sibling(&self, reference: &str) -> GitFile {
+        let dir = self.path.rsplit_once('/').map_or("", |(d, _)| d);
+        GitFile {
+            path: join_in_repo(dir, reference),
+            ..self.clone()
+        }
+    }
+}
+
+/// `reference` read from directory `dir` of a repository: `/`-joined, `.` and `..` removed; a
+/// `..` above the root stays, so that reading the file fails and says where it looked.
+pub fn join_in_repo(dir: &str, reference: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for part in reference.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    parts.join("/")
 }
 
 /// One loaded file: its name as shown to the user and its text.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
     pub origin: Origin,
-    /// The name printed in diagnostics: a path relative to where mvk was started, or `std/...`.
+    /// The name printed in diagnostics: a path relative to where mvk was started, `std/...`, or
+    /// `URL@COMMIT:PATH` for a file of a git import.
     pub name: String,
     pub text: Arc<String>,
 }
@@ -30,7 +83,7 @@ impl SourceFile {
     pub fn dir(&self) -> Option<&Path> {
         match &self.origin {
             Origin::Disk(path) => path.parent(),
-            Origin::Std(_) => None,
+            Origin::Std(_) | Origin::Git(_) => None,
         }
     }
 

@@ -17,7 +17,7 @@ pub struct CheckArgs {
 }
 
 pub fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, CliError> {
-    let mut failed = 0usize;
+    let mut worst = Exit::Ok;
     for file in &args.files {
         let compiled = super::compile_quiet(cli, file);
         printer.diagnostics(&compiled.diags, &compiled.sources);
@@ -46,17 +46,18 @@ pub fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, Cli
                 printer.status(&format!("ok: {name} ({what}{w})"));
             }
             None => {
-                failed += 1;
+                let failure = super::failure(file, &compiled.diags);
+                worst = worst.max(failure.exit());
                 let n = compiled.diags.error_count();
                 printer.error(&format!(
                     "{name}: {n} error{}",
                     if n == 1 { "" } else { "s" }
                 ));
+                if let Some(hint) = failure.hint() {
+                    printer.hint(hint);
+                }
             }
         }
     }
-    if failed > 0 {
-        return Ok(Exit::Invalid);
-    }
-    Ok(Exit::Ok)
+    Ok(worst)
 }

@@ -49,6 +49,8 @@ impl From<Exit> for ExitCode {
 pub enum CliError {
     #[error("`{file}` is not a valid loop definition ({errors} error{s})", s = if *errors == 1 { "" } else { "s" })]
     Invalid { file: String, errors: usize },
+    #[error("the imports of `{file}` do not match `mvk.lock` ({errors} import{s})", s = if *errors == 1 { "" } else { "s" })]
+    Drift { file: String, errors: usize },
     #[error("{message}")]
     Usage {
         message: String,
@@ -62,6 +64,7 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
             CliError::Invalid { .. } => Exit::Invalid,
+            CliError::Drift { .. } => Exit::Drift,
             CliError::Usage { .. } => Exit::Usage,
             CliError::Internal { .. } => Exit::Internal,
         }
@@ -70,6 +73,9 @@ impl CliError {
     pub fn hint(&self) -> Option<&str> {
         match self {
             CliError::Usage { hint, .. } => hint.as_deref(),
+            CliError::Drift { .. } => {
+                Some("run `mvk lock --update` to accept the new versions, or undo the change")
+            }
             _ => None,
         }
     }

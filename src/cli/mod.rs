@@ -6,6 +6,7 @@ pub mod check;
 pub mod exit;
 pub mod gc;
 pub mod graph;
+pub mod lock;
 pub mod plan;
 pub mod printer;
 pub mod resume;
@@ -54,6 +55,8 @@ pub enum Command {
     Resume(resume::ResumeArgs),
     /// Explain a run's drift, field by field, and why each task would or would not run again.
     Why(why::WhyArgs),
+    /// Pin every import of the loop files of a directory in its `mvk.lock`.
+    Lock(lock::LockArgs),
     /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
     Gc(gc::GcArgs),
 }
@@ -86,6 +89,7 @@ where
         Command::Check(args) => check::check(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),
         Command::Graph(args) => graph::graph(&cli, &printer, args),
+        Command::Lock(args) => lock::lock(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),
@@ -109,14 +113,31 @@ pub fn compile(
     printer.diagnostics(&compiled.diags, &compiled.sources);
     match compiled.program {
         Some(p) => Ok(p),
-        None => Err(CliError::Invalid {
-            file: crate::source::display_path(file),
-            errors: compiled.diags.error_count(),
-        }),
+        None => Err(failure(file, &compiled.diags)),
+    }
+}
+
+/// The error for a file that did not compile: drift when the lock is all that is wrong.
+pub fn failure(file: &std::path::Path, diags: &crate::diag::Diagnostics) -> CliError {
+    let file = crate::source::display_path(file);
+    let errors = diags.error_count();
+    if crate::resolve::lock::only_drift(diags) {
+        CliError::Drift { file, errors }
+    } else {
+        CliError::Invalid { file, errors }
     }
 }
 
 pub fn compile_quiet(cli: &Cli, file: &std::path::Path) -> crate::resolve::Compiled {
+    compile_with(cli, file, crate::resolve::lock::Mode::Verify)
+}
+
+/// Compiles a file, using `mvk.lock` beside it as `lock` says.
+pub fn compile_with(
+    cli: &Cli,
+    file: &std::path::Path,
+    lock: crate::resolve::lock::Mode,
+) -> crate::resolve::Compiled {
     let cwd = std::env::current_dir().unwrap_or_default();
     let repo_root = match &cli.repo {
         Some(r) => r.clone(),
@@ -126,6 +147,8 @@ pub fn compile_quiet(cli: &Cli, file: &std::path::Path) -> crate::resolve::Compi
         file,
         &crate::resolve::Options {
             repo_root: Some(repo_root),
+            lock,
+            cache_dir: None,
         },
     )
 }

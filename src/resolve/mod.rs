@@ -3,10 +3,13 @@
 //! and checked, defaults written in, fan-outs expanded against the repository, digests computed.
 //!
 //! [`defs`] resolves `gate` and `agent` definitions; [`task`] turns loop bodies and flows into
-//! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches.
+//! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches;
+//! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`.
 
 pub mod defs;
+pub mod git;
 pub mod interp;
+pub mod lock;
 pub mod repo;
 pub mod task;
 
@@ -16,14 +19,18 @@ use std::rc::Rc;
 
 use crate::diag::{Diagnostic, Diagnostics, suggest};
 use crate::ir::Program;
-use crate::source::{FileId, Origin, SourceFile, Sources, Span, display_path};
-use crate::syntax::ast::{FileAst, Item};
+use crate::source::{FileId, GitFile, Origin, SourceFile, Sources, Span, display_path};
+use crate::syntax::ast::{FileAst, Import, Item};
 
 /// What the compiler needs besides the entry file.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// The repository whose files `each=` globs match; `None` means fan-outs see no files.
     pub repo_root: Option<PathBuf>,
+    /// How `mvk.lock` beside the entry file is used.
+    pub lock: lock::Mode,
+    /// mvk's cache directory for git imports (`None`: [`git::default_root`]).
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// The result of a compilation: a program when there were no errors, and every diagnostic.
@@ -32,12 +39,18 @@ pub struct Compiled {
     pub program: Option<Program>,
     pub diags: Diagnostics,
     pub sources: Sources,
+    /// Every import reached, as `mvk.lock` would record it, by key.
+    pub pins: BTreeMap<String, lock::Entry>,
+    /// The lock file that belongs to the entry file (whether or not it exists).
+    pub lock_path: PathBuf,
 }
 
 /// Compiles one entry file: a loop, a flow, or a library of definitions.
 pub fn compile(entry: &Path, options: &Options) -> Compiled {
+    let entry = normalize(entry);
     let mut world = World::new(options.clone());
-    let program = match world.load(Origin::Disk(normalize(entry)), None, LoadAs::Entry) {
+    world.open_lock(&entry);
+    let program = match world.load(Origin::Disk(entry), None, LoadAs::Entry) {
         Some(root) => {
             world.check_all_definitions();
             task::build_program(&mut world, root)
@@ -53,6 +66,8 @@ pub fn compile(entry: &Path, options: &Options) -> Compiled {
         program,
         diags: world.diags,
         sources: world.sources,
+        pins: world.pins,
+        lock_path: world.lock_path,
     }
 }
 
@@ -104,12 +119,18 @@ pub struct World {
     repo_files: Option<Result<Rc<Vec<String>>, String>>,
     /// Template texts that passed `prompt::check`.
     pub(crate) checked_templates: std::collections::HashSet<String>,
+    /// The git repositories imports come from, fetched into the cache.
+    pub(crate) git: git::GitCache,
+    /// The entry file's `mvk.lock` (whether or not it exists) and what it holds.
+    lock_path: PathBuf,
+    lock: Option<lock::LockFile>,
+    /// Every import reached, as the lock would record it.
+    pins: BTreeMap<String, lock::Entry>,
 }
 
 impl World {
     pub fn new(options: Options) -> World {
         World {
-            options,
             sources: Sources::default(),
             modules: Vec::new(),
             diags: Diagnostics::default(),
@@ -120,6 +141,29 @@ impl World {
             resolving: Vec::new(),
             repo_files: None,
             checked_templates: std::collections::HashSet::new(),
+            git: git::GitCache::new(options.cache_dir.clone().unwrap_or_else(git::default_root)),
+            lock_path: PathBuf::from(lock::FILE_NAME),
+            lock: None,
+            pins: BTreeMap::new(),
+            options,
+        }
+    }
+
+    /// Reads the lock beside `entry` when the mode uses one; a lock that cannot be read is an
+    /// error, not a lock ignored.
+    fn open_lock(&mut self, entry: &Path) {
+        self.lock_path = lock::path_for(entry);
+        if !matches!(self.options.lock, lock::Mode::Verify | lock::Mode::Refresh) {
+            return;
+        }
+        match lock::read(&self.lock_path) {
+            Ok(found) => self.lock = found,
+            Err(e) => self.diags.push(
+                Diagnostic::error("mvk::bad-lock", e.to_string()).help(format!(
+                    "`{}` is written by `mvk lock`; restore it from version control, or delete it and run `mvk lock --update`",
+                    lock::FILE_NAME
+                )),
+            ),
         }
     }
 
@@ -131,6 +175,9 @@ impl World {
     pub fn origin_for(&self, module: usize, path: &str) -> Origin {
         if path.starts_with("std/") {
             return Origin::Std(path.to_string());
+        }
+        if let Origin::Git(file) = &self.file_of(module).origin {
+            return Origin::Git(file.sibling(path));
         }
         let base = self
             .file_of(module)
@@ -148,6 +195,7 @@ impl World {
         let name = match &origin {
             Origin::Disk(p) => display_path(p),
             Origin::Std(p) => p.clone(),
+            Origin::Git(g) => g.name(),
         };
         if let Some(pos) = self.loading.iter().position(|(o, _)| *o == origin) {
             let mut chain: Vec<String> = self.loading[pos..]
@@ -182,6 +230,15 @@ impl World {
                     }
                     self.diags
                         .push(d.help(suggest("the standard library has", p, &paths)));
+                    return None;
+                }
+            },
+            Origin::Git(g) => match self.git.read(&g.url, g.commit, &g.path) {
+                Ok(t) => t,
+                Err(e) => {
+                    if let Some(via) = via {
+                        self.diags.push(git_diagnostic(&e, via));
+                    }
                     return None;
                 }
             },
@@ -239,11 +296,15 @@ impl World {
         let mut scope = Scope::default();
         for item in &items {
             let Item::Import(import) = item else { continue };
-            let origin = self.origin_for(idx, &import.path.node);
+            let Some(origin) = self.import_origin(idx, import) else {
+                scope.incomplete = true;
+                continue;
+            };
             let Some(j) = self.load(origin, Some(import.path.span), LoadAs::Import) else {
                 scope.incomplete = true;
                 continue;
             };
+            self.pin(j, import.span, import.git.is_none());
             let prefix = import.alias.as_ref().map(|a| format!("{}.", a.node));
             for (k, other) in self.modules[j].ast.items.iter().enumerate() {
                 let (table, name, kind) = match other {
@@ -308,6 +369,159 @@ impl World {
         self.modules[idx].scope = scope;
     }
 
+    /// Where an import points; a git import's rev is resolved to a commit here (the locked one
+    /// when the lock pins it), fetching only when the cache lacks what is needed.
+    fn import_origin(&mut self, module: usize, import: &Import) -> Option<Origin> {
+        let Some(src) = &import.git else {
+            return Some(self.origin_for(module, &import.path.node));
+        };
+        let url = &src.url.node;
+        let rev = src.rev.as_ref().map(|r| r.node.clone());
+        let path = crate::source::join_in_repo("", &import.path.node);
+        let original = lock::Original {
+            git: Some(url.clone()),
+            path: path.clone(),
+            rev: rev.clone(),
+        };
+        let locked = match (self.options.lock, &self.lock) {
+            (lock::Mode::Verify, Some(l)) => l
+                .imports
+                .get(&original.key())
+                .and_then(|e| e.locked.commit.as_deref())
+                .and_then(|c| git2::Oid::from_str(c).ok()),
+            _ => None,
+        };
+        let resolved = match locked {
+            Some(commit) => self.git.ensure(url, commit).map(|()| commit),
+            None => self.git.resolve(url, rev.as_deref()),
+        };
+        match resolved {
+            Ok(commit) => Some(Origin::Git(GitFile {
+                url: url.clone(),
+                rev,
+                commit,
+                path,
+            })),
+            Err(e) => {
+                let span = match &e {
+                    git::GitError::UnknownRev { .. } | git::GitError::MissingCommit { .. } => {
+                        src.rev.as_ref().map_or(import.span, |r| r.span)
+                    }
+                    _ => src.url.span,
+                };
+                self.diags.push(git_diagnostic(&e, span));
+                None
+            }
+        }
+    }
+
+    /// Records the import of module `j` as the lock would, and holds it against the lock.
+    /// `relative` imports name no repository of their own: inside a git library they share its
+    /// commit, so only their content can drift (the library's own import reports the commit).
+    fn pin(&mut self, j: usize, at: Span, relative: bool) {
+        let file = self.file_of(j);
+        let blake3 = blake3::hash(file.text.as_bytes()).to_hex().to_string();
+        let lock_dir = self
+            .lock_path
+            .parent()
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
+        let (original, locked) = match file.origin.clone() {
+            Origin::Std(p) => (
+                lock::Original {
+                    git: None,
+                    path: p,
+                    rev: None,
+                },
+                lock::Locked {
+                    blake3,
+                    commit: None,
+                    mvk: Some(crate::stdlib::VERSION.to_string()),
+                },
+            ),
+            Origin::Disk(p) => (
+                lock::Original {
+                    git: None,
+                    path: lock::relative(&p, &lock_dir),
+                    rev: None,
+                },
+                lock::Locked {
+                    blake3,
+                    commit: None,
+                    mvk: None,
+                },
+            ),
+            Origin::Git(g) => (
+                lock::Original {
+                    git: Some(g.url),
+                    path: g.path,
+                    rev: g.rev,
+                },
+                lock::Locked {
+                    blake3,
+                    commit: Some(g.commit.to_string()),
+                    mvk: None,
+                },
+            ),
+        };
+        let key = original.key();
+        if let Some(lock) = &self.lock
+            && matches!(self.options.lock, lock::Mode::Verify | lock::Mode::Refresh)
+        {
+            let lock_name = display_path(&self.lock_path);
+            match lock.imports.get(&key) {
+                Some(entry)
+                    if !(entry.locked.matches(&locked)
+                        || relative && entry.locked.blake3 == locked.blake3) =>
+                {
+                    self.diags.push(
+                    Diagnostic::error(
+                        "mvk::lock-drift",
+                        format!(
+                            "import {} has changed since it was locked: `{lock_name}` has {}, found {}",
+                            original.describe(),
+                            entry.locked.describe(),
+                            locked.describe()
+                        ),
+                    )
+                    .at(at, "not what the lock holds")
+                    .help("run `mvk lock --update` to accept the new version"),
+                    );
+                }
+                Some(_) => {}
+                None if self.options.lock == lock::Mode::Verify => {
+                    let other_rev = lock.imports.values().find(|e| {
+                        original.git.is_some()
+                            && e.original.git == original.git
+                            && e.original.path == original.path
+                    });
+                    let d = match other_rev {
+                        Some(e) => Diagnostic::error(
+                            "mvk::lock-drift",
+                            format!(
+                                "import {} has changed since it was locked: `{lock_name}` has rev `{}` ({})",
+                                original.describe(),
+                                e.original.rev.as_deref().unwrap_or("HEAD"),
+                                e.locked.describe()
+                            ),
+                        )
+                        .at(at, "another rev than the lock holds")
+                        .help("run `mvk lock --update` to accept the new version"),
+                        None => Diagnostic::error(
+                            "mvk::not-locked",
+                            format!("import {} is not in `{lock_name}`", original.describe()),
+                        )
+                        .at(at, "not locked")
+                        .help("run `mvk lock` to add it"),
+                    };
+                    self.diags.push(d);
+                }
+                None => {}
+            }
+        }
+        self.pins.insert(key, lock::Entry { original, locked });
+    }
+
     /// Resolves every definition of every loaded file, so a library's mistakes surface even
     /// when no loop uses the broken definition.
     pub fn check_all_definitions(&mut self) {
@@ -340,6 +554,71 @@ impl World {
             .clone()
             .unwrap_or_else(|| Ok(Rc::new(Vec::new())))
     }
+}
+
+/// A git import's failure as a diagnostic at `span`, with what to do about it.
+fn git_diagnostic(e: &git::GitError, span: Span) -> Diagnostic {
+    use git::GitError as E;
+    let (code, label, help) = match e {
+        E::Fetch { .. } => (
+            "mvk::git-fetch",
+            "cannot fetch this repository",
+            "check the URL; this mvk reads repositories on this machine (a path or `file://…`): https and ssh URLs need a git2 built with its network features".to_string(),
+        ),
+        E::UnknownRev { rev, known, .. } => (
+            "mvk::unknown-rev",
+            "no such branch, tag or commit",
+            suggest_among(
+                "its branches and tags are",
+                rev,
+                known,
+                "the repository has no branches or tags yet",
+            ),
+        ),
+        E::MissingCommit { .. } => (
+            "mvk::unknown-rev",
+            "the locked commit is gone",
+            "the repository no longer has the commit `mvk.lock` names; run `mvk lock --update` to lock what the rev names now".to_string(),
+        ),
+        E::MissingPath { path, files, .. } => (
+            "mvk::missing-import",
+            "not in the repository",
+            format!(
+                "the path is relative to the repository's root; {}",
+                suggest_among(
+                    "its `.kdl` files are",
+                    path,
+                    files,
+                    "that commit has no `.kdl` files"
+                )
+            ),
+        ),
+        E::NotText { .. } => (
+            "mvk::missing-import",
+            "not a text file",
+            "import a KDL file".to_string(),
+        ),
+        E::Cache { .. } => (
+            "mvk::git-cache",
+            "cannot be fetched into the cache",
+            format!(
+                "set `{}` to a directory mvk may write",
+                crate::env::MVK_CACHE_DIR
+            ),
+        ),
+    };
+    Diagnostic::error(code, e.to_string())
+        .at(span, label)
+        .help(help)
+}
+
+/// [`suggest`] over owned names, or `none` when there are none.
+fn suggest_among(what: &str, name: &str, items: &[String], none: &str) -> String {
+    if items.is_empty() {
+        return none.to_string();
+    }
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
+    suggest(what, name, &items)
 }
 
 fn io_reason(e: &std::io::Error) -> String {

@@ -226,6 +226,13 @@ fn template(
                         Err("the standard library has no such template".to_string()),
                     ),
                 },
+                crate::source::Origin::Git(g) => (
+                    g.name(),
+                    world
+                        .git
+                        .read(&g.url, g.commit, &g.path)
+                        .map_err(|e| e.to_string()),
+                ),
                 crate::source::Origin::Disk(d) => (
                     crate::source::display_path(d),
                     std::fs::read_to_string(d).map_err(|e| match e.kind() {

@@ -902,6 +902,9 @@ mod tests {
         // The refusals neither rebuilt nor broke the idle slot they tried.
         let idle = pool.acquire(f.c2, "mvk/idle").expect("idle");
         let idle_path = idle.path.clone();
+        // As above: step past git's racy-timestamp window so no refusal rewrites a file.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        git(&idle_path, &["status", "--porcelain"]);
         drop(idle);
         let mtime = || {
             fs::metadata(idle_path.join("a.txt"))

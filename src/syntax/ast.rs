@@ -57,12 +57,21 @@ pub enum Item {
     Flow(FlowDecl),
 }
 
-/// `import "path" as=ns`
+/// `import "path" [git="URL" [rev="REV"]] [as=ns]`
 #[derive(Debug, Clone)]
 pub struct Import {
+    /// A file: `std/…`, relative to the importing file, or (with `git`) inside that repository.
     pub path: Spanned<String>,
     pub alias: Option<Spanned<String>>,
+    pub git: Option<GitSource>,
     pub span: Span,
+}
+
+/// Where a git import comes from: the repository's URL and the rev written (`None`: its HEAD).
+#[derive(Debug, Clone)]
+pub struct GitSource {
+    pub url: Spanned<String>,
+    pub rev: Option<Spanned<String>>,
 }
 
 /// A command: `run "prog" "arg"…` (an argv) or `sh "script"` (run by `sh -c`).

@@ -4,7 +4,7 @@
 use kdl::{KdlDocument, KdlNode};
 
 use super::ast::{
-    AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, Item, ParamDecl, Spanned,
+    AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, GitSource, Item, ParamDecl, Spanned,
 };
 use super::{Cx, NodeView, body, duplicate_node, flow, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
@@ -65,12 +65,23 @@ pub fn name_arg(cx: &mut Cx<'_>, view: &NodeView<'_>, usage: &str) -> Option<Spa
 }
 
 fn import(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<super::ast::Import> {
-    let usage = "import \"path/to/file.kdl\" as=name";
+    let usage = "import \"path/to/file.kdl\" [git=\"URL\" rev=\"TAG\"] as=name";
     view.no_children(cx);
     let alias = view
         .take("as")
         .and_then(|e| values::nonempty(cx, e, "`as`"));
-    view.finish(cx, &["as"]);
+    let url = view
+        .take("git")
+        .map(|e| values::nonempty(cx, e, "`git`").ok_or(()));
+    let rev = view
+        .take("rev")
+        .map(|e| values::nonempty(cx, e, "`rev`").ok_or(()));
+    let errors = cx.diags.error_count();
+    view.finish(cx, &["as", "git", "rev"]);
+    // A misspelt property may be a misspelt `rev`: better not to fetch what was not meant.
+    if cx.diags.error_count() > errors && url.is_some() {
+        return None;
+    }
     if !view.expect_args(cx, 1, usage) {
         return None;
     }
@@ -90,11 +101,73 @@ fn import(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<super::ast::Import
             return None;
         }
     }
+    let git = match (url, rev) {
+        (None, None) => None,
+        (Some(Ok(url)), rev) => {
+            let rev = match rev {
+                Some(Ok(rev)) => Some(rev),
+                Some(Err(())) => return None,
+                None => None,
+            };
+            Some(git_source(cx, &path, url, rev)?)
+        }
+        (Some(Err(())), _) | (None, Some(Err(()))) => return None,
+        (None, Some(Ok(rev))) => {
+            cx.push(
+                Diagnostic::error("mvk::rev-without-git", "`rev` is given without `git`")
+                    .at(rev.span, "a rev of which repository?")
+                    .help("name the repository too: import \"gates.kdl\" git=\"file:///srv/git/gates.git\" rev=\"v1\""),
+            );
+            return None;
+        }
+    };
     Some(super::ast::Import {
         path,
         alias,
+        git,
         span: view.head,
     })
+}
+
+/// Checks the form of a git import: a URL or absolute path, and a path inside the repository.
+fn git_source(
+    cx: &mut Cx<'_>,
+    path: &Spanned<String>,
+    url: Spanned<String>,
+    rev: Option<Spanned<String>>,
+) -> Option<GitSource> {
+    if !(url.node.contains("://") || url.node.starts_with('/')) {
+        cx.push(
+            Diagnostic::error(
+                "mvk::bad-git-url",
+                format!("`{}` is not a repository URL", url.node),
+            )
+            .at(url.span, "not a URL or an absolute path")
+            .help("write a URL such as \"file:///srv/git/gates.git\" or an absolute path; a relative path would depend on where mvk is started"),
+        );
+        return None;
+    }
+    let p = &path.node;
+    let escapes = p
+        .split('/')
+        .try_fold(0usize, |depth, part| match part {
+            ".." => depth.checked_sub(1),
+            "" | "." => Some(depth),
+            _ => Some(depth + 1),
+        })
+        .is_none();
+    if p.starts_with('/') || p.starts_with("std/") || escapes {
+        cx.push(
+            Diagnostic::error(
+                "mvk::bad-import-path",
+                format!("`{p}` is not a path inside the repository"),
+            )
+            .at(path.span, "the file to read from the repository")
+            .help("with `git=`, the path names a file relative to the repository's root, such as \"gates/rust.kdl\"; import `std/…` without `git=`"),
+        );
+        return None;
+    }
+    Some(GitSource { url, rev })
 }
 
 /// What a `gate` or `agent` block may hold besides its command.

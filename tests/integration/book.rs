@@ -67,7 +67,13 @@ fn every_kdl_block_in_the_book_compiles() {
             .path()
             .join(format!("{}-line{line}.kdl", file.replace(['/', '.'], "_")));
         std::fs::write(&path, code).expect("write block");
-        let compiled = mvk::resolve::compile(&path, &mvk::resolve::Options { repo_root: None });
+        let compiled = mvk::resolve::compile(
+            &path,
+            &mvk::resolve::Options {
+                repo_root: None,
+                ..Default::default()
+            },
+        );
         if compiled.program.is_none() {
             let rendered =
                 mvk::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources);

@@ -71,7 +71,13 @@ fn digests(changes: &[(&str, &str)]) -> (BTreeMap<String, String>, String) {
         ],
     );
     write_all(dir.path(), changes);
-    let compiled = compile(&dir.path().join("flow.kdl"), &Options { repo_root: None });
+    let compiled = compile(
+        &dir.path().join("flow.kdl"),
+        &Options {
+            repo_root: None,
+            ..Default::default()
+        },
+    );
     let rendered = mvk::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources);
     let program = compiled
         .program

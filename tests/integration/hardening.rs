@@ -18,7 +18,8 @@ echo "MVK_EVIDENCE={\"schema\":\"mvk.evidence.v1\",\"nonce\":\"$MVK_NONCE\",\"ex
 [ $f = 0 ]
 "#;
 
-fn git(dir: &Path, args: &[&str]) -> String {
+/// Runs git with no user or system configuration; shared with the other integration tests.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)

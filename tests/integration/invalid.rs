@@ -54,7 +54,10 @@ fn invalid_inputs_fail_with_the_expected_diagnostic() {
         "run from the crate root so rendered paths are relative"
     );
     let renderer = mvk::diag::Renderer::plain(80);
-    let options = mvk::resolve::Options { repo_root: None };
+    let options = mvk::resolve::Options {
+        repo_root: None,
+        ..Default::default()
+    };
     let abs = root.to_string_lossy();
     // Every case is checked and snapshotted before any failure is reported.
     let mut problems = Vec::new();

@@ -11,6 +11,7 @@ mod example_run;
 mod examples;
 mod fuzz;
 mod hardening;
+mod imports;
 mod invalid;
 mod resume;
 mod stdlib;
