@@ -28,6 +28,7 @@ pub mod ir;
 pub mod ledger;
 pub mod plan;
 pub mod prompt;
+pub mod report;
 pub mod resolve;
 pub mod run;
 pub mod source;

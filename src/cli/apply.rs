@@ -7,7 +7,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use serde_json::Value;
 
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
@@ -311,60 +310,17 @@ impl Observer for Progress {
             (Some(t), None) => t.clone(),
             _ => "run".to_string(),
         };
-        let d = &e.detail;
-        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let text = match e.event.as_str() {
-            "run.started" => Some(format!("run {}: {} ({})", e.run, s("program"), s("file"))),
-            "attempt.started" => Some(format!("{who}: {} on {}", s("agent"), s("branch"))),
-            "agent.rate-limited" => Some(format!(
-                "{who}: rate-limited, waiting {} ({})",
-                crate::plan::format_duration(Duration::from_millis(
-                    d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
-                )),
-                s("message")
-            )),
-            "agent.finished" => Some(format!(
-                "{who}: agent {}",
-                if d.get("timed_out").and_then(Value::as_bool).unwrap_or(false) {
-                    "timed out".to_string()
-                } else {
-                    format!(
-                        "exited {}",
-                        d.get("exit_code").map_or("?".into(), Value::to_string)
-                    )
-                }
-            )),
-            "seal.breached" => Some(format!(
-                "{who}: seal breached: {}",
-                d.get("breaches")
-                    .and_then(Value::as_array)
-                    .map(|b| b
-                        .iter()
-                        .filter_map(|x| x.get("path").and_then(Value::as_str))
-                        .collect::<Vec<_>>()
-                        .join(", "))
-                    .unwrap_or_default()
-            )),
-            "gate.finished" => Some(format!(
-                "{who}: gate {} {}: {}",
-                s("gate"),
-                s("verdict"),
-                s("reason")
-            )),
-            "attempt.failed" => Some(format!("{who}: failed ({}): {}", s("kind"), s("criterion"))),
-            "rung.climbed" => Some(format!("{who}: climbing to rung {}", s("rung"))),
-            "budget.exhausted" => Some(format!("{who}: the {} budget ran out", s("budget"))),
-            "merge.conflict" => Some(format!("{who}: cannot land: {}", s("reason"))),
-            "merge.failed" => Some(format!("{who}: after-merge gate {} failed", s("gate"))),
-            "merge.done" => Some(format!(
-                "{who}: landed on {} as {}",
-                s("into"),
-                s("commit").get(..10).unwrap_or("")
-            )),
-            "human.handoff" => Some(format!("{who}: waiting for a person: {}", s("file"))),
-            "task.skipped" => Some(format!("{who}: {}", s("reason"))),
-            _ => None,
-        };
+        // `task.finished`, `task.stuck` and `run.finished` repeat what the summary says.
+        let shown = !matches!(
+            e.event.as_str(),
+            "task.finished" | "task.stuck" | "run.finished"
+        );
+        let text = crate::report::event_text::describe(&e.event, &e.detail)
+            .filter(|_| shown)
+            .map(|t| match e.event.as_str() {
+                "run.started" => format!("run {}: {t}", e.run),
+                _ => format!("{who}: {t}"),
+            });
         if let Some(bar) = &self.bar {
             bar.set_message(format!("{who}: {}", e.event));
         }

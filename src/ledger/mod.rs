@@ -9,6 +9,7 @@
 //! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
+pub mod read;
 mod schema;
 
 use std::path::{Path, PathBuf};
