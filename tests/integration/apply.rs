@@ -61,12 +61,12 @@ const CHECKS: &[(&str, &str)] = &[
 ];
 
 /// The honest gate: the sealed test script.
-const TESTS_GATE: &str = r#"gate tests { run "sh" "tests/test_calc.sh"; }"#;
+pub(crate) const TESTS_GATE: &str = r#"gate tests { run "sh" "tests/test_calc.sh"; }"#;
 /// The line the test script prints for the bug; only the failure report can carry it.
 const FAILURE_LINE: &str = "FAIL: add 2 3: expected 5, got -1";
 
 /// An agent definition named NAME running `sh tests/agents/SCRIPT ARGS…`, 30 s timeout.
-fn agent_def(name: &str, script: &str, args: &[&str]) -> String {
+pub(crate) fn agent_def(name: &str, script: &str, args: &[&str]) -> String {
     agent_def_timeout(name, script, args, "30s")
 }
 
@@ -80,7 +80,7 @@ fn agent_def_timeout(name: &str, script: &str, args: &[&str], timeout: &str) -> 
 
 /// A loop file: agent definitions, then loop `t` with the seal `tests/**`, GATES and EXTRA.
 /// `agent bot` is used unless EXTRA holds a ladder (then pass `uses_bot = false`).
-fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
+pub(crate) fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
     let agent = if uses_bot { "agent bot" } else { "" };
     format!(
         "{defs}\nloop t {{\n    goal \"Make add() in src/calc.sh return the sum of its arguments.\"\n    {agent}\n    seal \"tests/**\"\n    {gates}\n    {extra}\n}}\n"
@@ -88,7 +88,7 @@ fn loop_kdl(defs: &str, uses_bot: bool, gates: &str, extra: &str) -> String {
 }
 
 /// The common case: agent `bot` runs SCRIPT with the state directory as its argument.
-fn simple_loop(script: &str, extra: &str) -> String {
+pub(crate) fn simple_loop(script: &str, extra: &str) -> String {
     loop_kdl(
         &agent_def("bot", script, &["@STATE"]),
         true,
@@ -97,12 +97,12 @@ fn simple_loop(script: &str, extra: &str) -> String {
     )
 }
 
-fn agents_dir() -> PathBuf {
+pub(crate) fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }
 
 /// Runs git in DIR with no user or system configuration; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = git_output(dir, args);
     assert!(
         out.status.success(),
@@ -124,17 +124,17 @@ fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
 
 /// A temporary repository with the project and `loops/t.kdl` committed on `main`, a worktree
 /// root, and a state directory outside both for agents to leave notes in.
-struct Fixture {
-    repo: TempDir,
-    worktrees: TempDir,
-    state: TempDir,
+pub(crate) struct Fixture {
+    pub(crate) repo: TempDir,
+    pub(crate) worktrees: TempDir,
+    pub(crate) state: TempDir,
     /// `main`'s commit before the run.
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Fixture {
     /// Lays out the project with LOOP (`@AGENTS`, `@STATE`, `@REPO` filled in) and checks it.
-    fn new(loop_text: &str) -> Fixture {
+    pub(crate) fn new(loop_text: &str) -> Fixture {
         let repo = tempfile::tempdir().unwrap();
         let worktrees = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
@@ -181,11 +181,11 @@ impl Fixture {
         fixture
     }
 
-    fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.repo.path()
     }
 
-    fn state(&self, name: &str) -> PathBuf {
+    pub(crate) fn state(&self, name: &str) -> PathBuf {
         self.state.path().join(name)
     }
 
@@ -206,8 +206,13 @@ impl Fixture {
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn mvk(&self) -> Command {
-        let mut cmd = Command::cargo_bin("mvk").unwrap();
+    pub(crate) fn mvk(&self) -> Command {
+        Command::from_std(self.mvk_std())
+    }
+
+    /// `mvk` in the repository, hermetic, as a plain command (to run in the background).
+    pub(crate) fn mvk_std(&self) -> StdCommand {
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("mvk"));
         cmd.current_dir(self.root())
             .env("MVK_WORKTREE_ROOT", self.worktrees.path())
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -217,12 +222,12 @@ impl Fixture {
         cmd
     }
 
-    fn apply(&self) -> Run {
+    pub(crate) fn apply(&self) -> Run {
         self.apply_with(&[], &[])
     }
 
     /// Runs `mvk apply loops/t.kdl ARGS…` with ENV added and reads the run's events.
-    fn apply_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+    pub(crate) fn apply_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut cmd = self.mvk();
         cmd.args(["apply", "loops/t.kdl"]).args(args);
         for (name, value) in env {
@@ -266,34 +271,34 @@ impl Fixture {
 }
 
 /// What one `mvk apply` did.
-struct Run {
-    code: i32,
-    stdout: String,
-    id: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) id: String,
     /// `.mvk/runs/<run>`.
-    dir: PathBuf,
-    events: Vec<Value>,
-    raw_events: String,
-    context: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) events: Vec<Value>,
+    pub(crate) raw_events: String,
+    pub(crate) context: String,
 }
 
 impl Run {
     /// Everything worth seeing when an assertion fails.
-    fn why(&self) -> String {
+    pub(crate) fn why(&self) -> String {
         format!("{}\n--- events.jsonl\n{}", self.context, self.raw_events)
     }
 
-    fn expect_code(&self, code: i32) {
+    pub(crate) fn expect_code(&self, code: i32) {
         assert_eq!(self.code, code, "wrong exit code\n{}", self.why());
     }
 
     /// The events called NAME, in order.
-    fn named(&self, name: &str) -> Vec<&Value> {
+    pub(crate) fn named(&self, name: &str) -> Vec<&Value> {
         self.events.iter().filter(|e| e["event"] == name).collect()
     }
 
     /// The one event called NAME.
-    fn one(&self, name: &str) -> &Value {
+    pub(crate) fn one(&self, name: &str) -> &Value {
         let found = self.named(name);
         assert_eq!(found.len(), 1, "expected one `{name}`\n{}", self.why());
         found[0]
@@ -326,7 +331,7 @@ impl Run {
 }
 
 /// Whether PID is a live process (a zombie is dead: it only waits to be reaped).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

@@ -12,6 +12,7 @@ mod examples;
 mod fuzz;
 mod hardening;
 mod invalid;
+mod reading;
 mod stdlib;
 
 #[test]
