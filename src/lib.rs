@@ -12,6 +12,8 @@
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
 //! - [`run`]: the interpreter's parts: processes, the worktree pool, the seal check.
+//! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
+//! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong.
 //! - [`cli`]: the command line, a thin layer over the above.
 //!
 //! # Files

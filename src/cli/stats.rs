@@ -87,9 +87,10 @@ fn text(s: &Stats) -> String {
                 .map_or("-".into(), |m| usd(round(m.usd_micros)));
             let _ = writeln!(
                 out,
-                "  {}: {} runs, {}/{} accepted ({}), {} per accepted change",
+                "  {}: {} run{}, {}/{} accepted ({}), {} per accepted change",
                 l.program,
                 l.summary.runs,
+                reading::plural(l.summary.runs),
                 l.summary.accepted,
                 l.summary.tasks,
                 percent(l.summary.acceptance_rate),
@@ -138,9 +139,10 @@ fn group(
             .collect();
         let _ = writeln!(
             out,
-            "  {}: {} attempts, {} passed, {}{}",
+            "  {}: {} attempt{}, {} passed, {}{}",
             name(g),
             g.attempts,
+            reading::plural(g.attempts),
             g.passed,
             usd(g.usd_micros),
             if stopped.is_empty() {
