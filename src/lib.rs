@@ -15,7 +15,8 @@
 //!   field, and what it invalidates.
 //! - [`run`]: the interpreter: the driver (apply, resume), attempts, processes, the worktree pool,
 //!   the seal check, gates and evidence, landing, run locks.
-//! - [`ledger`]: every transition as rows in SQLite, written before its effect.
+//! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
+//! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong.
 //! - [`cli`]: the command line, a thin layer over the above.
 //!
 //! # Files
@@ -37,6 +38,7 @@ pub mod ir;
 pub mod ledger;
 pub mod plan;
 pub mod prompt;
+pub mod report;
 pub mod resolve;
 pub mod run;
 pub mod source;

@@ -7,7 +7,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use serde_json::Value;
 
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
@@ -384,78 +383,17 @@ impl Observer for Progress {
             (Some(t), None) => t.clone(),
             _ => "run".to_string(),
         };
-        let d = &e.detail;
-        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let text = match e.event.as_str() {
-            "run.started" => Some(format!("run {}: {} ({})", e.run, s("program"), s("file"))),
-            "run.resumed" => Some(format!("run {}: resumed ({})", e.run, s("found"))),
-            "task.resumed" => Some(format!(
-                "{who}: resumed after {} attempt(s){}",
-                d.get("attempts").and_then(Value::as_u64).unwrap_or(0),
-                d.get("pending")
-                    .and_then(Value::as_str)
-                    .map_or(String::new(), |p| format!(", carrying on: {p}"))
-            )),
-            "task.replanned" => Some(format!("{who}: re-planned (drift accepted)")),
-            "attempt.abandoned" => Some(format!("{who}: abandoned: {}", s("reason"))),
-            "merge.settled" => Some(format!(
-                "{who}: an interrupted merge was {}",
-                if d.get("landed").and_then(Value::as_bool).unwrap_or(false) {
-                    "found landed"
-                } else {
-                    "not landed; landing again"
-                }
-            )),
-            "attempt.started" => Some(format!("{who}: {} on {}", s("agent"), s("branch"))),
-            "agent.rate-limited" => Some(format!(
-                "{who}: rate-limited, waiting {} ({})",
-                crate::plan::format_duration(Duration::from_millis(
-                    d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
-                )),
-                s("message")
-            )),
-            "agent.finished" => Some(format!(
-                "{who}: agent {}",
-                if d.get("timed_out").and_then(Value::as_bool).unwrap_or(false) {
-                    "timed out".to_string()
-                } else {
-                    format!(
-                        "exited {}",
-                        d.get("exit_code").map_or("?".into(), Value::to_string)
-                    )
-                }
-            )),
-            "seal.breached" => Some(format!(
-                "{who}: seal breached: {}",
-                d.get("breaches")
-                    .and_then(Value::as_array)
-                    .map(|b| b
-                        .iter()
-                        .filter_map(|x| x.get("path").and_then(Value::as_str))
-                        .collect::<Vec<_>>()
-                        .join(", "))
-                    .unwrap_or_default()
-            )),
-            "gate.finished" => Some(format!(
-                "{who}: gate {} {}: {}",
-                s("gate"),
-                s("verdict"),
-                s("reason")
-            )),
-            "attempt.failed" => Some(format!("{who}: failed ({}): {}", s("kind"), s("criterion"))),
-            "rung.climbed" => Some(format!("{who}: climbing to rung {}", s("rung"))),
-            "budget.exhausted" => Some(format!("{who}: the {} budget ran out", s("budget"))),
-            "merge.conflict" => Some(format!("{who}: cannot land: {}", s("reason"))),
-            "merge.failed" => Some(format!("{who}: after-merge gate {} failed", s("gate"))),
-            "merge.done" => Some(format!(
-                "{who}: landed on {} as {}",
-                s("into"),
-                s("commit").get(..10).unwrap_or("")
-            )),
-            "human.handoff" => Some(format!("{who}: waiting for a person: {}", s("file"))),
-            "task.skipped" => Some(format!("{who}: {}", s("reason"))),
-            _ => None,
-        };
+        // `task.finished`, `task.stuck` and `run.finished` repeat what the summary says.
+        let shown = !matches!(
+            e.event.as_str(),
+            "task.finished" | "task.stuck" | "run.finished"
+        );
+        let text = crate::report::event_text::describe(&e.event, &e.detail)
+            .filter(|_| shown)
+            .map(|t| match e.event.as_str() {
+                "run.started" | "run.resumed" => format!("run {}: {t}", e.run),
+                _ => format!("{who}: {t}"),
+            });
         if let Some(bar) = &self.bar {
             bar.set_message(format!("{who}: {}", e.event));
         }

@@ -7,9 +7,14 @@ pub mod exit;
 pub mod gc;
 pub mod graph;
 pub mod lock;
+pub mod log;
 pub mod plan;
 pub mod printer;
+pub mod reading;
 pub mod resume;
+pub mod runs;
+pub mod stats;
+pub mod status;
 pub mod why;
 
 use std::ffi::OsString;
@@ -59,6 +64,14 @@ pub enum Command {
     Lock(lock::LockArgs),
     /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
     Gc(gc::GcArgs),
+    /// List the repository's runs, newest first.
+    Runs(runs::RunsArgs),
+    /// Show where a run stands: liveness, tasks, attempts, budgets, what it waits for.
+    Status(status::StatusArgs),
+    /// Print a run's events; `--follow` keeps printing until the run ends.
+    Log(log::LogArgs),
+    /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
+    Stats(stats::StatsArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -90,6 +103,10 @@ where
         Command::Plan(args) => plan::plan(&cli, &printer, args),
         Command::Graph(args) => graph::graph(&cli, &printer, args),
         Command::Lock(args) => lock::lock(&cli, &printer, args),
+        Command::Runs(args) => runs::runs(&cli, &printer, args),
+        Command::Status(args) => status::status(&cli, &printer, args),
+        Command::Log(args) => log::log(&cli, &printer, args),
+        Command::Stats(args) => stats::stats(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

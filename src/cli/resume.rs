@@ -31,8 +31,7 @@ pub struct ResumeArgs {
 
 pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
-    let ledger = open_ledger(&repo_root)?;
-    let run = find_run(&ledger, args.run.as_deref())?;
+    let run = find_run(cli, args.run.as_deref())?;
     refuse_finished(&run)?;
     let _lock = lock(
         printer,
@@ -43,8 +42,9 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         args.wait,
     )?;
     // Read again under the lock: the holder we waited for may have finished the run.
-    let run = find_run(&ledger, Some(&run.id))?;
+    let run = find_run(cli, Some(&run.id))?;
     refuse_finished(&run)?;
+    let ledger = open_ledger(&repo_root)?;
     let found = if run.state == "paused" {
         "paused"
     } else {
@@ -148,36 +148,7 @@ pub(crate) fn open_ledger(repo_root: &Path) -> Result<Ledger, CliError> {
 }
 
 /// The run `arg` names (an id or a unique prefix), or the latest run.
-pub(crate) fn find_run(ledger: &Ledger, arg: Option<&str>) -> Result<RunRow, CliError> {
-    let runs = ledger
-        .runs_matching(arg.unwrap_or(""))
-        .map_err(|e| CliError::Internal {
-            message: super::apply::chain(&e),
-        })?;
-    match (arg, runs.as_slice()) {
-        (_, []) => Err(CliError::Usage {
-            message: match arg {
-                Some(a) => format!("no run `{a}` in this repository"),
-                None => "there are no runs in this repository yet".into(),
-            },
-            hint: Some("`mvk runs` lists them".into()),
-        }),
-        (None, [latest, ..]) => Ok(latest.clone()),
-        (Some(_), [one]) => Ok(one.clone()),
-        (Some(a), many) => match many.iter().find(|r| r.id == a) {
-            Some(exact) => Ok(exact.clone()),
-            None => Err(CliError::Usage {
-                message: format!(
-                    "`{a}` names {} runs: {}",
-                    many.len(),
-                    many.iter()
-                        .take(5)
-                        .map(|r| format!("`{}`", r.id))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                hint: Some("give more of the run id".into()),
-            }),
-        },
-    }
+pub(crate) fn find_run(cli: &Cli, arg: Option<&str>) -> Result<RunRow, CliError> {
+    let ledger = super::reading::open(cli)?;
+    super::reading::find_run(&ledger, arg)
 }

@@ -46,8 +46,8 @@ struct WhyReport<'a> {
 
 pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
+    let run = find_run(cli, args.run.as_deref())?;
     let ledger = open_ledger(&repo_root)?;
-    let run = find_run(&ledger, args.run.as_deref())?;
     let program = super::compile(cli, printer, &repo_root.join(&run.file))?;
     let drift = crate::run::resume::drift(&ledger, &run, &program, &repo_root)
         .map_err(super::apply::run_error)?;

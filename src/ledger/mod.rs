@@ -9,10 +9,12 @@
 //! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
+pub mod read;
 mod resume;
 mod schema;
 
-pub use resume::{AttemptRow, MergeRow, ResumeStart, RunRow, StoredProgram, TaskRow, TaskRowState};
+pub use read::RunRow;
+pub use resume::{AttemptRow, MergeRow, ResumeStart, StoredProgram, TaskRow, TaskRowState};
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

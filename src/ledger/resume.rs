@@ -4,30 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, params};
 
+use super::read::{RUN_SELECT, RunRow, run_row};
 use super::{Ledger, LedgerError, TaskStart, changed_one, insert_fields, state_of, store_program};
-
-/// A run as the ledger has it.
-#[derive(Debug, Clone)]
-pub struct RunRow {
-    pub id: String,
-    pub file: String,
-    pub program: String,
-    pub kind: String,
-    pub program_digest: String,
-    pub repo_root: String,
-    pub base_commit: String,
-    pub target_branch: String,
-    pub mode: String,
-    pub pid: u32,
-    pub host: String,
-    pub state: String,
-    pub outcome: Option<String>,
-    pub exit_code: Option<i32>,
-    pub started_at: i64,
-    pub heartbeat_at: i64,
-}
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,30 +97,6 @@ pub struct ResumeStart<'a> {
     pub drift_json: Option<&'a str>,
 }
 
-fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
-    Ok(RunRow {
-        id: r.get(0)?,
-        file: r.get(1)?,
-        program: r.get(2)?,
-        kind: r.get(3)?,
-        program_digest: r.get(4)?,
-        repo_root: r.get(5)?,
-        base_commit: r.get(6)?,
-        target_branch: r.get(7)?,
-        mode: r.get(8)?,
-        pid: r.get(9)?,
-        host: r.get(10)?,
-        state: r.get(11)?,
-        outcome: r.get(12)?,
-        exit_code: r.get(13)?,
-        started_at: r.get(14)?,
-        heartbeat_at: r.get(15)?,
-    })
-}
-
-const RUN_COLUMNS: &str = "id, file, program, kind, program_digest, repo_root, base_commit,
-    target_branch, mode, pid, host, state, outcome, exit_code, started_at, heartbeat_at";
-
 impl Ledger {
     fn read_err(what: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> LedgerError {
         let what = what.into();
@@ -150,31 +106,9 @@ impl Ledger {
     /// The run `id`, if the ledger has it.
     pub fn run_row(&self, id: &str) -> Result<Option<RunRow>, LedgerError> {
         self.conn
-            .query_row(
-                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
-                [id],
-                run_row,
-            )
+            .query_row(&format!("{RUN_SELECT} WHERE id = ?1"), [id], run_row)
             .optional()
             .map_err(Self::read_err(format!("run `{id}`")))
-    }
-
-    /// Runs whose id starts with `prefix`, newest first (all runs for an empty prefix).
-    pub fn runs_matching(&self, prefix: &str) -> Result<Vec<RunRow>, LedgerError> {
-        let read = || Self::read_err("the runs");
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE substr(id, 1, length(?1)) = ?1
-                 ORDER BY started_at DESC, id DESC"
-            ))
-            .map_err(read())?;
-        let rows = stmt
-            .query_map([prefix], run_row)
-            .map_err(read())?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(read())?;
-        Ok(rows)
     }
 
     /// The program stored under `digest`.
@@ -481,6 +415,30 @@ impl Ledger {
 }
 
 impl Ledger {
+    /// The details (JSON) of a task's events called `event` for attempt `attempt`, in order.
+    pub fn event_details(
+        &self,
+        run: &str,
+        task: &str,
+        attempt: u32,
+        event: &str,
+    ) -> Result<Vec<String>, LedgerError> {
+        let read = || Self::read_err(format!("events `{event}` of task `{task}`"));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT detail_json FROM events
+                 WHERE run = ?1 AND task = ?2 AND attempt = ?3 AND event = ?4 ORDER BY id",
+            )
+            .map_err(read())?;
+        let rows = stmt
+            .query_map(params![run, task, attempt, event], |r| r.get(0))
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
     /// The detail (JSON) of the first `event` of a run, such as its `run.started`.
     pub fn first_event_detail(
         &self,

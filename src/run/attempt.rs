@@ -345,6 +345,7 @@ pub async fn run_attempt(
             spec.number
         ),
     )?;
+    crate::run::failpoint("agent-captured");
     runner.ledger_agent_done(
         ledger_id,
         exit_code,

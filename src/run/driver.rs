@@ -221,6 +221,8 @@ pub struct Resume {
 pub struct Progress {
     /// Attempts made (the last attempt's number).
     pub number: u32,
+    /// Attempts numbered before the task's current epoch: its budgets count from here.
+    pub first: u32,
     /// 0-based index of the current rung, and the attempts made on it.
     pub rung_idx: usize,
     pub rung_used: u32,
@@ -294,7 +296,7 @@ pub async fn apply(
     let (mut ledger, trail, pool) = open_run(opts)?;
     let run_id = opts.run_id.clone();
     let selected = select(program, opts)?;
-    let targets = targets_of(program, &selected, repo_root)?;
+    let targets = targets_of(program, &selected, repo_root, None)?;
     let first_target = selected
         .first()
         .and_then(|i| targets.get(i))
@@ -363,17 +365,41 @@ pub async fn resume(
     from: ResumeFrom,
 ) -> Result<RunReport, RunError> {
     let run_id = opts.run_id.clone();
-    let (mut ledger, trail, pool) = open_run(opts)?;
+    let (ledger, trail, pool) = open_run(opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), pool.root());
+    let selected =
+        crate::run::resume::selected_tasks(&ledger, &run_id, &from.run.program_digest, program)?;
+    // A loop that lands on "the current branch" lands where the run began, whatever is checked
+    // out now.
+    let targets = targets_of(
+        program,
+        &selected,
+        &opts.repo_root,
+        Some(&from.run.target_branch),
+    )?;
+    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let replanned = from
+        .drift
+        .as_ref()
+        .map(crate::drift::DriftReport::replanned)
+        .unwrap_or_default();
+    let last =
+        crate::run::resume::last_sign_of_life(runner.ledger(), &run_id, None, runner.run_dir())?;
+    let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
+    runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
+    let restored = crate::run::resume::restore(&mut runner, &selected, &targets, &replanned)?;
+    // The new program is recorded last: a crash before this leaves the ledger on the old one, so
+    // the next resume sees the drift again and re-plans again, rather than going on half
+    // re-planned under the new digest.
     let drift_json = match &from.drift {
         Some(d) => Some(serde_json::to_string(d).map_err(|e| RunError::Config {
             message: format!("cannot encode the drift report: {e}"),
         })?),
         None => None,
     };
-    ledger.resume_run(&ledger::ResumeStart {
+    runner.ledger_mut().resume_run(&ledger::ResumeStart {
         run: &run_id,
         pid: std::process::id(),
         host: &host_name(),
@@ -384,18 +410,6 @@ pub async fn resume(
         sources: &program_sources(program),
         drift_json: drift_json.as_deref(),
     })?;
-    let selected = crate::run::resume::selected_tasks(&ledger, &run_id, program)?;
-    let targets = targets_of(program, &selected, &opts.repo_root)?;
-    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
-    let replanned = from
-        .drift
-        .as_ref()
-        .map(crate::drift::DriftReport::replanned)
-        .unwrap_or_default();
-    let last = runner.ledger().last_event_ms(&run_id, None)?;
-    let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
-    runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
-    let restored = crate::run::resume::restore(&mut runner, &selected, &targets, &replanned)?;
     let detail = json!({
         "found": from.found,
         "orphans_killed": orphans,
@@ -449,11 +463,13 @@ fn select(program: &Program, opts: &RunOptions) -> Result<Vec<usize>, RunError> 
     }
 }
 
-/// Each selected task's target branch, checked to exist.
+/// Each selected task's target branch, checked to exist. `current` is the branch a loop
+/// without `merge into=` lands on (the one checked out, when `None`).
 fn targets_of(
     program: &Program,
     selected: &[usize],
     repo_root: &Path,
+    current: Option<&str>,
 ) -> Result<BTreeMap<usize, String>, RunError> {
     let mut targets = BTreeMap::new();
     for &i in selected {
@@ -466,10 +482,12 @@ fn targets_of(
                 ),
             });
         }
-        let target = if task.merge.into == crate::ir::CURRENT_BRANCH {
-            land::current_branch(repo_root)?
-        } else {
+        let target = if task.merge.into != crate::ir::CURRENT_BRANCH {
             task.merge.into.clone()
+        } else if let Some(c) = current {
+            c.to_string()
+        } else {
+            land::current_branch(repo_root)?
         };
         land::branch_tip(repo_root, &target)?;
         targets.insert(i, target);
@@ -732,6 +750,11 @@ impl<'a> Runner<'a> {
 impl<'a> Runner<'a> {
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// `.mvk/runs/<run>`.
+    pub fn run_dir(&self) -> &Path {
+        self.trail.run_dir()
     }
 
     pub fn program(&self) -> &'a Program {
@@ -1057,6 +1080,7 @@ impl<'a> Runner<'a> {
         };
         let Progress {
             mut number,
+            first,
             mut rung_idx,
             mut rung_used,
             mut last,
@@ -1219,10 +1243,10 @@ impl<'a> Runner<'a> {
 
                 // Budgets, checked before anything is spent on the next attempt.
                 let flow_spent = self.flow_spent()?;
-                let exhausted = if number >= task.budget.iterations {
+                let exhausted = if number - first >= task.budget.iterations {
                     Some((
                         "iterations",
-                        u64::from(number),
+                        u64::from(number - first),
                         u64::from(task.budget.iterations),
                     ))
                 } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
@@ -1556,6 +1580,9 @@ impl<'a> Runner<'a> {
                 "gate": f.gate,
                 "exit_code": f.exit_code,
                 "counts": f.counts,
+                // Whole, so a resume can replay a failure that has no attempt row of its own
+                // (a landing that conflicted).
+                "failure": f,
             }),
         )?;
         self.state.open_failures.retain(|o| o.task != task.name);

@@ -25,6 +25,7 @@ use crate::run::land;
 pub fn selected_tasks(
     ledger: &Ledger,
     run: &str,
+    old_digest: &str,
     program: &Program,
 ) -> Result<Vec<usize>, RunError> {
     let order = crate::plan::plan(program).order;
@@ -33,9 +34,7 @@ pub fn selected_tasks(
         .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
         .and_then(|v| serde_json::from_value(v.get("tasks")?.clone()).ok());
     let stored = ledger
-        .run_row(run)?
-        .map(|r| r.program_digest)
-        .and_then(|d| ledger.stored_program(&d).ok().flatten())
+        .stored_program(old_digest)?
         .and_then(|p| serde_json::from_str::<StoredIr>(&p.ir_json).ok());
     let Some(named) = named else {
         return Ok(order);
@@ -97,11 +96,13 @@ pub fn restore(
             }
             let base = land::branch_tip(runner.repo_root(), target)?;
             runner.reset_task(task, base, row.epoch + 1)?;
+            let made = attempts.iter().map(|a| a.number).max().unwrap_or(0);
             let resume = Resume {
                 begun: true,
                 progress: Progress {
                     epoch: row.epoch + 1,
-                    number: attempts.iter().map(|a| a.number).max().unwrap_or(0),
+                    number: made,
+                    first: made,
                     ..Progress::default()
                 },
                 ..Resume::default()
@@ -205,8 +206,17 @@ fn progress_of(
     attempts: &[AttemptRow],
 ) -> Result<Restored, RunError> {
     let run = runner.run_id().to_string();
+    // Attempts of earlier epochs keep their numbers but not their claim on the budgets.
+    let first = attempts
+        .iter()
+        .filter(|a| a.epoch < row.epoch)
+        .map(|a| a.number)
+        .max()
+        .unwrap_or(0);
     let mut p = Progress {
         epoch: row.epoch,
+        number: first,
+        first,
         ..Progress::default()
     };
     let mut pending = None;
@@ -227,7 +237,10 @@ fn progress_of(
             "abandoned" => {}
             "running" => {
                 // Its agent was running when mvk died: restart it cleanly under its number,
-                // keeping what the dead try left on disk beside it.
+                // keeping what the dead try left on disk, and any change it captured on its
+                // branch, beside it.
+                pending = None;
+                keep_branch(runner.repo_root(), a)?;
                 runner.ledger_mut().abandon_attempt(a.id)?;
                 let dir = runner.attempt_dir(&task.name, a.number);
                 if dir.exists() {
@@ -271,13 +284,36 @@ fn progress_of(
                     .iter()
                     .find(|m| m.attempt_id == a.id && m.state == "done")
                     .map(|m| m.commit.clone().unwrap_or_default());
-                history.push((a.number, a.branch.clone(), None));
                 if let Some(commit) = landed {
                     // It landed; only the task's end was not recorded.
                     let report = runner.finish_landed(task, a, &commit)?;
                     return Ok(Restored::Finished(report));
                 }
-                pending = Some(Pending::Land(a.clone()));
+                // A landing that failed (a conflict, the target moved) recorded its failure in
+                // an event; without one, mvk died before deciding: land it again.
+                let failed: Option<Failure> = runner
+                    .ledger()
+                    .event_details(&run, &task.name, a.number, "attempt.failed")?
+                    .iter()
+                    .rev()
+                    .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                    .find_map(|v| serde_json::from_value(v.get("failure")?.clone()).ok());
+                match failed {
+                    Some(f) => {
+                        pending = None;
+                        p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
+                            p.same + 1
+                        } else {
+                            1
+                        };
+                        history.push((a.number, a.branch.clone(), Some(f.clone())));
+                        p.last = Some(f);
+                    }
+                    None => {
+                        history.push((a.number, a.branch.clone(), None));
+                        pending = Some(Pending::Land(a.clone()));
+                    }
+                }
             }
             "finished" => {
                 count(&mut p, a);
@@ -304,7 +340,7 @@ fn progress_of(
         .spent_in_epoch(&run, &task.name, row.epoch)?;
     p.spent_tokens = tokens;
     p.spent_usd = usd;
-    let last_seen = runner.ledger().last_event_ms(&run, Some(&task.name))?;
+    let last_seen = last_sign_of_life(runner.ledger(), &run, Some(&task.name), runner.run_dir())?;
     let elapsed = match (last_seen, row.started_at) {
         (Some(last), Some(start)) if last > start => {
             Duration::from_millis(u64::try_from(last - start).unwrap_or(0))
@@ -318,6 +354,47 @@ fn progress_of(
         elapsed,
         history,
     })))
+}
+
+/// When a run (or its task) was last seen alive: its last event, or the heartbeat file its
+/// process touched every two seconds while an agent or gate ran, whichever is later.
+pub fn last_sign_of_life(
+    ledger: &Ledger,
+    run: &str,
+    task: Option<&str>,
+    run_dir: &Path,
+) -> Result<Option<i64>, RunError> {
+    let event = ledger.last_event_ms(run, task)?;
+    let beat = std::fs::metadata(run_dir.join("heartbeat"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok());
+    Ok(match (event, beat) {
+        (Some(e), Some(b)) => Some(e.max(b)),
+        (e, b) => e.or(b),
+    })
+}
+
+/// Keeps a change an abandoned attempt captured on its branch (mvk died after capturing it and
+/// before recording the agent's result) as `BRANCH-abandoned-ID`, since the attempt made again
+/// under its number resets the branch.
+fn keep_branch(repo_root: &Path, a: &AttemptRow) -> Result<(), RunError> {
+    let git = |action: String| move |source| RunError::Git { action, source };
+    let repo = Repository::open(repo_root).map_err(git("open the repository".into()))?;
+    let Ok(tip) = repo.refname_to_id(&format!("refs/heads/{}", a.branch)) else {
+        return Ok(()); // never created: the attempt died before its worktree was ready
+    };
+    if tip.to_string() == a.base {
+        return Ok(());
+    }
+    let kept = format!("{}-abandoned-{}", a.branch, a.id);
+    let commit = repo
+        .find_commit(tip)
+        .map_err(git(format!("read commit `{tip}`")))?;
+    repo.branch(&kept, &commit, true)
+        .map_err(git(format!("keep branch `{kept}`")))?;
+    Ok(())
 }
 
 /// Compares the program a run began with (from the ledger) with `program` as compiled now,
@@ -357,7 +434,7 @@ pub fn drift(
             continue;
         };
         let target = if task.merge.into == crate::ir::CURRENT_BRANCH {
-            land::current_branch(repo_root)?
+            run.target_branch.clone()
         } else {
             task.merge.into.clone()
         };

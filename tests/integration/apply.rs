@@ -207,7 +207,12 @@ impl Fixture {
     }
 
     pub(crate) fn mvk(&self) -> Command {
-        let mut cmd = Command::cargo_bin("mvk").unwrap();
+        Command::from_std(self.mvk_std())
+    }
+
+    /// `mvk` in the repository, hermetic, as a plain command (to run in the background).
+    pub(crate) fn mvk_std(&self) -> StdCommand {
+        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("mvk"));
         cmd.current_dir(self.root())
             .env("MVK_WORKTREE_ROOT", self.worktrees.path())
             .env("GIT_CONFIG_GLOBAL", "/dev/null")

@@ -13,6 +13,7 @@ mod fuzz;
 mod hardening;
 mod imports;
 mod invalid;
+mod reading;
 mod resume;
 mod stdlib;
 

@@ -8,21 +8,14 @@ use std::path::Path;
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::cargo::CommandCargoExt;
 use rusqlite::Connection;
 
 use super::apply::{Fixture, Run, TESTS_GATE, agent_def, alive, loop_kdl, simple_loop};
 
 /// Starts `mvk apply loops/t.kdl` in the background, with ENV added.
 fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
-    let mut cmd = StdCommand::cargo_bin("mvk").unwrap();
-    cmd.current_dir(f.root())
-        .args(["apply", "loops/t.kdl"])
-        .env("MVK_WORKTREE_ROOT", f.worktrees.path())
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("NO_COLOR", "1")
-        .env_remove("MVK_REPO")
+    let mut cmd = f.mvk_std();
+    cmd.args(["apply", "loops/t.kdl"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -553,4 +546,133 @@ fn a_flow_resumed_does_not_run_its_finished_task_again() {
     );
     assert_eq!(since_resume(&r, "task.started"), 0, "{}", r.why());
     assert_eq!(since_resume(&r, "task.resumed"), 1, "{}", r.why());
+}
+
+#[test]
+fn a_task_replanned_by_accepted_drift_gets_a_fresh_iterations_budget() {
+    let f = Fixture::new(&simple_loop("fail_then_pause.sh", "budget iterations=2"));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    fs::write(f.state("go"), "").unwrap();
+    let path = f.root().join("loops/t.kdl");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(&path, text.replace("return the sum", "return the true sum")).unwrap();
+    let r = resume(&f, &["--accept-drift"]);
+    r.expect_code(0);
+    fixed(&f);
+    assert_eq!(
+        count(&f, "calls"),
+        3,
+        "two attempts before, one after the re-plan"
+    );
+    let run = the_run(&f);
+    let rows: Vec<(u32, String)> = {
+        let db = ledger(&f);
+        let mut stmt = db
+            .prepare("SELECT number, state FROM attempts WHERE run = ?1 ORDER BY id")
+            .unwrap();
+        stmt.query_map([&run], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        rows,
+        [
+            (1, "finished".into()),
+            (2, "abandoned".into()),
+            (3, "finished".into())
+        ],
+        "numbers go on across the re-plan"
+    );
+}
+
+#[test]
+fn a_task_added_by_accepted_drift_runs() {
+    let task = |name: &str, after: &str, agent: &str| {
+        format!(
+            "    task {name} {{\n        {after}\n        goal \"Fix add ({name}).\"\n        agent {agent}\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n"
+        )
+    };
+    let defs = format!(
+        "{}{}",
+        agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
+        agent_def("bot", "paused.sh", &["@STATE"]),
+    );
+    let text = format!(
+        "{defs}\nflow t {{\n{}{}}}\n",
+        task("first", "", "fixer"),
+        task("second", "after first", "bot")
+    );
+    let (f, run) = interrupted_with(&[], &text);
+    let text = fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
+    let grown = text.replace(
+        "}\n}\n",
+        &format!("}}\n{}}}\n", task("third", "after second", "fixer")),
+    );
+    assert_ne!(grown, text);
+    fs::write(f.root().join("loops/t.kdl"), grown).unwrap();
+    let r = resume(&f, &["--accept-drift"]);
+    r.expect_code(0);
+    let outcome: String = ledger(&f)
+        .query_row(
+            "SELECT outcome FROM tasks WHERE run = ?1 AND name = 'third'",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(outcome, "accepted");
+    assert_eq!(
+        count(&f, "fixer-calls"),
+        2,
+        "first before the crash, third after"
+    );
+}
+
+#[test]
+fn a_resumed_loop_lands_on_the_branch_its_run_began_on() {
+    let (f, _) = interrupted("budget iterations=3");
+    f.git(&["checkout", "-q", "-b", "release"]);
+    let release = f.tip("release");
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    assert_eq!(
+        f.show("main", "src/calc.sh").as_deref(),
+        Some(super::apply::FIXED)
+    );
+    assert_eq!(
+        f.tip("release"),
+        release,
+        "the branch checked out now is not the target"
+    );
+}
+
+#[test]
+fn a_change_captured_just_before_a_crash_is_kept_on_a_branch() {
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=3"));
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "agent-captured")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let run = the_run(&f);
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    fixed(&f);
+    let kept: Vec<String> = f
+        .git(&[
+            "branch",
+            "--format=%(refname:short)",
+            "--list",
+            &format!("mvk/{run}/t/1-abandoned-*"),
+        ])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        f.show(&kept[0], "src/calc.sh").as_deref(),
+        Some(super::apply::FIXED)
+    );
 }

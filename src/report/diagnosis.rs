@@ -1,0 +1,250 @@
+//! A run's rows in; the pattern of a run that ended badly (or died) out: silent death, stuck,
+//! runaway or random walk, with the task and the reason.
+//!
+//! The rules are in order; the first that fits names the pattern:
+//! 1. **silent death**: the ledger says running but the process is gone ([`Liveness::Interrupted`]);
+//! 2. **stuck**: a task ended `stuck`, or its last [`STUCK_REPEATS`] failures share a signature;
+//! 3. **runaway**: a task made at least [`RUNAWAY_ATTEMPTS`] attempts and no gate of any of them
+//!    passed;
+//! 4. **random walk**: a task failed at least [`RANDOM_WALK_ATTEMPTS`] times, every failure with a
+//!    different signature.
+//!
+//! A run that was accepted, or is still alive, has no pattern.
+
+use serde::Serialize;
+
+use crate::ledger::read::{AttemptRow, GateResultRow, Liveness, RunRow, TaskRow};
+
+/// Attempts without a single passing gate that make a task a runaway.
+pub const RUNAWAY_ATTEMPTS: usize = 5;
+/// Failures, all different, that make a task a random walk.
+pub const RANDOM_WALK_ATTEMPTS: usize = 3;
+/// The same failure this many times in a row makes a task stuck.
+pub const STUCK_REPEATS: usize = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    SilentDeath,
+    Stuck,
+    Runaway,
+    RandomWalk,
+}
+
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::SilentDeath => "silent death",
+            Pattern::Stuck => "stuck",
+            Pattern::Runaway => "runaway",
+            Pattern::RandomWalk => "random walk",
+        }
+    }
+}
+
+/// What went wrong with a run, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnosis {
+    pub pattern: Pattern,
+    /// The task that shows it (none for a silent death).
+    pub task: Option<String>,
+    pub reason: String,
+}
+
+/// The pattern of `run`, from its own tasks, attempts and gate results.
+pub fn diagnose(
+    run: &RunRow,
+    liveness: &Liveness,
+    tasks: &[TaskRow],
+    attempts: &[AttemptRow],
+    gates: &[GateResultRow],
+) -> Option<Diagnosis> {
+    if let Liveness::Interrupted { reason, .. } = liveness {
+        return Some(Diagnosis {
+            pattern: Pattern::SilentDeath,
+            task: None,
+            reason: reason.clone(),
+        });
+    }
+    if run.state != "finished" || run.outcome.as_deref() == Some("accepted") {
+        return None;
+    }
+    let bad = tasks
+        .iter()
+        .filter(|t| !matches!(t.outcome.as_deref(), Some("accepted" | "skipped")));
+    bad.filter_map(|t| {
+        let own: Vec<&AttemptRow> = attempts
+            .iter()
+            .filter(|a| a.run == t.run && a.task == t.name)
+            .collect();
+        task_pattern(t, &own, gates).map(|(pattern, reason)| Diagnosis {
+            pattern,
+            task: Some(t.name.clone()),
+            reason,
+        })
+    })
+    .min_by_key(|d| d.pattern as u8)
+}
+
+fn task_pattern(
+    task: &TaskRow,
+    attempts: &[&AttemptRow],
+    gates: &[GateResultRow],
+) -> Option<(Pattern, String)> {
+    let signatures: Vec<&str> = attempts
+        .iter()
+        .filter(|a| a.outcome.as_deref() == Some("failed"))
+        .filter_map(|a| a.signature.as_deref())
+        .collect();
+    let tail = signatures
+        .len()
+        .checked_sub(STUCK_REPEATS)
+        .map(|i| &signatures[i..]);
+    let repeated = tail.is_some_and(|t| t.iter().all(|s| *s == t[0]));
+    if task.outcome.as_deref() == Some("stuck") || repeated {
+        return Some((
+            Pattern::Stuck,
+            format!(
+                "the same failure again and again ({} failures, the last {STUCK_REPEATS} alike)",
+                signatures.len()
+            ),
+        ));
+    }
+    let green = attempts.iter().any(|a| {
+        gates
+            .iter()
+            .any(|g| g.attempt_id == a.id && g.phase == "gate" && g.verdict == "pass")
+    });
+    if attempts.len() >= RUNAWAY_ATTEMPTS && !green {
+        return Some((
+            Pattern::Runaway,
+            format!("{} agent calls and never a passing gate", attempts.len()),
+        ));
+    }
+    let mut distinct = signatures.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if signatures.len() >= RANDOM_WALK_ATTEMPTS && distinct.len() == signatures.len() {
+        return Some((
+            Pattern::RandomWalk,
+            format!(
+                "a different failure every attempt ({} failures), no convergence",
+                signatures.len()
+            ),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(outcome: &str) -> RunRow {
+        RunRow {
+            id: "r".into(),
+            file: "loops/t.kdl".into(),
+            program: "t".into(),
+            kind: "loop".into(),
+            program_digest: "d".into(),
+            repo_root: "/r".into(),
+            base_commit: "b".into(),
+            target_branch: "main".into(),
+            mode: "auto".into(),
+            pid: 1,
+            host: "h".into(),
+            state: "finished".into(),
+            outcome: Some(outcome.into()),
+            exit_code: Some(1),
+            started_at: 0,
+            heartbeat_at: 0,
+            finished_at: Some(0),
+        }
+    }
+
+    fn task(outcome: &str) -> TaskRow {
+        TaskRow {
+            run: "r".into(),
+            name: "t".into(),
+            digest: "d".into(),
+            state: "finished".into(),
+            outcome: Some(outcome.into()),
+            merged: None,
+            started_at: Some(0),
+            finished_at: Some(0),
+        }
+    }
+
+    fn failed(number: u32, signature: &str) -> AttemptRow {
+        AttemptRow {
+            id: i64::from(number),
+            run: "r".into(),
+            task: "t".into(),
+            number,
+            rung: 1,
+            agent: "bot".into(),
+            branch: "b".into(),
+            state: "finished".into(),
+            started_at: 0,
+            exit_code: Some(0),
+            timed_out: Some(false),
+            agent_ms: Some(1),
+            head: None,
+            rate_limited: 0,
+            outcome: Some("failed".into()),
+            failure_kind: Some("gate".into()),
+            signature: Some(signature.into()),
+            criterion: Some("c".into()),
+            failed_gate: Some("tests".into()),
+            finished_at: Some(0),
+        }
+    }
+
+    fn pattern(outcome: &str, signatures: &[&str]) -> Option<Pattern> {
+        let attempts: Vec<AttemptRow> = (1..).zip(signatures).map(|(n, s)| failed(n, s)).collect();
+        diagnose(
+            &run(outcome),
+            &Liveness::Finished,
+            &[task(outcome)],
+            &attempts,
+            &[],
+        )
+        .map(|d| d.pattern)
+    }
+
+    #[test]
+    fn the_patterns_follow_the_rules_in_order() {
+        assert_eq!(pattern("stuck", &["a"]), Some(Pattern::Stuck));
+        assert_eq!(pattern("budget", &["a", "b", "b"]), Some(Pattern::Stuck));
+        assert_eq!(
+            pattern("budget", &["a", "b", "a", "b", "c"]),
+            Some(Pattern::Runaway)
+        );
+        assert_eq!(
+            pattern("rejected", &["a", "b", "c"]),
+            Some(Pattern::RandomWalk)
+        );
+        assert_eq!(pattern("rejected", &["a", "b", "a"]), None);
+        assert_eq!(pattern("budget", &["a"]), None);
+        assert_eq!(pattern("accepted", &["a", "a"]), None);
+    }
+
+    #[test]
+    fn a_dead_process_is_a_silent_death() {
+        let mut r = run("accepted");
+        r.state = "running".into();
+        let dead = Liveness::Interrupted {
+            pid: 7,
+            heartbeat_ms: 0,
+            reason: "process 7 is gone".into(),
+            hint: String::new(),
+        };
+        let d = diagnose(&r, &dead, &[], &[], &[]).unwrap();
+        assert_eq!(d.pattern, Pattern::SilentDeath);
+        assert_eq!(d.reason, "process 7 is gone");
+        assert_eq!(
+            diagnose(&r, &Liveness::Running { heartbeat_ms: 0 }, &[], &[], &[]),
+            None
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! A run's ledger rows in; where the run stands out ([`Status`], schema `mvk.status.v1`): its
+//! liveness and phase, per task the state, current attempt, rung and agent, budget spent against
+//! the limits, the last failure, what it waits for and since when, and the run's diagnosis.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::diagnosis::{Diagnosis, diagnose};
+use super::{Spent, spent_by_attempt};
+use crate::ledger::LedgerError;
+use crate::ledger::read::{
+    AttemptRow, EventRow, Liveness, Reader, RunRow, TaskRow, liveness, rfc3339,
+};
+
+/// The schema name of [`Status`].
+pub const SCHEMA: &str = "mvk.status.v1";
+
+/// Where a run stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub schema: &'static str,
+    pub run: String,
+    pub file: String,
+    pub program: String,
+    pub kind: String,
+    /// The ledger's `running`, `paused` or `finished`.
+    pub state: String,
+    pub liveness: Liveness,
+    /// starting, agent, seal, gates, merging, waiting-human, finished: from the last event.
+    pub phase: String,
+    pub outcome: Option<String>,
+    pub exit_code: Option<i32>,
+    pub started: String,
+    pub finished: Option<String>,
+    pub spent: Spent,
+    pub tasks: Vec<TaskStatus>,
+    /// What the run as a whole waits for (a dead process waits for `mvk resume`).
+    pub waiting_for: Option<Waiting>,
+    pub diagnosis: Option<Diagnosis>,
+}
+
+/// Where one task stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskStatus {
+    pub name: String,
+    /// pending, running or finished.
+    pub state: String,
+    pub outcome: Option<String>,
+    /// The latest attempt's number, rung and agent.
+    pub attempt: Option<u32>,
+    pub rung: Option<u32>,
+    pub agent: Option<String>,
+    pub spent: Spent,
+    pub limits: Limits,
+    pub last_failure: Option<LastFailure>,
+    pub merged: Option<String>,
+    pub waiting_for: Option<Waiting>,
+    /// The time of the task's last event.
+    pub since: Option<String>,
+}
+
+/// A task's budget, from the run's stored program.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Limits {
+    pub iterations: Option<u64>,
+    pub tokens: Option<u64>,
+    pub usd_micros: Option<u64>,
+    pub wall_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LastFailure {
+    pub attempt: u32,
+    pub kind: Option<String>,
+    pub gate: Option<String>,
+    pub criterion: Option<String>,
+}
+
+/// What a task or run waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Waiting {
+    /// A person: read the handoff file.
+    Human { handoff: PathBuf },
+    /// Tasks that have not finished yet.
+    Tasks { after: Vec<String> },
+    /// The process died: `mvk resume RUN`.
+    Resume { command: String },
+}
+
+/// Builds the status of `run` from the ledger in `mvk_dir`.
+pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, LedgerError> {
+    let live = liveness(mvk_dir, run);
+    let tasks = reader.tasks(Some(&run.id))?;
+    let attempts = reader.attempts(Some(&run.id))?;
+    let gates = reader.gate_results(Some(&run.id))?;
+    let costs = spent_by_attempt(&reader.costs(Some(&run.id))?);
+    let events = reader.events(&run.id, 0)?;
+    let ir = reader.program_ir(&run.program_digest)?;
+    let waiting_for = matches!(live, Liveness::Interrupted { .. }).then(|| Waiting::Resume {
+        command: format!("mvk resume {}", run.id),
+    });
+
+    let mut names: Vec<String> = events
+        .iter()
+        .find(|e| e.event == "run.started")
+        .and_then(|e| e.detail.get("tasks")?.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    for t in &tasks {
+        if !names.contains(&t.name) {
+            names.push(t.name.clone());
+        }
+    }
+    let task_statuses = names
+        .iter()
+        .map(|name| {
+            let row = tasks.iter().find(|t| &t.name == name);
+            let own: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.task == name).collect();
+            task_status(
+                name,
+                row,
+                &own,
+                &costs,
+                &events,
+                &tasks,
+                ir.as_ref(),
+                &waiting_for,
+            )
+        })
+        .collect();
+    let mut spent = Spent::default();
+    for a in &attempts {
+        spent.add_attempt(a, &costs);
+    }
+    let diagnosis = diagnose(run, &live, &tasks, &attempts, &gates);
+    Ok(Status {
+        schema: SCHEMA,
+        run: run.id.clone(),
+        file: run.file.clone(),
+        program: run.program.clone(),
+        kind: run.kind.clone(),
+        state: run.state.clone(),
+        phase: phase(&events),
+        liveness: live,
+        outcome: run.outcome.clone(),
+        exit_code: run.exit_code,
+        started: rfc3339(run.started_at),
+        finished: run.finished_at.map(rfc3339),
+        spent,
+        tasks: task_statuses,
+        waiting_for,
+        diagnosis,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn task_status(
+    name: &str,
+    row: Option<&TaskRow>,
+    attempts: &[&AttemptRow],
+    costs: &std::collections::BTreeMap<i64, Spent>,
+    events: &[EventRow],
+    tasks: &[TaskRow],
+    ir: Option<&Value>,
+    run_waiting: &Option<Waiting>,
+) -> TaskStatus {
+    let last = attempts.last();
+    let mut spent = Spent::default();
+    for a in attempts {
+        spent.add_attempt(a, costs);
+    }
+    let ir_task = ir
+        .and_then(|ir| ir.get("tasks")?.as_array())
+        .and_then(|ts| {
+            ts.iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+        });
+    let budget = ir_task.and_then(|t| t.get("budget"));
+    let limit = |key: &str| budget.and_then(|b| b.get(key)).and_then(Value::as_u64);
+    let limits = Limits {
+        iterations: limit("iterations"),
+        tokens: limit("tokens"),
+        usd_micros: limit("usd_micros"),
+        wall_ms: limit("wall"),
+    };
+    let last_failure = attempts
+        .iter()
+        .rev()
+        .find(|a| a.outcome.as_deref() == Some("failed"))
+        .map(|a| LastFailure {
+            attempt: a.number,
+            kind: a.failure_kind.clone(),
+            gate: a.failed_gate.clone(),
+            criterion: a.criterion.clone(),
+        });
+    let own_events: Vec<&EventRow> = events
+        .iter()
+        .filter(|e| e.task.as_deref() == Some(name))
+        .collect();
+    let state = row.map_or("pending", |r| r.state.as_str()).to_string();
+    let waiting_for = if row.and_then(|r| r.outcome.as_deref()) == Some("human") {
+        own_events
+            .iter()
+            .rev()
+            .find(|e| e.event == "human.handoff")
+            .and_then(|e| e.detail.get("file")?.as_str())
+            .map(|f| Waiting::Human {
+                handoff: PathBuf::from(f),
+            })
+    } else if row.is_none() {
+        let after: Vec<String> = ir_task
+            .and_then(|t| t.get("after")?.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|d| !tasks.iter().any(|t| t.name == *d && t.state == "finished"))
+            .map(str::to_string)
+            .collect();
+        (!after.is_empty()).then_some(Waiting::Tasks { after })
+    } else if state == "running" {
+        run_waiting.clone()
+    } else {
+        None
+    };
+    TaskStatus {
+        name: name.to_string(),
+        state,
+        outcome: row.and_then(|r| r.outcome.clone()),
+        attempt: last.map(|a| a.number),
+        rung: last.map(|a| a.rung),
+        agent: last.map(|a| a.agent.clone()),
+        spent,
+        limits,
+        last_failure,
+        merged: row.and_then(|r| r.merged.clone()),
+        waiting_for,
+        since: own_events.last().map(|e| rfc3339(e.time_ms)),
+    }
+}
+
+/// The phase the last event puts the run in.
+fn phase(events: &[EventRow]) -> String {
+    let Some(last) = events.last() else {
+        return "starting".into();
+    };
+    match last.event.as_str() {
+        "attempt.started" | "agent.rate-limited" => "agent",
+        "agent.finished" => "seal",
+        "seal.passed" | "gate.finished" => "gates",
+        "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
+        | "merge.blocked" => "merging",
+        "human.handoff" => "waiting-human",
+        "run.finished" => {
+            if last.detail.get("outcome").and_then(Value::as_str) == Some("human") {
+                "waiting-human"
+            } else {
+                "finished"
+            }
+        }
+        _ => "starting",
+    }
+    .into()
+}
