@@ -10,7 +10,7 @@ if [ "$n" -eq 1 ]; then
     exit 0
 fi
 if [ ! -f "$1/go" ]; then
-    ps -o pgid= -p $$ | tr -d ' ' > "$1/agent.pgid"
+    cut -d' ' -f5 /proc/$$/stat > "$1/agent.pgid"
     touch "$1/started"
     sleep 300 &
     wait

@@ -350,6 +350,16 @@ pub(crate) fn alive(pid: u32) -> bool {
     !matches!(state, Some('Z' | 'X'))
 }
 
+/// Sends SIGKILL to PID (no `kill` binary needed: a fresh machine may lack procps).
+pub(crate) fn kill9(pid: u32) {
+    if let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
 /// Asserts the process whose pid an agent wrote to FILE is gone; kills it if not, so a
 /// failing test leaves nothing behind either.
 fn assert_gone(file: &Path, run: &Run) {
@@ -357,9 +367,7 @@ fn assert_gone(file: &Path, run: &Run) {
         .unwrap_or_else(|e| panic!("{} missing: {e}\n{}", file.display(), run.why()));
     let pid: u32 = text.trim().parse().unwrap();
     if alive(pid) {
-        let _ = StdCommand::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status();
+        kill9(pid);
         panic!(
             "process {pid} ({}) outlived mvk apply\n{}",
             file.display(),

@@ -403,9 +403,7 @@ fn a_killed_run_is_interrupted_and_diagnosed_as_a_silent_death() {
     apply.wait().unwrap();
     // The agent's group outlives a SIGKILLed mvk; end it before asserting anything.
     for p in [agent, child] {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &p.to_string()])
-            .status();
+        super::apply::kill9(p);
     }
 
     let s = mvk_json(&fixture, &["status"]);

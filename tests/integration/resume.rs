@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Child, Command as StdCommand, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -70,10 +70,10 @@ fn crash(child: &mut Child, pgid_file: Option<&Path>) {
     if let Some(file) = pgid_file {
         let pgid = fs::read_to_string(file).unwrap();
         let pgid = pgid.trim();
-        StdCommand::new("kill")
-            .args(["-KILL", "--", &format!("-{pgid}")])
-            .status()
-            .unwrap();
+        let pgid: i32 = pgid.parse().unwrap();
+        if let Some(p) = rustix::process::Pid::from_raw(pgid) {
+            let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+        }
     }
 }
 
