@@ -59,10 +59,20 @@ pub fn runs(cli: &Cli, printer: &Printer, args: &RunsArgs) -> Result<Exit, CliEr
     let now = ms_since_epoch(std::time::SystemTime::now());
     let lines: Vec<RunLine> = rows
         .into_iter()
-        .map(|r| RunLine {
-            liveness: crate::ledger::read::liveness(&ledger.mvk_dir, &r),
+        .map(|r| {
+            let liveness = crate::ledger::read::liveness(&ledger.mvk_dir, &r);
+            // A dead run's clock stopped with its last heartbeat, not now.
+            let end = match (&liveness, r.finished_at) {
+                (_, Some(f)) => f,
+                (crate::ledger::read::Liveness::Running { .. }, None) => now,
+                (_, None) => r.heartbeat_at,
+            };
+            (liveness, end, r)
+        })
+        .map(|(liveness, end, r)| RunLine {
+            liveness,
             spent: spent.get(&r.id).copied().unwrap_or_default(),
-            duration_ms: r.finished_at.unwrap_or(now).saturating_sub(r.started_at),
+            duration_ms: end.saturating_sub(r.started_at),
             started: rfc3339(r.started_at),
             finished: r.finished_at.map(rfc3339),
             id: r.id,

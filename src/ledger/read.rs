@@ -73,6 +73,8 @@ pub struct TaskRow {
     pub merged: Option<String>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// Raised each time `--accept-drift` re-planned the task: its budgets count this epoch only.
+    pub epoch: u32,
 }
 
 /// One attempt at a task.
@@ -99,6 +101,8 @@ pub struct AttemptRow {
     /// The gate that failed, from the stored failure.
     pub failed_gate: Option<String>,
     pub finished_at: Option<i64>,
+    /// The task's epoch it was made in.
+    pub epoch: u32,
 }
 
 /// One gate run of an attempt.
@@ -268,7 +272,8 @@ impl Reader {
     pub fn tasks(&self, run: Option<&str>) -> Result<Vec<TaskRow>, LedgerError> {
         self.rows(
             "the tasks",
-            "SELECT run, name, digest, state, outcome, merged, started_at, finished_at FROM tasks
+            "SELECT run, name, digest, state, outcome, merged, started_at, finished_at, epoch
+             FROM tasks
              WHERE ?1 IS NULL OR run = ?1 ORDER BY run, started_at, name",
             [run],
             |r| {
@@ -281,6 +286,7 @@ impl Reader {
                     merged: r.get(5)?,
                     started_at: r.get(6)?,
                     finished_at: r.get(7)?,
+                    epoch: r.get(8)?,
                 })
             },
         )
@@ -292,7 +298,7 @@ impl Reader {
             "the attempts",
             "SELECT id, run, task, number, rung, agent, branch, state, started_at, exit_code,
                 timed_out, agent_ms, head, rate_limited, outcome, failure_kind, signature,
-                criterion, json_extract(failure_json, '$.gate'), finished_at
+                criterion, json_extract(failure_json, '$.gate'), finished_at, epoch
              FROM attempts WHERE (?1 IS NULL OR run = ?1) AND state <> 'abandoned'
              ORDER BY run, task, number",
             [run],
@@ -318,6 +324,7 @@ impl Reader {
                     criterion: r.get(17)?,
                     failed_gate: r.get(18)?,
                     finished_at: r.get(19)?,
+                    epoch: r.get(20)?,
                 })
             },
         )
@@ -521,23 +528,24 @@ pub fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
     let beat = rfc3339(heartbeat_ms);
     let hint = format!("continue with `mvk resume {}`", run.id);
     if run.host == this_host() {
-        // The run lock is the surest sign: the kernel drops it when its holder dies.
+        // The run lock is the surest sign: the kernel drops it when its holder dies, and a
+        // `mvk resume` holds it before the ledger names its pid.
         let lock = crate::run::lock::path(mvk_dir, &run.program);
         let held = crate::run::lock::is_held(&lock).unwrap_or(true)
             && crate::run::lock::holder(&lock).run == run.id;
-        let gone = if !process_alive(run.pid) {
+        let gone = if held {
+            None
+        } else if !process_alive(run.pid) {
             Some(format!("process {} is gone", run.pid))
         } else if stale && !process_is_mvk(run.pid) {
             // The pid was reused by another program after mvk died.
             Some(format!("process {} is no longer mvk", run.pid))
-        } else if !held {
+        } else {
             Some(format!(
                 "no process holds its lock `{}` (process {} is another program's now)",
                 lock.display(),
                 run.pid
             ))
-        } else {
-            None
         };
         return match gone {
             Some(why) => Liveness::Interrupted {
@@ -703,6 +711,16 @@ mod tests {
             liveness(dir.path(), &r),
             Liveness::Running { heartbeat_ms: now }
         );
+        // A resume holds the lock before the ledger names its pid: the old, dead pid with the
+        // lock held by this run is still running.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let taken_over = RunRow {
+            pid: dead,
+            ..r.clone()
+        };
+        assert_eq!(liveness(dir.path(), &taken_over).name(), "running");
         // The same live pid without the lock: its mvk is gone (the pid is someone else's).
         drop(lock);
         assert_eq!(liveness(dir.path(), &r).name(), "interrupted");

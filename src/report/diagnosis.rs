@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::ledger::read::{AttemptRow, GateResultRow, Liveness, RunRow, TaskRow};
+use crate::ledger::read::{AttemptRow, Liveness, RunRow, TaskRow};
 
 /// Attempts without a single passing gate that make a task a runaway.
 pub const RUNAWAY_ATTEMPTS: usize = 5;
@@ -57,9 +57,8 @@ pub fn diagnose(
     liveness: &Liveness,
     tasks: &[TaskRow],
     attempts: &[AttemptRow],
-    gates: &[GateResultRow],
 ) -> Option<Diagnosis> {
-    if let Liveness::Interrupted { reason, .. } = liveness {
+    if let Liveness::Interrupted { reason, .. } | Liveness::Unknown { reason, .. } = liveness {
         return Some(Diagnosis {
             pattern: Pattern::SilentDeath,
             task: None,
@@ -75,9 +74,9 @@ pub fn diagnose(
     bad.filter_map(|t| {
         let own: Vec<&AttemptRow> = attempts
             .iter()
-            .filter(|a| a.run == t.run && a.task == t.name)
+            .filter(|a| a.run == t.run && a.task == t.name && a.epoch == t.epoch)
             .collect();
-        task_pattern(t, &own, gates).map(|(pattern, reason)| Diagnosis {
+        task_pattern(t, &own).map(|(pattern, reason)| Diagnosis {
             pattern,
             task: Some(t.name.clone()),
             reason,
@@ -86,11 +85,7 @@ pub fn diagnose(
     .min_by_key(|d| d.pattern as u8)
 }
 
-fn task_pattern(
-    task: &TaskRow,
-    attempts: &[&AttemptRow],
-    gates: &[GateResultRow],
-) -> Option<(Pattern, String)> {
+fn task_pattern(task: &TaskRow, attempts: &[&AttemptRow]) -> Option<(Pattern, String)> {
     let signatures: Vec<&str> = attempts
         .iter()
         .filter(|a| a.outcome.as_deref() == Some("failed"))
@@ -110,15 +105,14 @@ fn task_pattern(
             ),
         ));
     }
-    let green = attempts.iter().any(|a| {
-        gates
-            .iter()
-            .any(|g| g.attempt_id == a.id && g.phase == "gate" && g.verdict == "pass")
-    });
+    // Green is a whole attempt passing (seal and every gate), not one gate among failing ones.
+    let green = attempts
+        .iter()
+        .any(|a| a.outcome.as_deref() == Some("passed"));
     if attempts.len() >= RUNAWAY_ATTEMPTS && !green {
         return Some((
             Pattern::Runaway,
-            format!("{} agent calls and never a passing gate", attempts.len()),
+            format!("{} agent calls and never a passing attempt", attempts.len()),
         ));
     }
     let mut distinct = signatures.clone();
@@ -172,6 +166,7 @@ mod tests {
             merged: None,
             started_at: Some(0),
             finished_at: Some(0),
+            epoch: 0,
         }
     }
 
@@ -197,6 +192,7 @@ mod tests {
             criterion: Some("c".into()),
             failed_gate: Some("tests".into()),
             finished_at: Some(0),
+            epoch: 0,
         }
     }
 
@@ -207,7 +203,6 @@ mod tests {
             &Liveness::Finished,
             &[task(outcome)],
             &attempts,
-            &[],
         )
         .map(|d| d.pattern)
     }
@@ -229,6 +224,33 @@ mod tests {
         assert_eq!(pattern("accepted", &["a", "a"]), None);
     }
 
+    // Regression: a gate that passes in every attempt (a linter) hid a runaway; green is an
+    // attempt that passed as a whole.
+    #[test]
+    fn attempts_that_never_pass_as_a_whole_are_a_runaway_whatever_one_gate_did() {
+        let r = run("budget");
+        let attempts: Vec<AttemptRow> = ["a", "b", "a", "b", "a", "b", "a", "b"]
+            .into_iter()
+            .zip(1..)
+            .map(|(s, n)| failed(n, s))
+            .collect();
+        let d = diagnose(&r, &Liveness::Finished, &[task("budget")], &attempts);
+        assert_eq!(d.map(|d| d.pattern), Some(Pattern::Runaway));
+    }
+
+    #[test]
+    fn a_run_whose_heartbeat_stopped_on_another_host_is_a_silent_death() {
+        let mut r = run("accepted");
+        r.state = "running".into();
+        let unknown = Liveness::Unknown {
+            host: "elsewhere".into(),
+            heartbeat_ms: 0,
+            reason: "its heartbeat stopped".into(),
+        };
+        let d = diagnose(&r, &unknown, &[], &[]).unwrap();
+        assert_eq!(d.pattern, Pattern::SilentDeath);
+    }
+
     #[test]
     fn a_dead_process_is_a_silent_death() {
         let mut r = run("accepted");
@@ -239,11 +261,11 @@ mod tests {
             reason: "process 7 is gone".into(),
             hint: String::new(),
         };
-        let d = diagnose(&r, &dead, &[], &[], &[]).unwrap();
+        let d = diagnose(&r, &dead, &[], &[]).unwrap();
         assert_eq!(d.pattern, Pattern::SilentDeath);
         assert_eq!(d.reason, "process 7 is gone");
         assert_eq!(
-            diagnose(&r, &Liveness::Running { heartbeat_ms: 0 }, &[], &[], &[]),
+            diagnose(&r, &Liveness::Running { heartbeat_ms: 0 }, &[], &[]),
             None
         );
     }

@@ -230,7 +230,7 @@ pub fn stats(reader: &Reader, mvk_dir: &Path) -> Result<Stats, LedgerError> {
         let live = liveness(mvk_dir, r);
         let own_tasks: Vec<TaskRow> = tasks.iter().filter(|t| t.run == r.id).cloned().collect();
         let own: Vec<AttemptRow> = attempts.iter().filter(|a| a.run == r.id).cloned().collect();
-        if let Some(d) = diagnose(r, &live, &own_tasks, &own, &gates) {
+        if let Some(d) = diagnose(r, &live, &own_tasks, &own) {
             diagnoses.push(RunDiagnosis {
                 run: r.id.clone(),
                 program: r.program.clone(),

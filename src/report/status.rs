@@ -95,7 +95,6 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
     let live = liveness(mvk_dir, run);
     let tasks = reader.tasks(Some(&run.id))?;
     let attempts = reader.attempts(Some(&run.id))?;
-    let gates = reader.gate_results(Some(&run.id))?;
     let costs = spent_by_attempt(&reader.costs(Some(&run.id))?);
     let events = reader.events(&run.id, 0)?;
     let ir = reader.program_ir(&run.program_digest)?;
@@ -120,7 +119,13 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
         .iter()
         .map(|name| {
             let row = tasks.iter().find(|t| &t.name == name);
-            let own: Vec<&AttemptRow> = attempts.iter().filter(|a| &a.task == name).collect();
+            // Budgets count the task's current epoch only (a re-plan after accepted drift starts
+            // them again).
+            let epoch = row.map_or(0, |t| t.epoch);
+            let own: Vec<&AttemptRow> = attempts
+                .iter()
+                .filter(|a| &a.task == name && a.epoch == epoch)
+                .collect();
             task_status(
                 name,
                 row,
@@ -137,7 +142,7 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
     for a in &attempts {
         spent.add_attempt(a, &costs);
     }
-    let diagnosis = diagnose(run, &live, &tasks, &attempts, &gates);
+    let diagnosis = diagnose(run, &live, &tasks, &attempts);
     Ok(Status {
         schema: SCHEMA,
         run: run.id.clone(),

@@ -102,6 +102,9 @@ impl GitCache {
             remote.disconnect().map_err(fetch_err)?;
             let mut options = FetchOptions::new();
             options.download_tags(AutotagOption::None);
+            // Pruned: a tag or branch deleted upstream must not go on resolving from the cache
+            // (nor shadow a branch of the same name created since).
+            options.prune(git2::FetchPrune::On);
             // Forced: a moved tag or a rewritten branch replaces what the cache had.
             remote
                 .fetch(
@@ -160,7 +163,9 @@ impl GitCache {
                 repo.find_reference(&name)
                     .and_then(|r| r.peel_to_commit())
                     .ok()
-            } else if name.len() >= 7 && name.chars().all(|c| c.is_ascii_hexdigit()) {
+            } else if name.len() == 40 && name.chars().all(|c| c.is_ascii_hexdigit()) {
+                // A full commit id only: an abbreviation could match any object the cache ever
+                // fetched, a commit force-pushed away included.
                 repo.revparse_single(&name)
                     .and_then(|o| o.peel_to_commit())
                     .ok()
@@ -242,9 +247,13 @@ fn root_from(mvk: Option<OsString>, xdg: Option<OsString>, home: Option<OsString
     if let Some(xdg) = set(xdg) {
         return xdg.join("mvk");
     }
-    // With neither variable, the system's temporary directory is the cache of last resort.
+    // With neither variable, the system's temporary directory is the cache of last resort: one
+    // per user, so another user cannot plant refs in it.
     set(home).map_or_else(
-        || std::env::temp_dir().join("mvk-cache"),
+        || {
+            let uid = rustix::process::getuid().as_raw();
+            std::env::temp_dir().join(format!("mvk-cache-{uid}"))
+        },
         |h| h.join(".cache").join("mvk"),
     )
 }

@@ -379,3 +379,15 @@ fn snapshot(name: &str, text: &str) {
         insta::assert_snapshot!(name, text);
     });
 }
+
+// Regression: a tag deleted upstream went on resolving from the cache, so `--update` kept it.
+#[test]
+fn a_tag_deleted_upstream_no_longer_resolves_from_the_cache() {
+    let lab = Lab::new();
+    lab.publish(GATES_V2, "v0");
+    lab.loop_file("t.kdl", &lab.git_import("v0"));
+    lab.expect(0, &["lock", "loops/t.kdl"]);
+    git(&lab.path("lib.git"), &["tag", "-d", "v0"]);
+    let out = lab.expect(65, &["lock", "--update", "loops/t.kdl"]);
+    assert!(out.stderr.contains("mvk::unknown-rev"), "{}", out.stderr);
+}
