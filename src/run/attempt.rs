@@ -20,6 +20,10 @@ use crate::run::process::{self, ProcessSpec, Termination};
 use crate::run::seal::{self, Breach, Seal, SealVerdict};
 use crate::run::worktree;
 
+/// The variable naming the run in every agent's and gate's environment (the contract's
+/// `MVK_RUN`); a resume finds what a dead mvk left running by it.
+pub const RUN_VAR: &str = "MVK_RUN";
+
 /// Variables that point git at a repository; removed from agents' and gates' environments.
 pub const GIT_LOCATION_VARS: &[&str] = &[
     "GIT_DIR",
@@ -745,7 +749,7 @@ fn agent_env(
     prompt_file: &Path,
 ) -> Vec<(String, String)> {
     let mut env = vec![
-        ("MVK_RUN".to_string(), run.to_string()),
+        (RUN_VAR.to_string(), run.to_string()),
         ("MVK_TASK".to_string(), spec.task.name.clone()),
         ("MVK_ATTEMPT".to_string(), spec.number.to_string()),
         ("MVK_RUNG".to_string(), spec.rung.to_string()),
@@ -768,7 +772,7 @@ fn gate_env(
     worktree: &Path,
 ) -> Vec<(String, String)> {
     vec![
-        ("MVK_RUN".to_string(), run.to_string()),
+        (RUN_VAR.to_string(), run.to_string()),
         ("MVK_TASK".to_string(), task.to_string()),
         ("MVK_ATTEMPT".to_string(), attempt.to_string()),
         ("MVK_BASE".to_string(), base.to_string()),

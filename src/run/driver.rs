@@ -333,13 +333,17 @@ pub async fn apply(
         "base": base.to_string(),
         "target": first_target,
         "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+        // What a resume needs to go on as this run would have: whether it ran the whole program,
+        // and where tasks without `merge into=` land.
+        "whole": opts.task.is_none(),
+        "current": land::current_branch(repo_root).ok(),
     });
     runner
         .drive(
             &selected,
             &targets,
             BTreeMap::new(),
-            ("run.started", started),
+            Some(("run.started", started)),
         )
         .await
 }
@@ -368,16 +372,16 @@ pub async fn resume(
     let (ledger, trail, pool) = open_run(opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
-    let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), pool.root());
-    let selected =
-        crate::run::resume::selected_tasks(&ledger, &run_id, &from.run.program_digest, program)?;
-    // A loop that lands on "the current branch" lands where the run began, whatever is checked
-    // out now.
+    let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), &run_id);
+    let began = crate::run::resume::began(&ledger, &from.run)?;
+    let selected = crate::run::resume::selected_tasks(&began, program);
+    // A task without `merge into=` lands on the branch checked out when the run began, whatever
+    // is checked out now.
     let targets = targets_of(
         program,
         &selected,
         &opts.repo_root,
-        Some(&from.run.target_branch),
+        began.current.as_deref(),
     )?;
     let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
     let replanned = from
@@ -385,6 +389,19 @@ pub async fn resume(
         .as_ref()
         .map(crate::drift::DriftReport::replanned)
         .unwrap_or_default();
+    // Announced first, so what the resume finds (abandoned attempts, settled merges, re-planned
+    // tasks) follows it in the trail.
+    runner.emit(
+        None,
+        None,
+        "run.resumed",
+        json!({
+            "found": from.found,
+            "orphans_killed": orphans,
+            "digest": program.digest.to_string(),
+            "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
+        }),
+    )?;
     let last =
         crate::run::resume::last_sign_of_life(runner.ledger(), &run_id, None, runner.run_dir())?;
     let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
@@ -410,15 +427,7 @@ pub async fn resume(
         sources: &program_sources(program),
         drift_json: drift_json.as_deref(),
     })?;
-    let detail = json!({
-        "found": from.found,
-        "orphans_killed": orphans,
-        "digest": program.digest.to_string(),
-        "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
-    });
-    runner
-        .drive(&selected, &targets, restored, ("run.resumed", detail))
-        .await
+    runner.drive(&selected, &targets, restored, None).await
 }
 
 /// The ledger, the trail and the worktree pool of a run, with the process ready to run agents.
@@ -571,13 +580,15 @@ impl<'a> Runner<'a> {
         selected: &[usize],
         targets: &BTreeMap<usize, String>,
         mut restored: BTreeMap<String, Restored>,
-        first: (&str, Value),
+        first: Option<(&str, Value)>,
     ) -> Result<RunReport, RunError> {
         let program = self.program;
         let run_id = self.run_id.clone();
         let _heartbeat = self.trail.heartbeat();
         let result: Result<RunReport, RunError> = async {
-            self.emit(None, None, first.0, first.1)?;
+            if let Some((event, detail)) = first {
+                self.emit(None, None, event, detail)?;
+            }
             self.write_state()?;
 
             let mut reports: Vec<TaskReport> = Vec::new();

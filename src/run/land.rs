@@ -297,7 +297,10 @@ mod tests {
 
     fn commit_on(dir: &Path, branch: &str, from: &str, file: &str, text: &str) -> Oid {
         git(dir, &["branch", "-f", branch, from]);
-        let wt = dir.join(format!("../{}-wt", branch.replace('/', "-")));
+        // Named after the repository's own temporary directory: a fixed name in the shared
+        // temporary directory collided with the same test run by another process.
+        let own = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let wt = dir.join(format!("../{own}-{}-wt", branch.replace('/', "-")));
         let _ = std::fs::remove_dir_all(&wt);
         git(
             dir,

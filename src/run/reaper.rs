@@ -40,11 +40,13 @@ pub fn kill_adopted() -> usize {
     killed
 }
 
-/// Kills what a dead mvk left running: every live process in a process group the run recorded
-/// (the `*.pgid` files its agents and gates wrote under `run_dir`) whose working directory is
-/// under `pool_root`, so that it cannot edit a worktree a resumed run uses. The directory check
-/// keeps a recycled group id from reaching an unrelated process. Returns how many were killed.
-pub fn kill_orphans(run_dir: &std::path::Path, pool_root: &std::path::Path) -> usize {
+/// Kills what a dead mvk left running: every process group the run recorded (the `*.pgid` files
+/// its agents and gates wrote under `run_dir`) that still has a member carrying the run's
+/// `MVK_RUN` in its environment — wherever it has wandered (`cd /tmp` and write back) — so that
+/// nothing of it can edit a worktree a resumed run uses. The environment check keeps a recycled
+/// group id from reaching another run's agent. The whole group is killed at once, so a fork
+/// during the scan cannot escape. Returns how many processes were in the groups killed.
+pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
     let groups: Vec<i32> = walkdir::WalkDir::new(run_dir)
         .into_iter()
         .flatten()
@@ -55,18 +57,27 @@ pub fn kill_orphans(run_dir: &std::path::Path, pool_root: &std::path::Path) -> u
     if groups.is_empty() {
         return 0;
     }
+    let marker = format!("{}={run}", crate::run::attempt::RUN_VAR);
+    let live: Vec<(i32, Stat)> = processes()
+        .into_iter()
+        .filter(|(_, s)| groups.contains(&s.pgrp) && s.state != "Z" && s.state != "X")
+        .collect();
     let mut killed = 0;
-    for (pid, stat) in processes() {
-        if !groups.contains(&stat.pgrp) || stat.state == "Z" || stat.state == "X" {
-            continue;
-        }
-        let inside = std::fs::read_link(format!("/proc/{pid}/cwd"))
-            .is_ok_and(|cwd| cwd.starts_with(pool_root));
-        if inside
-            && let Some(p) = Pid::from_raw(pid)
-            && rustix::process::kill_process(p, Signal::KILL).is_ok()
+    for &pgid in &groups {
+        let members: Vec<i32> = live
+            .iter()
+            .filter(|(_, s)| s.pgrp == pgid)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let ours = members.iter().any(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+        });
+        if ours
+            && let Some(p) = Pid::from_raw(pgid)
+            && rustix::process::kill_process_group(p, Signal::KILL).is_ok()
         {
-            killed += 1;
+            killed += members.len();
         }
     }
     killed

@@ -19,34 +19,66 @@ use crate::run::driver::{
 };
 use crate::run::land;
 
-/// The tasks a resumed run goes on with, in dependency order: those its `run.started` named
-/// (all of the program's, or the one `--task` chose), plus tasks added to the definition when
-/// the run covered all of them.
-pub fn selected_tasks(
-    ledger: &Ledger,
-    run: &str,
-    old_digest: &str,
-    program: &Program,
-) -> Result<Vec<usize>, RunError> {
-    let order = crate::plan::plan(program).order;
-    let named: Option<Vec<String>> = ledger
-        .first_event_detail(run, "run.started")?
-        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
-        .and_then(|v| serde_json::from_value(v.get("tasks")?.clone()).ok());
-    let stored = ledger
-        .stored_program(old_digest)?
-        .and_then(|p| serde_json::from_str::<StoredIr>(&p.ir_json).ok());
-    let Some(named) = named else {
-        return Ok(order);
+/// What a run's `run.started` event says of how it began.
+#[derive(Debug, Default)]
+pub struct Began {
+    /// The tasks it set out to run.
+    tasks: Vec<String>,
+    /// Whether those were all of its program's (no `--task`).
+    whole: bool,
+    /// The branch checked out when it began: where tasks without `merge into=` land.
+    pub current: Option<String>,
+}
+
+/// How the run began, from its `run.started` event (runs recorded before `whole` and `current`
+/// were: from the program it began with, and its target branch).
+pub fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
+    let detail: serde_json::Value = ledger
+        .first_event_detail(&run.id, "run.started")?
+        .and_then(|d| serde_json::from_str(&d).ok())
+        .unwrap_or_default();
+    let tasks: Vec<String> = detail
+        .get("tasks")
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default();
+    let whole = match detail.get("whole").and_then(serde_json::Value::as_bool) {
+        Some(w) => w,
+        None => {
+            // The program it began with is the one its `run.started` names, not the one a
+            // later resume with accepted drift recorded on the run.
+            let first = detail
+                .get("digest")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(&run.program_digest);
+            ledger
+                .stored_program(first)?
+                .and_then(|p| serde_json::from_str::<StoredIr>(&p.ir_json).ok())
+                .is_none_or(|s| s.tasks.len() <= tasks.len())
+        }
     };
-    let whole = stored.is_none_or(|s| s.tasks.len() <= named.len());
-    if whole {
-        return Ok(order);
+    let current = match detail.get("current") {
+        Some(c) => c.as_str().map(str::to_string),
+        None => Some(run.target_branch.clone()),
+    };
+    Ok(Began {
+        tasks,
+        whole,
+        current,
+    })
+}
+
+/// The tasks a resumed run goes on with, in dependency order: all of the program's (tasks
+/// added by accepted drift included) when it began with all of them, else the one `--task`
+/// chose.
+pub fn selected_tasks(began: &Began, program: &Program) -> Vec<usize> {
+    let order = crate::plan::plan(program).order;
+    if began.whole || began.tasks.is_empty() {
+        return order;
     }
-    Ok(order
+    order
         .into_iter()
-        .filter(|&i| named.contains(&program.tasks[i].name))
-        .collect())
+        .filter(|&i| began.tasks.contains(&program.tasks[i].name))
+        .collect()
 }
 
 /// What each selected task of the run carries on from. Merge intents are settled first, for
@@ -406,6 +438,7 @@ pub fn drift(
     program: &Program,
     repo_root: &Path,
 ) -> Result<DriftReport, RunError> {
+    let current = began(ledger, run)?.current;
     let stored = ledger
         .stored_program(&run.program_digest)?
         .ok_or_else(|| RunError::Config {
@@ -433,10 +466,12 @@ pub fn drift(
         let Some(task) = program.task(&row.name) else {
             continue;
         };
-        let target = if task.merge.into == crate::ir::CURRENT_BRANCH {
-            run.target_branch.clone()
-        } else {
+        let target = if task.merge.into != crate::ir::CURRENT_BRANCH {
             task.merge.into.clone()
+        } else if let Some(c) = &current {
+            c.clone()
+        } else {
+            land::current_branch(repo_root)?
         };
         let now = land::branch_tip(repo_root, &target)?;
         let seal = crate::run::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;

@@ -184,10 +184,24 @@ fn a_run_killed_while_its_agent_ran_restarts_that_attempt_under_its_number() {
         "the attempt caught in flight was abandoned and made again as attempt 1"
     );
     assert!(!alive(orphan), "resume killed the orphaned agent");
+    let writer: u32 = fs::read_to_string(f.state("writer.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(writer), "and its child that had left the worktree");
     assert_eq!(
-        r.one("run.resumed")["detail"]["orphans_killed"],
-        2,
-        "sh and its sleep"
+        f.show("main", "junk.txt"),
+        None,
+        "nothing the orphans wrote landed"
+    );
+    assert!(
+        r.one("run.resumed")["detail"]["orphans_killed"]
+            .as_u64()
+            .unwrap()
+            >= 3,
+        "sh, its sleep and the writer\n{}",
+        r.why()
     );
     r.one("attempt.abandoned");
     let db = ledger(&f);
@@ -674,5 +688,86 @@ fn a_change_captured_just_before_a_crash_is_kept_on_a_branch() {
     assert_eq!(
         f.show(&kept[0], "src/calc.sh").as_deref(),
         Some(super::apply::FIXED)
+    );
+}
+
+// Regression: a second resume compared the grown program with the tasks the run began with and
+// dropped the task accepted drift had added.
+#[test]
+fn a_task_added_by_accepted_drift_survives_a_crash_of_that_resume() {
+    let task = |name: &str, after: &str, agent: &str| {
+        format!(
+            "    task {name} {{\n        {after}\n        goal \"Fix add ({name}).\"\n        agent {agent}\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n"
+        )
+    };
+    let defs = format!(
+        "{}{}",
+        agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
+        agent_def("bot", "paused.sh", &["@STATE"]),
+    );
+    let text = format!(
+        "{defs}\nflow t {{\n{}{}}}\n",
+        task("first", "", "fixer"),
+        task("second", "after first", "bot")
+    );
+    let (f, run) = interrupted_with(&[], &text);
+    let text = fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
+    let grown = text.replace(
+        "}\n}\n",
+        &format!("}}\n{}}}\n", task("third", "after second", "fixer")),
+    );
+    fs::write(f.root().join("loops/t.kdl"), grown).unwrap();
+    let crashed = f.run_mvk(
+        &["resume", "--accept-drift"],
+        &[("MVK_FAILPOINT", "agent-captured")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    let outcome: String = ledger(&f)
+        .query_row(
+            "SELECT outcome FROM tasks WHERE run = ?1 AND name = 'third'",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("no task third: {e}\n{}", r.why()));
+    assert_eq!(outcome, "accepted");
+}
+
+// Regression: a flow whose first task lands elsewhere recorded that branch as the run's target,
+// and a resume landed the later tasks there instead of on the branch the run began on.
+#[test]
+fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
+    let defs = format!(
+        "{}{}",
+        agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
+        agent_def("bot", "paused.sh", &["@STATE"]),
+    );
+    let text = format!(
+        "{defs}\nflow t {{\n    task first {{\n        goal \"Fix add on release.\"\n        agent fixer\n        seal \"tests/**\"\n        {TESTS_GATE}\n        merge into=release\n    }}\n    task second {{\n        after first\n        goal \"Fix add.\"\n        agent bot\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n}}\n"
+    );
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let text = text
+        .replace("@AGENTS", super::apply::agents_dir().to_str().unwrap())
+        .replace("@STATE", f.state.path().to_str().unwrap());
+    fs::write(f.root().join("loops/t.kdl"), text).unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-qm", "the flow"]);
+    f.git(&["branch", "release"]);
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    fs::write(f.state("go"), "").unwrap();
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    assert_eq!(
+        f.show("release", "src/calc.sh").as_deref(),
+        Some(super::apply::FIXED)
+    );
+    assert_eq!(
+        f.show("main", "src/calc.sh").as_deref(),
+        Some(super::apply::FIXED),
+        "{}",
+        r.why()
     );
 }
