@@ -51,6 +51,20 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         "interrupted"
     };
     let file = repo_root.join(&run.file);
+    if !file.exists() {
+        // The definition was removed: the most drastic drift, and nothing to accept it for.
+        printer.error(&format!(
+            "run `{}` was not resumed: its loop file `{}` is gone since the run began",
+            run.id, run.file
+        ));
+        printer.hint(&format!(
+            "restore it (`git checkout {} -- {}`); the ledger keeps the program the run began with (`mvk why {}` once it is back)",
+            &run.base_commit[..12.min(run.base_commit.len())],
+            run.file,
+            run.id
+        ));
+        return Ok(Exit::Drift);
+    }
     let program = super::compile(cli, printer, &file)?;
     let drift =
         crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;

@@ -297,11 +297,15 @@ impl Ledger {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(Self::read_err(format!("what task `{task}` spent")))?;
-        // Columns are CHECKed non-negative, so a negative sum cannot happen; clamp rather than fail.
-        Ok((
-            u64::try_from(tokens).unwrap_or(0),
-            u64::try_from(usd).unwrap_or(0),
-        ))
+        // The columns are CHECKed non-negative, so a sum below zero is a damaged ledger.
+        let unsigned = |column: usize, v: i64| {
+            u64::try_from(v).map_err(|_| {
+                Self::read_err(format!("what task `{task}` spent"))(
+                    rusqlite::Error::IntegralValueOutOfRange(column, v),
+                )
+            })
+        };
+        Ok((unsigned(0, tokens)?, unsigned(1, usd)?))
     }
 
     /// Hands a `running` (its process gone) or `paused` run to this process, recording the

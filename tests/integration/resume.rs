@@ -771,3 +771,16 @@ fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
         r.why()
     );
 }
+
+#[test]
+fn a_removed_loop_file_is_drift_with_the_way_back() {
+    let (f, _) = interrupted("budget iterations=3");
+    f.git(&["rm", "-q", "loops/t.kdl"]);
+    f.git(&["commit", "-qm", "drop the loop"]);
+    let out = f.mvk().args(["resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("`loops/t.kdl` is gone"), "{stderr}");
+    assert!(stderr.contains("git checkout"), "{stderr}");
+    assert_eq!(count(&f, "calls"), 1, "nothing ran");
+}
