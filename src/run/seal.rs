@@ -19,6 +19,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::Path;
 
 use git2::{Delta, DiffFindOptions, DiffOptions, FileMode, Oid, Repository, Sort, Tree};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -113,6 +114,30 @@ impl Seal {
         prefixes
             .chain(std::iter::once(path))
             .any(|candidate| self.literals.contains(candidate) || self.globs.is_match(candidate))
+    }
+
+    /// The directories (or files) every sealed path lies under: each pattern's leading
+    /// components up to the first one with a wildcard. `None` when a pattern starts with one
+    /// (`**/*.snap`), so that the whole tree must be looked at.
+    pub fn roots(&self) -> Option<BTreeSet<String>> {
+        let mut roots = BTreeSet::new();
+        for pattern in &self.patterns {
+            let literal: Vec<&str> = pattern
+                .split('/')
+                .take_while(|c| !c.contains(['*', '?', '[', '{', '\\']))
+                .collect();
+            if literal.is_empty() {
+                return None;
+            }
+            roots.insert(literal.join("/"));
+        }
+        // A root inside another is walked with it.
+        let all = roots.clone();
+        roots.retain(|r| {
+            !all.iter()
+                .any(|o| o != r && r.starts_with(o.as_str()) && r[o.len()..].starts_with('/'))
+        });
+        Some(roots)
     }
 
     /// Whether no path is sealed at all.
@@ -329,18 +354,45 @@ pub fn sealed_files(
     if seal.is_empty() {
         return Ok(files);
     }
-    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+    let mut visit = |dir: &str, entry: &git2::TreeEntry<'_>| {
         if entry.kind() == Some(git2::ObjectType::Tree) {
-            return git2::TreeWalkResult::Ok;
+            return;
         }
         let path = format!("{dir}{}", String::from_utf8_lossy(entry.name_bytes()));
         if seal.is_sealed(&path) {
             let mode = u32::try_from(entry.filemode()).unwrap_or(0);
             files.insert(path, (mode, entry.id().to_string()));
         }
-        git2::TreeWalkResult::Ok
-    })
-    .map_err(git_err(format!("list the sealed files of `{commit}`")))?;
+    };
+    let walk_err = || git_err(format!("list the sealed files of `{commit}`"));
+    let walk =
+        |tree: &Tree<'_>, prefix: &str, visit: &mut dyn FnMut(&str, &git2::TreeEntry<'_>)| {
+            tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+                visit(&format!("{prefix}{dir}"), entry);
+                git2::TreeWalkResult::Ok
+            })
+        };
+    // Only the subtrees sealed paths can lie under are walked: a seal of `tests/**` reads the
+    // `tests` tree, not the whole repository.
+    match seal.roots() {
+        None => walk(&tree, "", &mut visit).map_err(walk_err())?,
+        Some(roots) => {
+            for root in roots {
+                let Ok(entry) = tree.get_path(Path::new(&root)) else {
+                    continue; // not in this commit
+                };
+                if entry.kind() == Some(git2::ObjectType::Tree) {
+                    let sub = repo
+                        .find_tree(entry.id())
+                        .map_err(git_err(format!("read tree `{root}` of `{commit}`")))?;
+                    walk(&sub, &format!("{root}/"), &mut visit).map_err(walk_err())?;
+                } else {
+                    let dir = root.rfind('/').map_or("", |i| &root[..=i]);
+                    visit(dir, &entry);
+                }
+            }
+        }
+    }
     Ok(files)
 }
 
@@ -525,6 +577,58 @@ mod tests {
     fn seal(patterns: &[&str]) -> Seal {
         let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
         Seal::new(&patterns).expect("seal")
+    }
+
+    #[test]
+    fn sealed_files_walk_only_the_roots_and_find_what_a_whole_walk_finds() {
+        let f = fixture();
+        f.write("src/a_test.rs", "t\n");
+        f.write("src/deep/b.snap", "s\n");
+        let head = f.commit("more");
+        let whole = |s: &Seal| {
+            let mut all = std::collections::BTreeMap::new();
+            let tree = commit_tree(&f.repo, head).expect("tree");
+            tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+                let path = format!("{dir}{}", e.name().unwrap_or(""));
+                if e.kind() != Some(git2::ObjectType::Tree) && s.is_sealed(&path) {
+                    all.insert(
+                        path,
+                        (u32::try_from(e.filemode()).unwrap_or(0), e.id().to_string()),
+                    );
+                }
+                git2::TreeWalkResult::Ok
+            })
+            .expect("walk");
+            all
+        };
+        for patterns in [
+            &["tests/**"][..],
+            &["tests"],
+            &["tests/pagination.rs", "README.md"],
+            &["src/*_test.rs", "tests/fixtures"],
+            &["**/*.snap"],
+            &["no/such/dir/**"],
+        ] {
+            let s = seal(patterns);
+            let found = sealed_files(&f.repo, head, &s).expect("sealed files");
+            assert_eq!(found, whole(&s), "{patterns:?}");
+        }
+        assert_eq!(
+            seal(&["tests/**", "tests/fixtures/*.json", "src/*_test.rs"]).roots(),
+            Some(["src".to_string(), "tests".to_string()].into())
+        );
+        assert_eq!(seal(&["**/*.snap", "tests"]).roots(), None);
+        // A change to a sealed file changes the digest; one elsewhere does not.
+        let before = sealed_digest(&sealed_files(&f.repo, head, &seal(&["tests/**"])).expect("a"));
+        f.write("src/lib.rs", "pub fn page() -> u32 { 2 }\n");
+        let other = f.commit("elsewhere");
+        let same = sealed_digest(&sealed_files(&f.repo, other, &seal(&["tests/**"])).expect("b"));
+        assert_eq!(before, same);
+        f.write("tests/fixtures/data.json", "{}\n");
+        let changed = f.commit("the oracle");
+        let after =
+            sealed_digest(&sealed_files(&f.repo, changed, &seal(&["tests/**"])).expect("c"));
+        assert_ne!(before, after);
     }
 
     const PAGINATION: &str = "use crate::page;\n\n#[test]\nfn first_page() {\n    assert_eq!(page(0, 10), 0..10);\n}\n\n#[test]\nfn second_page() {\n    assert_eq!(page(1, 10), 10..20);\n}\n";
