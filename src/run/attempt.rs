@@ -338,7 +338,7 @@ pub async fn run_attempt(
     let duration = started.elapsed();
 
     // Whatever the agent left is kept on the attempt's branch.
-    let head = worktree::capture(
+    let captured = worktree::capture(
         &lease,
         &format!(
             "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
@@ -348,7 +348,35 @@ pub async fn run_attempt(
             task.name,
             spec.number
         ),
-    )?;
+    );
+    let head = match captured {
+        Ok(head) => head,
+        // The agent destroyed its own worktree: its attempt fails; mvk and the pool go on (the
+        // next lease rebuilds the slot).
+        Err(_) if !lease.path.join(".git").exists() => {
+            runner.ledger_agent_done(
+                ledger_id, exit_code, timed_out, duration, None, &usage, retries,
+            )?;
+            drop(lease);
+            let mut f = Failure::new(
+                spec.number,
+                FailureKind::Agent,
+                "the agent leaves its worktree in place (it deleted it)".into(),
+                &["worktree-deleted"],
+            );
+            f.exit_code = exit_code;
+            f.tail = agent_tail(&dir);
+            return Ok(AttemptRecord {
+                ledger_id,
+                number: spec.number,
+                branch,
+                head: None,
+                usage,
+                end: AttemptEnd::Failed(f),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
     crate::run::failpoint("agent-captured");
     runner.ledger_agent_done(
         ledger_id,

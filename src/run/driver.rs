@@ -1775,6 +1775,17 @@ impl<'a> Runner<'a> {
                         spec.number
                     )));
                 }
+                Err(LandError::IndexLocked { lock }) => {
+                    let detail = format!("`{}` exists", lock.display());
+                    self.ledger
+                        .finish_merge(merge_id, "aborted", None, &detail)?;
+                    return Ok(Landing::Human(format!(
+                        "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `mvk/{}/{}/{}`",
+                        self.run_id,
+                        attempt::slug(&task.name),
+                        spec.number
+                    )));
+                }
                 Err(LandError::CheckedOutElsewhere { path, .. }) => {
                     let detail = format!("`{target}` is checked out in `{}`", path.display());
                     self.ledger

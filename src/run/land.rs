@@ -41,6 +41,9 @@ pub enum LandError {
     /// Local changes in the main checkout would be overwritten.
     #[error("the main checkout has local changes that landing would overwrite: {}", paths.join(", "))]
     Dirty { paths: Vec<String> },
+    /// Another git process holds the main checkout's index, or one died holding it.
+    #[error("the main checkout's index is locked (`{}` exists): another git process is running, or one crashed", lock.display())]
+    IndexLocked { lock: PathBuf },
 }
 
 fn git_err(action: impl Into<String>, repo: &Path) -> impl FnOnce(git2::Error) -> LandError {
@@ -239,6 +242,11 @@ pub fn publish(
                 conflicts.sort();
                 conflicts.dedup();
                 return Err(LandError::Dirty { paths: conflicts });
+            }
+            Err(e) if e.code() == ErrorCode::Locked => {
+                return Err(LandError::IndexLocked {
+                    lock: repo.path().join("index.lock"),
+                });
             }
             Err(e) => return Err(git_err("update the main checkout", repo_root)(e)),
         }

@@ -9,6 +9,7 @@ mod book;
 mod digests;
 mod example_run;
 mod examples;
+mod faults;
 mod fuzz;
 mod hardening;
 mod imports;
