@@ -17,6 +17,7 @@
 //!   the seal check, gates and evidence, landing, run locks.
 //! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
 //! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong.
+//! - [`scaffold`]: a project directory → the starter files of `mvk init`.
 //! - [`cli`]: the command line, a thin layer over the above.
 //!
 //! # Files
@@ -41,6 +42,7 @@ pub mod prompt;
 pub mod report;
 pub mod resolve;
 pub mod run;
+pub mod scaffold;
 pub mod source;
 pub mod stdlib;
 pub mod syntax;

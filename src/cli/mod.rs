@@ -6,6 +6,7 @@ pub mod check;
 pub mod exit;
 pub mod gc;
 pub mod graph;
+pub mod init;
 pub mod lock;
 pub mod log;
 pub mod plan;
@@ -48,6 +49,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Write a starter loop, an agent definition and a prompt template for the project in DIR.
+    Init(init::InitArgs),
     /// Compile a loop or flow and run it to an end: attempts, seal, gates, budgets, ladder, merge.
     Apply(apply::ApplyArgs),
     /// Validate loop files; report every problem at once.
@@ -95,6 +98,7 @@ where
     };
     let printer = Printer::new(cli.quiet, cli.verbose);
     let result = match &cli.command {
+        Command::Init(args) => init::init(&cli, &printer, args),
         Command::Apply(args) => apply::apply(&cli, &printer, args),
         Command::Gc(args) => gc::gc(&cli, &printer, args),
         Command::Resume(args) => resume::resume(&cli, &printer, args),

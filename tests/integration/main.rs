@@ -12,6 +12,7 @@ mod examples;
 mod fuzz;
 mod hardening;
 mod imports;
+mod init;
 mod invalid;
 mod reading;
 mod resume;

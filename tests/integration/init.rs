@@ -1,0 +1,139 @@
+//! `mvk init` end to end: real temporary project directories of each kind, the files written,
+//! the loop checked and planned by `mvk` itself, and the refusal to overwrite.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// `mvk ARGS…` with its working directory in DIR; (exit code, stdout, stderr).
+fn mvk(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("mvk"))
+        .current_dir(dir)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("MVK_REPO")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs `mvk init project` beside a project holding MANIFEST (if any), checks and plans the
+/// loop it wrote, and returns the loop's one gate as `mvk plan --json` gives it.
+fn init_project(manifest: Option<&str>) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    fs::create_dir_all(&project).unwrap();
+    if let Some(name) = manifest {
+        fs::write(project.join(name), "").unwrap();
+    }
+    // Run from outside the project, so that DIR is what decides.
+    let (code, stdout, stderr) = mvk(tmp.path(), &["init", "project"]);
+    assert_eq!(code, 0, "mvk init failed\n{stdout}\n{stderr}");
+    assert_eq!(
+        stdout,
+        "wrote loops/fix-tests.kdl\nwrote loops/agents.kdl\nwrote loops/prompts/maker.hbs\n"
+    );
+    for file in [
+        "loops/fix-tests.kdl",
+        "loops/agents.kdl",
+        "loops/prompts/maker.hbs",
+    ] {
+        assert!(project.join(file).is_file(), "{file} was not written");
+    }
+    let (code, stdout, stderr) = mvk(
+        &project,
+        &["check", "loops/fix-tests.kdl", "loops/agents.kdl"],
+    );
+    assert_eq!(
+        code, 0,
+        "the written loop does not check\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("ok: loops/fix-tests.kdl (loop `fix-tests`)"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = mvk(&project, &["plan", "loops/fix-tests.kdl", "--json"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    let task = &plan["tasks"][0];
+    assert!(
+        task["seal"].as_array().is_some_and(|s| !s.is_empty()),
+        "{task}"
+    );
+    let gates = task["gates"].as_array().unwrap();
+    assert_eq!(gates.len(), 1, "{task}");
+    gates[0].clone()
+}
+
+fn argv(gate: &Value) -> Vec<&str> {
+    gate["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_rust_project_gets_cargo_test_from_the_stdlib() {
+    let gate = init_project(Some("Cargo.toml"));
+    assert_eq!(argv(&gate), ["cargo", "test"]);
+    assert_eq!(gate["evidence"], "cargo-test");
+}
+
+#[test]
+fn a_python_project_gets_pytest() {
+    let gate = init_project(Some("pyproject.toml"));
+    assert_eq!(argv(&gate), ["python3", "-m", "pytest", "-q"]);
+    assert_eq!(gate["evidence"], "pytest");
+}
+
+#[test]
+fn a_node_project_gets_npm_test() {
+    let gate = init_project(Some("package.json"));
+    assert_eq!(argv(&gate), ["npm", "test"]);
+    assert_eq!(gate["evidence"], "auto");
+}
+
+#[test]
+fn a_go_project_gets_go_test() {
+    let gate = init_project(Some("go.mod"));
+    assert_eq!(argv(&gate), ["go", "test", "-json", "./..."]);
+    assert_eq!(gate["evidence"], "go-test");
+}
+
+#[test]
+fn a_project_without_a_manifest_gets_a_command_gate() {
+    let gate = init_project(None);
+    assert_eq!(argv(&gate), ["sh", "-c", "make test"]);
+    assert_eq!(gate["evidence"], "none");
+}
+
+#[test]
+fn init_refuses_to_overwrite_and_names_the_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("loops/agents.kdl");
+    fs::create_dir_all(agents.parent().unwrap()).unwrap();
+    fs::write(&agents, "// mine\n").unwrap();
+    let (code, stdout, stderr) = mvk(tmp.path(), &["init"]);
+    assert_eq!(code, 64, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("error: `loops/agents.kdl` already exists in `.`; nothing was written"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(&agents).unwrap(), "// mine\n");
+    assert!(
+        !tmp.path().join("loops/fix-tests.kdl").exists(),
+        "a file was written beside the existing one"
+    );
+}
