@@ -3,12 +3,14 @@
 
 pub mod apply;
 pub mod check;
+pub mod completions;
 pub mod exit;
 pub mod gc;
 pub mod graph;
 pub mod init;
 pub mod lock;
 pub mod log;
+pub mod man;
 pub mod plan;
 pub mod printer;
 pub mod reading;
@@ -75,6 +77,10 @@ pub enum Command {
     Log(log::LogArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
+    /// Print the completion script of a shell: bash, zsh, fish, elvish or powershell.
+    Completions(completions::CompletionsArgs),
+    /// Print mvk's manual page (roff), or write one page per command with `--out DIR`.
+    Man(man::ManArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -111,6 +117,8 @@ where
         Command::Status(args) => status::status(&cli, &printer, args),
         Command::Log(args) => log::log(&cli, &printer, args),
         Command::Stats(args) => stats::stats(&cli, &printer, args),
+        Command::Completions(args) => completions::completions(&cli, &printer, args),
+        Command::Man(args) => man::man(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

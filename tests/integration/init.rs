@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// `mvk ARGS…` with its working directory in DIR; (exit code, stdout, stderr).
-fn mvk(dir: &Path, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn mvk(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(assert_cmd::cargo::cargo_bin("mvk"))
         .current_dir(dir)
         .args(args)

@@ -16,6 +16,7 @@ mod init;
 mod invalid;
 mod reading;
 mod resume;
+mod shell;
 mod stdlib;
 
 #[test]
