@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_mangen::Man;
 
 use super::printer::Printer;
+use super::reference::{built, visible};
 use super::{Cli, CliError, Exit};
 
 #[derive(Debug, Args)]
@@ -38,19 +39,6 @@ pub fn man(_cli: &Cli, printer: &Printer, args: &ManArgs) -> Result<Exit, CliErr
         })?),
     }
     Ok(Exit::Ok)
-}
-
-/// The command line's definition, built (so subcommands know their full names: `mvk apply`),
-/// without clap's `help` subcommand.
-fn built() -> clap::Command {
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    cmd
-}
-
-/// The commands a user sees (hidden ones are for mvk's own maintenance).
-fn visible(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
-    cmd.get_subcommands().filter(|s| !s.is_hide_set())
 }
 
 /// `mvk.1`, followed by a section per command (`MVK APPLY`) with its synopsis, description and

@@ -14,6 +14,7 @@ pub mod man;
 pub mod plan;
 pub mod printer;
 pub mod reading;
+pub mod reference;
 pub mod resume;
 pub mod runs;
 pub mod stats;

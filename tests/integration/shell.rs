@@ -147,3 +147,37 @@ fn man_out_writes_one_page_per_command() {
     let apply = std::fs::read_to_string(out.join("mvk-apply.1")).unwrap();
     assert!(apply.contains("\\-\\-task"), "{apply}");
 }
+
+/// Regenerates `book/src/cli.md`'s reference (with `MVK_BLESS=1`, writes it instead).
+#[test]
+fn cli_reference_in_the_book_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("book/src/cli.md");
+    let now = mvk::cli::reference::markdown();
+    if std::env::var_os(mvk::env::MVK_BLESS).is_some_and(|v| v == "1") {
+        std::fs::write(&path, &now).unwrap();
+        return;
+    }
+    let book = std::fs::read_to_string(&path).unwrap_or_default();
+    if book != now {
+        let first = book
+            .lines()
+            .zip(now.lines())
+            .position(|(a, b)| a != b)
+            .map_or(book.lines().count().min(now.lines().count()), |i| i);
+        panic!(
+            "book/src/cli.md is not the reference the clap definition gives (first difference \
+             at line {}: book {:?}, now {:?}); refresh it with \
+             `MVK_BLESS=1 cargo test --test integration cli_reference` and commit it",
+            first + 1,
+            book.lines().nth(first),
+            now.lines().nth(first)
+        );
+    }
+    // Every command the definition has is in the page.
+    for (name, flags) in commands() {
+        assert!(book.contains(&format!("\n## `mvk {name}`\n")), "{name}");
+        for flag in flags {
+            assert!(book.contains(&format!("`{flag}")), "mvk {name} {flag}");
+        }
+    }
+}
