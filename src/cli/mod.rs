@@ -15,6 +15,7 @@ pub mod plan;
 pub mod printer;
 pub mod reading;
 pub mod reference;
+pub mod report;
 pub mod resume;
 pub mod runs;
 pub mod stats;
@@ -78,6 +79,8 @@ pub enum Command {
     Log(log::LogArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
+    /// Write a run's timeline as one self-contained HTML page: attempts, verdicts, merges, cost.
+    Report(report::ReportArgs),
     /// Print the completion script of a shell: bash, zsh, fish, elvish or powershell.
     Completions(completions::CompletionsArgs),
     /// Print mvk's manual page (roff), or write one page per command with `--out DIR`.
@@ -118,6 +121,7 @@ where
         Command::Status(args) => status::status(&cli, &printer, args),
         Command::Log(args) => log::log(&cli, &printer, args),
         Command::Stats(args) => stats::stats(&cli, &printer, args),
+        Command::Report(args) => report::report(&cli, &printer, args),
         Command::Completions(args) => completions::completions(&cli, &printer, args),
         Command::Man(args) => man::man(&cli, &printer, args),
     };

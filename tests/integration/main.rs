@@ -15,6 +15,7 @@ mod imports;
 mod init;
 mod invalid;
 mod reading;
+mod report;
 mod resume;
 mod shell;
 mod stdlib;
