@@ -137,3 +137,19 @@ fn init_refuses_to_overwrite_and_names_the_files() {
         "a file was written beside the existing one"
     );
 }
+
+#[test]
+fn the_book_shows_the_files_init_writes() {
+    // The starter loop and agent of a Rust project, as `book/src/starting.md` shows them.
+    let book =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("book/src/starting.md"))
+            .unwrap();
+    for (path, text) in mvk::scaffold::files(mvk::scaffold::ProjectKind::Rust) {
+        if path.ends_with(".kdl") {
+            assert!(
+                book.contains(&text),
+                "book/src/starting.md does not show `{path}` as `mvk init` writes it:\n{text}"
+            );
+        }
+    }
+}
