@@ -18,6 +18,12 @@ pub struct InitArgs {
 }
 
 pub fn init(_cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliError> {
+    if args.dir.exists() && !args.dir.is_dir() {
+        return Err(CliError::Usage {
+            message: format!("`{}` is not a directory", args.dir.display()),
+            hint: Some("name the project's directory: `mvk init DIR`".into()),
+        });
+    }
     let kind = ProjectKind::detect(&args.dir);
     let files = scaffold::files(kind);
     let existing: Vec<String> = files

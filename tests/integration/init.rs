@@ -136,6 +136,13 @@ fn init_refuses_to_overwrite_and_names_the_files() {
         !tmp.path().join("loops/fix-tests.kdl").exists(),
         "a file was written beside the existing one"
     );
+    // A file where the project's directory should be.
+    let (code, _, stderr) = mvk(tmp.path(), &["init", "loops/agents.kdl"]);
+    assert_eq!(code, 64, "{stderr}");
+    assert!(
+        stderr.contains("error: `loops/agents.kdl` is not a directory"),
+        "{stderr}"
+    );
 }
 
 #[test]
