@@ -9,6 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::apply::git;
+
 /// `mvk ARGS…` with its working directory in DIR; (exit code, stdout, stderr).
 pub(crate) fn mvk(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(assert_cmd::cargo::cargo_bin("mvk"))
@@ -159,4 +161,80 @@ fn the_book_shows_the_files_init_writes() {
             );
         }
     }
+}
+
+const BUGGY: &str = "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n";
+const FIXED: &str = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
+
+#[test]
+fn the_rust_starter_loop_runs_to_an_accepted_change() {
+    // A crate whose sealed test fails; `mvk init`; only the agent's command is replaced (by a
+    // script that fixes the bug); then `mvk apply` of the written loop, as is.
+    let tmp = tempfile::tempdir().unwrap();
+    let worktrees = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    let files = [
+        (
+            "Cargo.toml",
+            "[package]\nname = \"adder\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        ("src/lib.rs", BUGGY),
+        (
+            "tests/add.rs",
+            "#[test]\nfn two_and_three_make_five() {\n    assert_eq!(adder::add(2, 3), 5);\n}\n",
+        ),
+        (".gitignore", "/target\nCargo.lock\n"),
+    ];
+    for (path, text) in files {
+        let path = repo.join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+    let (code, stdout, stderr) = mvk(repo, &["init"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    fs::write(
+        repo.join("fix.sh"),
+        format!("cat > src/lib.rs <<'RUST'\n{FIXED}RUST\n"),
+    )
+    .unwrap();
+    fs::write(
+        repo.join("loops/agents.kdl"),
+        "agent coder timeout=\"2m\" { run \"sh\" \"fix.sh\"; }\n",
+    )
+    .unwrap();
+    git(repo, &["init", "-q", "-b", "main"]);
+    git(repo, &["config", "user.name", "T"]);
+    git(repo, &["config", "user.email", "t@example.com"]);
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "init"]);
+    let out = Command::new(assert_cmd::cargo::cargo_bin("mvk"))
+        .current_dir(repo)
+        .args(["apply", "loops/fix-tests.kdl"])
+        .env("NO_COLOR", "1")
+        .env("MVK_WORKTREE_ROOT", worktrees.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("MVK_REPO")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "mvk apply of the starter loop\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The gate really ran the crate's test: `cargo test`'s summary is the evidence.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = stdout.lines().next().unwrap().trim();
+    let events = fs::read_to_string(repo.join(".mvk/runs").join(run).join("events.jsonl")).unwrap();
+    let gate: Value = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "gate.finished")
+        .unwrap_or_else(|| panic!("no gate.finished in\n{events}"));
+    assert_eq!(gate["detail"]["verdict"], "pass", "{gate}");
+    assert_eq!(gate["detail"]["counts"]["executed"], 1, "{gate}");
+    assert_eq!(gate["detail"]["counts"]["passed"], 1, "{gate}");
+    assert_eq!(git(repo, &["show", "main:src/lib.rs"]), FIXED);
 }
