@@ -19,3 +19,6 @@ pub const MVK_FAILPOINT: &str = "MVK_FAILPOINT";
 /// mvk's cache directory: git imports are fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>`
 /// (default: `$XDG_CACHE_HOME/mvk`, else `~/.cache/mvk`).
 pub const MVK_CACHE_DIR: &str = "MVK_CACHE_DIR";
+/// Tests only: `1` makes the test of the book's command-line reference (`book/src/cli.md`)
+/// write the page from the clap definition instead of failing on a difference.
+pub const MVK_BLESS: &str = "MVK_BLESS";

@@ -3,14 +3,19 @@
 
 pub mod apply;
 pub mod check;
+pub mod completions;
 pub mod exit;
 pub mod gc;
 pub mod graph;
+pub mod init;
 pub mod lock;
 pub mod log;
+pub mod man;
 pub mod plan;
 pub mod printer;
 pub mod reading;
+pub mod reference;
+pub mod report;
 pub mod resume;
 pub mod runs;
 pub mod stats;
@@ -48,6 +53,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Write a starter loop, an agent definition and a prompt template for the project in DIR.
+    Init(init::InitArgs),
     /// Compile a loop or flow and run it to an end: attempts, seal, gates, budgets, ladder, merge.
     Apply(apply::ApplyArgs),
     /// Validate loop files; report every problem at once.
@@ -72,6 +79,12 @@ pub enum Command {
     Log(log::LogArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
+    /// Write a run's timeline as one self-contained HTML page: attempts, verdicts, merges, cost.
+    Report(report::ReportArgs),
+    /// Print the completion script of a shell: bash, zsh, fish, elvish or powershell.
+    Completions(completions::CompletionsArgs),
+    /// Print mvk's manual page (roff), or write one page per command with `--out DIR`.
+    Man(man::ManArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -95,6 +108,7 @@ where
     };
     let printer = Printer::new(cli.quiet, cli.verbose);
     let result = match &cli.command {
+        Command::Init(args) => init::init(&cli, &printer, args),
         Command::Apply(args) => apply::apply(&cli, &printer, args),
         Command::Gc(args) => gc::gc(&cli, &printer, args),
         Command::Resume(args) => resume::resume(&cli, &printer, args),
@@ -107,6 +121,9 @@ where
         Command::Status(args) => status::status(&cli, &printer, args),
         Command::Log(args) => log::log(&cli, &printer, args),
         Command::Stats(args) => stats::stats(&cli, &printer, args),
+        Command::Report(args) => report::report(&cli, &printer, args),
+        Command::Completions(args) => completions::completions(&cli, &printer, args),
+        Command::Man(args) => man::man(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

@@ -1,9 +1,10 @@
 //! Ledger rows in; what a person or a program reads about runs out: a run's status
 //! ([`status`]), figures over all runs ([`stats`]), the pattern of a run that went wrong
-//! ([`diagnosis`]), and one line per event ([`event_text`]).
+//! ([`diagnosis`]), one line per event ([`event_text`]), and a run's HTML report ([`html`]).
 
 pub mod diagnosis;
 pub mod event_text;
+pub mod html;
 pub mod stats;
 pub mod status;
 

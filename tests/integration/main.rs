@@ -13,9 +13,12 @@ mod faults;
 mod fuzz;
 mod hardening;
 mod imports;
+mod init;
 mod invalid;
 mod reading;
+mod report;
 mod resume;
+mod shell;
 mod stdlib;
 
 #[test]

@@ -1,0 +1,480 @@
+//! A run's ledger rows in; one self-contained HTML page out (`mvk report --html`): the run's
+//! summary, a timeline drawn in inline SVG (one bar per attempt, a mark per merge), and per task
+//! its attempts with rung, agent, duration, seal and gate verdicts with test counts, and cost.
+//! Inline CSS only: no script, no external asset, no network.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Spent, spent_by_attempt};
+use crate::ledger::LedgerError;
+use crate::ledger::read::{AttemptRow, GateResultRow, MergeRow, Reader, RunRow, rfc3339};
+use crate::plan::{format_duration, format_usd};
+
+/// Where the timeline's bars start (the labels are left of it) and how wide it is, in pixels.
+const LABEL_WIDTH: i64 = 220;
+const BARS_WIDTH: i64 = 720;
+const ROW_HEIGHT: i64 = 26;
+
+/// The rows of one run, read once.
+struct Rows {
+    run: RunRow,
+    tasks: Vec<crate::ledger::read::TaskRow>,
+    attempts: Vec<AttemptRow>,
+    gates: Vec<GateResultRow>,
+    costs: BTreeMap<i64, Spent>,
+    merges: Vec<MergeRow>,
+    /// `(task, attempt)` → `passed` or `breached: PATH, …`, from the `seal.*` events.
+    seals: BTreeMap<(String, u32), String>,
+    /// The time of the last event: the end of a run that has not finished.
+    last_event_ms: i64,
+}
+
+/// The page for `run`.
+pub fn html(reader: &Reader, run: &RunRow) -> Result<String, LedgerError> {
+    let events = reader.events(&run.id, 0)?;
+    let mut seals = BTreeMap::new();
+    for e in &events {
+        let (Some(task), Some(attempt)) = (&e.task, e.attempt) else {
+            continue;
+        };
+        let verdict = match e.event.as_str() {
+            "seal.passed" => "passed".to_string(),
+            "seal.breached" => {
+                let paths: Vec<&str> = e
+                    .detail
+                    .get("breaches")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b.get("path").and_then(Value::as_str))
+                    .collect();
+                format!("breached: {}", paths.join(", "))
+            }
+            _ => continue,
+        };
+        seals.insert((task.clone(), attempt), verdict);
+    }
+    let rows = Rows {
+        run: run.clone(),
+        tasks: reader.tasks(Some(&run.id))?,
+        attempts: reader
+            .attempts(Some(&run.id))?
+            .into_iter()
+            .filter(|a| a.state != "abandoned")
+            .collect(),
+        gates: reader.gate_results(Some(&run.id))?,
+        costs: spent_by_attempt(&reader.costs(Some(&run.id))?),
+        merges: reader.merges(&run.id)?,
+        seals,
+        last_event_ms: events.last().map_or(run.heartbeat_at, |e| e.time_ms),
+    };
+    Ok(render(&rows))
+}
+
+/// `&`, `<`, `>`, `"` and `'` escaped, for text and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn span_text(ms: i64) -> String {
+    format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+/// When an attempt ended: its finish, else (still running or cut off) the run's last sign.
+fn attempt_end(rows: &Rows, a: &AttemptRow) -> i64 {
+    a.finished_at
+        .unwrap_or(rows.last_event_ms.max(rows.run.heartbeat_at))
+        .max(a.started_at)
+}
+
+/// `passed`, `failed (gate)`, `running`.
+fn verdict(a: &AttemptRow) -> String {
+    match (&a.outcome, &a.failure_kind) {
+        (Some(o), Some(kind)) => format!("{o} ({kind})"),
+        (Some(o), None) => o.clone(),
+        (None, _) => a.state.clone(),
+    }
+}
+
+/// The CSS class of an attempt's bar.
+fn class(a: &AttemptRow) -> &'static str {
+    match (a.outcome.as_deref(), a.failure_kind.as_deref()) {
+        (Some("passed"), _) => "passed",
+        (Some(_), Some("seal")) => "breached",
+        (Some(_), Some("unknown")) => "unknown",
+        (Some(_), _) => "failed",
+        (None, _) => "running",
+    }
+}
+
+/// `tests pass 12/12`, `lint fail (exit 1)`.
+fn gate_text(g: &GateResultRow) -> String {
+    let mut text = format!("{} {}", g.name, g.verdict);
+    if let (Some(executed), Some(passed), Some(failed)) = (g.executed, g.passed, g.failed) {
+        let _ = write!(text, " {passed}/{executed} passed");
+        if failed > 0 {
+            let _ = write!(text, ", {failed} failed");
+        }
+    } else if let Some(code) = g.exit_code {
+        let _ = write!(text, " (exit {code})");
+    }
+    if g.phase == "after-merge" {
+        text.push_str(" after merge");
+    }
+    text
+}
+
+fn render(rows: &Rows) -> String {
+    let run = &rows.run;
+    let end = run.finished_at.unwrap_or(rows.last_event_ms).max(
+        rows.attempts
+            .iter()
+            .map(|a| attempt_end(rows, a))
+            .max()
+            .unwrap_or(0),
+    );
+    let mut spent = Spent::default();
+    for a in &rows.attempts {
+        spent.add_attempt(a, &rows.costs);
+    }
+    let outcome = run.outcome.clone().unwrap_or_else(|| run.state.clone());
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>mvk run {id}: {program}</title>\n<style>{CSS}</style>\n</head>\n<body>\n\
+         <h1>Run <code>{id}</code>: {program}</h1>\n",
+        id = esc(&run.id),
+        program = esc(&run.program),
+    );
+    let _ = writeln!(
+        out,
+        "<dl class=\"summary\">\
+         <dt>loop file</dt><dd><code>{file}</code></dd>\
+         <dt>outcome</dt><dd class=\"outcome {outcome_class}\" id=\"outcome\">{outcome}{code}</dd>\
+         <dt>started</dt><dd>{started}</dd>\
+         <dt>duration</dt><dd>{duration}</dd>\
+         <dt>base</dt><dd><code>{base}</code> on <code>{target}</code></dd>\
+         <dt>spent</dt><dd id=\"spent\">{attempts} attempt{s}, {usd}, {tokens} tokens</dd>\
+         </dl>",
+        file = esc(&run.file),
+        outcome_class = esc(&outcome),
+        outcome = esc(&outcome),
+        code = run
+            .exit_code
+            .map_or(String::new(), |c| format!(" (exit {c})")),
+        started = esc(&rfc3339(run.started_at)),
+        duration = span_text(end - run.started_at),
+        base = esc(run.base_commit.get(..12).unwrap_or(&run.base_commit)),
+        target = esc(&run.target_branch),
+        attempts = spent.attempts,
+        s = if spent.attempts == 1 { "" } else { "s" },
+        usd = format_usd(spent.usd_micros),
+        tokens = spent.tokens,
+    );
+    counts(&mut out, rows);
+    timeline(&mut out, rows, end);
+    for task in task_names(rows) {
+        task_section(&mut out, rows, &task);
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The tasks in the order they started (attempts' order), then those that never ran.
+fn task_names(rows: &Rows) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for name in rows
+        .attempts
+        .iter()
+        .map(|a| &a.task)
+        .chain(rows.tasks.iter().map(|t| &t.name))
+    {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+/// The verdict tallies: attempts, seal checks, gate runs, merges.
+fn counts(out: &mut String, rows: &Rows) {
+    let tally = |items: &mut dyn Iterator<Item = String>| {
+        let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        for i in items {
+            *by.entry(i).or_default() += 1;
+        }
+        by
+    };
+    let attempts = tally(&mut rows.attempts.iter().map(|a| class(a).to_string()));
+    let seals = tally(
+        &mut rows
+            .seals
+            .values()
+            .map(|v| v.split(':').next().unwrap_or(v).to_string()),
+    );
+    let gates = tally(&mut rows.gates.iter().map(|g| g.verdict.clone()));
+    let merges = tally(&mut rows.merges.iter().map(|m| m.state.clone()));
+    out.push_str(
+        "<table class=\"counts\" id=\"counts\">\n<tr><th>what</th><th>verdicts</th></tr>\n",
+    );
+    for (what, by) in [
+        ("attempts", attempts),
+        ("seal checks", seals),
+        ("gate runs", gates),
+        ("merges", merges),
+    ] {
+        let cells: Vec<String> = by
+            .iter()
+            .map(|(v, n)| format!("<span class=\"{c}\">{n} {c}</span>", c = esc(v)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<tr data-count=\"{what}\"><td>{what}</td><td>{}</td></tr>",
+            if cells.is_empty() {
+                "none".to_string()
+            } else {
+                cells.join(", ")
+            }
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+/// The SVG timeline: a row per attempt, its bar from start to end on the run's time axis.
+fn timeline(out: &mut String, rows: &Rows, end: i64) {
+    let start = rows.run.started_at;
+    let span = (end - start).max(1);
+    let x = |t: i64| LABEL_WIDTH + (t - start).clamp(0, span) * BARS_WIDTH / span;
+    let count = i64::try_from(rows.attempts.len()).unwrap_or(i64::MAX);
+    let height = (count + 1) * ROW_HEIGHT + 10;
+    let width = LABEL_WIDTH + BARS_WIDTH + 20;
+    let _ = writeln!(
+        out,
+        "<h2>Timeline</h2>\n<svg class=\"timeline\" id=\"timeline\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"attempts over time\">"
+    );
+    // The time axis: the run's start and end.
+    let axis_y = count * ROW_HEIGHT + 8;
+    let _ = writeln!(
+        out,
+        "<line class=\"axis\" x1=\"{LABEL_WIDTH}\" y1=\"{axis_y}\" x2=\"{x2}\" y2=\"{axis_y}\"/>\
+         <text class=\"tick\" x=\"{LABEL_WIDTH}\" y=\"{ty}\">0s</text>\
+         <text class=\"tick\" x=\"{x2}\" y=\"{ty}\" text-anchor=\"end\">{total}</text>",
+        x2 = LABEL_WIDTH + BARS_WIDTH,
+        ty = axis_y + 16,
+        total = span_text(end - start),
+    );
+    for (i, a) in rows.attempts.iter().enumerate() {
+        let y = i64::try_from(i).unwrap_or(0) * ROW_HEIGHT + 4;
+        let x1 = x(a.started_at);
+        let w = (x(attempt_end(rows, a)) - x1).max(3);
+        let gates: Vec<String> = rows
+            .gates
+            .iter()
+            .filter(|g| g.attempt_id == a.id)
+            .map(gate_text)
+            .collect();
+        let seal = rows
+            .seals
+            .get(&(a.task.clone(), a.number))
+            .map_or("seal not checked".to_string(), |s| format!("seal {s}"));
+        let tip = format!(
+            "{} attempt {} (rung {}, {}): {}, {}; {}{}",
+            a.task,
+            a.number,
+            a.rung,
+            a.agent,
+            verdict(a),
+            span_text(attempt_end(rows, a) - a.started_at),
+            seal,
+            if gates.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", gates.join("; "))
+            }
+        );
+        let _ = writeln!(
+            out,
+            "<g class=\"attempt {class}\" id=\"attempt-{task}-{n}\" data-task=\"{task}\" \
+             data-attempt=\"{n}\" data-outcome=\"{class}\"><title>{tip}</title>\
+             <text class=\"label\" x=\"4\" y=\"{ty}\">{task} #{n} · rung {rung} · {agent}</text>\
+             <rect x=\"{x1}\" y=\"{y}\" width=\"{w}\" height=\"{h}\" rx=\"3\"/></g>",
+            class = class(a),
+            task = esc(&a.task),
+            n = a.number,
+            tip = esc(&tip),
+            ty = y + 14,
+            rung = a.rung,
+            agent = esc(&a.agent),
+            h = ROW_HEIGHT - 8,
+        );
+        for m in rows.merges.iter().filter(|m| m.attempt_id == a.id) {
+            let mx = x(m.finished_at.unwrap_or(m.started_at));
+            let my = y + (ROW_HEIGHT - 8) / 2;
+            let _ = writeln!(
+                out,
+                "<g class=\"merge {state}\" data-task=\"{task}\"><title>merge into {into} \
+                 ({strategy}): {state}</title><path d=\"M{mx} {top} L{right} {my} L{mx} {bottom} \
+                 L{left} {my} Z\"/></g>",
+                state = esc(&m.state),
+                task = esc(&m.task),
+                into = esc(&m.into_branch),
+                strategy = esc(&m.strategy),
+                top = my - 7,
+                bottom = my + 7,
+                left = mx - 7,
+                right = mx + 7,
+            );
+        }
+    }
+    out.push_str("</svg>\n<p class=\"legend\"><span class=\"passed\">passed</span> \
+                  <span class=\"failed\">failed</span> <span class=\"breached\">seal breached</span> \
+                  <span class=\"unknown\">unknown</span> <span class=\"running\">running</span> \
+                  ◆ merge</p>\n");
+}
+
+/// A task's outcome and its attempts' table.
+fn task_section(out: &mut String, rows: &Rows, name: &str) {
+    let task = rows.tasks.iter().find(|t| t.name == name);
+    let outcome = task
+        .and_then(|t| t.outcome.clone().or_else(|| Some(t.state.clone())))
+        .unwrap_or_else(|| "not started".into());
+    let merged = task
+        .and_then(|t| t.merged.as_deref())
+        .map_or(String::new(), |c| {
+            format!(", landed as <code>{}</code>", esc(c.get(..12).unwrap_or(c)))
+        });
+    let _ = writeln!(
+        out,
+        "<section class=\"task\" data-task=\"{n}\">\n<h2>Task <code>{n}</code>: \
+         <span class=\"{o}\">{o}</span>{merged}</h2>",
+        n = esc(name),
+        o = esc(&outcome),
+    );
+    let attempts: Vec<&AttemptRow> = rows.attempts.iter().filter(|a| a.task == name).collect();
+    if attempts.is_empty() {
+        out.push_str("<p>No attempts.</p>\n</section>\n");
+        return;
+    }
+    out.push_str(
+        "<table class=\"attempts\">\n<tr><th>#</th><th>rung</th><th>agent</th><th>duration</th>\
+         <th>agent exit</th><th>seal</th><th>gates</th><th>verdict</th><th>cost</th></tr>\n",
+    );
+    for a in attempts {
+        let gates: Vec<String> = rows
+            .gates
+            .iter()
+            .filter(|g| g.attempt_id == a.id)
+            .map(|g| {
+                format!(
+                    "<span class=\"gate {v}\" title=\"{reason}\">{text}</span>",
+                    v = esc(&g.verdict),
+                    reason = esc(&g.reason),
+                    text = esc(&gate_text(g))
+                )
+            })
+            .collect();
+        let cost = rows.costs.get(&a.id).copied().unwrap_or_default();
+        let exit = match (a.exit_code, a.timed_out) {
+            (_, Some(true)) => "timed out".to_string(),
+            (Some(c), _) => c.to_string(),
+            (None, _) => "-".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "<tr class=\"attempt-row\" data-outcome=\"{class}\" data-attempt=\"{n}\"><td>{n}</td><td>{rung}</td>\
+             <td>{agent}</td><td>{duration}</td><td>{exit}</td><td>{seal}</td><td>{gates}</td>\
+             <td class=\"{class}\">{verdict}{criterion}</td><td>{usd}, {tokens} tokens</td></tr>",
+            class = class(a),
+            n = a.number,
+            rung = a.rung,
+            agent = esc(&a.agent),
+            duration = span_text(attempt_end(rows, a) - a.started_at),
+            seal = esc(rows
+                .seals
+                .get(&(a.task.clone(), a.number))
+                .map_or("-", String::as_str)),
+            gates = if gates.is_empty() {
+                "-".to_string()
+            } else {
+                gates.join("<br>")
+            },
+            verdict = esc(&verdict(a)),
+            criterion = a
+                .criterion
+                .as_deref()
+                .map_or(String::new(), |c| format!("<br><small>{}</small>", esc(c))),
+            usd = format_usd(cost.usd_micros),
+            tokens = cost.tokens,
+        );
+    }
+    out.push_str("</table>\n");
+    let merges: Vec<&MergeRow> = rows.merges.iter().filter(|m| m.task == name).collect();
+    if !merges.is_empty() {
+        out.push_str("<ul class=\"merges\">\n");
+        for m in merges {
+            let _ = writeln!(
+                out,
+                "<li class=\"merge-row {state}\">merge into <code>{into}</code> ({strategy}): \
+                 {state}{commit}{detail}</li>",
+                state = esc(&m.state),
+                into = esc(&m.into_branch),
+                strategy = esc(&m.strategy),
+                commit = m.commit_id.as_deref().map_or(String::new(), |c| format!(
+                    " as <code>{}</code>",
+                    esc(c.get(..12).unwrap_or(c))
+                )),
+                detail = if m.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", esc(&m.detail))
+                },
+            );
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// The page's only style sheet, inline.
+const CSS: &str = "
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; \
+background: #fff; padding: 0 1em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+code { font-family: ui-monospace, monospace; font-size: 0.95em; }
+dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 0.2em 1em; }
+dt { color: #666; } dd { margin: 0; }
+table { border-collapse: collapse; margin: 0.6em 0; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; }
+.passed, .pass, .accepted, .done { color: #1a7f37; }
+.failed, .fail, .rejected, .conflict { color: #c62828; }
+.breached { color: #7b1fa2; }
+.unknown, .stuck, .budget, .human { color: #8d6e00; }
+.running { color: #1565c0; }
+svg.timeline { display: block; max-width: 100%; height: auto; }
+svg .label, svg .tick { font-size: 12px; fill: #333; }
+svg .axis { stroke: #999; }
+g.attempt.passed rect { fill: #2e9e4f; } g.attempt.failed rect { fill: #d9534f; }
+g.attempt.breached rect { fill: #8e44ad; } g.attempt.unknown rect { fill: #c9a227; }
+g.attempt.running rect { fill: #3f7fd0; }
+g.merge path { fill: #111; stroke: #fff; } g.merge.conflict path, g.merge.failed path { fill: #c62828; }
+.legend span { margin-right: 1em; }
+";

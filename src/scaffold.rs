@@ -1,0 +1,147 @@
+//! A project directory in; the starter files of `mvk init` out: a loop whose gate runs the
+//! project's tests (found from its manifest), an agent definition to edit, and the maker's
+//! prompt template. Nothing here writes to the disk.
+
+use std::path::Path;
+
+/// The kind of project a directory holds, from the first manifest found in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProjectKind {
+    /// `Cargo.toml`: `cargo test`, from `std/gates/rust.kdl`.
+    Rust,
+    /// `pyproject.toml`: `python3 -m pytest`.
+    Python,
+    /// `package.json`: `npm test`.
+    Node,
+    /// `go.mod`: `go test -json ./...`.
+    Go,
+    /// None of them: a command gate to fill in.
+    Generic,
+}
+
+impl ProjectKind {
+    /// The manifest each kind is recognised by, in the order they are looked for.
+    const MANIFESTS: [(&'static str, ProjectKind); 4] = [
+        ("Cargo.toml", ProjectKind::Rust),
+        ("pyproject.toml", ProjectKind::Python),
+        ("package.json", ProjectKind::Node),
+        ("go.mod", ProjectKind::Go),
+    ];
+
+    /// The kind of the project in `dir`.
+    pub fn detect(dir: &Path) -> ProjectKind {
+        Self::MANIFESTS
+            .iter()
+            .find(|(file, _)| dir.join(file).is_file())
+            .map_or(ProjectKind::Generic, |(_, kind)| *kind)
+    }
+
+    /// A name for messages: `rust (Cargo.toml)`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProjectKind::Rust => "rust (`Cargo.toml`)",
+            ProjectKind::Python => "python (`pyproject.toml`)",
+            ProjectKind::Node => "node (`package.json`)",
+            ProjectKind::Go => "go (`go.mod`)",
+            ProjectKind::Generic => "no known manifest",
+        }
+    }
+
+    /// The imports and the gate of the starter loop.
+    fn gate(self) -> (&'static str, &'static str) {
+        match self {
+            ProjectKind::Rust => (
+                "import \"std/gates/rust.kdl\"\n",
+                "    // `cargo test`; its `test result:` lines are the evidence that tests ran.\n    \
+                 gate tests use=cargo-test\n",
+            ),
+            ProjectKind::Python => (
+                "",
+                "    // pytest's summary line is the evidence that tests ran.\n    \
+                 gate tests evidence=pytest timeout=\"20m\" {\n        \
+                 run \"python3\" \"-m\" \"pytest\" \"-q\"\n    }\n",
+            ),
+            ProjectKind::Node => (
+                "",
+                "    // The summary of the runner `npm test` calls (node --test, vitest or jest) is\n    \
+                 // the evidence that tests ran.\n    \
+                 gate tests timeout=\"20m\" {\n        run \"npm\" \"test\"\n    }\n",
+            ),
+            ProjectKind::Go => (
+                "",
+                "    // `go test -json` reports every test, which is the evidence that tests ran.\n    \
+                 gate tests evidence=go-test timeout=\"20m\" {\n        \
+                 run \"go\" \"test\" \"-json\" \"./...\"\n    }\n",
+            ),
+            ProjectKind::Generic => (
+                "",
+                "    // Replace with the command that checks your project. `evidence=none` judges it\n    \
+                 // by its exit code alone; if it runs tests, name the runner (`evidence=pytest`,\n    \
+                 // …) or print the `MVK_EVIDENCE=` line, so that a pass proves tests ran.\n    \
+                 gate check evidence=none timeout=\"20m\" {\n        sh \"make test\"\n    }\n",
+            ),
+        }
+    }
+
+    /// The tests the starter loop seals.
+    fn seal(self) -> &'static str {
+        match self {
+            ProjectKind::Go => "\"**/*_test.go\" \"loops/**\"",
+            ProjectKind::Node => "\"test/**\" \"tests/**\" \"loops/**\"",
+            _ => "\"tests/**\" \"loops/**\"",
+        }
+    }
+}
+
+/// The starter loop's file, under `loops/`.
+pub const LOOP_FILE: &str = "loops/fix-tests.kdl";
+/// The agent definitions, under `loops/`.
+pub const AGENTS_FILE: &str = "loops/agents.kdl";
+/// The maker's prompt template, under `loops/`.
+pub const PROMPT_FILE: &str = "loops/prompts/maker.hbs";
+
+/// The agent definition the user edits: Claude Code, as `std/agents.kdl` has it, written out.
+const AGENTS: &str = r#"// The agents your loops use. Edit the command, the model and the timeout to suit: mvk runs
+// the command in the attempt's own worktree; `{{prompt}}` is the prompt's text and
+// `{{prompt_file}}` its file. `adapter=` says how to read cost, tokens and rate limits from its
+// output (claude, codex, aider, goose, gemini). Ready-made ones: `import "std/agents.kdl"`.
+
+agent coder adapter=claude timeout="30m" {
+    doc "Claude Code in print mode; cost and tokens are read from its JSON result"
+    run "claude" "-p" "{{prompt}}" "--model" "sonnet" "--output-format" "json" "--dangerously-skip-permissions"
+}
+"#;
+
+/// The files `mvk init` writes for a project of `kind`: (path relative to the directory, text).
+pub fn files(kind: ProjectKind) -> Vec<(&'static str, String)> {
+    let (imports, gate) = kind.gate();
+    let seal = kind.seal();
+    let loop_text = format!(
+        "// A starter loop written by `mvk init`: an agent makes the tests pass without touching\n\
+         // them. Check it with `mvk check {LOOP_FILE}`, run it with `mvk apply {LOOP_FILE}`.\n\
+         {imports}import \"agents.kdl\"\n\
+         \n\
+         loop fix-tests {{\n    \
+         goal \"Make the tests pass. Do not change the tests.\"\n    \
+         agent coder\n    \
+         prompt \"prompts/maker.hbs\"\n\
+         \n    \
+         // The oracle: an attempt that touches these is rejected before any gate runs.\n    \
+         seal {seal}\n\
+         \n\
+         {gate}\
+         \n    \
+         budget iterations=5 usd=5.0 wall=\"1h\" same-failure=2\n\
+         }}\n"
+    );
+    vec![
+        (LOOP_FILE, loop_text),
+        (AGENTS_FILE, AGENTS.to_string()),
+        (
+            PROMPT_FILE,
+            crate::stdlib::get(crate::stdlib::MAKER_PROMPT)
+                .unwrap_or_default()
+                .to_string(),
+        ),
+    ]
+}

@@ -1,0 +1,221 @@
+//! `mvk report --html` end to end: real `mvk apply` runs on temporary repositories with
+//! scripted agents (the fixture of `apply.rs`), the page's structure checked against what the
+//! runs did, and the page opened in headless Chromium to see that the timeline renders.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use crate::apply::{Fixture, Run, TESTS_GATE, agent_def, loop_kdl, simple_loop};
+
+/// `mvk report ARGS…` in the fixture, which must succeed; its standard output.
+fn report(fixture: &Fixture, args: &[&str]) -> String {
+    let out = fixture.mvk().arg("report").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "mvk report {args:?}: exit {:?}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The elements of PAGE whose opening tag starts with `<TAG class="CLASS`, as the tags.
+fn tags<'a>(page: &'a str, start: &str) -> Vec<&'a str> {
+    page.match_indices(start)
+        .map(|(i, _)| {
+            let rest = &page[i..];
+            &rest[..rest.find('>').unwrap() + 1]
+        })
+        .collect()
+}
+
+/// An accepted run of the honest agent: attempt 1 fails the tests gate, attempt 2 passes and
+/// lands on `main`.
+fn honest_run() -> (Fixture, Run) {
+    let fixture = Fixture::new(&simple_loop("honest.sh", ""));
+    let run = fixture.apply();
+    run.expect_code(0);
+    (fixture, run)
+}
+
+#[test]
+fn the_page_shows_every_attempt_verdict_and_merge_of_the_run() {
+    let (fixture, run) = honest_run();
+    let page = report(&fixture, &["--html"]);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.contains(&format!("<h1>Run <code>{}</code>: t</h1>", run.id)));
+    assert!(
+        page.contains("id=\"outcome\">accepted (exit 0)</dd>"),
+        "{page}"
+    );
+    // One bar per attempt on the timeline, in order, with its verdict.
+    let bars = tags(&page, "<g class=\"attempt ");
+    assert_eq!(bars.len(), 2, "{bars:?}");
+    assert!(bars[0].contains("data-attempt=\"1\"") && bars[0].contains("data-outcome=\"failed\""));
+    assert!(bars[1].contains("data-attempt=\"2\"") && bars[1].contains("data-outcome=\"passed\""));
+    // One row per attempt in the task's table: rung, agent, the seal, the gate with counts.
+    let rows: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("<tr class=\"attempt-row"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{page}");
+    assert!(
+        rows[0].contains("<td>1</td><td>1</td><td>bot</td>"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[0].contains(">tests fail 1/2 passed, 1 failed</span>"),
+        "{}",
+        rows[0]
+    );
+    assert!(rows[0].contains("<td>passed</td>"), "the seal: {}", rows[0]);
+    assert!(rows[0].contains(">failed (gate)<"), "{}", rows[0]);
+    assert!(
+        rows[1].contains(">tests pass 2/2 passed</span>"),
+        "{}",
+        rows[1]
+    );
+    assert!(rows[1].contains(">passed<"), "{}", rows[1]);
+    // The tallies.
+    assert!(page.contains("<tr data-count=\"attempts\"><td>attempts</td><td><span class=\"failed\">1 failed</span>, <span class=\"passed\">1 passed</span></td></tr>"), "{page}");
+    assert!(page.contains("<tr data-count=\"seal checks\"><td>seal checks</td><td><span class=\"passed\">2 passed</span></td></tr>"), "{page}");
+    assert!(page.contains("<tr data-count=\"gate runs\"><td>gate runs</td><td><span class=\"fail\">1 fail</span>, <span class=\"pass\">1 pass</span></td></tr>"), "{page}");
+    assert!(page.contains("<tr data-count=\"merges\"><td>merges</td><td><span class=\"done\">1 done</span></td></tr>"), "{page}");
+    // The merge: a mark on attempt 2's row, and the commit `main` now points at.
+    let main = fixture.tip("main");
+    assert_eq!(tags(&page, "<g class=\"merge done\"").len(), 1, "{page}");
+    assert!(
+        page.contains(&format!("landed as <code>{}</code>", &main[..12])),
+        "{page}"
+    );
+    // Self-contained: no script, no link, nothing fetched.
+    for outside in [
+        "<script", "<link", "src=", "href=", "http://", "https://", "@import",
+    ] {
+        assert!(!page.contains(outside), "the page has `{outside}`");
+    }
+}
+
+#[test]
+fn the_page_names_a_breached_seal_and_the_cost() {
+    let defs = agent_def("bot", "tamper.sh", &["edit"]);
+    let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    fixture.apply().expect_code(1);
+    let page = report(&fixture, &["--html"]);
+    let bars = tags(&page, "<g class=\"attempt ");
+    assert_eq!(bars.len(), 1, "{bars:?}");
+    assert!(bars[0].contains("data-outcome=\"breached\""), "{}", bars[0]);
+    assert!(
+        page.contains("<td>breached: tests/test_calc.sh</td>"),
+        "{page}"
+    );
+    assert!(page.contains("<tr data-count=\"gate runs\"><td>gate runs</td><td>none</td></tr>"));
+    assert!(
+        page.contains("id=\"outcome\">rejected (exit 1)</dd>"),
+        "{page}"
+    );
+
+    // Another run with an agent that reports what it spent ($0.25, 1000 tokens).
+    let paying = tempfile::tempdir().unwrap();
+    let fixture2 = Fixture::new(&loop_kdl(
+        &agent_def("payer", "usage_fix.sh", &[]),
+        false,
+        TESTS_GATE,
+        "agent payer",
+    ));
+    let run = fixture2.apply();
+    run.expect_code(0);
+    let out = paying.path().join("report.html");
+    let printed = report(
+        &fixture2,
+        &[&run.id[..8], "--html", "--out", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        printed, "",
+        "the page went to the file, not standard output"
+    );
+    let page = fs::read_to_string(&out).unwrap();
+    assert!(
+        page.contains("id=\"spent\">1 attempt, $0.25, 1000 tokens</dd>"),
+        "{page}"
+    );
+    assert!(page.contains("<td>$0.25, 1000 tokens</td></tr>"), "{page}");
+}
+
+#[test]
+fn report_needs_a_run() {
+    let fixture = Fixture::new(&simple_loop("honest.sh", ""));
+    let out = fixture.mvk().args(["report", "--html"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: no runs in this repository yet"),
+        "{stderr}"
+    );
+}
+
+/// The Chromium binary of Debian's `chromium` package (`.ci/run` installs it).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The DOM of the page at PATH after headless Chromium loaded and laid it out.
+fn chromium_dom(path: &Path) -> String {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "`{CHROMIUM}` is missing: install it with `apt-get install -y chromium` (.ci/run does)"
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {:?}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn chromium_renders_the_timeline() {
+    let (fixture, run) = honest_run();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.html");
+    report(&fixture, &["--html", "--out", file.to_str().unwrap()]);
+    let dom = chromium_dom(&file);
+    assert!(
+        dom.contains(&format!("<title>mvk run {}: t</title>", run.id)),
+        "{dom}"
+    );
+    // The parsed document holds the timeline as SVG, with a group per attempt inside it (a
+    // malformed page would have its elements moved or dropped by the parser).
+    let svg_start = dom
+        .find("<svg class=\"timeline\"")
+        .unwrap_or_else(|| panic!("{dom}"));
+    let svg = &dom[svg_start..svg_start + dom[svg_start..].find("</svg>").unwrap()];
+    for n in 1..=2 {
+        let id = format!("id=\"attempt-t-{n}\"");
+        assert!(
+            svg.contains(&id),
+            "no `{id}` in the rendered timeline:\n{svg}"
+        );
+    }
+    assert_eq!(svg.matches("<rect ").count(), 2, "{svg}");
+    assert_eq!(dom.matches("<tr class=\"attempt-row").count(), 2, "{dom}");
+}
