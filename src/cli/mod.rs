@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod check;
 pub mod exit;
+pub mod followups;
 pub mod gc;
 pub mod graph;
 pub mod lock;
@@ -72,6 +73,8 @@ pub enum Command {
     Log(log::LogArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
+    /// List the non-blocking notes reviewers left: follow-up work.
+    Followups(followups::FollowupsArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -107,6 +110,7 @@ where
         Command::Status(args) => status::status(&cli, &printer, args),
         Command::Log(args) => log::log(&cli, &printer, args),
         Command::Stats(args) => stats::stats(&cli, &printer, args),
+        Command::Followups(args) => followups::followups(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

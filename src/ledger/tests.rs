@@ -160,11 +160,13 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
             "attempts",
             "costs",
             "events",
+            "followups",
             "gate_results",
             "merges",
             "program_sources",
             "programs",
             "resumptions",
+            "reviews",
             "runs",
             "task_deps",
             "task_fields",
@@ -968,6 +970,7 @@ fn shipped_migrations_never_change() {
     let shipped = [
         "732dd8d7cbaa3ffc5a4be913bf7ac79ce0ca4b920a6b99bb0c9551caaa3ae4e8",
         "2ef6b0545ec8e9c9f678cf18e2aaa0e3b66f3d753ab803a2a09bca65f3274ec3",
+        "4b5b0bc665d43eb58234928cafe23f3ebbddd4bc729babe016574d1bdef3aba0",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()

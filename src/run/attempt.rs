@@ -17,6 +17,7 @@ use crate::run::driver::{Budgets, RunError, Runner};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateContext, GateRun};
 use crate::run::process::{self, ProcessSpec, Termination};
+use crate::run::review::Verdict;
 use crate::run::seal::{self, Breach, Seal, SealVerdict};
 use crate::run::worktree;
 
@@ -48,6 +49,8 @@ pub enum FailureKind {
     Gate,
     Unknown,
     Merge,
+    /// The reviewer rejected the change.
+    Review,
 }
 
 impl FailureKind {
@@ -58,6 +61,7 @@ impl FailureKind {
             FailureKind::Gate => "gate",
             FailureKind::Unknown => "unknown",
             FailureKind::Merge => "merge",
+            FailureKind::Review => "review",
         }
     }
 }
@@ -73,6 +77,9 @@ pub struct Failure {
     pub tail: String,
     pub criterion: String,
     pub breaches: Vec<Breach>,
+    /// A reviewer's blockers, when it rejected the change.
+    #[serde(default)]
+    pub blockers: Vec<prompt::Blocker>,
     /// Two failures with the same signature are the same failure (the stuck brake).
     pub signature: String,
 }
@@ -92,7 +99,7 @@ impl Failure {
             }),
             output_tail: self.tail.clone(),
             criterion: self.criterion.clone(),
-            blockers: Vec::new(),
+            blockers: self.blockers.clone(),
         }
     }
 
@@ -117,6 +124,7 @@ impl Failure {
             tail: String::new(),
             criterion,
             breaches: Vec::new(),
+            blockers: Vec::new(),
             signature: hasher.finalize().to_hex()[..16].to_string(),
         }
     }
@@ -501,7 +509,70 @@ pub async fn judge(
         runs.push(run);
     }
     drop(lease);
-    Ok(record(AttemptEnd::Passed { head, gates: runs }))
+    let Some(review) = &task.review else {
+        return Ok(record(AttemptEnd::Passed { head, gates: runs }));
+    };
+    if budgets.time_left(runner.started()).is_none() {
+        return Ok(record(AttemptEnd::WallSpent));
+    }
+    let reviewed =
+        crate::run::review::review(runner, spec, budgets, review, (ledger_id, head, &runs)).await?;
+    let end = match reviewed.verdict {
+        Verdict::Approve { .. } => AttemptEnd::Passed { head, gates: runs },
+        Verdict::Reject { blockers, .. } => {
+            AttemptEnd::Failed(review_failure(spec.number, blockers))
+        }
+        Verdict::Unknown { reason } => {
+            let mut f = Failure::new(
+                spec.number,
+                FailureKind::Unknown,
+                format!("the reviewer answers with a verdict in the contract's form: {reason}"),
+                &["review", &reason],
+            );
+            f.tail = format!("reviewer: {reason}\n");
+            AttemptEnd::Failed(f)
+        }
+    };
+    let mut spent = usage.clone();
+    spent.input_tokens = spent
+        .input_tokens
+        .saturating_add(reviewed.usage.input_tokens);
+    spent.output_tokens = spent
+        .output_tokens
+        .saturating_add(reviewed.usage.output_tokens);
+    if let Some(u) = reviewed.usage.usd_micros {
+        spent.usd_micros = Some(spent.usd_micros.unwrap_or(0).saturating_add(u));
+    }
+    Ok(AttemptRecord {
+        usage: spent,
+        ..record(end)
+    })
+}
+
+/// A reviewer's rejection as the failure the next attempt is told about; the same blockers
+/// again are the same failure.
+fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
+    let parts: Vec<String> = blockers
+        .iter()
+        .map(|b| format!("{}|{}|{}", b.category, b.location, b.evidence))
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let shown: Vec<String> = blockers
+        .iter()
+        .map(|b| format!("({}) {}: {}", b.category, b.location, b.evidence))
+        .collect();
+    let mut f = Failure::new(
+        attempt,
+        FailureKind::Review,
+        format!(
+            "the reviewer approves the change, but it rejected it: {}",
+            shown.join("; ")
+        ),
+        &parts,
+    );
+    f.tail = shown.iter().map(|s| format!("blocker {s}\n")).collect();
+    f.blockers = blockers;
+    f
 }
 
 /// The wall budget ran out before the agent produced a result: record what it spent.
@@ -738,7 +809,7 @@ fn render_prompt(
     }
 }
 
-fn agent_env(
+pub(crate) fn agent_env(
     run: &str,
     spec: &AttemptSpec<'_>,
     worktree: &Path,
@@ -787,7 +858,7 @@ pub fn landing_env(
     gate_env(run, task, attempt, base, worktree)
 }
 
-fn fill_argv(
+pub(crate) fn fill_argv(
     argv: &[String],
     run: &str,
     spec: &AttemptSpec<'_>,

@@ -474,14 +474,6 @@ fn targets_of(
     let mut targets = BTreeMap::new();
     for &i in selected {
         let task = &program.tasks[i];
-        if task.review.is_some() {
-            return Err(RunError::Config {
-                message: format!(
-                    "task `{}` declares `review`; the reviewer is not part of this mvk yet, and running without it would skip a check the loop asks for",
-                    task.name
-                ),
-            });
-        }
         let target = if task.merge.into != crate::ir::CURRENT_BRANCH {
             task.merge.into.clone()
         } else if let Some(c) = current {
@@ -1214,13 +1206,7 @@ impl<'a> Runner<'a> {
                         return Ok((r, None));
                     }
                     Some(Rung::Human) => {
-                        let path = self.handoff(task, target, last.as_ref(), None)?;
-                        self.emit(
-                            Some(&task.name),
-                            None,
-                            "human.handoff",
-                            json!({"file": path.display().to_string()}),
-                        )?;
+                        let path = self.stop_for_person(task, target, last.as_ref(), None)?;
                         let reason = format!(
                             "the ladder reached `human`: see {}{}",
                             path.display(),
@@ -1481,13 +1467,7 @@ impl<'a> Runner<'a> {
                                 record.branch.clone(),
                                 None,
                             ));
-                            let path = self.handoff(task, target, None, Some(&reason))?;
-                            self.emit(
-                                Some(&task.name),
-                                None,
-                                "human.handoff",
-                                json!({"file": path.display().to_string(), "reason": reason}),
-                            )?;
+                            let path = self.stop_for_person(task, target, None, Some(&reason))?;
                             let r = end(
                                 self,
                                 Outcome::Human,
@@ -1521,6 +1501,37 @@ impl<'a> Runner<'a> {
                 record.branch.clone(),
                 Some(failure.clone()),
             ));
+            // Bounded review: past its rounds of rework, a rejection goes to a person, never
+            // to another attempt nor to approval.
+            if failure.kind == FailureKind::Review
+                && let Some(review) = &task.review
+            {
+                let rejections = self
+                    .ledger
+                    .review_rejections(&self.run_id, &task.name, epoch)?;
+                if rejections > review.rounds {
+                    let why = format!(
+                        "the reviewer rejected the change {rejections} times and its {} round{} of rework {} used: {}",
+                        review.rounds,
+                        if review.rounds == 1 { "" } else { "s" },
+                        if review.rounds == 1 { "is" } else { "are" },
+                        failure.criterion
+                    );
+                    let path = self.stop_for_person(task, target, Some(&failure), Some(&why))?;
+                    let reason = format!("{why}; see {}", path.display());
+                    let r = end(
+                        self,
+                        Outcome::Human,
+                        reason,
+                        None,
+                        last_branch,
+                        number,
+                        spent_tokens,
+                        spent_usd,
+                    )?;
+                    return Ok((r, Some(path)));
+                }
+            }
             if same >= task.budget.same_failure.max(1) {
                 let outcome = stuck_outcome(failure.kind);
                 let reason = format!(
@@ -1821,6 +1832,27 @@ impl<'a> Runner<'a> {
         );
         f.tail = paths.iter().map(|p| format!("conflict: {p}\n")).collect();
         Ok(Landing::Retry(f, new_base))
+    }
+
+    /// Stops `task` for a person: writes the handoff and says so in a `human.handoff` event
+    /// (with the reason, and the reviewer's blockers when a rejection stopped it).
+    fn stop_for_person(
+        &mut self,
+        task: &Task,
+        target: &str,
+        last: Option<&Failure>,
+        why: Option<&str>,
+    ) -> Result<PathBuf, RunError> {
+        let path = self.handoff(task, target, last, why)?;
+        let mut detail = json!({"file": path.display().to_string()});
+        if let Some(why) = why {
+            detail["reason"] = json!(why);
+        }
+        if let Some(f) = last.filter(|f| !f.blockers.is_empty()) {
+            detail["blockers"] = json!(f.blockers);
+        }
+        self.emit(Some(&task.name), None, "human.handoff", detail)?;
+        Ok(path)
     }
 
     /// Writes HANDOFF.md: what was tried and where the work is.

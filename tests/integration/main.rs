@@ -15,6 +15,7 @@ mod imports;
 mod invalid;
 mod reading;
 mod resume;
+mod review;
 mod stdlib;
 
 #[test]
