@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod check;
+pub mod decide;
 pub mod exit;
 pub mod followups;
 pub mod gc;
@@ -59,6 +60,10 @@ pub enum Command {
     Graph(graph::GraphArgs),
     /// Continue an interrupted or paused run; stops with exit 5 when its definition drifted.
     Resume(resume::ResumeArgs),
+    /// Answer the checkpoint where a paused run waits: land the attempt (or go on), and continue.
+    Approve(decide::ApproveArgs),
+    /// Answer the checkpoint where a paused run waits with a reason for the next attempt, and continue.
+    Reject(decide::RejectArgs),
     /// Explain a run's drift, field by field, and why each task would or would not run again.
     Why(why::WhyArgs),
     /// Pin every import of the loop files of a directory in its `mvk.lock`.
@@ -101,6 +106,8 @@ where
         Command::Apply(args) => apply::apply(&cli, &printer, args),
         Command::Gc(args) => gc::gc(&cli, &printer, args),
         Command::Resume(args) => resume::resume(&cli, &printer, args),
+        Command::Approve(args) => decide::approve(&cli, &printer, args),
+        Command::Reject(args) => decide::reject(&cli, &printer, args),
         Command::Why(args) => why::why(&cli, &printer, args),
         Command::Check(args) => check::check(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),

@@ -16,7 +16,7 @@ mod schema;
 
 pub use read::RunRow;
 pub use resume::{AttemptRow, MergeRow, ResumeStart, StoredProgram, TaskRow, TaskRowState};
-pub use review::{FollowupRow, ReviewRow};
+pub use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -372,6 +372,11 @@ impl Reader {
         )
     }
 
+    /// The checkpoints of `run` (stops for a person and their decisions), in order.
+    pub fn checkpoints(&self, run: &str) -> Result<Vec<super::CheckpointRow>, LedgerError> {
+        super::review::checkpoint_rows(&self.conn, run)
+    }
+
     /// The follow-ups reviewers noted on `run` (on every run with `None`), oldest first.
     pub fn followups(&self, run: Option<&str>) -> Result<Vec<super::FollowupRow>, LedgerError> {
         self.rows(

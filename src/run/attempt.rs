@@ -51,6 +51,8 @@ pub enum FailureKind {
     Merge,
     /// The reviewer rejected the change.
     Review,
+    /// A person rejected the attempt at a checkpoint, with a reason.
+    Human,
 }
 
 impl FailureKind {
@@ -62,6 +64,7 @@ impl FailureKind {
             FailureKind::Unknown => "unknown",
             FailureKind::Merge => "merge",
             FailureKind::Review => "review",
+            FailureKind::Human => "human",
         }
     }
 }

@@ -123,8 +123,190 @@ fn rejections_past_the_rounds_stop_for_a_person_and_never_merge() {
     );
     let text = fs::read_to_string(run.dir.join("HANDOFF.md")).unwrap();
     assert!(text.contains("add() is still wrong (review 2)"), "{text}");
-    let finished = run.one("task.finished");
-    assert_eq!(finished["detail"]["outcome"], "human");
+    let waiting = run.one("checkpoint.waiting");
+    assert_eq!(waiting["detail"]["kind"], "review");
+    assert_eq!(waiting["attempt"], 2);
+    run.one("run.paused");
+    run.none("task.finished");
+    assert_eq!(run_state(&f, &run.id), "paused");
+    // `mvk status` says who it waits for, since when, and how to answer.
+    let out = f
+        .mvk()
+        .args(["status", &run.id, "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &status["waiting_for"];
+    assert_eq!(w["kind"], "decision", "{status}");
+    assert_eq!(w["checkpoint"], "review");
+    assert_eq!(
+        (w["task"].as_str(), w["attempt"].as_u64()),
+        (Some("t"), Some(2))
+    );
+    assert!(w["since"].as_str().unwrap().starts_with("20"), "{w}");
+    assert_eq!(w["approve"], format!("mvk approve {} t", run.id));
+    assert_eq!(status["tasks"][0]["waiting_for"], *w);
+    assert_eq!(status["phase"], "waiting-human");
+    // Resuming without an answer refuses, still waiting.
+    let out = f.mvk().args(["resume", &run.id]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mvk approve"));
+    assert_eq!(f.tip("main"), f.base);
+}
+
+/// The attempt numbers started since the run was last resumed (the trail holds the whole run).
+fn new_attempts(run: &Run) -> Vec<u64> {
+    let last = run
+        .events
+        .iter()
+        .rposition(|e| e["event"] == "run.resumed")
+        .unwrap_or(0);
+    run.events[last..]
+        .iter()
+        .filter(|e| e["event"] == "attempt.started")
+        .map(|e| e["attempt"].as_u64().unwrap())
+        .collect()
+}
+
+fn run_state(f: &Fixture, run: &str) -> String {
+    ledger(f)
+        .query_row("SELECT state FROM runs WHERE id = ?1", [run], |r| r.get(0))
+        .unwrap()
+}
+
+/// A person approves, from another process, what the reviewer kept rejecting: it lands.
+#[test]
+fn approving_past_the_rounds_lands_the_attempt_the_reviewer_rejected() {
+    let f = reviewed("always-reject", 0, "");
+    let run = f.apply();
+    run.expect_code(4);
+    assert_eq!(run.attempts(), vec![1]);
+    let approved = f.run_mvk(&["approve", &run.id], &[]);
+    approved.expect_code(0);
+    assert_eq!(approved.id, run.id);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert_eq!(approved.named("merge.done").len(), 1, "{}", approved.why());
+    assert_eq!(
+        approved.one("checkpoint.answered")["detail"]["decision"],
+        "approve"
+    );
+    assert_eq!(run_state(&f, &run.id), "finished");
+    let decided: String = ledger(&f)
+        .query_row("SELECT decision FROM checkpoints", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(decided, "approve");
+    // Answered once: a second answer is refused.
+    let again = f.mvk().args(["approve", &run.id]).output().unwrap();
+    assert_eq!(again.status.code(), Some(64));
+}
+
+/// A person's rejection goes into the next attempt's prompt; the reviewer still stops it.
+#[test]
+fn a_person_rejecting_sends_the_reason_to_the_next_attempt() {
+    let f = reviewed("always-reject", 0, "");
+    let run = f.apply();
+    run.expect_code(4);
+    let rejected = f.run_mvk(
+        &[
+            "reject",
+            &run.id,
+            "t",
+            "--reason",
+            "also handle overflow, says Ada",
+        ],
+        &[],
+    );
+    rejected.expect_code(4);
+    assert_eq!(new_attempts(&rejected), vec![2], "{}", rejected.why());
+    let prompt = fs::read_to_string(f.state("maker-prompt-2.md")).unwrap();
+    assert!(
+        prompt.contains("also handle overflow, says Ada"),
+        "{prompt}"
+    );
+    assert_eq!(f.tip("main"), f.base);
+    let kinds: Vec<String> = {
+        let db = ledger(&f);
+        let mut stmt = db
+            .prepare("SELECT COALESCE(decision, '-') FROM checkpoints ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(kinds, vec!["reject", "-"]);
+}
+
+/// `--mode step` stops after each attempt; `--mode batch` before each landing.
+#[test]
+fn step_mode_stops_after_each_attempt_and_approval_goes_on() {
+    let f = Fixture::new(&crate::apply::simple_loop("honest.sh", ""));
+    let run = f.apply_with(&["--mode", "step"], &[]);
+    run.expect_code(4);
+    assert_eq!(run.attempts(), vec![1]);
+    assert_eq!(run.one("checkpoint.waiting")["detail"]["lands"], false);
+    assert_eq!(run.one("attempt.failed")["detail"]["kind"], "gate");
+    // Attempt 1 failed its gate: approving goes on to attempt 2, which passes and stops again.
+    let second = f.run_mvk(&["approve", &run.id], &[]);
+    second.expect_code(4);
+    assert_eq!(new_attempts(&second), vec![2]);
+    let waits = second.named("checkpoint.waiting");
+    assert_eq!(waits.len(), 2);
+    assert_eq!(waits[1]["detail"]["lands"], true);
+    assert_eq!(f.tip("main"), f.base);
+    let third = f.run_mvk(&["approve", &run.id], &[]);
+    third.expect_code(0);
+    assert_eq!(new_attempts(&third), Vec::<u64>::new());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn batch_mode_stops_before_landing_and_a_rejection_makes_another_attempt() {
+    let f = Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let run = f.apply_with(&["--mode", "batch"], &[]);
+    run.expect_code(4);
+    run.none("merge.started");
+    assert_eq!(run.one("checkpoint.waiting")["detail"]["kind"], "batch");
+    let again = f.run_mvk(&["reject", &run.id, "--reason", "squash the comments"], &[]);
+    again.expect_code(4);
+    assert_eq!(new_attempts(&again), vec![2]);
+    let prompt = fs::read_to_string(again.attempt_dir(2).join("prompt.md")).unwrap();
+    assert!(
+        prompt.contains("a person rejected attempt 1: squash the comments"),
+        "{prompt}"
+    );
+    assert_eq!(f.tip("main"), f.base);
+    let done = f.run_mvk(&["approve", &run.id], &[]);
+    done.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+/// An approval whose continuation dies before landing is finished by `mvk resume`, once.
+#[test]
+fn a_run_resumed_after_a_person_answered_follows_the_answer() {
+    let f = Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let run = f.apply_with(&["--mode", "batch"], &[]);
+    run.expect_code(4);
+    let out = f
+        .mvk()
+        .args(["approve", &run.id])
+        .env("MVK_FAILPOINT", "merge-intent")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(f.tip("main"), f.base);
+    let resumed = f.run_mvk(&["resume", &run.id], &[]);
+    resumed.expect_code(0);
+    assert_eq!(new_attempts(&resumed), Vec::<u64>::new());
+    assert_eq!(resumed.named("merge.done").len(), 1);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    let landings = f.git(&["rev-list", "--count", &format!("{}..main", f.base)]);
+    assert_eq!(landings.trim(), "1");
 }
 
 #[test]

@@ -32,3 +32,27 @@ CREATE TABLE followups (
 );
 
 CREATE INDEX followups_by_review ON followups (review_id);
+
+-- A stop for a person: the run paused (`runs.state = 'paused'`) at attempt `attempt_id` of
+-- `task`, because review rounds ran out ('review'), or the run's mode stops after each attempt
+-- ('step') or before each landing ('batch'). `mvk approve` / `mvk reject` record the decision;
+-- the run goes on from it. `lands`: whether approving lands the attempt (its gates passed).
+CREATE TABLE checkpoints (
+    id          INTEGER PRIMARY KEY,
+    run         TEXT    NOT NULL REFERENCES runs (id),
+    task        TEXT    NOT NULL,
+    attempt_id  INTEGER NOT NULL REFERENCES attempts (id),
+    kind        TEXT    NOT NULL CHECK (kind IN ('review', 'step', 'batch')),
+    lands       INTEGER NOT NULL CHECK (lands IN (0, 1)),
+    -- What the person is asked, in one line.
+    question    TEXT    NOT NULL,
+    since       INTEGER NOT NULL,
+    decision    TEXT CHECK (decision IN ('approve', 'reject')),
+    -- The reason a rejection gives; it goes into the next attempt's prompt.
+    reason      TEXT,
+    decided_at  INTEGER,
+    CHECK ((decision IS NULL) = (decided_at IS NULL)),
+    CHECK (decision IS NOT 'reject' OR (reason IS NOT NULL AND reason <> ''))
+);
+
+CREATE INDEX checkpoints_by_run ON checkpoints (run, task, id);
