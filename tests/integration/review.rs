@@ -327,3 +327,28 @@ fn a_malformed_verdict_is_unknown_never_approval() {
     );
     assert_eq!(run.one("task.finished")["detail"]["outcome"], "unknown");
 }
+
+/// Independence: `mvk check` warns when the reviewer is a maker rung's agent with its model.
+#[test]
+fn check_warns_when_the_reviewer_is_a_maker() {
+    let def = "agent bot timeout=\"30s\" {\n    param model default=\"small\"\n    run \"sh\" \"@AGENTS/fix.sh\" \"{{model}}\"\n}\n";
+    let check = |review: &str| {
+        let f = Fixture::new(&loop_kdl(
+            def,
+            false,
+            TESTS_GATE,
+            &format!("ladder {{\n        rung agent=bot model=big\n    }}\n    {review}"),
+        ));
+        let out = f.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let same = check("review agent=bot model=big");
+    assert!(same.contains("mvk::reviewer-not-independent"), "{same}");
+    assert!(
+        same.contains("the reviewer is the same agent as a maker: `bot (model=big)`"),
+        "{same}"
+    );
+    let other = check("review agent=bot model=other");
+    assert!(!other.contains("reviewer-not-independent"), "{other}");
+}
