@@ -1,5 +1,6 @@
 //! An attempt whose gates passed in; the independent reviewer's verdict out. The reviewer runs in
-//! a fresh worktree of the attempt's result with its own prompt: the task's contract (goal,
+//! a fresh worktree of the attempt's result (one commit on the base, without the maker's commit
+//! messages) with its own prompt: the task's contract (goal,
 //! scope, seal), the gates and their results, the diff against the base and the blockers it
 //! raised before, never the maker's output or self-report. Its answer is the last line of its
 //! standard output that parses as a JSON object with a `verdict` key; anything else, a reject
@@ -231,7 +232,8 @@ pub async fn review(
         attempt::slug(&task.name),
         spec.number
     );
-    let lease = runner.acquire(head, &branch)?;
+    let under_review = neutral_commit(runner.repo_root(), spec.base, head)?;
+    let lease = runner.acquire(under_review, &branch)?;
     let as_reviewer = AttemptSpec {
         agent: &review.agent,
         previous: None,
@@ -339,6 +341,31 @@ pub async fn review(
         }),
     )?;
     Ok(Reviewed { verdict, usage })
+}
+
+/// A commit with `head`'s tree whose only parent is `base`: the reviewer's checkout holds the
+/// change, while its history holds none of the maker's commit messages (its self-report).
+fn neutral_commit(repo_root: &Path, base: Oid, head: Oid) -> Result<Oid, RunError> {
+    let git = |action: String| move |source| RunError::Git { action, source };
+    let repo = Repository::open(repo_root).map_err(git("open the repository".into()))?;
+    let parent = repo
+        .find_commit(base)
+        .map_err(git(format!("read commit `{base}`")))?;
+    let tree = repo
+        .find_commit(head)
+        .and_then(|c| c.tree())
+        .map_err(git(format!("read the tree of commit `{head}`")))?;
+    let sig = crate::run::worktree::signature(&repo)
+        .map_err(git("make a signature for the commit under review".into()))?;
+    repo.commit(
+        None,
+        &sig,
+        &sig,
+        &format!("mvk: the change under review\n\nMvk-Head: {head}\n"),
+        &tree,
+        &[&parent],
+    )
+    .map_err(git("write the commit under review".into()))
 }
 
 /// The change from `base` to `head` as a unified diff, cut to `max` bytes with a note saying so.

@@ -5,7 +5,7 @@
 #   always-reject        rejects every time, a different blocker each call
 #   garbage              answers in prose, with no verdict line
 # It fails loudly (exit 97, no verdict) when it sees the maker's marker anywhere it can look:
-# its prompt, its environment, the files of its working directory.
+# its prompt, its environment, the files of its working directory, the history of its HEAD.
 set -eu
 state=$1
 mode=$2
@@ -14,7 +14,8 @@ n=$(( $(cat "$state/reviews" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$state/reviews"
 cp "$MVK_PROMPT_FILE" "$state/review-prompt-$n.md"
 if grep -q "$marker" "$MVK_PROMPT_FILE" || env | grep -q "$marker" \
-    || grep -rq --exclude-dir=.git "$marker" .; then
+    || grep -rq --exclude-dir=.git "$marker" . \
+    || git log --format=%B HEAD | grep -q "$marker"; then
     echo "REVIEWER SAW THE MAKER'S OUTPUT" >&2
     echo "leak" > "$state/leak"
     exit 97
