@@ -123,6 +123,21 @@ fn rejections_past_the_rounds_stop_for_a_person_and_never_merge() {
     );
     let text = fs::read_to_string(run.dir.join("HANDOFF.md")).unwrap();
     assert!(text.contains("add() is still wrong (review 2)"), "{text}");
+    // The progress on stderr says what the reviewer found and that the run waits.
+    assert!(
+        run.context.contains(
+            "t #1: review: reject; (correctness) src/calc.sh:2: add() is still wrong (review 1)"
+        ),
+        "{}",
+        run.context
+    );
+    assert!(
+        run.context.contains(
+            "t #2: waiting for a person (review): the reviewer rejected the change 2 times"
+        ),
+        "{}",
+        run.context
+    );
     let waiting = run.one("checkpoint.waiting");
     assert_eq!(waiting["detail"]["kind"], "review");
     assert_eq!(waiting["attempt"], 2);
