@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 
 use crate::ir::Review;
 use crate::prompt::{self, Blocker, GateInfo, PromptContext};
-use crate::run::adapter::{self, Usage};
-use crate::run::attempt::{self, AttemptSpec, GIT_LOCATION_VARS};
+use crate::run::adapter::Usage;
+use crate::run::attempt::{self, AttemptSpec};
 use crate::run::driver::{Budgets, RunError, Runner};
 use crate::run::gate::{self, GateRun};
-use crate::run::process::{self, ProcessSpec, Termination};
+use crate::run::process::{self, Termination};
 
 /// The categories a blocker may have: a concrete defect, never a preference.
 pub const CATEGORIES: &[&str] = &[
@@ -233,56 +233,72 @@ pub async fn review(
         spec.number
     );
     let under_review = neutral_commit(runner.repo_root(), spec.base, head)?;
-    let lease = runner.acquire(under_review, &branch)?;
     let as_reviewer = AttemptSpec {
         agent: &review.agent,
         previous: None,
         ..*spec
     };
-    let env = attempt::agent_env(runner.run_id(), &as_reviewer, &lease.path, &prompt_file);
-    let argv = attempt::fill_argv(
-        &review.agent.argv,
-        runner.run_id(),
-        &as_reviewer,
-        &lease.path,
-        &prompt_file,
-        &text,
-    )?;
-    let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
-        message: format!("agent `{}` has an empty command", review.agent.name),
-    })?;
-    let mut ps = ProcessSpec::new(
-        program,
-        &lease.path,
-        dir.join("review.out"),
-        dir.join("review.err"),
-    );
-    ps.args = args.to_vec();
-    ps.env = env;
-    ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
-    let left = budgets
-        .time_left(runner.started())
-        .unwrap_or(std::time::Duration::ZERO);
-    ps.timeout = Some(review.agent.timeout.min(left));
-    ps.group_file = Some(dir.join("review.pgid"));
-    let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
-        agent: review.agent.name.clone(),
-        source,
-    })?;
-    crate::run::reaper::kill_adopted();
-    drop(lease);
-    let usage = adapter::read_usage(review.agent.adapter, &ps.stdout_log)
-        .map_err(|source| RunError::Io {
-            action: "read the reviewer's output",
-            path: ps.stdout_log.clone(),
+    let matcher = attempt::rate_limit_matcher(&review.agent)?;
+    let mut usage = Usage::default();
+    let mut backoff = attempt::FIRST_BACKOFF;
+    let mut retries = 0u32;
+    // A usage or rate limit is not a verdict: the review is made again after a wait, within
+    // the wall budget; a reviewer still limited past it has given no verdict.
+    let (outcome, ps, gave_up) = loop {
+        let lease = runner.acquire(under_review, &branch)?;
+        let mut ps = attempt::agent_process(
+            runner.run_id(),
+            &as_reviewer,
+            (&lease.path, &prompt_file, &text),
+            &dir,
+            "review",
+        )?;
+        let left = budgets
+            .time_left(runner.started())
+            .unwrap_or(std::time::Duration::ZERO);
+        ps.timeout = Some(review.agent.timeout.min(left));
+        let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
+            agent: review.agent.name.clone(),
             source,
-        })?
-        .unwrap_or_default();
+        })?;
+        crate::run::reaper::kill_adopted();
+        drop(lease);
+        if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
+            usage.absorb(&u);
+        }
+        let limited = attempt::rate_limited(&matcher, &outcome);
+        let Some(hit) = limited else {
+            break (outcome, ps, None);
+        };
+        retries += 1;
+        let wait = hit.retry_after.unwrap_or(backoff);
+        backoff = (backoff * 2).min(attempt::MAX_BACKOFF);
+        let out_of_time = budgets
+            .time_left(runner.started())
+            .is_none_or(|left| left <= wait);
+        let too_many = budgets.wall.is_none() && retries > attempt::MAX_RATE_LIMIT_RETRIES;
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "review.rate-limited",
+            json!({"wait_ms": attempt::ms(wait), "message": hit.message, "gave_up": out_of_time || too_many}),
+        )?;
+        if out_of_time || too_many {
+            let why = format!(
+                "the reviewer stayed rate-limited after {retries} tr{} ({})",
+                if retries == 1 { "y" } else { "ies" },
+                hit.message
+            );
+            break (outcome, ps, Some(why));
+        }
+        tokio::time::sleep(wait).await;
+    };
     let exit_code = match outcome.termination {
         Termination::Exited(code) => Some(code),
         _ => None,
     };
     let verdict = match outcome.termination {
+        _ if gave_up.is_some() => unknown(gave_up.as_deref().unwrap_or_default()),
         Termination::Exited(0) => {
             let out = gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(|source| {
                 RunError::Io {

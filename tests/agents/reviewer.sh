@@ -4,12 +4,18 @@
 #                        the first one's blocker to check first (it rejects again otherwise)
 #   always-reject        rejects every time, a different blocker each call
 #   garbage              answers in prose, with no verdict line
+#   limited-then-approve hits a rate limit on its first call, then approves
 # It fails loudly (exit 97, no verdict) when it sees the maker's marker anywhere it can look:
 # its prompt, its environment, the files of its working directory, the history of its HEAD.
 set -eu
 state=$1
 mode=$2
 marker='MAKER-SELF-REPORT-7f3a'
+if [ "$mode" = limited-then-approve ] && [ ! -e "$state/limited" ]; then
+    : > "$state/limited"
+    echo "RATE LIMITED, retry after 1 seconds"
+    exit 1
+fi
 n=$(( $(cat "$state/reviews" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$state/reviews"
 cp "$MVK_PROMPT_FILE" "$state/review-prompt-$n.md"
@@ -36,6 +42,9 @@ reject-then-approve)
     ;;
 always-reject)
     blocker "add() is still wrong (review $n)" "note $n"
+    ;;
+limited-then-approve)
+    echo '{"verdict":"approve"}'
     ;;
 garbage)
     echo "LGTM, ship it!"

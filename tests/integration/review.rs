@@ -367,3 +367,21 @@ fn check_warns_when_the_reviewer_is_a_maker() {
     let other = check("review agent=bot model=other");
     assert!(!other.contains("reviewer-not-independent"), "{other}");
 }
+
+/// A rate-limited reviewer is not a verdict: the review is made again after the wait.
+#[test]
+fn a_rate_limited_reviewer_reviews_again_after_the_wait() {
+    let defs = format!(
+        "{}agent rev timeout=\"30s\" {{\n    run \"sh\" \"@AGENTS/reviewer.sh\" \"@STATE\" \"limited-then-approve\"\n    rate-limit \"RATE LIMITED\"\n}}\n",
+        agent_def("bot", "marked_fix.sh", &["@STATE"])
+    );
+    let f = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "review agent=rev"));
+    let run = f.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), vec![1]);
+    let limited = run.one("review.rate-limited");
+    assert_eq!(limited["detail"]["wait_ms"], 1000);
+    assert_eq!(limited["detail"]["gave_up"], false);
+    assert_eq!(reviews(&f), vec![(1, "approve".to_string())]);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
