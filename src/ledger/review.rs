@@ -143,11 +143,12 @@ impl Ledger {
         })
     }
 
-    /// How many times reviewers rejected attempts of one epoch of a task.
+    /// How many attempts of one epoch of a task reviewers rejected (an attempt reviewed again
+    /// after a crash counts once).
     pub fn review_rejections(&self, run: &str, task: &str, epoch: u32) -> Result<u32, LedgerError> {
         self.conn
             .query_row(
-                "SELECT COUNT(*) FROM reviews r JOIN attempts a ON a.id = r.attempt_id
+                "SELECT COUNT(DISTINCT r.attempt_id) FROM reviews r JOIN attempts a ON a.id = r.attempt_id
                  WHERE a.run = ?1 AND a.task = ?2 AND a.epoch = ?3 AND r.verdict = 'reject'",
                 params![run, task, epoch],
                 |r| r.get(0),
