@@ -1947,29 +1947,10 @@ impl<'a> Runner<'a> {
         Ok(Landing::Retry(f, new_base))
     }
 
-    /// Stops `task` for a person: writes the handoff and says so in a `human.handoff` event
-    /// (with the reason, and the reviewer's blockers when a rejection stopped it).
+    /// Stops `task` for a person: writes HANDOFF.md (what was tried and where the work is) and
+    /// says so in a `human.handoff` event, with the reason and the reviewer's blockers when a
+    /// rejection stopped it.
     fn stop_for_person(
-        &mut self,
-        task: &Task,
-        target: &str,
-        last: Option<&Failure>,
-        why: Option<&str>,
-    ) -> Result<PathBuf, RunError> {
-        let path = self.handoff(task, target, last, why)?;
-        let mut detail = json!({"file": path.display().to_string()});
-        if let Some(why) = why {
-            detail["reason"] = json!(why);
-        }
-        if let Some(f) = last.filter(|f| !f.blockers.is_empty()) {
-            detail["blockers"] = json!(f.blockers);
-        }
-        self.emit(Some(&task.name), None, "human.handoff", detail)?;
-        Ok(path)
-    }
-
-    /// Writes HANDOFF.md: what was tried and where the work is.
-    fn handoff(
         &mut self,
         task: &Task,
         target: &str,
@@ -2029,7 +2010,16 @@ impl<'a> Runner<'a> {
             "\n## Next\n\nInspect a branch with `git log -p {target}..BRANCH`; every attempt's prompt, agent output and gate logs are under `{}`.",
             self.trail.run_dir().display()
         );
-        Ok(self.trail.write_handoff(&text)?)
+        let path = self.trail.write_handoff(&text)?;
+        let mut detail = json!({"file": path.display().to_string()});
+        if let Some(why) = why {
+            detail["reason"] = json!(why);
+        }
+        if let Some(f) = last.filter(|f| !f.blockers.is_empty()) {
+            detail["blockers"] = json!(f.blockers);
+        }
+        self.emit(Some(&task.name), None, "human.handoff", detail)?;
+        Ok(path)
     }
 }
 
