@@ -505,10 +505,7 @@ fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
         .map(|b| format!("{}|{}|{}", b.category, b.location, b.evidence))
         .collect();
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    let shown: Vec<String> = blockers
-        .iter()
-        .map(|b| format!("({}) {}: {}", b.category, b.location, b.evidence))
-        .collect();
+    let shown: Vec<String> = blockers.iter().map(prompt::Blocker::line).collect();
     let mut f = Failure::new(
         attempt,
         FailureKind::Review,

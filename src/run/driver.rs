@@ -1542,12 +1542,17 @@ impl<'a> Runner<'a> {
                     .ledger
                     .review_rejections(&self.run_id, &task.name, epoch)?;
                 if rejections > review.rounds {
+                    let blockers: Vec<String> = failure
+                        .blockers
+                        .iter()
+                        .map(crate::prompt::Blocker::line)
+                        .collect();
                     let why = format!(
-                        "the reviewer rejected the change {rejections} times and its {} round{} of rework {} used: {}",
+                        "the reviewer rejected attempt {number} after {} round{} of rework ({rejections} rejection{} in all): {}",
                         review.rounds,
                         if review.rounds == 1 { "" } else { "s" },
-                        if review.rounds == 1 { "is" } else { "are" },
-                        failure.criterion
+                        if rejections == 1 { "" } else { "s" },
+                        blockers.join("; ")
                     );
                     let path = self.stop_for_person(task, target, Some(&failure), Some(&why))?;
                     let question = format!(

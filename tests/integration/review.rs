@@ -133,7 +133,7 @@ fn rejections_past_the_rounds_stop_for_a_person_and_never_merge() {
     );
     assert!(
         run.context.contains(
-            "t #2: waiting for a person (review): the reviewer rejected the change 2 times"
+            "t #2: waiting for a person (review): the reviewer rejected attempt 2 after 1 round of rework (2 rejections in all): (correctness) src/calc.sh:2: add() is still wrong (review 2); approve to land attempt 2"
         ),
         "{}",
         run.context
