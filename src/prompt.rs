@@ -64,6 +64,13 @@ pub struct Blocker {
     pub location: String,
 }
 
+impl Blocker {
+    /// `(correctness) src/lib.rs:3: the cursor is ignored`.
+    pub fn line(&self) -> String {
+        format!("({}) {}: {}", self.category, self.location, self.evidence)
+    }
+}
+
 /// A template problem: the message and, when known, the 1-based line and column.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -45,22 +45,6 @@ pub enum Mode {
 }
 
 pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
-    if args.mode != Mode::Auto {
-        return Err(CliError::Usage {
-            message: format!(
-                "`--mode {}` stops for `mvk approve`, which this version of mvk does not have yet",
-                if args.mode == Mode::Batch {
-                    "batch"
-                } else {
-                    "step"
-                }
-            ),
-            hint: Some(
-                "run with `--mode auto` (the default); a `rung human` still stops for a person"
-                    .into(),
-            ),
-        });
-    }
     let program = super::compile(cli, printer, &args.file)?;
     if program.kind == crate::ir::ProgramKind::Library {
         return Err(CliError::Usage {
@@ -86,7 +70,12 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         repo_root,
         task: args.task.clone(),
         worktree_root: None,
-        mode: "auto".into(),
+        mode: match args.mode {
+            Mode::Auto => "auto",
+            Mode::Batch => "batch",
+            Mode::Step => "step",
+        }
+        .into(),
         run_id,
     };
     let progress = Progress::new(printer, args.json);
@@ -319,7 +308,7 @@ fn mark(o: driver::Outcome) -> &'static str {
     match o {
         driver::Outcome::Accepted => "✓",
         driver::Outcome::Skipped => "-",
-        driver::Outcome::Human => "?",
+        driver::Outcome::Human | driver::Outcome::Waiting => "?",
         _ => "✗",
     }
 }

@@ -4,7 +4,9 @@
 pub mod apply;
 pub mod check;
 pub mod completions;
+pub mod decide;
 pub mod exit;
+pub mod followups;
 pub mod gc;
 pub mod graph;
 pub mod init;
@@ -65,6 +67,10 @@ pub enum Command {
     Graph(graph::GraphArgs),
     /// Continue an interrupted or paused run; stops with exit 5 when its definition drifted.
     Resume(resume::ResumeArgs),
+    /// Answer the checkpoint where a paused run waits: land the attempt (or go on), and continue.
+    Approve(decide::ApproveArgs),
+    /// Answer the checkpoint where a paused run waits with a reason for the next attempt, and continue.
+    Reject(decide::RejectArgs),
     /// Explain a run's drift, field by field, and why each task would or would not run again.
     Why(why::WhyArgs),
     /// Pin every import of the loop files of a directory in its `mvk.lock`.
@@ -85,6 +91,8 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Print mvk's manual page (roff), or write one page per command with `--out DIR`.
     Man(man::ManArgs),
+    /// List the non-blocking notes reviewers left: follow-up work.
+    Followups(followups::FollowupsArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -112,6 +120,8 @@ where
         Command::Apply(args) => apply::apply(&cli, &printer, args),
         Command::Gc(args) => gc::gc(&cli, &printer, args),
         Command::Resume(args) => resume::resume(&cli, &printer, args),
+        Command::Approve(args) => decide::approve(&cli, &printer, args),
+        Command::Reject(args) => decide::reject(&cli, &printer, args),
         Command::Why(args) => why::why(&cli, &printer, args),
         Command::Check(args) => check::check(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),
@@ -124,6 +134,7 @@ where
         Command::Report(args) => report::report(&cli, &printer, args),
         Command::Completions(args) => completions::completions(&cli, &printer, args),
         Command::Man(args) => man::man(&cli, &printer, args),
+        Command::Followups(args) => followups::followups(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

@@ -45,6 +45,24 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     let run = find_run(cli, Some(&run.id))?;
     refuse_finished(&run)?;
     let ledger = open_ledger(&repo_root)?;
+    let checkpoints = ledger
+        .checkpoints(&run.id)
+        .map_err(|e| CliError::Internal {
+            message: super::apply::chain(&e),
+        })?;
+    if run.state == "paused"
+        && let Some(c) = super::decide::undecided(&checkpoints).first()
+    {
+        printer.error(&format!(
+            "run `{}` waits for a person at attempt {} of task `{}`: {}",
+            run.id, c.attempt, c.task, c.question
+        ));
+        printer.hint(&format!(
+            "answer with `mvk approve {id}` or `mvk reject {id} --reason TEXT`; the run goes on from there",
+            id = run.id
+        ));
+        return Ok(Exit::Human);
+    }
     let found = if run.state == "paused" {
         "paused"
     } else {

@@ -138,5 +138,16 @@ fn waiting(w: &Waiting) -> String {
             format!("task{} {}", plural(after.len() as u64), after.join(", "))
         }
         Waiting::Resume { command } => format!("`{command}` (the process died)"),
+        Waiting::Decision {
+            checkpoint,
+            task,
+            attempt,
+            question,
+            since,
+            approve,
+            reject,
+        } => format!(
+            "a person's decision ({checkpoint} checkpoint, task `{task}` attempt {attempt}) since {since}: {question}; `{approve}` or `{reject}`"
+        ),
     }
 }

@@ -11,10 +11,12 @@
 
 pub mod read;
 mod resume;
+mod review;
 mod schema;
 
 pub use read::RunRow;
 pub use resume::{AttemptRow, MergeRow, ResumeStart, StoredProgram, TaskRow, TaskRowState};
+pub use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -502,19 +504,7 @@ impl Ledger {
                 || state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt]),
             )?;
             if let Some(c) = e.usage {
-                tx.execute(
-                    "INSERT INTO costs (attempt_id, kind, input_tokens, output_tokens, usd_micros,
-                        recorded_at)
-                     VALUES (?1, 'agent', ?2, ?3, ?4, ?5)",
-                    params![
-                        attempt,
-                        int(&what, "input_tokens", c.input_tokens)?,
-                        int(&what, "output_tokens", c.output_tokens)?,
-                        int(&what, "usd_micros", c.usd_micros)?,
-                        now
-                    ],
-                )
-                .map_err(sql)?;
+                insert_cost(tx, &what, attempt, "agent", c, now)?;
             }
             Ok(())
         })
@@ -784,6 +774,35 @@ fn store_program(
                 .map_err(sql)?;
         }
     }
+    Ok(())
+}
+
+/// Records what one call of attempt `attempt`'s agent (`kind` `agent`) or reviewer (`review`)
+/// spent.
+fn insert_cost(
+    tx: &Transaction<'_>,
+    what: &dyn Fn() -> String,
+    attempt: i64,
+    kind: &str,
+    c: Cost,
+    now: i64,
+) -> Result<(), LedgerError> {
+    tx.execute(
+        "INSERT INTO costs (attempt_id, kind, input_tokens, output_tokens, usd_micros, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            attempt,
+            kind,
+            int(what, "input_tokens", c.input_tokens)?,
+            int(what, "output_tokens", c.output_tokens)?,
+            int(what, "usd_micros", c.usd_micros)?,
+            now
+        ],
+    )
+    .map_err(|source| LedgerError::Write {
+        what: what(),
+        source,
+    })?;
     Ok(())
 }
 

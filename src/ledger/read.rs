@@ -379,6 +379,33 @@ impl Reader {
         )
     }
 
+    /// The checkpoints of `run` (stops for a person and their decisions), in order.
+    pub fn checkpoints(&self, run: &str) -> Result<Vec<super::CheckpointRow>, LedgerError> {
+        super::review::checkpoint_rows(&self.conn, run)
+    }
+
+    /// The follow-ups reviewers noted on `run` (on every run with `None`), oldest first.
+    pub fn followups(&self, run: Option<&str>) -> Result<Vec<super::FollowupRow>, LedgerError> {
+        self.rows(
+            "the follow-ups",
+            "SELECT a.run, a.task, a.number, r.verdict, f.note, f.recorded_at
+             FROM followups f JOIN reviews r ON r.id = f.review_id
+             JOIN attempts a ON a.id = r.attempt_id
+             WHERE ?1 IS NULL OR a.run = ?1 ORDER BY f.id",
+            [run],
+            |r| {
+                Ok(super::FollowupRow {
+                    run: r.get(0)?,
+                    task: r.get(1)?,
+                    attempt: r.get(2)?,
+                    verdict: r.get(3)?,
+                    note: r.get(4)?,
+                    recorded_at: r.get(5)?,
+                })
+            },
+        )
+    }
+
     /// The events of `run` with an id above `after`, in the order written.
     pub fn events(&self, run: &str, after: i64) -> Result<Vec<EventRow>, LedgerError> {
         self.rows(

@@ -14,6 +14,7 @@ use super::LedgerError;
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_resume.sql"),
+    include_str!("migrations/0003_review.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

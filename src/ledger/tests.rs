@@ -158,13 +158,16 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
         tables,
         [
             "attempts",
+            "checkpoints",
             "costs",
             "events",
+            "followups",
             "gate_results",
             "merges",
             "program_sources",
             "programs",
             "resumptions",
+            "reviews",
             "runs",
             "task_deps",
             "task_fields",
@@ -968,6 +971,7 @@ fn shipped_migrations_never_change() {
     let shipped = [
         "732dd8d7cbaa3ffc5a4be913bf7ac79ce0ca4b920a6b99bb0c9551caaa3ae4e8",
         "2ef6b0545ec8e9c9f678cf18e2aaa0e3b66f3d753ab803a2a09bca65f3274ec3",
+        "7ca37649db6c457b1164ef6394317205fd3ad4d6528fcdd3a519ecb9a2e86aa3",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()
@@ -975,4 +979,113 @@ fn shipped_migrations_never_change() {
         .collect();
     assert!(now.len() >= shipped.len(), "a migration was removed");
     assert_eq!(&now[..shipped.len()], shipped);
+}
+
+/// Reviews: rejections count once per attempt, the last blockers are read back, review costs
+/// count in `spent`; checkpoints pause the run with them and are decided once, a rejection only
+/// with a reason.
+#[test]
+fn reviews_and_checkpoints_round_trip() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut ledger, _) = ledger_in(&dir);
+    let src = sources();
+    ledger
+        .begin_run(&run_start("r1", r#"{"tasks":["fix"]}"#, &src))
+        .expect("begin run");
+    ledger
+        .begin_task(&task_start("r1", "fix", &[]))
+        .expect("begin task");
+    let a1 = ledger
+        .begin_attempt(&attempt_start("r1", "fix", 1))
+        .expect("begin attempt");
+    let blockers = r#"[{"category":"correctness","evidence":"off by one","location":"a.rs:3"}]"#;
+    let review = |verdict, blockers_json, usage| ReviewRow {
+        attempt_id: a1,
+        agent: "critic",
+        verdict,
+        blockers_json,
+        notes: &[],
+        reason: "",
+        exit_code: Some(0),
+        output: "review.out",
+        usage,
+    };
+    let cost = Cost {
+        input_tokens: 10,
+        output_tokens: 5,
+        usd_micros: 7,
+    };
+    // Reviewed twice (a crash between the verdict and the attempt's end): one rejection.
+    ledger
+        .record_review(&review("reject", blockers, Some(cost)))
+        .expect("review");
+    ledger
+        .record_review(&review("reject", blockers, None))
+        .expect("review again");
+    assert_eq!(ledger.review_rejections("r1", "fix", 0).expect("count"), 1);
+    assert_eq!(
+        ledger
+            .last_blockers("r1", "fix", 0)
+            .expect("blockers")
+            .as_deref(),
+        Some(blockers)
+    );
+    assert_eq!(ledger.spent("r1", None).expect("spent").usd_micros, 7);
+    // A reject without blockers, an approve with them: refused by the schema.
+    assert!(matches!(
+        ledger.record_review(&review("reject", "[]", None)),
+        Err(LedgerError::Write { .. })
+    ));
+    assert!(matches!(
+        ledger.record_review(&review("approve", blockers, None)),
+        Err(LedgerError::Write { .. })
+    ));
+
+    let id = ledger
+        .pause_at(&CheckpointStart {
+            run: "r1",
+            task: "fix",
+            attempt_id: a1,
+            kind: "review",
+            lands: true,
+            question: "land it anyway?",
+        })
+        .expect("pause");
+    assert_eq!(
+        ledger.run_status("r1").expect("status").map(|s| s.state),
+        Some("paused".to_string())
+    );
+    assert!(matches!(
+        ledger.decide(id, "reject", None),
+        Err(LedgerError::Write { .. })
+    ));
+    ledger
+        .decide(id, "reject", Some("handle zero"))
+        .expect("decide");
+    assert!(matches!(
+        ledger.decide(id, "approve", None),
+        Err(LedgerError::State { .. })
+    ));
+    let rows = ledger.checkpoints("r1").expect("checkpoints");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].decision.as_deref(),
+            rows[0].reason.as_deref(),
+            rows[0].attempt
+        ),
+        (Some("reject"), Some("handle zero"), 1)
+    );
+    // Pausing a run that is not running is refused.
+    assert!(matches!(
+        ledger.pause_at(&CheckpointStart {
+            run: "r1",
+            task: "fix",
+            attempt_id: a1,
+            kind: "step",
+            lands: false,
+            question: "again?",
+        }),
+        Err(LedgerError::State { .. })
+    ));
 }

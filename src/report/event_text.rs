@@ -76,6 +76,29 @@ pub fn describe(event: &str, d: &Value) -> Option<String> {
             "the same failure {} times",
             d.get("times").map_or("?".into(), Value::to_string)
         ),
+        "review.started" => format!("reviewed by {}", s("agent")),
+        "review.finished" => {
+            let blockers: Vec<String> = d
+                .get("blockers")
+                .and_then(Value::as_array)
+                .map(|bs| {
+                    bs.iter()
+                        .map(|b| {
+                            let f = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("");
+                            format!("({}) {}: {}", f("category"), f("location"), f("evidence"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            match s("verdict").as_str() {
+                "reject" => format!("review: reject; {}", blockers.join("; ")),
+                "unknown" => format!("review: unknown ({})", s("reason")),
+                v => format!("review: {v}"),
+            }
+        }
+        "checkpoint.waiting" => format!("waiting for a person ({}): {}", s("kind"), s("question")),
+        "checkpoint.answered" => format!("a person answered: {}", s("decision")),
+        "run.paused" => "paused: answer with `mvk approve` or `mvk reject`".to_string(),
         "run.finished" => format!(
             "{} (exit {})",
             s("outcome"),

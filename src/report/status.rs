@@ -88,6 +88,18 @@ pub enum Waiting {
     Tasks { after: Vec<String> },
     /// The process died: `mvk resume RUN`.
     Resume { command: String },
+    /// A person's decision at a checkpoint (the run is paused): `mvk approve` or `mvk reject`.
+    Decision {
+        /// `review`, `step` or `batch`.
+        checkpoint: String,
+        task: String,
+        attempt: u32,
+        question: String,
+        /// When the run stopped there (RFC 3339).
+        since: String,
+        approve: String,
+        reject: String,
+    },
 }
 
 /// Builds the status of `run` from the ledger in `mvk_dir`.
@@ -98,9 +110,27 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
     let costs = spent_by_attempt(&reader.costs(Some(&run.id))?);
     let events = reader.events(&run.id, 0)?;
     let ir = reader.program_ir(&run.program_digest)?;
-    let waiting_for = matches!(live, Liveness::Interrupted { .. }).then(|| Waiting::Resume {
-        command: format!("mvk resume {}", run.id),
-    });
+    let decisions: Vec<Waiting> = reader
+        .checkpoints(&run.id)?
+        .into_iter()
+        .filter(|c| c.decision.is_none())
+        .map(|c| Waiting::Decision {
+            checkpoint: c.kind,
+            attempt: c.attempt,
+            question: c.question,
+            since: rfc3339(c.since),
+            approve: format!("mvk approve {} {}", run.id, c.task),
+            reject: format!("mvk reject {} {} --reason TEXT", run.id, c.task),
+            task: c.task,
+        })
+        .collect();
+    let waiting_for = if matches!(live, Liveness::Interrupted { .. }) {
+        Some(Waiting::Resume {
+            command: format!("mvk resume {}", run.id),
+        })
+    } else {
+        decisions.first().cloned()
+    };
 
     let mut names: Vec<String> = events
         .iter()
@@ -134,7 +164,10 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
                 &events,
                 &tasks,
                 ir.as_ref(),
-                &waiting_for,
+                decisions
+                    .iter()
+                    .find(|d| matches!(d, Waiting::Decision { task, .. } if task == name))
+                    .or(waiting_for.as_ref()),
             )
         })
         .collect();
@@ -172,7 +205,7 @@ fn task_status(
     events: &[EventRow],
     tasks: &[TaskRow],
     ir: Option<&Value>,
-    run_waiting: &Option<Waiting>,
+    run_waiting: Option<&Waiting>,
 ) -> TaskStatus {
     let last = attempts.last();
     let mut spent = Spent::default();
@@ -228,7 +261,7 @@ fn task_status(
             .collect();
         (!after.is_empty()).then_some(Waiting::Tasks { after })
     } else if state == "running" {
-        run_waiting.clone()
+        run_waiting.cloned()
     } else {
         None
     };
@@ -259,7 +292,7 @@ fn phase(events: &[EventRow]) -> String {
         "seal.passed" | "gate.finished" => "gates",
         "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
         | "merge.blocked" => "merging",
-        "human.handoff" => "waiting-human",
+        "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
         "run.finished" => {
             if last.detail.get("outcome").and_then(Value::as_str) == Some("human") {
                 "waiting-human"

@@ -52,6 +52,18 @@ impl Usage {
     pub fn tokens(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
+
+    /// Adds what another call spent (a retry, or the reviewer's call on the same attempt).
+    pub fn absorb(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        if let Some(u) = other.usd_micros {
+            self.usd_micros = Some(self.usd_micros.unwrap_or(0).saturating_add(u));
+        }
+        if other.session.is_some() {
+            self.session.clone_from(&other.session);
+        }
+    }
 }
 
 /// Streams the agent's stdout log (memory bounded however large the file: skip lines over 1 MiB)

@@ -17,6 +17,7 @@ use crate::run::driver::{Budgets, RunError, Runner};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateContext, GateRun};
 use crate::run::process::{self, ProcessSpec, Termination};
+use crate::run::review::Verdict;
 use crate::run::seal::{self, Breach, Seal, SealVerdict};
 use crate::run::worktree;
 
@@ -36,10 +37,10 @@ pub const GIT_LOCATION_VARS: &[&str] = &[
 ];
 
 /// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_secs(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Without a wall budget, rate-limit retries of one attempt stop here and the attempt fails.
-const MAX_RATE_LIMIT_RETRIES: u32 = 20;
+pub(crate) const MAX_RATE_LIMIT_RETRIES: u32 = 20;
 /// Bytes of the agent's own output quoted in a failure (it crashed or timed out).
 const AGENT_TAIL_BYTES: u64 = 4 * 1024;
 
@@ -52,6 +53,10 @@ pub enum FailureKind {
     Gate,
     Unknown,
     Merge,
+    /// The reviewer rejected the change.
+    Review,
+    /// A person rejected the attempt at a checkpoint, with a reason.
+    Human,
 }
 
 impl FailureKind {
@@ -62,6 +67,8 @@ impl FailureKind {
             FailureKind::Gate => "gate",
             FailureKind::Unknown => "unknown",
             FailureKind::Merge => "merge",
+            FailureKind::Review => "review",
+            FailureKind::Human => "human",
         }
     }
 }
@@ -77,6 +84,9 @@ pub struct Failure {
     pub tail: String,
     pub criterion: String,
     pub breaches: Vec<Breach>,
+    /// A reviewer's blockers, when it rejected the change.
+    #[serde(default)]
+    pub blockers: Vec<prompt::Blocker>,
     /// Two failures with the same signature are the same failure (the stuck brake).
     pub signature: String,
 }
@@ -96,7 +106,7 @@ impl Failure {
             }),
             output_tail: self.tail.clone(),
             criterion: self.criterion.clone(),
-            blockers: Vec::new(),
+            blockers: self.blockers.clone(),
         }
     }
 
@@ -121,6 +131,7 @@ impl Failure {
             tail: String::new(),
             criterion,
             breaches: Vec::new(),
+            blockers: Vec::new(),
             signature: hasher.finalize().to_hex()[..16].to_string(),
         }
     }
@@ -217,15 +228,7 @@ pub async fn run_attempt(
     })?;
 
     // The agent, retried on rate limits.
-    let matcher =
-        RateLimitMatcher::new(spec.agent.adapter, &spec.agent.rate_limits).map_err(|e| {
-            RunError::Config {
-                message: format!(
-                    "a rate-limit pattern of agent `{}` is not a valid regular expression: {e}",
-                    spec.agent.name
-                ),
-            }
-        })?;
+    let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
     let mut escaped = 0usize;
@@ -235,30 +238,14 @@ pub async fn run_attempt(
             return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
-        let env = agent_env(runner.run_id(), spec, &worktree_path, &prompt_file);
-        let argv = fill_argv(
-            &spec.agent.argv,
+        let mut ps = agent_process(
             runner.run_id(),
             spec,
-            &worktree_path,
-            &prompt_file,
-            &prompt_text,
+            (&worktree_path, &prompt_file, &prompt_text),
+            &dir,
+            "agent",
         )?;
-        let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
-            message: format!("agent `{}` has an empty command", spec.agent.name),
-        })?;
-        let mut ps = ProcessSpec::new(
-            program,
-            &worktree_path,
-            dir.join("agent.out"),
-            dir.join("agent.err"),
-        );
-        ps.args = args.to_vec();
-        ps.env = env;
-        // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
-        ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
         ps.timeout = Some(timeout);
-        ps.group_file = Some(dir.join("agent.pgid"));
         let started = Instant::now();
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: spec.agent.name.clone(),
@@ -266,35 +253,12 @@ pub async fn run_attempt(
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
         escaped += crate::run::reaper::kill_adopted();
-        if let Some(u) =
-            adapter::read_usage(spec.agent.adapter, &ps.stdout_log).map_err(|source| {
-                RunError::Io {
-                    action: "read the agent's output",
-                    path: ps.stdout_log.clone(),
-                    source,
-                }
-            })?
-        {
-            usage.input_tokens = usage.input_tokens.saturating_add(u.input_tokens);
-            usage.output_tokens = usage.output_tokens.saturating_add(u.output_tokens);
-            usage.usd_micros = Some(
-                usage
-                    .usd_micros
-                    .unwrap_or(0)
-                    .saturating_add(u.usd_micros.unwrap_or(0)),
-            );
-            usage.session = u.session.or(usage.session);
+        if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
+            // A call that reported tokens but no dollars still counts as reporting a cost.
+            usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
+            usage.absorb(&u);
         }
-        let limited = match outcome.termination {
-            // The limit message is the agent's last word: look at the end of its output only,
-            // not at whatever project output it relayed earlier.
-            Termination::Exited(code) if code != 0 => matcher.check(&format!(
-                "{}\n{}",
-                last_lines(&outcome.stdout_tail, 20),
-                last_lines(&outcome.stderr_tail, 20)
-            )),
-            _ => None,
-        };
+        let limited = rate_limited(&matcher, &outcome);
         let Some(limit_hit) = limited else {
             break (outcome, started);
         };
@@ -533,7 +497,129 @@ pub async fn judge(
         runs.push(run);
     }
     drop(lease);
-    Ok(record(AttemptEnd::Passed { head, gates: runs }))
+    let Some(review) = &task.review else {
+        return Ok(record(AttemptEnd::Passed { head, gates: runs }));
+    };
+    if budgets.time_left(runner.started()).is_none() {
+        return Ok(record(AttemptEnd::WallSpent));
+    }
+    let reviewed =
+        crate::run::review::review(runner, spec, budgets, review, (ledger_id, head, &runs)).await?;
+    let end = match reviewed.verdict {
+        Verdict::Approve { .. } => AttemptEnd::Passed { head, gates: runs },
+        Verdict::Reject { blockers, .. } => {
+            AttemptEnd::Failed(review_failure(spec.number, blockers))
+        }
+        Verdict::Unknown { reason } => {
+            let mut f = Failure::new(
+                spec.number,
+                FailureKind::Unknown,
+                format!("the reviewer answers with a verdict in the contract's form: {reason}"),
+                &["review", &reason],
+            );
+            f.tail = format!("reviewer: {reason}\n");
+            AttemptEnd::Failed(f)
+        }
+    };
+    let mut spent = usage.clone();
+    spent.absorb(&reviewed.usage);
+    Ok(AttemptRecord {
+        usage: spent,
+        ..record(end)
+    })
+}
+
+/// A reviewer's rejection as the failure the next attempt is told about; the same blockers
+/// again are the same failure.
+fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
+    let parts: Vec<String> = blockers
+        .iter()
+        .map(|b| format!("{}|{}|{}", b.category, b.location, b.evidence))
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let shown: Vec<String> = blockers.iter().map(prompt::Blocker::line).collect();
+    let mut f = Failure::new(
+        attempt,
+        FailureKind::Review,
+        format!(
+            "the reviewer approves the change, but it rejected it: {}",
+            shown.join("; ")
+        ),
+        &parts,
+    );
+    f.tail = shown.iter().map(|s| format!("blocker {s}\n")).collect();
+    f.blockers = blockers;
+    f
+}
+
+/// The process of `spec.agent` in `worktree` with the agent environment, its command filled in,
+/// its output in `dir/NAME.out` and `dir/NAME.err` and its group in `dir/NAME.pgid`; no timeout.
+pub(crate) fn agent_process(
+    run: &str,
+    spec: &AttemptSpec<'_>,
+    (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
+    dir: &Path,
+    name: &str,
+) -> Result<ProcessSpec, RunError> {
+    let argv = fill_argv(
+        &spec.agent.argv,
+        run,
+        spec,
+        worktree,
+        prompt_file,
+        prompt_text,
+    )?;
+    let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
+        message: format!("agent `{}` has an empty command", spec.agent.name),
+    })?;
+    let mut ps = ProcessSpec::new(
+        program,
+        worktree,
+        dir.join(format!("{name}.out")),
+        dir.join(format!("{name}.err")),
+    );
+    ps.args = args.to_vec();
+    ps.env = agent_env(run, spec, worktree, prompt_file);
+    // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
+    ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
+    ps.group_file = Some(dir.join(format!("{name}.pgid")));
+    Ok(ps)
+}
+
+/// What one call of `agent` spent, as its adapter reads it from its standard output `log`.
+pub(crate) fn usage_of(agent: &Agent, log: &Path) -> Result<Option<Usage>, RunError> {
+    adapter::read_usage(agent.adapter, log).map_err(|source| RunError::Io {
+        action: "read the agent's output",
+        path: log.to_path_buf(),
+        source,
+    })
+}
+
+/// The rate-limit matcher of `agent`'s adapter and its `rate-limit` patterns.
+pub(crate) fn rate_limit_matcher(agent: &Agent) -> Result<RateLimitMatcher, RunError> {
+    RateLimitMatcher::new(agent.adapter, &agent.rate_limits).map_err(|e| RunError::Config {
+        message: format!(
+            "a rate-limit pattern of agent `{}` is not a valid regular expression: {e}",
+            agent.name
+        ),
+    })
+}
+
+/// The rate limit a failed agent (or reviewer) hit, if its output says so. The limit message
+/// is the agent's last word: only the end of its output is looked at, not whatever project
+/// output it relayed earlier.
+pub(crate) fn rate_limited(
+    matcher: &RateLimitMatcher,
+    outcome: &process::ProcessOutcome,
+) -> Option<adapter::RateLimit> {
+    match outcome.termination {
+        Termination::Exited(code) if code != 0 => matcher.check(&format!(
+            "{}\n{}",
+            last_lines(&outcome.stdout_tail, 20),
+            last_lines(&outcome.stderr_tail, 20)
+        )),
+        _ => None,
+    }
 }
 
 /// The wall budget ran out before the agent produced a result: record what it spent.
@@ -656,7 +742,7 @@ pub fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
 }
 
 /// The last `n` lines of `text`.
-fn last_lines(text: &str, n: usize) -> &str {
+pub(crate) fn last_lines(text: &str, n: usize) -> &str {
     let body = text.trim_end_matches('\n');
     let mut idx = body.len();
     for _ in 0..n {

@@ -80,6 +80,8 @@ pub enum Outcome {
     Budget,
     Human,
     Skipped,
+    /// Paused at a checkpoint: the run waits for `mvk approve` or `mvk reject`.
+    Waiting,
 }
 
 impl Outcome {
@@ -106,6 +108,7 @@ impl Outcome {
             Outcome::Budget => "budget",
             Outcome::Human => "human",
             Outcome::Skipped => "skipped",
+            Outcome::Waiting => "waiting",
         }
     }
 
@@ -116,7 +119,7 @@ impl Outcome {
             Outcome::Rejected => 1,
             Outcome::Stuck | Outcome::Unknown => 2,
             Outcome::Budget => 3,
-            Outcome::Human => 4,
+            Outcome::Human | Outcome::Waiting => 4,
         }
     }
 
@@ -126,7 +129,7 @@ impl Outcome {
             Outcome::Rejected => 5,
             Outcome::Stuck | Outcome::Unknown => 4,
             Outcome::Budget => 3,
-            Outcome::Human => 2,
+            Outcome::Human | Outcome::Waiting => 2,
             Outcome::Accepted | Outcome::Skipped => 0,
         }
     }
@@ -483,14 +486,6 @@ fn targets_of(
     let mut targets = BTreeMap::new();
     for &i in selected {
         let task = &program.tasks[i];
-        if task.review.is_some() {
-            return Err(RunError::Config {
-                message: format!(
-                    "task `{}` declares `review`; the reviewer is not part of this mvk yet, and running without it would skip a check the loop asks for",
-                    task.name
-                ),
-            });
-        }
         let target = if task.merge.into != crate::ir::CURRENT_BRANCH {
             task.merge.into.clone()
         } else if let Some(c) = current {
@@ -664,8 +659,14 @@ impl<'a> Runner<'a> {
                     }
                     report
                 };
+                let waiting = report.outcome == Outcome::Waiting;
                 done.insert(task.name.clone(), report.outcome);
                 reports.push(report);
+                if waiting {
+                    // The run is paused (the checkpoint's ledger write did it): nothing more
+                    // starts until a person answers.
+                    return self.paused(reports);
+                }
             }
 
             let outcome = reports
@@ -1225,13 +1226,7 @@ impl<'a> Runner<'a> {
                         return Ok((r, None));
                     }
                     Some(Rung::Human) => {
-                        let path = self.handoff(task, target, last.as_ref(), None)?;
-                        self.emit(
-                            Some(&task.name),
-                            None,
-                            "human.handoff",
-                            json!({"file": path.display().to_string()}),
-                        )?;
+                        let path = self.stop_for_person(task, target, last.as_ref(), None)?;
                         let reason = format!(
                             "the ladder reached `human`: see {}{}",
                             path.display(),
@@ -1440,6 +1435,29 @@ impl<'a> Runner<'a> {
                             json!({"head": head.to_string()}),
                         )?;
                         self.finish_attempt(record.ledger_id, None)?;
+                        if self.opts.mode != "auto" {
+                            let question = format!(
+                                "attempt {number} passed{}; approve to land it on `{target}`, or reject with a reason for another attempt",
+                                if task.review.is_some() {
+                                    " seal, gates and review"
+                                } else {
+                                    " seal and gates"
+                                }
+                            );
+                            let kind = if self.opts.mode == "step" {
+                                "step"
+                            } else {
+                                "batch"
+                            };
+                            let r = self.checkpoint(
+                                task,
+                                (record.ledger_id, number, &record.branch),
+                                kind,
+                                true,
+                                &question,
+                            )?;
+                            return Ok((r, None));
+                        }
                     }
                     match self
                         .land(task, target, &spec, record.ledger_id, head)
@@ -1492,13 +1510,7 @@ impl<'a> Runner<'a> {
                                 record.branch.clone(),
                                 None,
                             ));
-                            let path = self.handoff(task, target, None, Some(&reason))?;
-                            self.emit(
-                                Some(&task.name),
-                                None,
-                                "human.handoff",
-                                json!({"file": path.display().to_string(), "reason": reason}),
-                            )?;
+                            let path = self.stop_for_person(task, target, None, Some(&reason))?;
                             let r = end(
                                 self,
                                 Outcome::Human,
@@ -1532,6 +1544,42 @@ impl<'a> Runner<'a> {
                 record.branch.clone(),
                 Some(failure.clone()),
             ));
+            // Bounded review: past its rounds of rework, a rejection goes to a person, never
+            // to another attempt nor to approval.
+            if failure.kind == FailureKind::Review
+                && let Some(review) = &task.review
+            {
+                let rejections = self
+                    .ledger
+                    .review_rejections(&self.run_id, &task.name, epoch)?;
+                if rejections > review.rounds {
+                    let blockers: Vec<String> = failure
+                        .blockers
+                        .iter()
+                        .map(crate::prompt::Blocker::line)
+                        .collect();
+                    let why = format!(
+                        "the reviewer rejected attempt {number} after {} round{} of rework ({rejections} rejection{} in all): {}",
+                        review.rounds,
+                        if review.rounds == 1 { "" } else { "s" },
+                        if rejections == 1 { "" } else { "s" },
+                        blockers.join("; ")
+                    );
+                    let path = self.stop_for_person(task, target, Some(&failure), Some(&why))?;
+                    let question = format!(
+                        "{why}; approve to land attempt {number} on `{target}` anyway, or reject with a reason for another attempt (see {})",
+                        path.display()
+                    );
+                    let r = self.checkpoint(
+                        task,
+                        (record.ledger_id, number, &record.branch),
+                        "review",
+                        true,
+                        &question,
+                    )?;
+                    return Ok((r, Some(path)));
+                }
+            }
             if same >= task.budget.same_failure.max(1) {
                 let outcome = stuck_outcome(failure.kind);
                 let reason = format!(
@@ -1556,8 +1604,89 @@ impl<'a> Runner<'a> {
                 )?;
                 return Ok((r, None));
             }
+            if self.opts.mode == "step" && !settled {
+                let question = format!(
+                    "attempt {number} failed: {}; approve to go on with the next attempt, or reject with a reason to add to its prompt",
+                    failure.criterion
+                );
+                let r = self.checkpoint(
+                    task,
+                    (record.ledger_id, number, &record.branch),
+                    "step",
+                    false,
+                    &question,
+                )?;
+                return Ok((r, None));
+            }
             last = Some(failure);
         }
+    }
+
+    /// Stops `task` at attempt `(id, number, branch)` for a person, and pauses the run.
+    fn checkpoint(
+        &mut self,
+        task: &Task,
+        (attempt_id, number, branch): (i64, u32, &str),
+        kind: &str,
+        lands: bool,
+        question: &str,
+    ) -> Result<TaskReport, RunError> {
+        let id = self.ledger.pause_at(&ledger::CheckpointStart {
+            run: &self.run_id,
+            task: &task.name,
+            attempt_id,
+            kind,
+            lands,
+            question,
+        })?;
+        self.emit(
+            Some(&task.name),
+            Some(number),
+            "checkpoint.waiting",
+            json!({"checkpoint": id, "kind": kind, "lands": lands, "question": question}),
+        )?;
+        self.task_state(&task.name, |s| {
+            s.state = "waiting".into();
+            s.note = Some(question.to_string());
+        });
+        let spent = self.ledger.spent(&self.run_id, Some(&task.name))?;
+        Ok(TaskReport {
+            name: task.name.clone(),
+            outcome: Outcome::Waiting,
+            attempts: number,
+            merged: None,
+            branch: Some(branch.to_string()),
+            usd: spent.usd_micros as f64 / 1e6,
+            tokens: spent.input_tokens.saturating_add(spent.output_tokens),
+            reason: format!(
+                "waiting for a person: {question}; answer with `mvk approve {run}` or `mvk reject {run} --reason TEXT`",
+                run = self.run_id
+            ),
+        })
+    }
+
+    /// Ends this process's part of a run paused at a checkpoint: exit 4, the run resumable.
+    fn paused(&mut self, reports: Vec<TaskReport>) -> Result<RunReport, RunError> {
+        let waiting: Vec<&str> = reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Waiting)
+            .map(|r| r.name.as_str())
+            .collect();
+        self.emit(None, None, "run.paused", json!({"waiting": waiting}))?;
+        let exit_code = Outcome::Waiting.exit_code();
+        self.state.outcome = Some(Outcome::Waiting.name().into());
+        self.state.exit_code = Some(exit_code);
+        self.state.task = None;
+        self.state.phase = "waiting-human".into();
+        self.write_state()?;
+        Ok(RunReport {
+            schema: "mvk.apply.v1",
+            run: self.run_id.clone(),
+            outcome: Outcome::Waiting,
+            exit_code,
+            tasks: reports,
+            handoff: None,
+        })
     }
 
     fn finish_attempt(&mut self, id: i64, failure: Option<&Failure>) -> Result<(), RunError> {
@@ -1845,8 +1974,10 @@ impl<'a> Runner<'a> {
         Ok(Landing::Retry(f, new_base))
     }
 
-    /// Writes HANDOFF.md: what was tried and where the work is.
-    fn handoff(
+    /// Stops `task` for a person: writes HANDOFF.md (what was tried and where the work is) and
+    /// says so in a `human.handoff` event, with the reason and the reviewer's blockers when a
+    /// rejection stopped it.
+    fn stop_for_person(
         &mut self,
         task: &Task,
         target: &str,
@@ -1906,7 +2037,16 @@ impl<'a> Runner<'a> {
             "\n## Next\n\nInspect a branch with `git log -p {target}..BRANCH`; every attempt's prompt, agent output and gate logs are under `{}`.",
             self.trail.run_dir().display()
         );
-        Ok(self.trail.write_handoff(&text)?)
+        let path = self.trail.write_handoff(&text)?;
+        let mut detail = json!({"file": path.display().to_string()});
+        if let Some(why) = why {
+            detail["reason"] = json!(why);
+        }
+        if let Some(f) = last.filter(|f| !f.blockers.is_empty()) {
+            detail["blockers"] = json!(f.blockers);
+        }
+        self.emit(Some(&task.name), None, "human.handoff", detail)?;
+        Ok(path)
     }
 }
 

@@ -4,7 +4,8 @@
 //! runs an agent or a gate in its own process group with bounded memory; [`worktree`] keeps a
 //! pool of reusable git worktrees and captures an attempt's change as a commit; [`seal`] decides
 //! whether a change touched the oracle; [`gate`] runs a gate and [`evidence`] reads its output
-//! for proof that tests ran; [`adapter`] reads an agent's cost and rate limits; [`trail`]
+//! for proof that tests ran; [`review`] runs the independent reviewer and reads its verdict;
+//! [`adapter`] reads an agent's cost and rate limits; [`trail`]
 //! writes the events, the heartbeat and the status files.
 
 pub mod adapter;
@@ -17,6 +18,7 @@ pub mod lock;
 pub mod process;
 pub mod reaper;
 pub mod resume;
+pub mod review;
 pub mod seal;
 pub mod trail;
 pub mod worktree;

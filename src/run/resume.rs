@@ -367,6 +367,52 @@ fn progress_of(
             _ => {}
         }
     }
+    // A person's answer at the checkpoint where the run paused, on the task's last attempt.
+    let last_attempt = attempts
+        .iter()
+        .filter(|a| a.epoch == row.epoch && a.state != "abandoned")
+        .max_by_key(|a| a.number);
+    let checkpoint = runner
+        .ledger()
+        .checkpoints(&run)?
+        .into_iter()
+        .rfind(|c| c.task == task.name);
+    if let (Some(a), Some(c)) = (last_attempt, checkpoint)
+        && c.attempt_id == a.id
+    {
+        let Some(decision) = c.decision.as_deref() else {
+            return Err(RunError::Config {
+                message: format!(
+                    "task `{}` waits for a person at attempt {}: {}; answer with `mvk approve {run}` or `mvk reject {run} --reason TEXT`",
+                    task.name, a.number, c.question
+                ),
+            });
+        };
+        runner.emit(
+            Some(&task.name),
+            Some(a.number),
+            "checkpoint.answered",
+            json!({"checkpoint": c.id, "kind": c.kind, "decision": decision, "reason": c.reason}),
+        )?;
+        if decision == "approve" {
+            if c.lands {
+                pending = Some(Pending::Land(a.clone()));
+            }
+        } else {
+            let reason = c.reason.clone().unwrap_or_default();
+            let mut f = Failure::new(
+                a.number,
+                FailureKind::Human,
+                format!("a person rejected attempt {}: {reason}", a.number),
+                &["human", &reason],
+            );
+            f.tail = format!("{reason}\n");
+            pending = None;
+            history.push((a.number, a.branch.clone(), Some(f.clone())));
+            p.last = Some(f);
+            p.same = 1;
+        }
+    }
     let (tokens, usd) = runner
         .ledger()
         .spent_in_epoch(&run, &task.name, row.epoch)?;

@@ -18,6 +18,7 @@ mod invalid;
 mod reading;
 mod report;
 mod resume;
+mod review;
 mod shell;
 mod stdlib;
 

@@ -1,0 +1,150 @@
+//! `mvk approve RUN [TASK]` and `mvk reject RUN [TASK] --reason TEXT`: a paused run and a
+//! person's decision in; the decision recorded at the checkpoint where the run waits (a ledger
+//! row, written before anything acts on it) and the run continued in this process, as
+//! `mvk resume` would, out.
+
+use clap::Args;
+
+use super::printer::Printer;
+use super::resume::{ResumeArgs, find_run, open_ledger, repo_root};
+use super::{Cli, CliError, Exit};
+use crate::ledger::CheckpointRow;
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The paused run (an id or a unique prefix of one).
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// The task whose checkpoint is answered (needed only when several wait).
+    #[arg(value_name = "TASK")]
+    pub task: Option<String>,
+    /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RejectArgs {
+    /// The paused run (an id or a unique prefix of one).
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// The task whose checkpoint is answered (needed only when several wait).
+    #[arg(value_name = "TASK")]
+    pub task: Option<String>,
+    /// Why: it goes into the next attempt's prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn approve(cli: &Cli, printer: &Printer, args: &ApproveArgs) -> Result<Exit, CliError> {
+    decide(
+        cli,
+        printer,
+        (&args.run, args.task.as_deref()),
+        None,
+        args.json,
+    )
+}
+
+pub fn reject(cli: &Cli, printer: &Printer, args: &RejectArgs) -> Result<Exit, CliError> {
+    if args.reason.trim().is_empty() {
+        return Err(CliError::Usage {
+            message: "`--reason` is empty; the next attempt's prompt needs to say what is wrong"
+                .into(),
+            hint: Some("say what to change, e.g. `--reason \"handle negative numbers\"`".into()),
+        });
+    }
+    decide(
+        cli,
+        printer,
+        (&args.run, args.task.as_deref()),
+        Some(args.reason.trim()),
+        args.json,
+    )
+}
+
+/// Records `reason`'s decision (a rejection when `Some`) and continues the run.
+fn decide(
+    cli: &Cli,
+    printer: &Printer,
+    (run, task): (&str, Option<&str>),
+    reason: Option<&str>,
+    json: bool,
+) -> Result<Exit, CliError> {
+    let repo_root = repo_root(cli)?;
+    let run = find_run(cli, Some(run))?;
+    let mut ledger = open_ledger(&repo_root)?;
+    let internal = |e: crate::ledger::LedgerError| CliError::Internal {
+        message: super::apply::chain(&e),
+    };
+    let rows = ledger.checkpoints(&run.id).map_err(internal)?;
+    let open = undecided(&rows);
+    if run.state != "paused" || open.is_empty() {
+        return Err(CliError::Usage {
+            message: format!(
+                "run `{}` does not wait for a person (it is {})",
+                run.id, run.state
+            ),
+            hint: Some(format!("`mvk status {}` shows where it stands", run.id)),
+        });
+    }
+    let chosen: Vec<&CheckpointRow> = open
+        .iter()
+        .copied()
+        .filter(|c| task.is_none_or(|t| c.task == t))
+        .collect();
+    let waiting = || {
+        open.iter()
+            .map(|c| format!("`{}`", c.task))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let c = match chosen.as_slice() {
+        [c] => *c,
+        [] => {
+            return Err(CliError::Usage {
+                message: format!(
+                    "task `{}` of run `{}` does not wait for a person",
+                    task.unwrap_or_default(),
+                    run.id
+                ),
+                hint: Some(format!("waiting: {}", waiting())),
+            });
+        }
+        _ => {
+            return Err(CliError::Usage {
+                message: format!("several tasks of run `{}` wait for a person", run.id),
+                hint: Some(format!("name one: {}", waiting())),
+            });
+        }
+    };
+    let decision = if reason.is_some() {
+        "reject"
+    } else {
+        "approve"
+    };
+    ledger.decide(c.id, decision, reason).map_err(internal)?;
+    drop(ledger);
+    printer.status(&format!(
+        "{decision}d attempt {} of task `{}` ({} checkpoint); the run goes on",
+        c.attempt, c.task, c.kind
+    ));
+    super::resume::resume(
+        cli,
+        printer,
+        &ResumeArgs {
+            run: Some(run.id),
+            accept_drift: false,
+            wait: false,
+            json,
+        },
+    )
+}
+
+/// The checkpoints no one has answered yet.
+pub(crate) fn undecided(rows: &[CheckpointRow]) -> Vec<&CheckpointRow> {
+    rows.iter().filter(|c| c.decision.is_none()).collect()
+}

@@ -1,0 +1,494 @@
+//! An attempt whose gates passed in; the independent reviewer's verdict out. The reviewer runs in
+//! a fresh worktree of the attempt's result (one commit on the base, without the maker's commit
+//! messages) with its own prompt: the task's contract (goal,
+//! scope, seal), the gates and their results, the diff against the base and the blockers it
+//! raised before, never the maker's output or self-report. Its answer is the last line of its
+//! standard output that parses as a JSON object with a `verdict` key; anything else, a reject
+//! without blockers included, is [`Verdict::Unknown`], never approval.
+
+use std::path::Path;
+
+use git2::{DiffFormat, Oid, Repository};
+use serde_json::{Value, json};
+
+use crate::ir::Review;
+use crate::prompt::{self, Blocker, GateInfo, PromptContext};
+use crate::run::adapter::Usage;
+use crate::run::attempt::{self, AttemptSpec};
+use crate::run::driver::{Budgets, RunError, Runner};
+use crate::run::gate::{self, GateRun};
+use crate::run::process::{self, Termination};
+
+/// The categories a blocker may have: a concrete defect, never a preference.
+pub const CATEGORIES: &[&str] = &[
+    "correctness",
+    "security",
+    "data-loss",
+    "contract",
+    "failing-test",
+];
+
+/// The end of the reviewer's output that is searched for its verdict.
+const VERDICT_TAIL_BYTES: u64 = 256 * 1024;
+
+/// What a reviewer's answer came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approve {
+        notes: Vec<String>,
+    },
+    Reject {
+        blockers: Vec<Blocker>,
+        notes: Vec<String>,
+    },
+    /// No verdict could be read: why.
+    Unknown {
+        reason: String,
+    },
+}
+
+impl Verdict {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Approve { .. } => "approve",
+            Verdict::Reject { .. } => "reject",
+            Verdict::Unknown { .. } => "unknown",
+        }
+    }
+
+    fn notes(&self) -> &[String] {
+        match self {
+            Verdict::Approve { notes } | Verdict::Reject { notes, .. } => notes,
+            Verdict::Unknown { .. } => &[],
+        }
+    }
+}
+
+/// Reads the verdict from a reviewer's standard output: the last line that parses as a JSON
+/// object with a `verdict` key, held to the contract's form.
+pub fn parse_verdict(output: &str) -> Verdict {
+    let found = output.lines().rev().find_map(|line| {
+        let v: Value = serde_json::from_str(line.trim()).ok()?;
+        v.as_object()?.contains_key("verdict").then_some(v)
+    });
+    let Some(v) = found else {
+        return unknown("no line of the reviewer's output is a JSON object with a `verdict` key");
+    };
+    let notes = match v.get("notes") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut notes = Vec::new();
+            for item in items {
+                match item.as_str() {
+                    Some(s) => notes.push(s.to_string()),
+                    None => return unknown("`notes` must be an array of strings"),
+                }
+            }
+            notes
+        }
+        Some(_) => return unknown("`notes` must be an array of strings"),
+    };
+    let blockers = match v.get("blockers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut blockers = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match blocker(item) {
+                    Ok(b) => blockers.push(b),
+                    Err(why) => return unknown(&format!("blocker {}: {why}", i + 1)),
+                }
+            }
+            blockers
+        }
+        Some(_) => return unknown("`blockers` must be an array"),
+    };
+    match v.get("verdict").and_then(Value::as_str) {
+        Some("approve") if blockers.is_empty() => Verdict::Approve { notes },
+        Some("approve") => unknown("an approval cannot have blockers"),
+        Some("reject") if blockers.is_empty() => {
+            unknown("a rejection must name at least one blocker")
+        }
+        Some("reject") => Verdict::Reject { blockers, notes },
+        _ => unknown("`verdict` must be \"approve\" or \"reject\""),
+    }
+}
+
+fn unknown(reason: &str) -> Verdict {
+    Verdict::Unknown {
+        reason: reason.to_string(),
+    }
+}
+
+fn blocker(v: &Value) -> Result<Blocker, String> {
+    let field = |name: &str| v.get(name).and_then(Value::as_str).map(str::trim);
+    let category = field("category").ok_or("it has no `category`")?;
+    if !CATEGORIES.contains(&category) {
+        return Err(format!(
+            "`{category}` is not a category (one of {})",
+            CATEGORIES.join(", ")
+        ));
+    }
+    let evidence = field("evidence").filter(|e| !e.is_empty());
+    let evidence = evidence.ok_or("it has no `evidence`")?;
+    let location = field("location").filter(|l| !l.is_empty());
+    let location = location.ok_or("it has no `location`")?;
+    Ok(Blocker {
+        category: category.to_string(),
+        evidence: evidence.to_string(),
+        location: location.to_string(),
+    })
+}
+
+/// What a review of an attempt decided and spent.
+#[derive(Debug)]
+pub struct Reviewed {
+    pub verdict: Verdict,
+    pub usage: Usage,
+}
+
+/// Runs `review`'s agent on the attempt's result `head` (whose gates passed as `gates`) and
+/// records its verdict, notes and cost against attempt `attempt_id`.
+pub async fn review(
+    runner: &mut Runner<'_>,
+    spec: &AttemptSpec<'_>,
+    budgets: &Budgets,
+    review: &Review,
+    (attempt_id, head, gates): (i64, Oid, &[GateRun]),
+) -> Result<Reviewed, RunError> {
+    let task = spec.task;
+    runner.set_phase("review", Some(&task.name), spec.number)?;
+    // Its own directory: nothing of the maker's (agent.out, its prompt) is handed to it.
+    let dir = runner.attempt_dir(&task.name, spec.number).join("review");
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
+        action: "create the review directory",
+        path: dir.clone(),
+        source,
+    })?;
+    let previous: Vec<Blocker> =
+        match runner
+            .ledger()
+            .last_blockers(runner.run_id(), &task.name, spec.epoch)?
+        {
+            Some(j) => serde_json::from_str(&j).map_err(|e| RunError::Config {
+                message: format!(
+                    "the ledger's blockers of task `{}` cannot be read: {e}",
+                    task.name
+                ),
+            })?,
+            None => Vec::new(),
+        };
+    let max = usize::try_from(budgets.context_tokens)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(4);
+    let diff = diff_text(runner.repo_root(), spec.base, head, max / 2)?;
+    let cx = PromptContext {
+        goal: task.goal.clone(),
+        task: task.name.clone(),
+        item: task.item.clone(),
+        scope: task.scope.clone(),
+        seal: task.seal.clone(),
+        attempt: spec.number,
+        rung: review.agent.label(),
+        gates: gates
+            .iter()
+            .zip(&task.gates)
+            .map(|(run, g)| GateInfo {
+                name: run.gate.clone(),
+                evidence: g.evidence.name().to_string(),
+                result: Some("pass".into()),
+                summary: run.counts().map(|c| {
+                    format!(
+                        "{} executed, {} passed, {} failed, {} skipped",
+                        c.executed, c.passed, c.failed, c.skipped
+                    )
+                }),
+            })
+            .collect(),
+        failure: None,
+        diff: Some(diff),
+        previous_blockers: previous.clone(),
+    };
+    let text = prompt::render(&review.prompt.text, &cx).map_err(|p| RunError::Template {
+        template: review.prompt.name.clone(),
+        message: p.to_string(),
+        line: p.line,
+    })?;
+    let prompt_file = dir.join("prompt.md");
+    std::fs::write(&prompt_file, &text).map_err(|source| RunError::Io {
+        action: "write the reviewer's prompt",
+        path: prompt_file.clone(),
+        source,
+    })?;
+    runner.emit(
+        Some(&task.name),
+        Some(spec.number),
+        "review.started",
+        json!({"agent": review.agent.label(), "previous_blockers": previous.len()}),
+    )?;
+
+    let branch = format!(
+        "mvk/{}/{}/review-{}",
+        runner.run_id(),
+        attempt::slug(&task.name),
+        spec.number
+    );
+    let under_review = neutral_commit(runner.repo_root(), spec.base, head)?;
+    let as_reviewer = AttemptSpec {
+        agent: &review.agent,
+        previous: None,
+        ..*spec
+    };
+    let matcher = attempt::rate_limit_matcher(&review.agent)?;
+    let mut usage = Usage::default();
+    let mut backoff = attempt::FIRST_BACKOFF;
+    let mut retries = 0u32;
+    // A usage or rate limit is not a verdict: the review is made again after a wait, within
+    // the wall budget; a reviewer still limited past it has given no verdict.
+    let (outcome, ps, gave_up) = loop {
+        let lease = runner.acquire(under_review, &branch)?;
+        let mut ps = attempt::agent_process(
+            runner.run_id(),
+            &as_reviewer,
+            (&lease.path, &prompt_file, &text),
+            &dir,
+            "review",
+        )?;
+        let left = budgets
+            .time_left(runner.started())
+            .unwrap_or(std::time::Duration::ZERO);
+        ps.timeout = Some(review.agent.timeout.min(left));
+        let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
+            agent: review.agent.name.clone(),
+            source,
+        })?;
+        crate::run::reaper::kill_adopted();
+        drop(lease);
+        if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
+            usage.absorb(&u);
+        }
+        let limited = attempt::rate_limited(&matcher, &outcome);
+        let Some(hit) = limited else {
+            break (outcome, ps, None);
+        };
+        retries += 1;
+        let wait = hit.retry_after.unwrap_or(backoff);
+        backoff = (backoff * 2).min(attempt::MAX_BACKOFF);
+        let out_of_time = budgets
+            .time_left(runner.started())
+            .is_none_or(|left| left <= wait);
+        let too_many = budgets.wall.is_none() && retries > attempt::MAX_RATE_LIMIT_RETRIES;
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "review.rate-limited",
+            json!({"wait_ms": attempt::ms(wait), "message": hit.message, "gave_up": out_of_time || too_many}),
+        )?;
+        if out_of_time || too_many {
+            let why = format!(
+                "the reviewer stayed rate-limited after {retries} tr{} ({})",
+                if retries == 1 { "y" } else { "ies" },
+                hit.message
+            );
+            break (outcome, ps, Some(why));
+        }
+        tokio::time::sleep(wait).await;
+    };
+    let exit_code = match outcome.termination {
+        Termination::Exited(code) => Some(code),
+        _ => None,
+    };
+    let verdict = match outcome.termination {
+        _ if gave_up.is_some() => unknown(gave_up.as_deref().unwrap_or_default()),
+        Termination::Exited(0) => {
+            let out = gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(|source| {
+                RunError::Io {
+                    action: "read the reviewer's output",
+                    path: ps.stdout_log.clone(),
+                    source,
+                }
+            })?;
+            parse_verdict(&out)
+        }
+        Termination::Exited(code) => unknown(&format!("the reviewer exited with code {code}")),
+        Termination::Signaled(_) => unknown("the reviewer was killed by a signal"),
+        Termination::TimedOut => unknown(&format!(
+            "the reviewer did not finish within {}",
+            crate::plan::format_duration(ps.timeout.unwrap_or_default())
+        )),
+    };
+    let (blockers, reason) = match &verdict {
+        Verdict::Reject { blockers, .. } => (blockers.as_slice(), ""),
+        Verdict::Unknown { reason } => (&[][..], reason.as_str()),
+        Verdict::Approve { .. } => (&[][..], ""),
+    };
+    let blockers_json = serde_json::to_string(blockers).map_err(|e| RunError::Config {
+        message: format!("cannot encode the reviewer's blockers: {e}"),
+    })?;
+    let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
+    runner
+        .ledger_mut()
+        .record_review(&crate::ledger::ReviewRow {
+            attempt_id,
+            agent: &review.agent.label(),
+            verdict: verdict.name(),
+            blockers_json: &blockers_json,
+            notes: verdict.notes(),
+            reason,
+            exit_code,
+            output: &ps.stdout_log.display().to_string(),
+            usage: reported.then(|| crate::ledger::Cost {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                usd_micros: usage.usd_micros.unwrap_or(0),
+            }),
+        })?;
+    runner.emit(
+        Some(&task.name),
+        Some(spec.number),
+        "review.finished",
+        json!({
+            "verdict": verdict.name(),
+            "blockers": blockers,
+            "notes": verdict.notes(),
+            "reason": reason,
+            "exit_code": exit_code,
+            "tokens": usage.tokens(),
+            "usd": usage.usd_micros.map(|u| u as f64 / 1e6),
+        }),
+    )?;
+    Ok(Reviewed { verdict, usage })
+}
+
+/// A commit with `head`'s tree whose only parent is `base`: the reviewer's checkout holds the
+/// change, while its history holds none of the maker's commit messages (its self-report).
+fn neutral_commit(repo_root: &Path, base: Oid, head: Oid) -> Result<Oid, RunError> {
+    let git = |action: String| move |source| RunError::Git { action, source };
+    let repo = Repository::open(repo_root).map_err(git("open the repository".into()))?;
+    let parent = repo
+        .find_commit(base)
+        .map_err(git(format!("read commit `{base}`")))?;
+    let tree = repo
+        .find_commit(head)
+        .and_then(|c| c.tree())
+        .map_err(git(format!("read the tree of commit `{head}`")))?;
+    let sig = crate::run::worktree::signature(&repo)
+        .map_err(git("make a signature for the commit under review".into()))?;
+    repo.commit(
+        None,
+        &sig,
+        &sig,
+        &format!("mvk: the change under review\n\nMvk-Head: {head}\n"),
+        &tree,
+        &[&parent],
+    )
+    .map_err(git("write the commit under review".into()))
+}
+
+/// The change from `base` to `head` as a unified diff, cut to `max` bytes with a note saying so.
+fn diff_text(repo_root: &Path, base: Oid, head: Oid, max: usize) -> Result<String, RunError> {
+    let git = |action: &str| {
+        let action = action.to_string();
+        move |source| RunError::Git { action, source }
+    };
+    let repo = Repository::open(repo_root).map_err(git("open the repository"))?;
+    let tree = |id: Oid| {
+        repo.find_commit(id)
+            .and_then(|c| c.tree())
+            .map_err(git(&format!("read the tree of commit `{id}`")))
+    };
+    let (old, new) = (tree(base)?, tree(head)?);
+    let diff = repo
+        .diff_tree_to_tree(Some(&old), Some(&new), None)
+        .map_err(git("diff the attempt's change against its base"))?;
+    let mut out = Vec::new();
+    diff.print(DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            out.push(line.origin() as u8);
+        }
+        out.extend_from_slice(line.content());
+        true
+    })
+    .map_err(git("print the attempt's diff"))?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    if text.len() <= max {
+        return Ok(text);
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Ok(format!(
+        "{}\n[… the diff goes on for {} more bytes, cut to fit the context budget; the whole change is in your working directory, `git diff {base}` shows it]\n",
+        &text[..cut],
+        text.len() - cut
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reject(category: &str) -> String {
+        format!(
+            r#"{{"verdict":"reject","blockers":[{{"category":"{category}","evidence":"add subtracts","location":"src/calc.sh:2"}}],"notes":["rename it"]}}"#
+        )
+    }
+
+    #[test]
+    fn the_last_verdict_line_counts() {
+        let out = format!(
+            "thinking…\n{}\n{{\"verdict\":\"approve\",\"notes\":[\"later\"]}}\ntrailing words\n",
+            reject("correctness")
+        );
+        assert_eq!(
+            parse_verdict(&out),
+            Verdict::Approve {
+                notes: vec!["later".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_rejection_carries_its_blockers_and_notes() {
+        let Verdict::Reject { blockers, notes } = parse_verdict(&reject("data-loss")) else {
+            panic!("not a rejection");
+        };
+        assert_eq!(blockers[0].category, "data-loss");
+        assert_eq!(blockers[0].location, "src/calc.sh:2");
+        assert_eq!(notes, vec!["rename it".to_string()]);
+    }
+
+    /// Anything outside the contract's form is unknown, never approval.
+    #[test]
+    fn malformed_answers_are_unknown() {
+        for (out, why) in [
+            ("LGTM, approved!", "no line"),
+            ("{\"verdict\":\"approve\"", "no line"),
+            ("{\"verdict\":\"yes\"}", "`verdict` must be"),
+            (
+                "{\"verdict\":\"reject\",\"blockers\":[]}",
+                "at least one blocker",
+            ),
+            ("{\"verdict\":\"reject\"}", "at least one blocker"),
+            (&reject("style"), "not a category"),
+            (
+                "{\"verdict\":\"reject\",\"blockers\":[{\"category\":\"security\",\"location\":\"a:1\"}]}",
+                "no `evidence`",
+            ),
+            (
+                "{\"verdict\":\"approve\",\"blockers\":[{\"category\":\"security\",\"evidence\":\"x\",\"location\":\"a:1\"}]}",
+                "cannot have blockers",
+            ),
+            (
+                "{\"verdict\":\"approve\",\"notes\":\"one\"}",
+                "array of strings",
+            ),
+            ("[{\"verdict\":\"approve\"}]", "no line"),
+        ] {
+            match parse_verdict(out) {
+                Verdict::Unknown { reason } => assert!(reason.contains(why), "{out}: {reason}"),
+                other => panic!("{out} read as {other:?}"),
+            }
+        }
+    }
+}
