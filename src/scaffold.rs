@@ -87,7 +87,12 @@ impl ProjectKind {
     fn seal(self) -> &'static str {
         match self {
             ProjectKind::Go => "\"**/*_test.go\" \"loops/**\"",
-            ProjectKind::Node => "\"test/**\" \"tests/**\" \"loops/**\"",
+            ProjectKind::Node => {
+                "\"test/**\" \"tests/**\" \"**/__tests__/**\" \"**/*.test.*\" \"**/*.spec.*\" \"loops/**\""
+            }
+            ProjectKind::Python => {
+                "\"tests/**\" \"**/test_*.py\" \"**/*_test.py\" \"**/conftest.py\" \"loops/**\""
+            }
             _ => "\"tests/**\" \"loops/**\"",
         }
     }

@@ -12,23 +12,33 @@ use crate::scaffold::{self, ProjectKind};
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// The project's directory (default: the current directory); made when it does not exist.
-    #[arg(value_name = "DIR", default_value = ".")]
-    pub dir: PathBuf,
+    /// The project's directory (default: `--repo`, else the current directory); made when it
+    /// does not exist.
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
-pub fn init(_cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliError> {
-    if args.dir.exists() && !args.dir.is_dir() {
+pub fn init(cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliError> {
+    let dir = args
+        .dir
+        .clone()
+        .or_else(|| cli.repo.clone())
+        .unwrap_or_else(|| PathBuf::from("."));
+    init_in(printer, &dir)
+}
+
+fn init_in(printer: &Printer, dir: &std::path::Path) -> Result<Exit, CliError> {
+    if dir.exists() && !dir.is_dir() {
         return Err(CliError::Usage {
-            message: format!("`{}` is not a directory", args.dir.display()),
+            message: format!("`{}` is not a directory", dir.display()),
             hint: Some("name the project's directory: `mvk init DIR`".into()),
         });
     }
-    let kind = ProjectKind::detect(&args.dir);
+    let kind = ProjectKind::detect(dir);
     let files = scaffold::files(kind);
     let existing: Vec<String> = files
         .iter()
-        .filter(|(path, _)| args.dir.join(path).symlink_metadata().is_ok())
+        .filter(|(path, _)| dir.join(path).symlink_metadata().is_ok())
         .map(|(path, _)| format!("`{path}`"))
         .collect();
     if !existing.is_empty() {
@@ -37,34 +47,44 @@ pub fn init(_cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliE
                 "{} already exist{} in `{}`; nothing was written",
                 existing.join(", "),
                 if existing.len() == 1 { "s" } else { "" },
-                args.dir.display()
+                dir.display()
             ),
             hint: Some("`mvk init` only writes new files: move those away, or edit them".into()),
         });
     }
     printer.status(&format!("project: {}", kind.describe()));
+    let mut written: Vec<PathBuf> = Vec::new();
     for (path, text) in &files {
-        let full = args.dir.join(path);
-        let io = |doing: &str, e: std::io::Error| CliError::Internal {
-            message: format!("cannot {doing} `{}`: {e}", full.display()),
-        };
-        if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io("create the directory of", e))?;
+        let full = dir.join(path);
+        let result = (|| -> std::io::Result<()> {
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            // `create_new`: a file that appeared since the check above is still not overwritten.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&full)?;
+            written.push(full.clone());
+            std::io::Write::write_all(&mut f, text.as_bytes())
+        })();
+        if let Err(e) = result {
+            // All or nothing: take back what this run wrote, so a second `mvk init` can succeed.
+            for w in &written {
+                let _ = std::fs::remove_file(w);
+            }
+            return Err(CliError::Internal {
+                message: format!("cannot write `{}`: {e}; nothing was kept", full.display()),
+            });
         }
-        // `create_new`: a file that appeared since the check above is still not overwritten.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&full)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .map_err(|e| io("write", e))?;
-        printer.out(&format!("wrote {path}"));
+        printer.out(&format!("wrote {}", full.display()));
     }
+    let shown = |p: &str| dir.join(p).display().to_string();
     printer.status(&format!(
         "next: edit `{}` (the agent's command), then `mvk check {}` and `mvk apply {}`",
-        scaffold::AGENTS_FILE,
-        scaffold::LOOP_FILE,
-        scaffold::LOOP_FILE
+        shown(scaffold::AGENTS_FILE),
+        shown(scaffold::LOOP_FILE),
+        shown(scaffold::LOOP_FILE)
     ));
     Ok(Exit::Ok)
 }

@@ -26,8 +26,8 @@ pub struct ReportArgs {
 pub fn report(cli: &Cli, printer: &Printer, args: &ReportArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let run = reading::find_run(&ledger, args.run.as_deref())?;
-    let page =
-        crate::report::html::html(&ledger.reader, &run).map_err(|e| reading::internal(&e))?;
+    let page = crate::report::html::html(&ledger.reader, &ledger.mvk_dir, &run)
+        .map_err(|e| reading::internal(&e))?;
     match &args.out {
         Some(file) => {
             std::fs::write(file, page).map_err(|e| CliError::Internal {

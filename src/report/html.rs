@@ -29,12 +29,19 @@ struct Rows {
     merges: Vec<MergeRow>,
     /// `(task, attempt)` → `passed` or `breached: PATH, …`, from the `seal.*` events.
     seals: BTreeMap<(String, u32), String>,
-    /// The time of the last event: the end of a run that has not finished.
+    /// Where a run that has not finished ends on the page: now while it is alive, else its
+    /// last sign of life (the last event or the heartbeat file, whichever is later).
     last_event_ms: i64,
+    /// `running`, `interrupted`, `unknown` for a run the ledger says is running.
+    liveness: String,
 }
 
 /// The page for `run`.
-pub fn html(reader: &Reader, run: &RunRow) -> Result<String, LedgerError> {
+pub fn html(
+    reader: &Reader,
+    mvk_dir: &std::path::Path,
+    run: &RunRow,
+) -> Result<String, LedgerError> {
     let events = reader.events(&run.id, 0)?;
     let mut seals = BTreeMap::new();
     for e in &events {
@@ -70,7 +77,22 @@ pub fn html(reader: &Reader, run: &RunRow) -> Result<String, LedgerError> {
         costs: spent_by_attempt(&reader.costs(Some(&run.id))?),
         merges: reader.merges(&run.id)?,
         seals,
-        last_event_ms: events.last().map_or(run.heartbeat_at, |e| e.time_ms),
+        last_event_ms: {
+            let live = crate::ledger::read::liveness(mvk_dir, run);
+            let last = events.last().map_or(run.heartbeat_at, |e| e.time_ms);
+            if matches!(live, crate::ledger::read::Liveness::Running { .. }) {
+                crate::ledger::read::ms_since_epoch(std::time::SystemTime::now()).max(last)
+            } else {
+                let beat = std::fs::metadata(mvk_dir.join("runs").join(&run.id).join("heartbeat"))
+                    .and_then(|m| m.modified())
+                    .map(crate::ledger::read::ms_since_epoch)
+                    .unwrap_or(last);
+                last.max(beat)
+            }
+        },
+        liveness: crate::ledger::read::liveness(mvk_dir, run)
+            .name()
+            .to_string(),
     };
     Ok(render(&rows))
 }
@@ -152,7 +174,14 @@ fn render(rows: &Rows) -> String {
     for a in &rows.attempts {
         spent.add_attempt(a, &rows.costs);
     }
-    let outcome = run.outcome.clone().unwrap_or_else(|| run.state.clone());
+    // A run the ledger calls running may have died: say what its liveness says.
+    let outcome = run.outcome.clone().unwrap_or_else(|| {
+        if run.state == "running" {
+            rows.liveness.clone()
+        } else {
+            run.state.clone()
+        }
+    });
     let mut out = String::new();
     let _ = write!(
         out,

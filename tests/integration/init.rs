@@ -43,7 +43,12 @@ fn init_project(manifest: Option<&str>) -> Value {
     assert_eq!(code, 0, "mvk init failed\n{stdout}\n{stderr}");
     assert_eq!(
         stdout,
-        "wrote loops/fix-tests.kdl\nwrote loops/agents.kdl\nwrote loops/prompts/maker.hbs\n"
+        "wrote project/loops/fix-tests.kdl\nwrote project/loops/agents.kdl\nwrote project/loops/prompts/maker.hbs\n",
+        "paths as seen from where mvk was started"
+    );
+    assert!(
+        stderr.contains("`mvk check project/loops/fix-tests.kdl`"),
+        "{stderr}"
     );
     for file in [
         "loops/fix-tests.kdl",
@@ -237,4 +242,22 @@ fn the_rust_starter_loop_runs_to_an_accepted_change() {
     assert_eq!(gate["detail"]["counts"]["executed"], 1, "{gate}");
     assert_eq!(gate["detail"]["counts"]["passed"], 1, "{gate}");
     assert_eq!(git(repo, &["show", "main:src/lib.rs"]), FIXED);
+}
+
+// Regression: a failure midway left the first files behind, and a second `mvk init` refused.
+#[test]
+fn a_failed_init_keeps_nothing_and_can_be_run_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    fs::create_dir_all(project.join("loops")).unwrap();
+    // `loops/prompts` is a file, so the third file cannot be written.
+    fs::write(project.join("loops/prompts"), "in the way").unwrap();
+    let (code, _, stderr) = mvk(tmp.path(), &["init", "project"]);
+    assert_eq!(code, 70, "{stderr}");
+    assert!(stderr.contains("nothing was kept"), "{stderr}");
+    assert!(!project.join("loops/fix-tests.kdl").exists());
+    assert!(!project.join("loops/agents.kdl").exists());
+    fs::remove_file(project.join("loops/prompts")).unwrap();
+    let (code, _, stderr) = mvk(tmp.path(), &["init", "project"]);
+    assert_eq!(code, 0, "{stderr}");
 }

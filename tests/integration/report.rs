@@ -168,7 +168,9 @@ fn chromium_dom(path: &Path) -> String {
         "`{CHROMIUM}` is missing: install it with `apt-get install -y chromium` (.ci/run does)"
     );
     let profile = tempfile::tempdir().unwrap();
-    let out = Command::new(CHROMIUM)
+    // Under `timeout`: a Chromium that hangs must fail the test, not hold CI.
+    let out = Command::new("timeout")
+        .args(["120", CHROMIUM])
         .args([
             "--headless",
             "--no-sandbox",

@@ -784,3 +784,13 @@ fn a_removed_loop_file_is_drift_with_the_way_back() {
     assert!(stderr.contains("git checkout"), "{stderr}");
     assert_eq!(count(&f, "calls"), 1, "nothing ran");
 }
+
+// Regression: the HTML report called a dead run `running` and ended its clock at its start.
+#[test]
+fn the_report_of_an_interrupted_run_says_so() {
+    let (f, _) = interrupted("budget iterations=3");
+    let out = f.mvk().args(["report", "--html"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains("id=\"outcome\">interrupted"), "{page}");
+}
