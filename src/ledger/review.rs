@@ -159,6 +159,26 @@ impl Ledger {
             })
     }
 
+    /// The first verdict recorded on an attempt, `(verdict, blockers_json, reason)`: a resume
+    /// that judges the attempt again keeps it rather than asking again.
+    pub fn recorded_review(
+        &self,
+        attempt_id: i64,
+    ) -> Result<Option<(String, String, String)>, LedgerError> {
+        self.conn
+            .query_row(
+                "SELECT verdict, blockers_json, reason FROM reviews WHERE attempt_id = ?1
+                 ORDER BY id LIMIT 1",
+                params![attempt_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(|source| LedgerError::Read {
+                what: format!("the review of attempt #{attempt_id}"),
+                source,
+            })
+    }
+
     /// The blockers (a JSON array) of the last rejection in one epoch of a task.
     pub fn last_blockers(
         &self,

@@ -244,21 +244,22 @@ pub struct Progress {
 pub enum Pending {
     /// Its agent finished and its change was captured: judge it from the seal check on.
     Judge(ledger::AttemptRow),
-    /// It passed and was not landed: land it.
-    Land(ledger::AttemptRow),
+    /// It passed and was not landed: land it — at once when a person approved it (`true`) or
+    /// the run stops for no one; else after asking, as the run's mode says.
+    Land(ledger::AttemptRow, bool),
 }
 
 impl Pending {
     pub fn row(&self) -> &ledger::AttemptRow {
         match self {
-            Pending::Judge(r) | Pending::Land(r) => r,
+            Pending::Judge(r) | Pending::Land(r, _) => r,
         }
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             Pending::Judge(_) => "judge",
-            Pending::Land(_) => "land",
+            Pending::Land(..) => "land",
         }
     }
 }
@@ -884,6 +885,11 @@ impl<'a> Runner<'a> {
         attempt::attempt_dir(self.trail.run_dir(), task, attempt)
     }
 
+    /// The worktree pool's root directory (outside the repository).
+    pub fn pool_root(&self) -> &Path {
+        self.pool.root()
+    }
+
     pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
         Ok(self.pool.acquire(base, branch)?)
     }
@@ -1315,6 +1321,9 @@ impl<'a> Runner<'a> {
             }
             // An attempt a resume found half done goes on from its last durable step;
             // otherwise a fresh one.
+            // Whether a passed attempt must still be put to a person (batch and step modes): a
+            // fresh one always; one a resume found passed, unless a person already approved it.
+            let mut ask = true;
             let (spec, record, settled) = match pend {
                 None => {
                     number += 1;
@@ -1381,7 +1390,8 @@ impl<'a> Runner<'a> {
                             .await?;
                             (spec, record, false)
                         }
-                        Pending::Land(row) => {
+                        Pending::Land(row, approved) => {
+                            ask = !approved;
                             let record = attempt::AttemptRecord {
                                 ledger_id: row.id,
                                 number: row.number,
@@ -1435,29 +1445,32 @@ impl<'a> Runner<'a> {
                             json!({"head": head.to_string()}),
                         )?;
                         self.finish_attempt(record.ledger_id, None)?;
-                        if self.opts.mode != "auto" {
-                            let question = format!(
-                                "attempt {number} passed{}; approve to land it on `{target}`, or reject with a reason for another attempt",
-                                if task.review.is_some() {
-                                    " seal, gates and review"
-                                } else {
-                                    " seal and gates"
-                                }
-                            );
-                            let kind = if self.opts.mode == "step" {
-                                "step"
+                        crate::run::failpoint("attempt-passed");
+                    }
+                    // Also after a crash between the attempt's end and its checkpoint: a change
+                    // lands in batch or step mode only once a person said so.
+                    if ask && self.opts.mode != "auto" {
+                        let question = format!(
+                            "attempt {number} passed{}; approve to land it on `{target}`, or reject with a reason for another attempt",
+                            if task.review.is_some() {
+                                " seal, gates and review"
                             } else {
-                                "batch"
-                            };
-                            let r = self.checkpoint(
-                                task,
-                                (record.ledger_id, number, &record.branch),
-                                kind,
-                                true,
-                                &question,
-                            )?;
-                            return Ok((r, None));
-                        }
+                                " seal and gates"
+                            }
+                        );
+                        let kind = if self.opts.mode == "step" {
+                            "step"
+                        } else {
+                            "batch"
+                        };
+                        let r = self.checkpoint(
+                            task,
+                            (record.ledger_id, number, &record.branch),
+                            kind,
+                            true,
+                            &question,
+                        )?;
+                        return Ok((r, None));
                     }
                     match self
                         .land(task, target, &spec, record.ledger_id, head)

@@ -343,7 +343,7 @@ fn progress_of(
                     }
                     None => {
                         history.push((a.number, a.branch.clone(), None));
-                        pending = Some(Pending::Land(a.clone()));
+                        pending = Some(Pending::Land(a.clone(), false));
                     }
                 }
             }
@@ -396,7 +396,7 @@ fn progress_of(
         )?;
         if decision == "approve" {
             if c.lands {
-                pending = Some(Pending::Land(a.clone()));
+                pending = Some(Pending::Land(a.clone(), true));
             }
         } else {
             let reason = c.reason.clone().unwrap_or_default();
@@ -407,6 +407,19 @@ fn progress_of(
                 &["human", &reason],
             );
             f.tail = format!("{reason}\n");
+            // The attempt's own failure (the reviewer's blockers, the gate that failed) stays in
+            // the next prompt beside the person's reason.
+            if let Some(own) = p.last.as_ref().filter(|l| l.attempt == a.number) {
+                f.blockers.clone_from(&own.blockers);
+                f.gate.clone_from(&own.gate);
+                f.exit_code = own.exit_code;
+                f.counts = own.counts;
+                f.tail = format!(
+                    "{}\n{}\n(a person: {reason})\n",
+                    own.criterion,
+                    own.tail.trim_end()
+                );
+            }
             pending = None;
             history.push((a.number, a.branch.clone(), Some(f.clone())));
             p.last = Some(f);

@@ -157,6 +157,32 @@ pub async fn review(
 ) -> Result<Reviewed, RunError> {
     let task = spec.task;
     runner.set_phase("review", Some(&task.name), spec.number)?;
+    // Judged again after a crash: the verdict already given stands. Asking again could turn a
+    // recorded rejection into an approval.
+    if let Some((verdict, blockers, reason)) = runner.ledger().recorded_review(attempt_id)? {
+        let verdict = match verdict.as_str() {
+            "approve" => Verdict::Approve { notes: Vec::new() },
+            "reject" => Verdict::Reject {
+                blockers: serde_json::from_str(&blockers).map_err(|e| RunError::Config {
+                    message: format!(
+                        "the ledger's blockers of attempt #{attempt_id} cannot be read: {e}"
+                    ),
+                })?,
+                notes: Vec::new(),
+            },
+            _ => Verdict::Unknown { reason },
+        };
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "review.recalled",
+            json!({"verdict": verdict.name()}),
+        )?;
+        return Ok(Reviewed {
+            verdict,
+            usage: Usage::default(),
+        });
+    }
     // Its own directory: nothing of the maker's (agent.out, its prompt) is handed to it.
     let dir = runner.attempt_dir(&task.name, spec.number).join("review");
     std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
@@ -226,13 +252,23 @@ pub async fn review(
         json!({"agent": review.agent.label(), "previous_blockers": previous.len()}),
     )?;
 
-    let branch = format!(
-        "mvk/{}/{}/review-{}",
+    // A repository of its own, outside the pool, holding two commits (the base and the change)
+    // and nothing else: no branch, commit message or object of the maker's is reachable from
+    // the reviewer's checkout, and its prompt is not beside the maker's output.
+    let isolated = runner.pool_root().join(format!(
+        "review-{}-{}-{}",
         runner.run_id(),
         attempt::slug(&task.name),
         spec.number
-    );
-    let under_review = neutral_commit(runner.repo_root(), spec.base, head)?;
+    ));
+    isolated_checkout(runner.repo_root(), spec.base, head, &isolated)?;
+    let _cleanup = RemoveOnDrop(isolated.clone());
+    let prompt_file = isolated.join(".mvk-review-prompt.md");
+    std::fs::write(&prompt_file, &text).map_err(|source| RunError::Io {
+        action: "write the reviewer's prompt",
+        path: prompt_file.clone(),
+        source,
+    })?;
     let as_reviewer = AttemptSpec {
         agent: &review.agent,
         previous: None,
@@ -245,11 +281,11 @@ pub async fn review(
     // A usage or rate limit is not a verdict: the review is made again after a wait, within
     // the wall budget; a reviewer still limited past it has given no verdict.
     let (outcome, ps, gave_up) = loop {
-        let lease = runner.acquire(under_review, &branch)?;
+        let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
             runner.run_id(),
             &as_reviewer,
-            (&lease.path, &prompt_file, &text),
+            (&checkout, &prompt_file, &text),
             &dir,
             "review",
         )?;
@@ -262,7 +298,6 @@ pub async fn review(
             source,
         })?;
         crate::run::reaper::kill_adopted();
-        drop(lease);
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }
@@ -342,6 +377,7 @@ pub async fn review(
                 usd_micros: usage.usd_micros.unwrap_or(0),
             }),
         })?;
+    crate::run::failpoint("review-recorded");
     runner.emit(
         Some(&task.name),
         Some(spec.number),
@@ -359,29 +395,89 @@ pub async fn review(
     Ok(Reviewed { verdict, usage })
 }
 
-/// A commit with `head`'s tree whose only parent is `base`: the reviewer's checkout holds the
-/// change, while its history holds none of the maker's commit messages (its self-report).
-fn neutral_commit(repo_root: &Path, base: Oid, head: Oid) -> Result<Oid, RunError> {
+/// Removes a directory when dropped (best effort: a leftover is harmless and gc-able).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Makes `dest/checkout` a new repository holding only `base`'s and `head`'s trees as two
+/// commits, the change checked out: what the reviewer may see, and nothing it may not.
+fn isolated_checkout(repo_root: &Path, base: Oid, head: Oid, dest: &Path) -> Result<(), RunError> {
     let git = |action: String| move |source| RunError::Git { action, source };
-    let repo = Repository::open(repo_root).map_err(git("open the repository".into()))?;
-    let parent = repo
-        .find_commit(base)
-        .map_err(git(format!("read commit `{base}`")))?;
-    let tree = repo
-        .find_commit(head)
-        .and_then(|c| c.tree())
-        .map_err(git(format!("read the tree of commit `{head}`")))?;
-    let sig = crate::run::worktree::signature(&repo)
-        .map_err(git("make a signature for the commit under review".into()))?;
-    repo.commit(
-        None,
+    let _ = std::fs::remove_dir_all(dest);
+    let checkout = dest.join("checkout");
+    std::fs::create_dir_all(&checkout).map_err(|source| RunError::Io {
+        action: "create the reviewer's checkout",
+        path: checkout.clone(),
+        source,
+    })?;
+    let src = Repository::open(repo_root).map_err(git("open the repository".into()))?;
+    let tree_of = |id: Oid| {
+        src.find_commit(id)
+            .and_then(|c| c.tree())
+            .map_err(git(format!("read the tree of commit `{id}`")))
+    };
+    let (base_tree, head_tree) = (tree_of(base)?, tree_of(head)?);
+    let dst = Repository::init(&checkout).map_err(git("make the reviewer's repository".into()))?;
+    // The two trees' objects, moved as one pack.
+    let mut pack = src
+        .packbuilder()
+        .map_err(git("pack the trees under review".into()))?;
+    pack.insert_tree(base_tree.id())
+        .and_then(|()| pack.insert_tree(head_tree.id()))
+        .map_err(git("pack the trees under review".into()))?;
+    let mut bytes = Vec::new();
+    pack.foreach(|chunk| {
+        bytes.extend_from_slice(chunk);
+        true
+    })
+    .map_err(git("pack the trees under review".into()))?;
+    let odb = dst
+        .odb()
+        .map_err(git("open the reviewer's object store".into()))?;
+    let mut writer = odb
+        .packwriter()
+        .map_err(git("store the trees under review".into()))?;
+    std::io::Write::write_all(&mut writer, &bytes).map_err(|source| RunError::Io {
+        action: "store the trees under review in",
+        path: checkout.clone(),
+        source,
+    })?;
+    writer
+        .commit()
+        .map_err(git("store the trees under review".into()))?;
+    let sig = crate::run::worktree::signature(&src)
+        .map_err(git("make a signature for the commits under review".into()))?;
+    let find = |id: Oid| {
+        dst.find_tree(id).map_err(git(format!(
+            "read tree `{id}` in the reviewer's repository"
+        )))
+    };
+    let (b, h) = (find(base_tree.id())?, find(head_tree.id())?);
+    let first = dst
+        .commit(None, &sig, &sig, "mvk: the base\n", &b, &[])
+        .map_err(git("write the base under review".into()))?;
+    let first = dst
+        .find_commit(first)
+        .map_err(git("read the base under review".into()))?;
+    dst.commit(
+        Some("HEAD"),
         &sig,
         &sig,
-        &format!("mvk: the change under review\n\nMvk-Head: {head}\n"),
-        &tree,
-        &[&parent],
+        "mvk: the change under review\n",
+        &h,
+        &[&first],
     )
-    .map_err(git("write the commit under review".into()))
+    .map_err(git("write the change under review".into()))?;
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force();
+    dst.checkout_head(Some(&mut co))
+        .map_err(git("check out the change under review".into()))?;
+    Ok(())
 }
 
 /// The change from `base` to `head` as a unified diff, cut to `max` bytes with a note saying so.

@@ -6,7 +6,8 @@
 #   garbage              answers in prose, with no verdict line
 #   limited-then-approve hits a rate limit on its first call, then approves
 # It fails loudly (exit 97, no verdict) when it sees the maker's marker anywhere it can look:
-# its prompt, its environment, the files of its working directory, the history of its HEAD.
+# its prompt, its environment, the files of its working directory, every commit its repository
+# holds (all refs and the objects git can find), and the files beside its prompt.
 set -eu
 state=$1
 mode=$2
@@ -21,7 +22,10 @@ echo "$n" > "$state/reviews"
 cp "$MVK_PROMPT_FILE" "$state/review-prompt-$n.md"
 if grep -q "$marker" "$MVK_PROMPT_FILE" || env | grep -q "$marker" \
     || grep -rq --exclude-dir=.git "$marker" . \
-    || git log --format=%B HEAD | grep -q "$marker"; then
+    || git log --all --format=%B | grep -q "$marker" \
+    || git cat-file --batch-all-objects --batch 2>/dev/null | grep -aq "$marker" \
+    || grep -rq "$marker" "$(dirname "$MVK_PROMPT_FILE")" \
+    || grep -rq "$marker" "$(dirname "$MVK_PROMPT_FILE")/.." 2>/dev/null; then
     echo "REVIEWER SAW THE MAKER'S OUTPUT" >&2
     echo "leak" > "$state/leak"
     exit 97

@@ -794,3 +794,19 @@ fn the_report_of_an_interrupted_run_says_so() {
     let page = String::from_utf8_lossy(&out.stdout);
     assert!(page.contains("id=\"outcome\">interrupted"), "{page}");
 }
+
+// Regression: in batch mode, mvk dying between an attempt's pass and its checkpoint let the
+// resume land the change without asking anyone.
+#[test]
+fn a_batch_run_killed_before_its_checkpoint_still_asks_a_person_after_resume() {
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=3"));
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl", "--mode", "batch"],
+        &[("MVK_FAILPOINT", "attempt-passed")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let r = resume(&f, &[]);
+    r.expect_code(4);
+    assert_eq!(f.tip("main"), f.base, "nothing landed without a person");
+    assert_eq!(since_resume(&r, "checkpoint.waiting"), 1, "{}", r.why());
+}

@@ -243,6 +243,11 @@ fn a_person_rejecting_sends_the_reason_to_the_next_attempt() {
         prompt.contains("also handle overflow, says Ada"),
         "{prompt}"
     );
+    // Regression: the person's reason replaced the reviewer's blockers in the next prompt.
+    assert!(
+        prompt.contains("add() is still wrong (review 1)"),
+        "{prompt}"
+    );
     assert_eq!(f.tip("main"), f.base);
     let kinds: Vec<String> = {
         let db = ledger(&f);
@@ -384,4 +389,35 @@ fn a_rate_limited_reviewer_reviews_again_after_the_wait() {
     assert_eq!(limited["detail"]["gave_up"], false);
     assert_eq!(reviews(&f), vec![(1, "approve".to_string())]);
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+// Regression: mvk dying after a reviewer's rejection was recorded made the resume ask the
+// reviewer again, and a second answer could approve what had been rejected.
+#[test]
+fn a_recorded_rejection_stands_after_a_crash() {
+    let f = reviewed("reject-then-approve", 2, "budget iterations=3");
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "review-recorded")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let resumed = f.run_mvk(&["resume"], &[]);
+    let start = resumed
+        .events
+        .iter()
+        .rposition(|e| e["event"] == "run.resumed")
+        .unwrap();
+    let after: Vec<&str> = resumed.events[start..]
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(after.contains(&"review.recalled"), "{}", resumed.why());
+    // The recalled rejection sends the maker back; its second review approves.
+    resumed.expect_code(0);
+    assert_eq!(
+        reviews(&f).iter().filter(|(n, _)| *n == 1).count(),
+        1,
+        "attempt 1 was reviewed once: {:?}",
+        reviews(&f)
+    );
 }
