@@ -333,13 +333,7 @@ fn progress_of(
                 match failed {
                     Some(f) => {
                         pending = None;
-                        p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
-                            p.same + 1
-                        } else {
-                            1
-                        };
-                        history.push((a.number, a.branch.clone(), Some(f.clone())));
-                        p.last = Some(f);
+                        replay_failure(&mut p, &mut history, a, f);
                     }
                     None => {
                         history.push((a.number, a.branch.clone(), None));
@@ -355,13 +349,7 @@ fn progress_of(
                     .as_deref()
                     .and_then(|j| serde_json::from_str(j).ok());
                 if let Some(f) = f {
-                    p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
-                        p.same + 1
-                    } else {
-                        1
-                    };
-                    history.push((a.number, a.branch.clone(), Some(f.clone())));
-                    p.last = Some(f);
+                    replay_failure(&mut p, &mut history, a, f);
                 }
             }
             _ => {}
@@ -445,6 +433,22 @@ fn progress_of(
         elapsed,
         history,
     })))
+}
+
+/// Replays one failed attempt: the same-failure count, the last failure, the handoff's history.
+fn replay_failure(
+    p: &mut Progress,
+    history: &mut Vec<(u32, String, Option<Failure>)>,
+    a: &AttemptRow,
+    f: Failure,
+) {
+    p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
+        p.same + 1
+    } else {
+        1
+    };
+    history.push((a.number, a.branch.clone(), Some(f.clone())));
+    p.last = Some(f);
 }
 
 /// When a run (or its task) was last seen alive: its last event, or the heartbeat file its
