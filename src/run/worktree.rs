@@ -902,6 +902,18 @@ mod tests {
         // The refusals neither rebuilt nor broke the idle slot they tried.
         let idle = pool.acquire(f.c2, "mvk/idle").expect("idle");
         let idle_path = idle.path.clone();
+        let idle_slot = idle.slot();
+        // A process another test forks while a lease is held keeps a copy of the lock's file
+        // until it execs; wait for the slot to be free before asserting it is reused.
+        let wait_free = || {
+            for _ in 0..200 {
+                if pool.try_lock_slot(idle_slot).expect("probe slot").is_some() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            panic!("slot {idle_slot} stayed locked");
+        };
         // As above: step past git's racy-timestamp window so no refusal rewrites a file.
         std::thread::sleep(std::time::Duration::from_millis(1100));
         git(&idle_path, &["status", "--porcelain"]);
@@ -912,11 +924,13 @@ mod tests {
                 .expect("mtime")
         };
         let before = mtime();
+        wait_free();
         assert!(matches!(
             pool.acquire(f.c2, "mvk/held"),
             Err(WorktreeError::BranchCheckedOut { .. })
         ));
         assert_eq!(mtime(), before, "idle slot was not rebuilt");
+        wait_free();
         let next = pool
             .acquire(f.c2, "mvk/next")
             .expect("acquire after refusals");
