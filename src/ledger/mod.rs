@@ -275,6 +275,32 @@ fn changed_one(
     })
 }
 
+/// Runs `update`, a transition that must change exactly the one row it names (`row`, from
+/// state `expected`); when it changes none, says why from the `state` the row has now
+/// (`state_sql` with `key`).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "an UPDATE and the query that explains its failure, each with its parameters"
+)]
+fn transition(
+    tx: &Transaction<'_>,
+    what: &dyn Fn() -> String,
+    update: &str,
+    params: impl rusqlite::Params,
+    row: &str,
+    expected: &str,
+    state_sql: &str,
+    key: impl rusqlite::Params,
+) -> Result<(), LedgerError> {
+    let n = tx
+        .execute(update, params)
+        .map_err(|source| LedgerError::Write {
+            what: what(),
+            source,
+        })?;
+    changed_one(n, what, row, expected, || state_of(tx, state_sql, key))
+}
+
 /// The `state` column of the row `sql` selects, if there is one.
 fn state_of(
     tx: &Transaction<'_>,
@@ -362,18 +388,16 @@ impl Ledger {
     pub fn heartbeat(&mut self, run: &str) -> Result<(), LedgerError> {
         let what = || format!("a heartbeat of run `{run}`");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1",
-                    params![run, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(n, &what, &format!("run `{run}`"), "any", || {
-                state_of(tx, "SELECT state FROM runs WHERE id = ?1", [run])
-            })
+            transition(
+                tx,
+                &what,
+                "UPDATE runs SET heartbeat_at = ?2 WHERE id = ?1",
+                params![run, now],
+                &format!("run `{run}`"),
+                "any",
+                "SELECT state FROM runs WHERE id = ?1",
+                [run],
+            )
         })
     }
 
@@ -386,20 +410,18 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let what = || format!("the end of run `{run}`");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE runs SET state = 'finished', outcome = ?2, exit_code = ?3,
+            transition(
+                tx,
+                &what,
+                "UPDATE runs SET state = 'finished', outcome = ?2, exit_code = ?3,
                         finished_at = ?4, heartbeat_at = ?4
                      WHERE id = ?1 AND state = 'running'",
-                    params![run, outcome, exit_code, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(n, &what, &format!("run `{run}`"), "`running`", || {
-                state_of(tx, "SELECT state FROM runs WHERE id = ?1", [run])
-            })
+                params![run, outcome, exit_code, now],
+                &format!("run `{run}`"),
+                "`running`",
+                "SELECT state FROM runs WHERE id = ?1",
+                [run],
+            )
         })
     }
 
@@ -431,23 +453,17 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let what = || format!("the end of task `{task}` of run `{run}`");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE tasks SET state = 'finished', outcome = ?3, merged = ?4, finished_at = ?5
+            transition(
+                tx,
+                &what,
+                "UPDATE tasks SET state = 'finished', outcome = ?3, merged = ?4, finished_at = ?5
                      WHERE run = ?1 AND name = ?2 AND state = 'running'",
-                    params![run, task, outcome, merged, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(n, &what, &format!("task `{task}`"), "`running`", || {
-                state_of(
-                    tx,
-                    "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
-                    [run, task],
-                )
-            })
+                params![run, task, outcome, merged, now],
+                &format!("task `{task}`"),
+                "`running`",
+                "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
+                [run, task],
+            )
         })
     }
 
@@ -475,33 +491,26 @@ impl Ledger {
     /// Records the agent's result (`agent-done`), and what it spent when it was read.
     pub fn agent_done(&mut self, attempt: i64, e: &AgentEnd<'_>) -> Result<(), LedgerError> {
         let what = || format!("the agent's result for attempt #{attempt}");
-        let sql = |source| LedgerError::Write {
-            what: what(),
-            source,
-        };
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE attempts SET state = 'agent-done', exit_code = ?2, timed_out = ?3,
+            transition(
+                tx,
+                &what,
+                "UPDATE attempts SET state = 'agent-done', exit_code = ?2, timed_out = ?3,
                         agent_ms = ?4, head = ?5, rate_limited = ?6, agent_done_at = ?7
                      WHERE id = ?1 AND state = 'running'",
-                    params![
-                        attempt,
-                        e.exit_code,
-                        e.timed_out,
-                        int(&what, "duration_ms", e.duration_ms)?,
-                        e.head,
-                        e.rate_limited,
-                        now
-                    ],
-                )
-                .map_err(sql)?;
-            changed_one(
-                n,
-                &what,
+                params![
+                    attempt,
+                    e.exit_code,
+                    e.timed_out,
+                    int(&what, "duration_ms", e.duration_ms)?,
+                    e.head,
+                    e.rate_limited,
+                    now
+                ],
                 &format!("attempt #{attempt}"),
                 "`running`",
-                || state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt]),
+                "SELECT state FROM attempts WHERE id = ?1",
+                [attempt],
             )?;
             if let Some(c) = e.usage {
                 insert_cost(tx, &what, attempt, "agent", c, now)?;
@@ -561,29 +570,26 @@ impl Ledger {
     pub fn finish_attempt(&mut self, attempt: i64, e: &AttemptEnd<'_>) -> Result<(), LedgerError> {
         let what = || format!("the end of attempt #{attempt}");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE attempts SET state = 'finished', outcome = ?2, failure_kind = ?3,
-                        signature = ?4, criterion = ?5, failure_json = ?6, finished_at = ?7
-                     WHERE id = ?1 AND state IN ('running', 'agent-done')",
-                    params![
-                        attempt,
-                        e.outcome,
-                        e.failure_kind,
-                        e.signature,
-                        e.criterion,
-                        e.failure_json,
-                        now
-                    ],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            let row = format!("attempt #{attempt}");
-            changed_one(n, &what, &row, "`running` or `agent-done`", || {
-                state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt])
-            })
+            transition(
+                tx,
+                &what,
+                "UPDATE attempts SET state = 'finished', outcome = ?2, failure_kind = ?3,
+                    signature = ?4, criterion = ?5, failure_json = ?6, finished_at = ?7
+                 WHERE id = ?1 AND state IN ('running', 'agent-done')",
+                params![
+                    attempt,
+                    e.outcome,
+                    e.failure_kind,
+                    e.signature,
+                    e.criterion,
+                    e.failure_json,
+                    now
+                ],
+                &format!("attempt #{attempt}"),
+                "`running` or `agent-done`",
+                "SELECT state FROM attempts WHERE id = ?1",
+                [attempt],
+            )
         })
     }
 
@@ -626,19 +632,17 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let what = || format!("the end of merge #{merge}");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE merges SET state = ?2, commit_id = ?3, detail = ?4, finished_at = ?5
+            transition(
+                tx,
+                &what,
+                "UPDATE merges SET state = ?2, commit_id = ?3, detail = ?4, finished_at = ?5
                      WHERE id = ?1 AND state = 'intent'",
-                    params![merge, state, commit, detail, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(n, &what, &format!("merge #{merge}"), "`intent`", || {
-                state_of(tx, "SELECT state FROM merges WHERE id = ?1", [merge])
-            })
+                params![merge, state, commit, detail, now],
+                &format!("merge #{merge}"),
+                "`intent`",
+                "SELECT state FROM merges WHERE id = ?1",
+                [merge],
+            )
         })
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rusqlite::{OptionalExtension, params};
 
 use super::read::{RUN_SELECT, RunRow, run_row};
-use super::{Ledger, LedgerError, TaskStart, changed_one, insert_fields, state_of, store_program};
+use super::{Ledger, LedgerError, TaskStart, insert_fields, store_program, transition};
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,20 +318,17 @@ impl Ledger {
                 source,
             };
             store_program(tx, &what, r.new_program_digest, r.ir_json, r.sources, now)?;
-            let n = tx
-                .execute(
-                    "UPDATE runs SET state = 'running', pid = ?2, host = ?3, heartbeat_at = ?4,
+            transition(
+                tx,
+                &what,
+                "UPDATE runs SET state = 'running', pid = ?2, host = ?3, heartbeat_at = ?4,
                         program_digest = ?5
                      WHERE id = ?1 AND state IN ('running', 'paused')",
-                    params![r.run, r.pid, r.host, now, r.new_program_digest],
-                )
-                .map_err(sql)?;
-            changed_one(
-                n,
-                &what,
+                params![r.run, r.pid, r.host, now, r.new_program_digest],
                 &format!("run `{}`", r.run),
                 "`running` or `paused`",
-                || state_of(tx, "SELECT state FROM runs WHERE id = ?1", [r.run]),
+                "SELECT state FROM runs WHERE id = ?1",
+                [r.run],
             )?;
             tx.execute(
                 "INSERT INTO resumptions (run, at, pid, host, found, old_program_digest,
@@ -358,22 +355,16 @@ impl Ledger {
     pub fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {
         let what = || format!("attempt #{attempt} as abandoned");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE attempts SET state = 'abandoned', finished_at = ?2
-                     WHERE id = ?1 AND state = 'running'",
-                    params![attempt, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(
-                n,
+            transition(
+                tx,
                 &what,
+                "UPDATE attempts SET state = 'abandoned', finished_at = ?2
+                     WHERE id = ?1 AND state = 'running'",
+                params![attempt, now],
                 &format!("attempt #{attempt}"),
                 "`running`",
-                || state_of(tx, "SELECT state FROM attempts WHERE id = ?1", [attempt]),
+                "SELECT state FROM attempts WHERE id = ?1",
+                [attempt],
             )
         })
     }
@@ -387,22 +378,19 @@ impl Ledger {
                 what: what(),
                 source,
             };
-            let n = tx
-                .execute(
-                    "UPDATE tasks SET state = 'running', outcome = NULL, merged = NULL,
+            transition(
+                tx,
+                &what,
+                "UPDATE tasks SET state = 'running', outcome = NULL, merged = NULL,
                         finished_at = NULL, started_at = ?3, digest = ?4, base = ?5,
                         seal_digest = ?6, epoch = ?7
                      WHERE run = ?1 AND name = ?2",
-                    params![t.run, t.name, now, t.digest, t.base, t.seal_digest, epoch],
-                )
-                .map_err(sql)?;
-            changed_one(n, &what, &format!("task `{}`", t.name), "any", || {
-                state_of(
-                    tx,
-                    "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
-                    [t.run, t.name],
-                )
-            })?;
+                params![t.run, t.name, now, t.digest, t.base, t.seal_digest, epoch],
+                &format!("task `{}`", t.name),
+                "any",
+                "SELECT state FROM tasks WHERE run = ?1 AND name = ?2",
+                [t.run, t.name],
+            )?;
             tx.execute(
                 "DELETE FROM task_fields WHERE run = ?1 AND task = ?2",
                 [t.run, t.name],

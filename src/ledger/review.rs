@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Cost, Ledger, LedgerError, changed_one, insert_cost, state_of};
+use super::{Cost, Ledger, LedgerError, insert_cost, transition};
 
 /// A stop for a person, as the driver opens it.
 #[derive(Debug)]
@@ -229,16 +229,17 @@ impl Ledger {
             )
             .map_err(sql)?;
             let id = tx.last_insert_rowid();
-            let n = tx
-                .execute(
-                    "UPDATE runs SET state = 'paused', heartbeat_at = ?2
+            transition(
+                tx,
+                &what,
+                "UPDATE runs SET state = 'paused', heartbeat_at = ?2
                      WHERE id = ?1 AND state = 'running'",
-                    params![c.run, now],
-                )
-                .map_err(sql)?;
-            changed_one(n, &what, &format!("run `{}`", c.run), "`running`", || {
-                state_of(tx, "SELECT state FROM runs WHERE id = ?1", [c.run])
-            })?;
+                params![c.run, now],
+                &format!("run `{}`", c.run),
+                "`running`",
+                "SELECT state FROM runs WHERE id = ?1",
+                [c.run],
+            )?;
             Ok(id)
         })
     }
@@ -252,28 +253,16 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let what = || format!("the decision at checkpoint #{checkpoint}");
         self.write(&what, |tx, now| {
-            let n = tx
-                .execute(
-                    "UPDATE checkpoints SET decision = ?2, reason = ?3, decided_at = ?4
-                     WHERE id = ?1 AND decision IS NULL",
-                    params![checkpoint, decision, reason, now],
-                )
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
-            changed_one(
-                n,
+            transition(
+                tx,
                 &what,
+                "UPDATE checkpoints SET decision = ?2, reason = ?3, decided_at = ?4
+                     WHERE id = ?1 AND decision IS NULL",
+                params![checkpoint, decision, reason, now],
                 &format!("checkpoint #{checkpoint}"),
                 "undecided",
-                || {
-                    state_of(
-                        tx,
-                        "SELECT COALESCE(decision, 'undecided') FROM checkpoints WHERE id = ?1",
-                        [checkpoint],
-                    )
-                },
+                "SELECT COALESCE(decision, 'undecided') FROM checkpoints WHERE id = ?1",
+                [checkpoint],
             )
         })
     }

@@ -65,6 +65,7 @@ pub fn html(
         };
         seals.insert((task.clone(), attempt), verdict);
     }
+    let live = crate::ledger::read::liveness(mvk_dir, run);
     let rows = Rows {
         run: run.clone(),
         tasks: reader.tasks(Some(&run.id))?,
@@ -78,7 +79,6 @@ pub fn html(
         merges: reader.merges(&run.id)?,
         seals,
         last_event_ms: {
-            let live = crate::ledger::read::liveness(mvk_dir, run);
             let last = events.last().map_or(run.heartbeat_at, |e| e.time_ms);
             if matches!(live, crate::ledger::read::Liveness::Running { .. }) {
                 crate::ledger::read::ms_since_epoch(std::time::SystemTime::now()).max(last)
@@ -90,9 +90,7 @@ pub fn html(
                 last.max(beat)
             }
         },
-        liveness: crate::ledger::read::liveness(mvk_dir, run)
-            .name()
-            .to_string(),
+        liveness: live.name().to_string(),
     };
     Ok(render(&rows))
 }

@@ -180,12 +180,7 @@ pub async fn run_attempt(
     budgets: &Budgets,
 ) -> Result<AttemptRecord, RunError> {
     let task = spec.task;
-    let branch = format!(
-        "mvk/{}/{}/{}",
-        runner.run_id(),
-        slug(&task.name),
-        spec.number
-    );
+    let branch = branch_name(runner.run_id(), &task.name, spec.number);
     let dir = runner.attempt_dir(&task.name, spec.number);
     std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
         action: "create attempt directory",
@@ -938,6 +933,11 @@ fn fill_argv(
 
 /// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;
 /// anything else becomes `-`, and a short hash keeps two names that differ only there apart.
+/// The branch attempt `number` of `task` in `run` keeps its change on.
+pub fn branch_name(run: &str, task: &str, number: u32) -> String {
+    format!("mvk/{run}/{}/{number}", slug(task))
+}
+
 pub fn slug(name: &str) -> String {
     let mut out: String = name
         .chars()

@@ -1159,6 +1159,21 @@ impl<'a> Runner<'a> {
             })
         };
 
+        // Every end of the task reports the attempts and spending so far.
+        macro_rules! end_task {
+            ($outcome:expr, $reason:expr, $merged:expr, $branch:expr) => {
+                end(
+                    self,
+                    $outcome,
+                    $reason,
+                    $merged,
+                    $branch,
+                    number,
+                    spent_tokens,
+                    spent_usd,
+                )?
+            };
+        }
         loop {
             let pend = pending.take();
             let mut fresh_agent = None;
@@ -1173,16 +1188,7 @@ impl<'a> Runner<'a> {
                     f.criterion
                 );
                 let outcome = stuck_outcome(f.kind);
-                let r = end(
-                    self,
-                    outcome,
-                    reason,
-                    None,
-                    last_branch,
-                    number,
-                    spent_tokens,
-                    spent_usd,
-                )?;
+                let r = end_task!(outcome, reason, None, last_branch);
                 return Ok((r, None));
             }
             if pend.is_none() {
@@ -1219,16 +1225,7 @@ impl<'a> Runner<'a> {
                             "every rung's attempts were used{}",
                             last_reason(last.as_ref())
                         );
-                        let r = end(
-                            self,
-                            outcome,
-                            reason,
-                            None,
-                            last_branch,
-                            number,
-                            spent_tokens,
-                            spent_usd,
-                        )?;
+                        let r = end_task!(outcome, reason, None, last_branch);
                         return Ok((r, None));
                     }
                     Some(Rung::Human) => {
@@ -1238,16 +1235,7 @@ impl<'a> Runner<'a> {
                             path.display(),
                             last_reason(last.as_ref())
                         );
-                        let r = end(
-                            self,
-                            Outcome::Human,
-                            reason,
-                            None,
-                            last_branch,
-                            number,
-                            spent_tokens,
-                            spent_usd,
-                        )?;
+                        let r = end_task!(Outcome::Human, reason, None, last_branch);
                         return Ok((r, Some(path)));
                     }
                     Some(Rung::Agent { agent, .. }) => agent,
@@ -1306,16 +1294,7 @@ impl<'a> Runner<'a> {
                         budget_text(which, spent, limit),
                         last_reason(last.as_ref())
                     );
-                    let r = end(
-                        self,
-                        outcome,
-                        reason,
-                        None,
-                        last_branch,
-                        number,
-                        spent_tokens,
-                        spent_usd,
-                    )?;
+                    let r = end_task!(outcome, reason, None, last_branch);
                     return Ok((r, None));
                 }
             }
@@ -1486,16 +1465,8 @@ impl<'a> Runner<'a> {
                                     "accepted on attempt {number}; the change was empty, nothing to land"
                                 ),
                             };
-                            let r = end(
-                                self,
-                                Outcome::Accepted,
-                                reason,
-                                commit,
-                                Some(record.branch),
-                                number,
-                                spent_tokens,
-                                spent_usd,
-                            )?;
+                            let r =
+                                end_task!(Outcome::Accepted, reason, commit, Some(record.branch));
                             return Ok((r, None));
                         }
                         Landing::Retry(f, new_base) => {
@@ -1504,16 +1475,7 @@ impl<'a> Runner<'a> {
                             f
                         }
                         Landing::Rejected(outcome, reason) => {
-                            let r = end(
-                                self,
-                                outcome,
-                                reason,
-                                None,
-                                Some(record.branch),
-                                number,
-                                spent_tokens,
-                                spent_usd,
-                            )?;
+                            let r = end_task!(outcome, reason, None, Some(record.branch));
                             return Ok((r, None));
                         }
                         Landing::Human(reason) => {
@@ -1524,16 +1486,7 @@ impl<'a> Runner<'a> {
                                 None,
                             ));
                             let path = self.stop_for_person(task, target, None, Some(&reason))?;
-                            let r = end(
-                                self,
-                                Outcome::Human,
-                                reason,
-                                None,
-                                Some(record.branch),
-                                number,
-                                spent_tokens,
-                                spent_usd,
-                            )?;
+                            let r = end_task!(Outcome::Human, reason, None, Some(record.branch));
                             return Ok((r, Some(path)));
                         }
                     }
@@ -1605,16 +1558,7 @@ impl<'a> Runner<'a> {
                     "task.stuck",
                     json!({"signature": failure.signature, "times": same}),
                 )?;
-                let r = end(
-                    self,
-                    outcome,
-                    reason,
-                    None,
-                    last_branch,
-                    number,
-                    spent_tokens,
-                    spent_usd,
-                )?;
+                let r = end_task!(outcome, reason, None, last_branch);
                 return Ok((r, None));
             }
             if self.opts.mode == "step" && !settled {
@@ -1910,11 +1854,9 @@ impl<'a> Runner<'a> {
                         json!({"paths": paths}),
                     )?;
                     return Ok(Landing::Human(format!(
-                        "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `mvk/{}/{}/{}`",
+                        "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `{}`",
                         paths.join(", "),
-                        self.run_id,
-                        attempt::slug(&task.name),
-                        spec.number
+                        attempt::branch_name(&self.run_id, &task.name, spec.number)
                     )));
                 }
                 Err(LandError::IndexLocked { lock }) => {
@@ -1922,10 +1864,8 @@ impl<'a> Runner<'a> {
                     self.ledger
                         .finish_merge(merge_id, "aborted", None, &detail)?;
                     return Ok(Landing::Human(format!(
-                        "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `mvk/{}/{}/{}`",
-                        self.run_id,
-                        attempt::slug(&task.name),
-                        spec.number
+                        "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `{}`",
+                        attempt::branch_name(&self.run_id, &task.name, spec.number)
                     )));
                 }
                 Err(LandError::CheckedOutElsewhere { path, .. }) => {
@@ -1933,10 +1873,8 @@ impl<'a> Runner<'a> {
                     self.ledger
                         .finish_merge(merge_id, "aborted", None, &detail)?;
                     return Ok(Landing::Human(format!(
-                        "accepted, but {detail}, whose files landing would leave stale; land branch `mvk/{}/{}/{}` there",
-                        self.run_id,
-                        attempt::slug(&task.name),
-                        spec.number
+                        "accepted, but {detail}, whose files landing would leave stale; land branch `{}` there",
+                        attempt::branch_name(&self.run_id, &task.name, spec.number)
                     )));
                 }
                 Err(e) => {

@@ -109,6 +109,18 @@ fn attempts(f: &Fixture, run: &str) -> Vec<(u32, String, Option<String>)> {
         .collect()
 }
 
+/// `(name, outcome)` of the run's tasks, by name.
+fn task_outcomes(f: &Fixture, run: &str) -> Vec<(String, String)> {
+    let db = ledger(f);
+    let mut stmt = db
+        .prepare("SELECT name, outcome FROM tasks WHERE run = ?1 ORDER BY name")
+        .unwrap();
+    stmt.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// Commits on main since the fixture's base whose message says mvk landed them.
 fn landings(f: &Fixture) -> usize {
     f.git(&["log", "--format=%s", &format!("{}..main", f.base)])
@@ -541,16 +553,7 @@ fn a_flow_resumed_does_not_run_its_finished_task_again() {
         2,
         "the interrupted task's agent ran again"
     );
-    let outcomes: Vec<(String, String)> = {
-        let db = ledger(&f);
-        let mut stmt = db
-            .prepare("SELECT name, outcome FROM tasks WHERE run = ?1 ORDER BY name")
-            .unwrap();
-        stmt.query_map([&run], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
+    let outcomes = task_outcomes(&f, &run);
     assert_eq!(
         outcomes,
         [
@@ -581,16 +584,10 @@ fn a_task_replanned_by_accepted_drift_gets_a_fresh_iterations_budget() {
         "two attempts before, one after the re-plan"
     );
     let run = the_run(&f);
-    let rows: Vec<(u32, String)> = {
-        let db = ledger(&f);
-        let mut stmt = db
-            .prepare("SELECT number, state FROM attempts WHERE run = ?1 ORDER BY id")
-            .unwrap();
-        stmt.query_map([&run], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
+    let rows: Vec<(u32, String)> = attempts(&f, &run)
+        .into_iter()
+        .map(|(n, state, _)| (n, state))
+        .collect();
     assert_eq!(
         rows,
         [
@@ -602,13 +599,16 @@ fn a_task_replanned_by_accepted_drift_gets_a_fresh_iterations_budget() {
     );
 }
 
-#[test]
-fn a_task_added_by_accepted_drift_runs() {
-    let task = |name: &str, after: &str, agent: &str| {
-        format!(
-            "    task {name} {{\n        {after}\n        goal \"Fix add ({name}).\"\n        agent {agent}\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n"
-        )
-    };
+/// A flow task: fix add with AGENT, after AFTER (a whole `after …` line, or nothing).
+fn flow_task(name: &str, after: &str, agent: &str) -> String {
+    format!(
+        "    task {name} {{\n        {after}\n        goal \"Fix add ({name}).\"\n        agent {agent}\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n"
+    )
+}
+
+/// Flow `t` of `first` (fixes at once) then `second` (hangs), interrupted during `second`;
+/// then a task `third` after `second` added to the loop file (not committed).
+fn interrupted_flow_grown_by_a_third_task() -> (Fixture, String) {
     let defs = format!(
         "{}{}",
         agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
@@ -616,25 +616,28 @@ fn a_task_added_by_accepted_drift_runs() {
     );
     let text = format!(
         "{defs}\nflow t {{\n{}{}}}\n",
-        task("first", "", "fixer"),
-        task("second", "after first", "bot")
+        flow_task("first", "", "fixer"),
+        flow_task("second", "after first", "bot")
     );
     let (f, run) = interrupted_with(&[], &text);
     let text = fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
     let grown = text.replace(
         "}\n}\n",
-        &format!("}}\n{}}}\n", task("third", "after second", "fixer")),
+        &format!("}}\n{}}}\n", flow_task("third", "after second", "fixer")),
     );
     assert_ne!(grown, text);
     fs::write(f.root().join("loops/t.kdl"), grown).unwrap();
+    (f, run)
+}
+
+#[test]
+fn a_task_added_by_accepted_drift_runs() {
+    let (f, run) = interrupted_flow_grown_by_a_third_task();
     let r = resume(&f, &["--accept-drift"]);
     r.expect_code(0);
-    let outcome: String = ledger(&f)
-        .query_row(
-            "SELECT outcome FROM tasks WHERE run = ?1 AND name = 'third'",
-            [&run],
-            |r| r.get(0),
-        )
+    let outcome = task_outcomes(&f, &run)
+        .into_iter()
+        .find_map(|(name, outcome)| (name == "third").then_some(outcome))
         .unwrap();
     assert_eq!(outcome, "accepted");
     assert_eq!(
@@ -695,28 +698,7 @@ fn a_change_captured_just_before_a_crash_is_kept_on_a_branch() {
 // dropped the task accepted drift had added.
 #[test]
 fn a_task_added_by_accepted_drift_survives_a_crash_of_that_resume() {
-    let task = |name: &str, after: &str, agent: &str| {
-        format!(
-            "    task {name} {{\n        {after}\n        goal \"Fix add ({name}).\"\n        agent {agent}\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n"
-        )
-    };
-    let defs = format!(
-        "{}{}",
-        agent_def("fixer", "counted_fix.sh", &["@STATE", "fixer-calls"]),
-        agent_def("bot", "paused.sh", &["@STATE"]),
-    );
-    let text = format!(
-        "{defs}\nflow t {{\n{}{}}}\n",
-        task("first", "", "fixer"),
-        task("second", "after first", "bot")
-    );
-    let (f, run) = interrupted_with(&[], &text);
-    let text = fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
-    let grown = text.replace(
-        "}\n}\n",
-        &format!("}}\n{}}}\n", task("third", "after second", "fixer")),
-    );
-    fs::write(f.root().join("loops/t.kdl"), grown).unwrap();
+    let (f, run) = interrupted_flow_grown_by_a_third_task();
     let crashed = f.run_mvk(
         &["resume", "--accept-drift"],
         &[("MVK_FAILPOINT", "agent-captured")],
@@ -724,13 +706,10 @@ fn a_task_added_by_accepted_drift_survives_a_crash_of_that_resume() {
     assert_eq!(crashed.code, -1, "{}", crashed.why());
     let r = resume(&f, &[]);
     r.expect_code(0);
-    let outcome: String = ledger(&f)
-        .query_row(
-            "SELECT outcome FROM tasks WHERE run = ?1 AND name = 'third'",
-            [&run],
-            |r| r.get(0),
-        )
-        .unwrap_or_else(|e| panic!("no task third: {e}\n{}", r.why()));
+    let outcome = task_outcomes(&f, &run)
+        .into_iter()
+        .find_map(|(name, outcome)| (name == "third").then_some(outcome))
+        .unwrap_or_else(|| panic!("no task third\n{}", r.why()));
     assert_eq!(outcome, "accepted");
 }
 
