@@ -15,7 +15,7 @@ pub struct ApproveArgs {
     /// The paused run (an id or a unique prefix of one).
     #[arg(value_name = "RUN")]
     pub run: String,
-    /// The task whose checkpoint is answered (needed only when several wait).
+    /// The task whose checkpoint is answered (default: every task that waits).
     #[arg(value_name = "TASK")]
     pub task: Option<String>,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
@@ -102,36 +102,38 @@ fn decide(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let c = match chosen.as_slice() {
-        [c] => *c,
-        [] => {
-            return Err(CliError::Usage {
-                message: format!(
-                    "task `{}` of run `{}` does not wait for a person",
-                    task.unwrap_or_default(),
-                    run.id
-                ),
-                hint: Some(format!("waiting: {}", waiting())),
-            });
-        }
-        _ => {
-            return Err(CliError::Usage {
-                message: format!("several tasks of run `{}` wait for a person", run.id),
-                hint: Some(format!("name one: {}", waiting())),
-            });
-        }
-    };
+    if chosen.is_empty() {
+        return Err(CliError::Usage {
+            message: format!(
+                "task `{}` of run `{}` does not wait for a person",
+                task.unwrap_or_default(),
+                run.id
+            ),
+            hint: Some(format!("waiting: {}", waiting())),
+        });
+    }
+    // Approving with no task named answers every waiting task (a batch of a flow); a
+    // rejection's reason is about one task's work, so it must name the task.
+    if chosen.len() > 1 && reason.is_some() {
+        return Err(CliError::Usage {
+            message: format!("several tasks of run `{}` wait for a person", run.id),
+            hint: Some(format!("name the task the reason is about: {}", waiting())),
+        });
+    }
     let decision = if reason.is_some() {
         "reject"
     } else {
         "approve"
     };
-    ledger.decide(c.id, decision, reason).map_err(internal)?;
+    for c in &chosen {
+        ledger.decide(c.id, decision, reason).map_err(internal)?;
+        printer.status(&format!(
+            "{decision}d attempt {} of task `{}` ({} checkpoint)",
+            c.attempt, c.task, c.kind
+        ));
+    }
     drop(ledger);
-    printer.status(&format!(
-        "{decision}d attempt {} of task `{}` ({} checkpoint); the run goes on",
-        c.attempt, c.task, c.kind
-    ));
+    printer.status("the run goes on");
     super::resume::resume(
         cli,
         printer,

@@ -50,7 +50,18 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         .map_err(|e| CliError::Internal {
             message: super::apply::chain(&e),
         })?;
+    // A paused run goes on once a person answered one of its checkpoints; the tasks still
+    // waiting stay where they are.
+    let answered = ledger
+        .answered_checkpoints(&run.id)
+        .map_err(|e| CliError::Internal {
+            message: super::apply::chain(&e),
+        })?;
+    let news = checkpoints
+        .iter()
+        .any(|c| c.decision.is_some() && !answered.contains(&c.id));
     if run.state == "paused"
+        && !news
         && let Some(c) = super::decide::undecided(&checkpoints).first()
     {
         printer.error(&format!(

@@ -137,6 +137,7 @@ fn waiting(w: &Waiting) -> String {
         Waiting::Tasks { after } => {
             format!("task{} {}", plural(after.len() as u64), after.join(", "))
         }
+        Waiting::Start { reason, .. } => reason.clone(),
         Waiting::Resume { command } => format!("`{command}` (the process died)"),
         Waiting::Decision {
             checkpoint,

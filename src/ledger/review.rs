@@ -3,6 +3,8 @@
 //! a task has had, the blockers of the last one (which the next reviewer checks first), where a
 //! paused run waits and what a person decided there.
 
+use std::collections::BTreeSet;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Cost, Ledger, LedgerError, insert_cost, transition};
@@ -201,8 +203,9 @@ impl Ledger {
             })
     }
 
-    /// Opens a checkpoint and pauses the run, in one transaction: the run waits for a person.
-    pub fn pause_at(&mut self, c: &CheckpointStart<'_>) -> Result<i64, LedgerError> {
+    /// Opens a checkpoint: a task of the run waits for a person. The run goes on with its other
+    /// tasks; [`Ledger::pause_run`] pauses it when nothing else can run.
+    pub fn open_checkpoint(&mut self, c: &CheckpointStart<'_>) -> Result<i64, LedgerError> {
         let what = || {
             format!(
                 "the stop for a person in task `{}` of run `{}`",
@@ -228,19 +231,25 @@ impl Ledger {
                 ],
             )
             .map_err(sql)?;
-            let id = tx.last_insert_rowid();
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    /// Pauses a running run: it waits for a person's answer at its open checkpoints.
+    pub fn pause_run(&mut self, run: &str) -> Result<(), LedgerError> {
+        let what = || format!("the pause of run `{run}`");
+        self.write(&what, |tx, now| {
             transition(
                 tx,
                 &what,
                 "UPDATE runs SET state = 'paused', heartbeat_at = ?2
                      WHERE id = ?1 AND state = 'running'",
-                params![c.run, now],
-                &format!("run `{}`", c.run),
+                params![run, now],
+                &format!("run `{run}`"),
                 "`running`",
                 "SELECT state FROM runs WHERE id = ?1",
-                [c.run],
-            )?;
-            Ok(id)
+                [run],
+            )
         })
     }
 
@@ -265,6 +274,28 @@ impl Ledger {
                 [checkpoint],
             )
         })
+    }
+
+    /// The checkpoints of `run` whose answer a resume has acted on (its `checkpoint.answered`
+    /// event is written): a decided checkpoint not among them is an answer still to act on.
+    pub fn answered_checkpoints(&self, run: &str) -> Result<BTreeSet<i64>, LedgerError> {
+        let read = |source| LedgerError::Read {
+            what: format!("the answered checkpoints of run `{run}`"),
+            source,
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT json_extract(detail_json, '$.checkpoint') FROM events
+                 WHERE run = ?1 AND event = 'checkpoint.answered'",
+            )
+            .map_err(read)?;
+        let ids = stmt
+            .query_map([run], |r| r.get::<_, Option<i64>>(0))
+            .map_err(read)?
+            .collect::<rusqlite::Result<Vec<Option<i64>>>>()
+            .map_err(read)?;
+        Ok(ids.into_iter().flatten().collect())
     }
 
     /// The checkpoints of `run`, in order.

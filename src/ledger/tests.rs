@@ -1042,7 +1042,7 @@ fn reviews_and_checkpoints_round_trip() {
     ));
 
     let id = ledger
-        .pause_at(&CheckpointStart {
+        .open_checkpoint(&CheckpointStart {
             run: "r1",
             task: "fix",
             attempt_id: a1,
@@ -1050,7 +1050,12 @@ fn reviews_and_checkpoints_round_trip() {
             lands: true,
             question: "land it anyway?",
         })
-        .expect("pause");
+        .expect("checkpoint");
+    assert_eq!(
+        ledger.run_status("r1").expect("status").map(|s| s.state),
+        Some("running".to_string())
+    );
+    ledger.pause_run("r1").expect("pause");
     assert_eq!(
         ledger.run_status("r1").expect("status").map(|s| s.state),
         Some("paused".to_string())
@@ -1078,14 +1083,7 @@ fn reviews_and_checkpoints_round_trip() {
     );
     // Pausing a run that is not running is refused.
     assert!(matches!(
-        ledger.pause_at(&CheckpointStart {
-            run: "r1",
-            task: "fix",
-            attempt_id: a1,
-            kind: "step",
-            lands: false,
-            question: "again?",
-        }),
+        ledger.pause_run("r1"),
         Err(LedgerError::State { .. })
     ));
 }

@@ -71,6 +71,7 @@ pub fn describe(event: &str, d: &Value) -> Option<String> {
         ),
         "human.handoff" => format!("waiting for a person: {}", s("file")),
         "task.skipped" => s("reason"),
+        "task.waiting" => format!("waits for {}", s("reason")),
         "task.finished" => format!("{}: {}", s("outcome"), s("reason")),
         "task.stuck" => format!(
             "the same failure {} times",

@@ -86,6 +86,9 @@ pub enum Waiting {
     Human { handoff: PathBuf },
     /// Tasks that have not finished yet.
     Tasks { after: Vec<String> },
+    /// The flow's scheduler holds the task back: `on` is `after`, `person`, `scope` or
+    /// `parallel`, and `reason` says it for a person (the task's last `task.waiting` event).
+    Start { on: String, reason: String },
     /// The process died: `mvk resume RUN`.
     Resume { command: String },
     /// A person's decision at a checkpoint (the run is paused): `mvk approve` or `mvk reject`.
@@ -250,6 +253,20 @@ fn task_status(
             .map(|f| Waiting::Human {
                 handoff: PathBuf::from(f),
             })
+    } else if row.is_none()
+        && let Some(e) = own_events.last().filter(|e| e.event == "task.waiting")
+    {
+        let text = |k: &str| {
+            e.detail
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        Some(Waiting::Start {
+            on: text("on"),
+            reason: text("reason"),
+        })
     } else if row.is_none() {
         let after: Vec<String> = ir_task
             .and_then(|t| t.get("after")?.as_array().cloned())

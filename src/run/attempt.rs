@@ -175,7 +175,7 @@ pub struct AttemptSpec<'a> {
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
 /// agent or a gate did is an [`AttemptEnd`].
 pub async fn run_attempt(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
 ) -> Result<AttemptRecord, RunError> {
@@ -229,7 +229,7 @@ pub async fn run_attempt(
     let mut escaped = 0usize;
     let mut backoff = FIRST_BACKOFF;
     let (outcome, started) = loop {
-        let Some(limit) = budgets.time_left(runner.started()) else {
+        let Some(limit) = budgets.time_left(runner.started(&task.name)) else {
             return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
@@ -260,7 +260,7 @@ pub async fn run_attempt(
         retries += 1;
         let wait = limit_hit.retry_after.unwrap_or(backoff);
         backoff = (backoff * 2).min(MAX_BACKOFF);
-        let left = budgets.time_left(runner.started());
+        let left = budgets.time_left(runner.started(&task.name));
         if budgets.wall.is_none() && retries > MAX_RATE_LIMIT_RETRIES {
             break (outcome, started);
         }
@@ -396,7 +396,7 @@ pub struct Judged {
 /// clean checkout of the captured commit. A resume calls it for an attempt whose agent finished
 /// before mvk was interrupted, so the agent is never run twice.
 pub async fn judge(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
     j: Judged,
@@ -423,7 +423,7 @@ pub async fn judge(
 
     if timed_out || exit_code != Some(0) {
         // Killed because the wall budget ran out: a budget stop, not the agent's failure.
-        if timed_out && budgets.time_left(runner.started()).is_none() {
+        if timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
         let criterion = if timed_out {
@@ -467,7 +467,7 @@ pub async fn judge(
     );
     let mut runs = Vec::new();
     for (i, g) in task.gates.iter().enumerate() {
-        let Some(left) = budgets.time_left(runner.started()) else {
+        let Some(left) = budgets.time_left(runner.started(&task.name)) else {
             return Ok(record(AttemptEnd::WallSpent));
         };
         let cx = GateContext {
@@ -479,7 +479,7 @@ pub async fn judge(
         let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
         crate::run::reaper::kill_adopted();
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
-        if run.timed_out && budgets.time_left(runner.started()).is_none() {
+        if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
         if run.verdict != GateVerdict::Pass {
@@ -495,7 +495,7 @@ pub async fn judge(
     let Some(review) = &task.review else {
         return Ok(record(AttemptEnd::Passed { head, gates: runs }));
     };
-    if budgets.time_left(runner.started()).is_none() {
+    if budgets.time_left(runner.started(&task.name)).is_none() {
         return Ok(record(AttemptEnd::WallSpent));
     }
     let reviewed =
@@ -619,7 +619,7 @@ pub(crate) fn rate_limited(
 
 /// The wall budget ran out before the agent produced a result: record what it spent.
 async fn finish_wall(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     ledger_id: i64,
     spec: &AttemptSpec<'_>,
     branch: String,
@@ -648,7 +648,7 @@ async fn finish_wall(
 
 /// The seal check of an attempt's change; `Some` failure when it touched the oracle.
 fn check_seal(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     task: &Task,
     spec: &AttemptSpec<'_>,
     head: Oid,

@@ -8,8 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use git2::Oid;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -20,6 +23,7 @@ use crate::run::attempt::{self, AttemptEnd, AttemptSpec, Failure, FailureKind};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateContext, GateRun};
 use crate::run::land::{self, LandError, Prepared};
+use crate::run::schedule::{self, Board, Decision, Entry, Wait};
 use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
 use crate::run::worktree::{self, Lease, Pool};
 
@@ -185,15 +189,25 @@ pub trait Observer: Send + Sync {
 pub struct Budgets {
     pub wall: Option<Duration>,
     pub context_tokens: u32,
+    /// When the flow's wall budget runs out, if it has one: attempts in flight stop there too.
+    pub deadline: Option<Instant>,
 }
 
 impl Budgets {
-    /// Time left before the wall budget runs out from `started`; `None` when it has run out.
+    /// Time left before the wall budget runs out from `started` (or the flow's, if sooner);
+    /// `None` when it has run out.
     pub fn time_left(&self, started: Instant) -> Option<Duration> {
-        match self.wall {
+        let task = match self.wall {
             None => Some(Duration::MAX),
             Some(w) => w.checked_sub(started.elapsed()).filter(|d| !d.is_zero()),
-        }
+        }?;
+        let flow = match self.deadline {
+            None => Duration::MAX,
+            Some(d) => d
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())?,
+        };
+        Some(task.min(flow))
     }
 }
 
@@ -202,6 +216,8 @@ impl Budgets {
 pub enum Restored {
     /// It finished before the interruption (and is not re-planned): its report, from the ledger.
     Finished(TaskReport),
+    /// It waits at a checkpoint no one has answered yet: it stays there, the rest goes on.
+    Waiting(TaskReport),
     /// It goes on from where the ledger says it stopped.
     Resume(Box<Resume>),
 }
@@ -264,6 +280,11 @@ impl Pending {
     }
 }
 
+/// Locks `m`; a poisoned lock only means a panic elsewhere, and the data is still whole.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A commit id from the ledger.
 fn oid(hex: &str) -> Result<Oid, RunError> {
     Oid::from_str(hex).map_err(|source| RunError::Git {
@@ -277,16 +298,20 @@ pub struct Runner<'a> {
     program: &'a Program,
     opts: &'a RunOptions,
     run_id: String,
-    ledger: Ledger,
     trail: Trail,
     pool: Pool,
     observer: &'a dyn Observer,
-    state: LoopState,
-    /// When the current task started (its wall budget counts from here).
-    task_started: Instant,
-    run_started: Instant,
-    /// The last attempt's `(task, number)` and its failure, for the handoff.
-    history: Vec<(String, u32, String, Option<Failure>)>,
+    // The run's tasks share these; each lock is held for one statement and never across an
+    // `await`, so tasks running side by side only ever wait for each other's writes.
+    ledger: Mutex<Ledger>,
+    state: Mutex<LoopState>,
+    /// When each task started (its wall budget counts from there).
+    task_started: Mutex<BTreeMap<String, Instant>>,
+    run_started: Mutex<Instant>,
+    /// Each attempt's `(task, number, branch)` and its failure, for the handoff.
+    history: Mutex<Vec<(String, u32, String, Option<Failure>)>>,
+    /// Held while a task lands, so merges onto a target happen one at a time.
+    landing: tokio::sync::Mutex<()>,
 }
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
@@ -329,7 +354,7 @@ pub async fn apply(
         host: &host_name(),
         mode: &opts.mode,
     })?;
-    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
     let started = json!({
         "file": opts.file,
         "program": program.name,
@@ -387,7 +412,7 @@ pub async fn resume(
         &opts.repo_root,
         began.current.as_deref(),
     )?;
-    let mut runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
     let replanned = from
         .drift
         .as_ref()
@@ -407,10 +432,10 @@ pub async fn resume(
         }),
     )?;
     let last =
-        crate::run::resume::last_sign_of_life(runner.ledger(), &run_id, None, runner.run_dir())?;
+        crate::run::resume::last_sign_of_life(&runner.ledger(), &run_id, None, runner.run_dir())?;
     let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
     runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
-    let restored = crate::run::resume::restore(&mut runner, &selected, &targets, &replanned)?;
+    let restored = crate::run::resume::restore(&runner, &selected, &targets, &replanned)?;
     // The new program is recorded last: a crash before this leaves the ledger on the old one, so
     // the next resume sees the drift again and re-plans again, rather than going on half
     // re-planned under the new digest.
@@ -420,7 +445,7 @@ pub async fn resume(
         })?),
         None => None,
     };
-    runner.ledger_mut().resume_run(&ledger::ResumeStart {
+    runner.ledger().resume_run(&ledger::ResumeStart {
         run: &run_id,
         pid: std::process::id(),
         host: &host_name(),
@@ -558,21 +583,28 @@ impl<'a> Runner<'a> {
             program,
             opts,
             run_id: opts.run_id.clone(),
-            ledger,
+            ledger: Mutex::new(ledger),
             trail,
             pool,
             observer,
-            state,
-            task_started: Instant::now(),
-            run_started: Instant::now(),
-            history: Vec::new(),
+            state: Mutex::new(state),
+            task_started: Mutex::new(BTreeMap::new()),
+            run_started: Mutex::new(Instant::now()),
+            history: Mutex::new(Vec::new()),
+            landing: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Runs the selected tasks in order to the run's end, starting with `first` (the run's
+    /// Runs the selected tasks to the run's end, starting with `first` (the run's
     /// `run.started` or `run.resumed` event); a task in `restored` carries on from there.
+    ///
+    /// Tasks start in plan order as soon as [`schedule::decide`] lets them: what they start
+    /// after has landed, no running task's scope may share a file with theirs, and fewer than
+    /// the flow's `parallel` run. A task that waits says on what (`task.waiting`), once per
+    /// reason. All of a run's tasks are futures of this one async task: agents and gates are
+    /// child processes, so they run side by side while mvk's own steps take turns.
     async fn drive(
-        &mut self,
+        &self,
         selected: &[usize],
         targets: &BTreeMap<usize, String>,
         mut restored: BTreeMap<String, Restored>,
@@ -587,87 +619,106 @@ impl<'a> Runner<'a> {
             }
             self.write_state()?;
 
-            let mut reports: Vec<TaskReport> = Vec::new();
+            let flow = program.flow.as_ref();
+            let parallel = flow.map_or(1, |f| usize::try_from(f.parallel).unwrap_or(usize::MAX));
+            let continue_on_failure = flow.is_some_and(|f| f.continue_on_failure);
+            let names: Vec<&str> = selected
+                .iter()
+                .map(|&i| program.tasks[i].name.as_str())
+                .collect();
+            let mut reports: BTreeMap<usize, TaskReport> = BTreeMap::new();
             let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
-            let continue_on_failure = program.flow.as_ref().is_some_and(|f| f.continue_on_failure);
             let mut handoff = None;
+            let mut queue: Vec<(usize, Option<Box<Resume>>)> = Vec::new();
             for &i in selected {
                 let task = &program.tasks[i];
-                let restore = restored.remove(&task.name);
-                if let Some(Restored::Finished(report)) = restore {
-                    self.task_state(&task.name, |s| {
-                        s.state = report.outcome.name().into();
-                        s.note = Some(report.reason.clone());
-                        s.merged = report.merged.clone();
-                        s.attempt = report.attempts;
-                    });
-                    done.insert(task.name.clone(), report.outcome);
-                    reports.push(report);
-                    continue;
+                match restored.remove(&task.name) {
+                    Some(Restored::Finished(report) | Restored::Waiting(report)) => {
+                        self.task_state(&task.name, |s| {
+                            s.state = report.outcome.name().into();
+                            s.note = Some(report.reason.clone());
+                            s.merged = report.merged.clone();
+                            s.attempt = report.attempts;
+                        });
+                        done.insert(task.name.clone(), report.outcome);
+                        reports.insert(i, report);
+                    }
+                    Some(Restored::Resume(r)) => queue.push((i, Some(r))),
+                    None => queue.push((i, None)),
                 }
-                let blocked: Vec<&String> = task
-                    .after
-                    .iter()
-                    .filter(|d| done.get(*d).is_some_and(|o| *o != Outcome::Accepted))
-                    .collect();
-                let report = if !blocked.is_empty() && !continue_on_failure {
-                    let reason = format!(
-                        "skipped: {} did not succeed",
-                        blocked
+            }
+            let mut running = FuturesUnordered::new();
+            let mut running_idx: Vec<usize> = Vec::new();
+            let mut told: BTreeMap<usize, Wait> = BTreeMap::new();
+            loop {
+                // Start, skip or hold each queued task; a skip can free the tasks after it, so
+                // go round again until nothing changes.
+                let mut changed = true;
+                while changed {
+                    changed = false;
+                    let mut k = 0;
+                    while k < queue.len() {
+                        let i = queue[k].0;
+                        let task = &program.tasks[i];
+                        let entries: Vec<Entry<'_>> = running_idx
                             .iter()
-                            .map(|d| format!("`{d}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    if !matches!(restore, Some(Restored::Resume(ref r)) if r.begun) {
-                        let base = land::branch_tip(
-                            &self.opts.repo_root,
-                            targets.get(&i).map_or("HEAD", String::as_str),
-                        )?;
-                        self.begin_task(task, base)?;
+                            .map(|&j| Entry::from(&program.tasks[j]))
+                            .collect();
+                        let board = Board {
+                            done: &done,
+                            selected: &names,
+                            running: &entries,
+                            parallel,
+                            continue_on_failure,
+                        };
+                        match schedule::decide(Entry::from(task), &board) {
+                            Decision::Wait(wait) => {
+                                if told.get(&i) != Some(&wait) {
+                                    self.announce_wait(task, &wait)?;
+                                    told.insert(i, wait);
+                                }
+                                k += 1;
+                            }
+                            Decision::Skip { failed } => {
+                                let (_, restore) = queue.remove(k);
+                                let target = targets.get(&i).map_or("HEAD", String::as_str);
+                                let report = self.skip(task, target, &failed, restore)?;
+                                done.insert(task.name.clone(), report.outcome);
+                                reports.insert(i, report);
+                                changed = true;
+                            }
+                            Decision::Start => {
+                                let (_, restore) = queue.remove(k);
+                                told.remove(&i);
+                                running_idx.push(i);
+                                let target = targets.get(&i).cloned().unwrap_or_default();
+                                running.push(async move {
+                                    let r = self.run_task(task, &target, restore.map(|r| *r)).await;
+                                    (i, r)
+                                });
+                                changed = true;
+                            }
+                        }
                     }
-                    self.ledger
-                        .finish_task(&run_id, &task.name, Outcome::Skipped.name(), None)?;
-                    self.emit(
-                        Some(&task.name),
-                        None,
-                        "task.skipped",
-                        json!({ "reason": reason, "after": blocked }),
-                    )?;
-                    self.task_state(&task.name, |s| {
-                        s.state = "skipped".into();
-                        s.note = Some(reason.clone());
-                    });
-                    TaskReport {
-                        name: task.name.clone(),
-                        outcome: Outcome::Skipped,
-                        attempts: 0,
-                        merged: None,
-                        branch: None,
-                        usd: 0.0,
-                        tokens: 0,
-                        reason,
-                    }
-                } else {
-                    let target = targets.get(&i).cloned().unwrap_or_default();
-                    let resume = match restore {
-                        Some(Restored::Resume(r)) => Some(*r),
-                        _ => None,
-                    };
-                    let (report, h) = self.run_task(task, &target, resume).await?;
-                    if h.is_some() {
-                        handoff = h;
-                    }
-                    report
-                };
-                let waiting = report.outcome == Outcome::Waiting;
-                done.insert(task.name.clone(), report.outcome);
-                reports.push(report);
-                if waiting {
-                    // The run is paused (the checkpoint's ledger write did it): nothing more
-                    // starts until a person answers.
-                    return self.paused(reports);
                 }
+                let Some((i, result)) = running.next().await else {
+                    break;
+                };
+                running_idx.retain(|&j| j != i);
+                // mvk's own failure ends the run; the other tasks' futures are dropped with
+                // it, which kills their agents and gates (their process groups die with them).
+                let (report, h) = result?;
+                if h.is_some() {
+                    handoff = h;
+                }
+                done.insert(program.tasks[i].name.clone(), report.outcome);
+                reports.insert(i, report);
+            }
+            let reports: Vec<TaskReport> =
+                selected.iter().filter_map(|i| reports.remove(i)).collect();
+            if reports.iter().any(|r| r.outcome == Outcome::Waiting) {
+                // Nothing more can run until a person answers: the run pauses, resumable.
+                return self.paused(reports);
             }
 
             let outcome = reports
@@ -681,7 +732,7 @@ impl<'a> Runner<'a> {
                 outcome
             };
             let exit_code = outcome.exit_code();
-            self.ledger
+            self.ledger()
                 .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
             self.emit(
                 None,
@@ -689,10 +740,10 @@ impl<'a> Runner<'a> {
                 "run.finished",
                 json!({"outcome": outcome.name(), "exit_code": exit_code}),
             )?;
-            self.state.outcome = Some(outcome.name().into());
-            self.state.exit_code = Some(exit_code);
-            self.state.task = None;
-            self.state.phase = if outcome == Outcome::Human {
+            self.state().outcome = Some(outcome.name().into());
+            self.state().exit_code = Some(exit_code);
+            self.state().task = None;
+            self.state().phase = if outcome == Outcome::Human {
                 "waiting-human".into()
             } else {
                 "finished".into()
@@ -712,23 +763,81 @@ impl<'a> Runner<'a> {
             // Say in the ledger and the trail that the run ended on mvk's own error, so no one
             // waits for it; best effort, since the error may be the ledger itself.
             let message = e.to_string();
-            let _ = self.ledger.finish_run(&run_id, "error", 70);
+            let _ = self.ledger().finish_run(&run_id, "error", 70);
             let _ = self.emit(
                 None,
                 None,
                 "run.finished",
                 json!({"outcome": "error", "exit_code": 70, "error": message}),
             );
-            self.state.outcome = Some("error".into());
-            self.state.exit_code = Some(70);
-            self.state.phase = "finished".into();
+            self.state().outcome = Some("error".into());
+            self.state().exit_code = Some(70);
+            self.state().phase = "finished".into();
             let _ = self.write_state();
         }
         result
     }
 
+    /// Ends `task` unrun because tasks it starts after (`failed`) did not succeed.
+    fn skip(
+        &self,
+        task: &Task,
+        target: &str,
+        failed: &[String],
+        restore: Option<Box<Resume>>,
+    ) -> Result<TaskReport, RunError> {
+        let reason = format!(
+            "skipped: {} did not succeed",
+            failed
+                .iter()
+                .map(|d| format!("`{d}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if !restore.is_some_and(|r| r.begun) {
+            let base = land::branch_tip(&self.opts.repo_root, target)?;
+            self.begin_task(task, base)?;
+        }
+        self.ledger()
+            .finish_task(&self.run_id, &task.name, Outcome::Skipped.name(), None)?;
+        self.emit(
+            Some(&task.name),
+            None,
+            "task.skipped",
+            json!({ "reason": reason, "after": failed }),
+        )?;
+        self.task_state(&task.name, |s| {
+            s.state = "skipped".into();
+            s.note = Some(reason.clone());
+        });
+        self.write_state()?;
+        Ok(TaskReport {
+            name: task.name.clone(),
+            outcome: Outcome::Skipped,
+            attempts: 0,
+            merged: None,
+            branch: None,
+            usd: 0.0,
+            tokens: 0,
+            reason,
+        })
+    }
+
+    /// Says why `task` has not started: an event, and its line in the status files.
+    fn announce_wait(&self, task: &Task, wait: &Wait) -> Result<(), RunError> {
+        let text = wait.text();
+        let mut detail = serde_json::to_value(wait).unwrap_or_else(|_| json!({}));
+        detail["reason"] = json!(text);
+        self.emit(Some(&task.name), None, "task.waiting", detail)?;
+        self.task_state(&task.name, |s| {
+            s.state = "pending".into();
+            s.note = Some(text);
+        });
+        self.write_state()
+    }
+
     /// Records the start of a task: its digests, dependencies, base and sealed contents.
-    pub(crate) fn begin_task(&mut self, task: &Task, base: Oid) -> Result<(), RunError> {
+    pub(crate) fn begin_task(&self, task: &Task, base: Oid) -> Result<(), RunError> {
         let fields: Vec<(String, String)> = task
             .meta
             .fields
@@ -736,7 +845,7 @@ impl<'a> Runner<'a> {
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
         let seal_digest = self.seal_digest(task, base)?;
-        Ok(self.ledger.begin_task(&ledger::TaskStart {
+        Ok(self.ledger().begin_task(&ledger::TaskStart {
             run: &self.run_id,
             name: &task.name,
             digest: &task.meta.digest.to_string(),
@@ -774,21 +883,25 @@ impl<'a> Runner<'a> {
         self.program
     }
 
-    pub fn ledger(&self) -> &Ledger {
-        &self.ledger
+    /// The ledger, for one statement's use (see the note on [`Runner`]'s fields).
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        locked(&self.ledger)
     }
 
-    pub fn ledger_mut(&mut self) -> &mut Ledger {
-        &mut self.ledger
+    fn state(&self) -> MutexGuard<'_, LoopState> {
+        locked(&self.state)
+    }
+
+    fn history(&self) -> MutexGuard<'_, Vec<(String, u32, String, Option<Failure>)>> {
+        locked(&self.history)
+    }
+
+    fn run_started(&self) -> Instant {
+        *locked(&self.run_started)
     }
 
     /// Re-plans `task` after accepted drift: a new epoch from `base`.
-    pub(crate) fn reset_task(
-        &mut self,
-        task: &Task,
-        base: Oid,
-        epoch: u32,
-    ) -> Result<(), RunError> {
+    pub(crate) fn reset_task(&self, task: &Task, base: Oid, epoch: u32) -> Result<(), RunError> {
         let fields: Vec<(String, String)> = task
             .meta
             .fields
@@ -796,7 +909,7 @@ impl<'a> Runner<'a> {
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
         let seal_digest = self.seal_digest(task, base)?;
-        self.ledger.reset_task(
+        self.ledger().reset_task(
             &ledger::TaskStart {
                 run: &self.run_id,
                 name: &task.name,
@@ -817,13 +930,13 @@ impl<'a> Runner<'a> {
     }
 
     /// Records an attempt's failure in the ledger (its verdict only, no event).
-    pub(crate) fn finish_failed(&mut self, id: i64, f: &Failure) -> Result<(), RunError> {
+    pub(crate) fn finish_failed(&self, id: i64, f: &Failure) -> Result<(), RunError> {
         self.finish_attempt(id, Some(f))
     }
 
     /// Ends a task whose accepted attempt `a` landed as `commit` before the run was interrupted.
     pub(crate) fn finish_landed(
-        &mut self,
+        &self,
         task: &Task,
         a: &ledger::AttemptRow,
         commit: &str,
@@ -833,7 +946,7 @@ impl<'a> Runner<'a> {
             a.number,
             &commit[..10.min(commit.len())]
         );
-        self.ledger.finish_task(
+        self.ledger().finish_task(
             &self.run_id,
             &task.name,
             Outcome::Accepted.name(),
@@ -845,8 +958,8 @@ impl<'a> Runner<'a> {
             "task.finished",
             json!({"outcome": "accepted", "reason": reason, "merged": commit}),
         )?;
-        let spent = self.ledger.spent(&self.run_id, Some(&task.name))?;
-        self.state.last_green_commit = Some(commit.to_string());
+        let spent = self.ledger().spent(&self.run_id, Some(&task.name))?;
+        self.state().last_green_commit = Some(commit.to_string());
         Ok(TaskReport {
             name: task.name.clone(),
             outcome: Outcome::Accepted,
@@ -861,14 +974,15 @@ impl<'a> Runner<'a> {
 
     /// Counts wall time the run used before it was interrupted towards its flow budget, and
     /// what it spent towards `loop_state.json`.
-    pub(crate) fn restore_run_clock(&mut self, elapsed: Duration) -> Result<(), RunError> {
-        self.run_started = Instant::now()
+    pub(crate) fn restore_run_clock(&self, elapsed: Duration) -> Result<(), RunError> {
+        *locked(&self.run_started) = Instant::now()
             .checked_sub(elapsed)
             .unwrap_or_else(Instant::now);
-        let spent = self.ledger.spent(&self.run_id, None)?;
-        self.state.budget_spent.attempts = spent.attempts;
-        self.state.budget_spent.tokens = spent.input_tokens.saturating_add(spent.output_tokens);
-        self.state.budget_spent.usd_micros = spent.usd_micros;
+        let spent = self.ledger().spent(&self.run_id, None)?;
+        let mut state = self.state();
+        state.budget_spent.attempts = spent.attempts;
+        state.budget_spent.tokens = spent.input_tokens.saturating_add(spent.output_tokens);
+        state.budget_spent.usd_micros = spent.usd_micros;
         Ok(())
     }
 
@@ -876,9 +990,12 @@ impl<'a> Runner<'a> {
         &self.opts.repo_root
     }
 
-    /// When the current task started: its wall budget counts from here.
-    pub fn started(&self) -> Instant {
-        self.task_started
+    /// When `task` started: its wall budget counts from here.
+    pub fn started(&self, task: &str) -> Instant {
+        locked(&self.task_started)
+            .get(task)
+            .copied()
+            .unwrap_or_else(Instant::now)
     }
 
     pub fn attempt_dir(&self, task: &str, attempt: u32) -> PathBuf {
@@ -896,14 +1013,14 @@ impl<'a> Runner<'a> {
 
     /// Writes an event to the ledger and the trail (in that order), then shows it.
     pub fn emit(
-        &mut self,
+        &self,
         task: Option<&str>,
         attempt: Option<u32>,
         event: &str,
         detail: Value,
     ) -> Result<(), RunError> {
         let (_, time_ms) = trail::now();
-        self.ledger.event(
+        self.ledger().event(
             &self.run_id,
             task,
             attempt,
@@ -916,41 +1033,40 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    pub fn set_phase(
-        &mut self,
-        phase: &str,
-        task: Option<&str>,
-        attempt: u32,
-    ) -> Result<(), RunError> {
-        self.state.phase = phase.to_string();
-        self.state.task = task.map(str::to_string);
-        self.state.iteration = attempt;
+    pub fn set_phase(&self, phase: &str, task: Option<&str>, attempt: u32) -> Result<(), RunError> {
+        {
+            let mut state = self.state();
+            state.phase = phase.to_string();
+            state.task = task.map(str::to_string);
+            state.iteration = attempt;
+        }
         if let Some(t) = task {
             self.task_state(t, |s| {
                 s.state = "running".into();
                 s.attempt = attempt;
             });
         }
-        self.ledger.heartbeat(&self.run_id)?;
+        self.ledger().heartbeat(&self.run_id)?;
         self.write_state()
     }
 
-    fn task_state(&mut self, task: &str, f: impl FnOnce(&mut TaskState)) {
-        if let Some(s) = self.state.tasks.iter_mut().find(|s| s.name == task) {
+    fn task_state(&self, task: &str, f: impl FnOnce(&mut TaskState)) {
+        if let Some(s) = self.state().tasks.iter_mut().find(|s| s.name == task) {
             f(s);
         }
     }
 
-    fn write_state(&mut self) -> Result<(), RunError> {
-        self.state.updated = trail::now().0;
-        let wall = attempt::ms(self.run_started.elapsed());
-        self.state.budget_spent.wall_ms = wall;
-        Ok(self.trail.write_state(&self.state)?)
+    fn write_state(&self) -> Result<(), RunError> {
+        let wall = attempt::ms(self.run_started().elapsed());
+        let mut state = self.state();
+        state.updated = trail::now().0;
+        state.budget_spent.wall_ms = wall;
+        Ok(self.trail.write_state(&state)?)
     }
 
     #[allow(clippy::too_many_arguments)]
     pub fn ledger_begin_attempt(
-        &mut self,
+        &self,
         task: &str,
         number: u32,
         rung: u32,
@@ -965,7 +1081,7 @@ impl<'a> Runner<'a> {
             s.agent = Some(agent.to_string());
             s.branch = Some(branch.to_string());
         });
-        Ok(self.ledger.begin_attempt(&ledger::AttemptStart {
+        Ok(self.ledger().begin_attempt(&ledger::AttemptStart {
             run: &self.run_id,
             task,
             number,
@@ -980,7 +1096,7 @@ impl<'a> Runner<'a> {
 
     #[allow(clippy::too_many_arguments)]
     pub fn ledger_agent_done(
-        &mut self,
+        &self,
         id: i64,
         exit_code: Option<i32>,
         timed_out: bool,
@@ -991,7 +1107,7 @@ impl<'a> Runner<'a> {
     ) -> Result<(), RunError> {
         let head = head.map(|h| h.to_string());
         let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
-        Ok(self.ledger.agent_done(
+        Ok(self.ledger().agent_done(
             id,
             &ledger::AgentEnd {
                 exit_code,
@@ -1009,7 +1125,7 @@ impl<'a> Runner<'a> {
     }
 
     pub fn record_gate(
-        &mut self,
+        &self,
         attempt_id: i64,
         task: &str,
         attempt: u32,
@@ -1022,7 +1138,7 @@ impl<'a> Runner<'a> {
             .map(|c| (c.executed, c.passed, c.failed, c.skipped));
         let log = run.log.display().to_string();
         let verdict = verdict_name(run.verdict);
-        self.ledger.record_gate(
+        self.ledger().record_gate(
             attempt_id,
             &ledger::GateRow {
                 phase,
@@ -1056,7 +1172,7 @@ impl<'a> Runner<'a> {
     /// Runs one task through its ladder to an outcome; `resume` carries on a task a resumed
     /// run found unfinished.
     async fn run_task(
-        &mut self,
+        &self,
         task: &'a Task,
         target: &str,
         resume: Option<Resume>,
@@ -1065,9 +1181,12 @@ impl<'a> Runner<'a> {
         let mut base = land::branch_tip(&repo_root, target)?;
         let resume = resume.unwrap_or_default();
         // Wall time the task used before the run was interrupted still counts.
-        self.task_started = Instant::now()
-            .checked_sub(resume.elapsed)
-            .unwrap_or_else(Instant::now);
+        locked(&self.task_started).insert(
+            task.name.clone(),
+            Instant::now()
+                .checked_sub(resume.elapsed)
+                .unwrap_or_else(Instant::now),
+        );
         if resume.begun {
             self.emit(
                 Some(&task.name),
@@ -1095,6 +1214,10 @@ impl<'a> Runner<'a> {
         let budgets = Budgets {
             wall: task.budget.wall,
             context_tokens: task.budget.context_tokens,
+            deadline: flow_budget
+                .as_ref()
+                .and_then(|f| f.wall)
+                .map(|w| self.run_started() + w),
         };
         let Progress {
             mut number,
@@ -1110,10 +1233,10 @@ impl<'a> Runner<'a> {
         } = resume.progress;
         let mut pending = resume.pending;
         for (n, branch, f) in resume.history {
-            self.history.push((task.name.clone(), n, branch, f));
+            self.history().push((task.name.clone(), n, branch, f));
         }
 
-        let end = |runner: &mut Runner<'a>,
+        let end = |runner: &Runner<'a>,
                    outcome: Outcome,
                    reason: String,
                    merged: Option<Oid>,
@@ -1123,7 +1246,7 @@ impl<'a> Runner<'a> {
                    usd: u64|
          -> Result<TaskReport, RunError> {
             let merged = merged.map(|m| m.to_string());
-            runner.ledger.finish_task(
+            runner.ledger().finish_task(
                 &runner.run_id,
                 &task.name,
                 outcome.name(),
@@ -1141,10 +1264,10 @@ impl<'a> Runner<'a> {
                 s.merged = merged.clone();
             });
             if let Some(m) = &merged {
-                runner.state.last_green_commit = Some(m.clone());
+                runner.state().last_green_commit = Some(m.clone());
             }
             if outcome == Outcome::Accepted {
-                runner.state.open_failures.retain(|o| o.task != task.name);
+                runner.state().open_failures.retain(|o| o.task != task.name);
             }
             runner.write_state()?;
             Ok(TaskReport {
@@ -1253,10 +1376,10 @@ impl<'a> Runner<'a> {
                     Some(("tokens", spent_tokens, limit))
                 } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
                     Some(("usd", spent_usd, limit))
-                } else if budgets.time_left(self.task_started).is_none() {
+                } else if budgets.time_left(self.started(&task.name)).is_none() {
                     Some((
                         "wall",
-                        attempt::ms(self.task_started.elapsed()),
+                        attempt::ms(self.started(&task.name).elapsed()),
                         budgets.wall.map_or(0, attempt::ms),
                     ))
                 } else if let Some(fb) = &flow_budget {
@@ -1264,10 +1387,10 @@ impl<'a> Runner<'a> {
                         Some(("flow tokens", flow_spent.0, limit))
                     } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
                         Some(("flow usd", flow_spent.1, limit))
-                    } else if let Some(w) = fb.wall.filter(|w| self.run_started.elapsed() >= *w) {
+                    } else if let Some(w) = fb.wall.filter(|w| self.run_started().elapsed() >= *w) {
                         Some((
                             "flow wall",
-                            attempt::ms(self.run_started.elapsed()),
+                            attempt::ms(self.run_started().elapsed()),
                             attempt::ms(w),
                         ))
                     } else {
@@ -1390,10 +1513,10 @@ impl<'a> Runner<'a> {
             let number = spec.number;
             spent_tokens = spent_tokens.saturating_add(record.usage.tokens());
             spent_usd = spent_usd.saturating_add(record.usage.usd_micros.unwrap_or(0));
-            self.state.budget_spent.attempts += 1;
-            self.state.budget_spent.tokens += record.usage.tokens();
-            self.state.budget_spent.usd_micros += record.usage.usd_micros.unwrap_or(0);
-            let wall = attempt::ms(self.task_started.elapsed());
+            self.state().budget_spent.attempts += 1;
+            self.state().budget_spent.tokens += record.usage.tokens();
+            self.state().budget_spent.usd_micros += record.usage.usd_micros.unwrap_or(0);
+            let wall = attempt::ms(self.started(&task.name).elapsed());
             self.task_state(&task.name, |s| {
                 s.spent.attempts = number;
                 s.spent.tokens = spent_tokens;
@@ -1451,10 +1574,13 @@ impl<'a> Runner<'a> {
                         )?;
                         return Ok((r, None));
                     }
-                    match self
-                        .land(task, target, &spec, record.ledger_id, head)
-                        .await?
-                    {
+                    // One landing at a time: each prepares on the tip the one before left.
+                    let landing = {
+                        let _turn = self.landing.lock().await;
+                        self.land(task, target, &spec, record.ledger_id, head)
+                            .await?
+                    };
+                    match landing {
                         Landing::Landed(commit) => {
                             let reason = match commit {
                                 Some(c) => format!(
@@ -1479,7 +1605,7 @@ impl<'a> Runner<'a> {
                             return Ok((r, None));
                         }
                         Landing::Human(reason) => {
-                            self.history.push((
+                            self.history().push((
                                 task.name.clone(),
                                 number,
                                 record.branch.clone(),
@@ -1504,7 +1630,7 @@ impl<'a> Runner<'a> {
             } else {
                 1
             };
-            self.history.push((
+            self.history().push((
                 task.name.clone(),
                 number,
                 record.branch.clone(),
@@ -1515,9 +1641,9 @@ impl<'a> Runner<'a> {
             if failure.kind == FailureKind::Review
                 && let Some(review) = &task.review
             {
-                let rejections = self
-                    .ledger
-                    .review_rejections(&self.run_id, &task.name, epoch)?;
+                let rejections =
+                    self.ledger()
+                        .review_rejections(&self.run_id, &task.name, epoch)?;
                 if rejections > review.rounds {
                     let blockers: Vec<String> = failure
                         .blockers
@@ -1581,14 +1707,14 @@ impl<'a> Runner<'a> {
 
     /// Stops `task` at attempt `(id, number, branch)` for a person, and pauses the run.
     fn checkpoint(
-        &mut self,
+        &self,
         task: &Task,
         (attempt_id, number, branch): (i64, u32, &str),
         kind: &str,
         lands: bool,
         question: &str,
     ) -> Result<TaskReport, RunError> {
-        let id = self.ledger.pause_at(&ledger::CheckpointStart {
+        let id = self.ledger().open_checkpoint(&ledger::CheckpointStart {
             run: &self.run_id,
             task: &task.name,
             attempt_id,
@@ -1606,7 +1732,7 @@ impl<'a> Runner<'a> {
             s.state = "waiting".into();
             s.note = Some(question.to_string());
         });
-        let spent = self.ledger.spent(&self.run_id, Some(&task.name))?;
+        let spent = self.ledger().spent(&self.run_id, Some(&task.name))?;
         Ok(TaskReport {
             name: task.name.clone(),
             outcome: Outcome::Waiting,
@@ -1623,18 +1749,19 @@ impl<'a> Runner<'a> {
     }
 
     /// Ends this process's part of a run paused at a checkpoint: exit 4, the run resumable.
-    fn paused(&mut self, reports: Vec<TaskReport>) -> Result<RunReport, RunError> {
+    fn paused(&self, reports: Vec<TaskReport>) -> Result<RunReport, RunError> {
         let waiting: Vec<&str> = reports
             .iter()
             .filter(|r| r.outcome == Outcome::Waiting)
             .map(|r| r.name.as_str())
             .collect();
+        self.ledger().pause_run(&self.run_id)?;
         self.emit(None, None, "run.paused", json!({"waiting": waiting}))?;
         let exit_code = Outcome::Waiting.exit_code();
-        self.state.outcome = Some(Outcome::Waiting.name().into());
-        self.state.exit_code = Some(exit_code);
-        self.state.task = None;
-        self.state.phase = "waiting-human".into();
+        self.state().outcome = Some(Outcome::Waiting.name().into());
+        self.state().exit_code = Some(exit_code);
+        self.state().task = None;
+        self.state().phase = "waiting-human".into();
         self.write_state()?;
         Ok(RunReport {
             schema: "mvk.apply.v1",
@@ -1646,9 +1773,9 @@ impl<'a> Runner<'a> {
         })
     }
 
-    fn finish_attempt(&mut self, id: i64, failure: Option<&Failure>) -> Result<(), RunError> {
+    fn finish_attempt(&self, id: i64, failure: Option<&Failure>) -> Result<(), RunError> {
         let json = failure.map(|f| serde_json::to_string(f).unwrap_or_default());
-        self.ledger.finish_attempt(
+        self.ledger().finish_attempt(
             id,
             &ledger::AttemptEnd {
                 outcome: if failure.is_some() {
@@ -1665,7 +1792,7 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    fn fail(&mut self, task: &Task, number: u32, f: &Failure) -> Result<(), RunError> {
+    fn fail(&self, task: &Task, number: u32, f: &Failure) -> Result<(), RunError> {
         self.emit(
             Some(&task.name),
             Some(number),
@@ -1682,8 +1809,8 @@ impl<'a> Runner<'a> {
                 "failure": f,
             }),
         )?;
-        self.state.open_failures.retain(|o| o.task != task.name);
-        self.state.open_failures.push(OpenFailure {
+        self.state().open_failures.retain(|o| o.task != task.name);
+        self.state().open_failures.push(OpenFailure {
             task: task.name.clone(),
             attempt: number,
             kind: f.kind.name().into(),
@@ -1695,14 +1822,14 @@ impl<'a> Runner<'a> {
 
     /// Tokens and micro-dollars spent by the whole run so far.
     fn flow_spent(&self) -> Result<(u64, u64), RunError> {
-        let s = self.ledger.spent(&self.run_id, None)?;
+        let s = self.ledger().spent(&self.run_id, None)?;
         Ok((s.input_tokens.saturating_add(s.output_tokens), s.usd_micros))
     }
 
     /// Lands an accepted attempt: prepare the commit, gate it when the target moved or the loop
     /// has after-merge gates, record the intent, publish.
     async fn land(
-        &mut self,
+        &self,
         task: &Task,
         target: &str,
         spec: &AttemptSpec<'_>,
@@ -1810,7 +1937,7 @@ impl<'a> Runner<'a> {
                     ));
                 }
             }
-            let merge_id = self.ledger.begin_merge(&ledger::MergeStart {
+            let merge_id = self.ledger().begin_merge(&ledger::MergeStart {
                 run: &self.run_id,
                 task: &task.name,
                 attempt_id,
@@ -1824,7 +1951,7 @@ impl<'a> Runner<'a> {
             match land::publish(&repo_root, target, tip, commit, &reflog) {
                 Ok(()) => {
                     crate::run::failpoint("merge-published");
-                    self.ledger
+                    self.ledger()
                         .finish_merge(merge_id, "done", Some(&commit.to_string()), "")?;
                     self.emit(
                         Some(&task.name),
@@ -1835,7 +1962,7 @@ impl<'a> Runner<'a> {
                     return Ok(Landing::Landed(Some(commit)));
                 }
                 Err(LandError::Moved { .. }) => {
-                    self.ledger.finish_merge(
+                    self.ledger().finish_merge(
                         merge_id,
                         "aborted",
                         None,
@@ -1845,7 +1972,7 @@ impl<'a> Runner<'a> {
                 Err(LandError::Dirty { paths }) => {
                     let detail =
                         format!("local changes in the main checkout: {}", paths.join(", "));
-                    self.ledger
+                    self.ledger()
                         .finish_merge(merge_id, "aborted", None, &detail)?;
                     self.emit(
                         Some(&task.name),
@@ -1861,7 +1988,7 @@ impl<'a> Runner<'a> {
                 }
                 Err(LandError::IndexLocked { lock }) => {
                     let detail = format!("`{}` exists", lock.display());
-                    self.ledger
+                    self.ledger()
                         .finish_merge(merge_id, "aborted", None, &detail)?;
                     return Ok(Landing::Human(format!(
                         "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `{}`",
@@ -1870,7 +1997,7 @@ impl<'a> Runner<'a> {
                 }
                 Err(LandError::CheckedOutElsewhere { path, .. }) => {
                     let detail = format!("`{target}` is checked out in `{}`", path.display());
-                    self.ledger
+                    self.ledger()
                         .finish_merge(merge_id, "aborted", None, &detail)?;
                     return Ok(Landing::Human(format!(
                         "accepted, but {detail}, whose files landing would leave stale; land branch `{}` there",
@@ -1878,7 +2005,7 @@ impl<'a> Runner<'a> {
                     )));
                 }
                 Err(e) => {
-                    self.ledger
+                    self.ledger()
                         .finish_merge(merge_id, "failed", None, &e.to_string())?;
                     return Err(e.into());
                 }
@@ -1894,7 +2021,7 @@ impl<'a> Runner<'a> {
     }
 
     fn conflict(
-        &mut self,
+        &self,
         task: &Task,
         target: &str,
         spec: &AttemptSpec<'_>,
@@ -1929,7 +2056,7 @@ impl<'a> Runner<'a> {
     /// says so in a `human.handoff` event, with the reason and the reviewer's blockers when a
     /// rejection stopped it.
     fn stop_for_person(
-        &mut self,
+        &self,
         task: &Task,
         target: &str,
         last: Option<&Failure>,
@@ -1964,7 +2091,12 @@ impl<'a> Runner<'a> {
             let _ = writeln!(text, "Why it stopped: {why}\n");
         }
         let _ = writeln!(text, "## What was tried\n");
-        let tried: Vec<_> = self.history.iter().filter(|h| h.0 == task.name).collect();
+        let tried: Vec<_> = self
+            .history()
+            .iter()
+            .filter(|h| h.0 == task.name)
+            .cloned()
+            .collect();
         if tried.is_empty() {
             let _ = writeln!(text, "No attempt was made.");
         }

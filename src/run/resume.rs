@@ -84,7 +84,7 @@ pub fn selected_tasks(began: &Began, program: &Program) -> Vec<usize> {
 /// What each selected task of the run carries on from. Merge intents are settled first, for
 /// every task, whatever else happens to it; `replanned` tasks (accepted drift) start a new epoch.
 pub fn restore(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     selected: &[usize],
     targets: &BTreeMap<usize, String>,
     replanned: &BTreeSet<String>,
@@ -110,8 +110,8 @@ pub fn restore(
             // What was in flight belonged to the old definition: close it, keep its history.
             for a in attempts.iter().filter(|a| a.epoch == row.epoch) {
                 match a.state.as_str() {
-                    "running" => runner.ledger_mut().abandon_attempt(a.id)?,
-                    "agent-done" => runner.ledger_mut().finish_attempt(
+                    "running" => runner.ledger().abandon_attempt(a.id)?,
+                    "agent-done" => runner.ledger().finish_attempt(
                         a.id,
                         &ledger::AttemptEnd {
                             outcome: "failed",
@@ -157,7 +157,7 @@ pub fn restore(
 
 /// Settles a task's merge intents against git: done when the target holds the commit, aborted
 /// (to be landed again) when it does not. A merge is never done twice.
-fn settle_merges(runner: &mut Runner<'_>, task: &str, _target: &str) -> Result<(), RunError> {
+fn settle_merges(runner: &Runner<'_>, task: &str, _target: &str) -> Result<(), RunError> {
     let run = runner.run_id().to_string();
     let merges = runner.ledger().merge_rows(&run, task)?;
     for m in merges.into_iter().filter(|m| m.state == "intent") {
@@ -172,7 +172,7 @@ fn settle_merges(runner: &mut Runner<'_>, task: &str, _target: &str) -> Result<(
         })?;
         let landed = tip == new || repo.graph_descendant_of(tip, new).unwrap_or(false);
         if landed {
-            runner.ledger_mut().finish_merge(
+            runner.ledger().finish_merge(
                 m.id,
                 "done",
                 Some(&m.new_commit),
@@ -185,7 +185,7 @@ fn settle_merges(runner: &mut Runner<'_>, task: &str, _target: &str) -> Result<(
                 json!({"merge": m.id, "commit": m.new_commit, "into": m.into, "landed": true}),
             )?;
         } else {
-            runner.ledger_mut().finish_merge(
+            runner.ledger().finish_merge(
                 m.id,
                 "aborted",
                 None,
@@ -232,7 +232,7 @@ fn report_of(
 
 /// Where a started, unfinished task stands: its attempts replayed through the ladder.
 fn progress_of(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     task: &crate::ir::Task,
     row: &ledger::TaskRow,
     attempts: &[AttemptRow],
@@ -273,7 +273,7 @@ fn progress_of(
                 // branch, beside it.
                 pending = None;
                 keep_branch(runner.repo_root(), a)?;
-                runner.ledger_mut().abandon_attempt(a.id)?;
+                runner.ledger().abandon_attempt(a.id)?;
                 let dir = runner.attempt_dir(&task.name, a.number);
                 if dir.exists() {
                     let kept = dir.with_file_name(format!("{}.abandoned-{}", a.number, a.id));
@@ -369,12 +369,21 @@ fn progress_of(
         && c.attempt_id == a.id
     {
         let Some(decision) = c.decision.as_deref() else {
-            return Err(RunError::Config {
-                message: format!(
-                    "task `{}` waits for a person at attempt {}: {}; answer with `mvk approve {run}` or `mvk reject {run} --reason TEXT`",
-                    task.name, a.number, c.question
+            // Still unanswered: the task stays at its checkpoint while the others go on.
+            let spent = runner.ledger().spent(&run, Some(&task.name))?;
+            return Ok(Restored::Waiting(TaskReport {
+                name: task.name.clone(),
+                outcome: Outcome::Waiting,
+                attempts: a.number,
+                merged: None,
+                branch: Some(a.branch.clone()),
+                usd: spent.usd_micros as f64 / 1e6,
+                tokens: spent.input_tokens.saturating_add(spent.output_tokens),
+                reason: format!(
+                    "waiting for a person: {}; answer with `mvk approve {run} {}` or `mvk reject {run} {} --reason TEXT`",
+                    c.question, task.name, task.name
                 ),
-            });
+            }));
         };
         runner.emit(
             Some(&task.name),
@@ -419,7 +428,7 @@ fn progress_of(
         .spent_in_epoch(&run, &task.name, row.epoch)?;
     p.spent_tokens = tokens;
     p.spent_usd = usd;
-    let last_seen = last_sign_of_life(runner.ledger(), &run, Some(&task.name), runner.run_dir())?;
+    let last_seen = last_sign_of_life(&runner.ledger(), &run, Some(&task.name), runner.run_dir())?;
     let elapsed = match (last_seen, row.started_at) {
         (Some(last), Some(start)) if last > start => {
             Duration::from_millis(u64::try_from(last - start).unwrap_or(0))

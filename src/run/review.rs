@@ -149,7 +149,7 @@ pub struct Reviewed {
 /// Runs `review`'s agent on the attempt's result `head` (whose gates passed as `gates`) and
 /// records its verdict, notes and cost against attempt `attempt_id`.
 pub async fn review(
-    runner: &mut Runner<'_>,
+    runner: &Runner<'_>,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
     review: &Review,
@@ -159,7 +159,8 @@ pub async fn review(
     runner.set_phase("review", Some(&task.name), spec.number)?;
     // Judged again after a crash: the verdict already given stands. Asking again could turn a
     // recorded rejection into an approval.
-    if let Some((verdict, blockers, reason)) = runner.ledger().recorded_review(attempt_id)? {
+    let recorded = runner.ledger().recorded_review(attempt_id)?;
+    if let Some((verdict, blockers, reason)) = recorded {
         let verdict = match verdict.as_str() {
             "approve" => Verdict::Approve { notes: Vec::new() },
             "reject" => Verdict::Reject {
@@ -190,19 +191,18 @@ pub async fn review(
         path: dir.clone(),
         source,
     })?;
-    let previous: Vec<Blocker> =
-        match runner
-            .ledger()
-            .last_blockers(runner.run_id(), &task.name, spec.epoch)?
-        {
-            Some(j) => serde_json::from_str(&j).map_err(|e| RunError::Config {
-                message: format!(
-                    "the ledger's blockers of task `{}` cannot be read: {e}",
-                    task.name
-                ),
-            })?,
-            None => Vec::new(),
-        };
+    let last = runner
+        .ledger()
+        .last_blockers(runner.run_id(), &task.name, spec.epoch)?;
+    let previous: Vec<Blocker> = match last {
+        Some(j) => serde_json::from_str(&j).map_err(|e| RunError::Config {
+            message: format!(
+                "the ledger's blockers of task `{}` cannot be read: {e}",
+                task.name
+            ),
+        })?,
+        None => Vec::new(),
+    };
     let max = usize::try_from(budgets.context_tokens)
         .unwrap_or(usize::MAX)
         .saturating_mul(4);
@@ -290,7 +290,7 @@ pub async fn review(
             "review",
         )?;
         let left = budgets
-            .time_left(runner.started())
+            .time_left(runner.started(&task.name))
             .unwrap_or(std::time::Duration::ZERO);
         ps.timeout = Some(review.agent.timeout.min(left));
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
@@ -309,7 +309,7 @@ pub async fn review(
         let wait = hit.retry_after.unwrap_or(backoff);
         backoff = (backoff * 2).min(attempt::MAX_BACKOFF);
         let out_of_time = budgets
-            .time_left(runner.started())
+            .time_left(runner.started(&task.name))
             .is_none_or(|left| left <= wait);
         let too_many = budgets.wall.is_none() && retries > attempt::MAX_RATE_LIMIT_RETRIES;
         runner.emit(
@@ -360,23 +360,21 @@ pub async fn review(
         message: format!("cannot encode the reviewer's blockers: {e}"),
     })?;
     let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
-    runner
-        .ledger_mut()
-        .record_review(&crate::ledger::ReviewRow {
-            attempt_id,
-            agent: &review.agent.label(),
-            verdict: verdict.name(),
-            blockers_json: &blockers_json,
-            notes: verdict.notes(),
-            reason,
-            exit_code,
-            output: &ps.stdout_log.display().to_string(),
-            usage: reported.then(|| crate::ledger::Cost {
-                input_tokens: usage.input_tokens,
-                output_tokens: usage.output_tokens,
-                usd_micros: usage.usd_micros.unwrap_or(0),
-            }),
-        })?;
+    runner.ledger().record_review(&crate::ledger::ReviewRow {
+        attempt_id,
+        agent: &review.agent.label(),
+        verdict: verdict.name(),
+        blockers_json: &blockers_json,
+        notes: verdict.notes(),
+        reason,
+        exit_code,
+        output: &ps.stdout_log.display().to_string(),
+        usage: reported.then(|| crate::ledger::Cost {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            usd_micros: usage.usd_micros.unwrap_or(0),
+        }),
+    })?;
     crate::run::failpoint("review-recorded");
     runner.emit(
         Some(&task.name),

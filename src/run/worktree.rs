@@ -833,7 +833,9 @@ mod tests {
                 .expect("mtime")
         };
         let before = untouched_mtime();
+        let first_slot = first.slot();
         drop(first);
+        wait_free(&pool, first_slot);
 
         let second = pool.acquire(f.c2, "mvk/r2").expect("reacquire");
         assert_eq!(second.path, path, "the idle slot is reused");
@@ -905,15 +907,7 @@ mod tests {
         let idle_slot = idle.slot();
         // A process another test forks while a lease is held keeps a copy of the lock's file
         // until it execs; wait for the slot to be free before asserting it is reused.
-        let wait_free = || {
-            for _ in 0..200 {
-                if pool.try_lock_slot(idle_slot).expect("probe slot").is_some() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            panic!("slot {idle_slot} stayed locked");
-        };
+        let wait_free = || wait_free(&pool, idle_slot);
         // As above: step past git's racy-timestamp window so no refusal rewrites a file.
         std::thread::sleep(std::time::Duration::from_millis(1100));
         git(&idle_path, &["status", "--porcelain"]);
@@ -945,7 +939,9 @@ mod tests {
         let a = pool.acquire(f.c1, "mvk/shared").expect("a");
         let b = pool.acquire(f.c1, "mvk/other").expect("b");
         let a_path = a.path.clone();
+        let a_slot = a.slot();
         drop(a);
+        wait_free(&pool, a_slot);
         let main = pool.main().expect("main");
         pool.free_branch(&main, "refs/heads/mvk/shared", "mvk/shared", Some(&b.path))
             .expect("free");
@@ -960,7 +956,9 @@ mod tests {
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let lease = pool.acquire(f.c1, "mvk/d1").expect("acquire");
         let path = lease.path.clone();
+        let slot = lease.slot();
         drop(lease);
+        wait_free(&pool, slot);
         fs::remove_dir_all(&path).expect("rm slot");
         let lease = pool.acquire(f.c2, "mvk/d2").expect("acquire again");
         assert_eq!(lease.path, path);
@@ -982,7 +980,9 @@ mod tests {
         let path = lease.path.clone();
         fs::remove_file(path.join(".git")).expect("rm .git link");
         fs::write(path.join("junk"), "j").expect("write");
+        let slot = lease.slot();
         drop(lease);
+        wait_free(&pool, slot);
         let lease = pool.acquire(f.c2, "mvk/g2").expect("acquire again");
         assert_eq!(lease.path, path);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
@@ -1187,6 +1187,18 @@ mod tests {
         );
     }
 
+    /// Waits until no process holds slot `n`'s lock: a process another test forks while a
+    /// lease is held keeps a copy of the lock's file until it execs.
+    fn wait_free(pool: &Pool, n: usize) {
+        for _ in 0..500 {
+            if pool.try_lock_slot(n).expect("probe slot").is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("slot {n} stayed locked");
+    }
+
     #[test]
     fn gc_removes_idle_slots_and_keeps_leased_ones() {
         let f = fixture();
@@ -1194,7 +1206,9 @@ mod tests {
         let kept = pool.acquire(f.c1, "mvk/k").expect("kept");
         let idle = pool.acquire(f.c1, "mvk/i").expect("idle");
         let idle_path = idle.path.clone();
+        let idle_slot = idle.slot();
         drop(idle);
+        wait_free(&pool, idle_slot);
         let removed = pool.gc().expect("gc");
         assert_eq!(removed, vec![idle_path.clone()]);
         assert!(!idle_path.exists());
