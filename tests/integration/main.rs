@@ -21,6 +21,7 @@ mod resume;
 mod review;
 mod shell;
 mod stdlib;
+mod stdlib_gates;
 
 #[test]
 fn forgotten_files() {
