@@ -7,6 +7,7 @@
 mod apply;
 mod book;
 mod digests;
+mod example_python;
 mod example_run;
 mod examples;
 mod faults;

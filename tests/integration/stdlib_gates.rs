@@ -24,7 +24,7 @@ fn home() -> PathBuf {
 
 /// Fails the test, saying how to install, when a tool is missing: a skipped gate test proves
 /// nothing.
-fn require(program: &str, args: &[&str]) {
+pub fn require(program: &str, args: &[&str]) {
     let ok = Command::new(program)
         .args(args)
         .output()
