@@ -9,11 +9,11 @@ use std::path::Path;
 pub enum ProjectKind {
     /// `Cargo.toml`: `cargo test`, from `std/gates/rust.kdl`.
     Rust,
-    /// `pyproject.toml`: `python3 -m pytest`.
+    /// `pyproject.toml`: `python3 -m pytest`, from `std/gates/python.kdl`.
     Python,
-    /// `package.json`: `npm test`.
+    /// `package.json`: `npm run test`, from `std/gates/javascript.kdl`.
     Node,
-    /// `go.mod`: `go test -json ./...`.
+    /// `go.mod`: `go test -v ./...`, from `std/gates/go.kdl`.
     Go,
     /// None of them: a command gate to fill in.
     Generic,
@@ -56,22 +56,20 @@ impl ProjectKind {
                  gate tests use=cargo-test\n",
             ),
             ProjectKind::Python => (
-                "",
-                "    // pytest's summary line is the evidence that tests ran.\n    \
-                 gate tests evidence=pytest timeout=\"20m\" {\n        \
-                 run \"python3\" \"-m\" \"pytest\" \"-q\"\n    }\n",
+                "import \"std/gates/python.kdl\"\n",
+                "    // `python3 -m pytest`; its closing `N passed` line is the evidence that tests ran.\n    \
+                 gate tests use=pytest\n",
             ),
             ProjectKind::Node => (
-                "",
-                "    // The summary of the runner `npm test` calls (node --test, vitest or jest) is\n    \
-                 // the evidence that tests ran.\n    \
-                 gate tests timeout=\"20m\" {\n        run \"npm\" \"test\"\n    }\n",
+                "import \"std/gates/javascript.kdl\"\n",
+                "    // `npm run test`; the summary of the runner it calls (node --test, vitest or jest)\n    \
+                 // is the evidence that tests ran.\n    \
+                 gate tests use=npm-test\n",
             ),
             ProjectKind::Go => (
-                "",
-                "    // `go test -json` reports every test, which is the evidence that tests ran.\n    \
-                 gate tests evidence=go-test timeout=\"20m\" {\n        \
-                 run \"go\" \"test\" \"-json\" \"./...\"\n    }\n",
+                "import \"std/gates/go.kdl\"\n",
+                "    // `go test -v ./...`; its line per test is the evidence that tests ran.\n    \
+                 gate tests use=go-test\n",
             ),
             ProjectKind::Generic => (
                 "",

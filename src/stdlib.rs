@@ -6,6 +6,19 @@
 pub const FILES: &[(&str, &str)] = &[
     ("std/agents.kdl", include_str!("../stdlib/agents.kdl")),
     (
+        "std/gates/generic.kdl",
+        include_str!("../stdlib/gates/generic.kdl"),
+    ),
+    ("std/gates/go.kdl", include_str!("../stdlib/gates/go.kdl")),
+    (
+        "std/gates/javascript.kdl",
+        include_str!("../stdlib/gates/javascript.kdl"),
+    ),
+    (
+        "std/gates/python.kdl",
+        include_str!("../stdlib/gates/python.kdl"),
+    ),
+    (
         "std/gates/rust.kdl",
         include_str!("../stdlib/gates/rust.kdl"),
     ),

@@ -24,6 +24,8 @@ use crate::run::worktree;
 /// The variable naming the run in every agent's and gate's environment (the contract's
 /// `MVK_RUN`); a resume finds what a dead mvk left running by it.
 pub const RUN_VAR: &str = "MVK_RUN";
+/// The task's scope globs, one a line, in every gate's environment.
+pub const SCOPE_VAR: &str = "MVK_SCOPE";
 
 /// Variables that point git at a repository; removed from agents' and gates' environments.
 pub const GIT_LOCATION_VARS: &[&str] = &[
@@ -464,6 +466,7 @@ pub async fn judge(
         spec.number,
         spec.base,
         &worktree_path,
+        &task.scope,
     );
     let mut runs = Vec::new();
     for (i, g) in task.gates.iter().enumerate() {
@@ -873,12 +876,15 @@ fn agent_env(
     env
 }
 
+/// The `MVK_*` variables a gate sees. `MVK_SCOPE` holds the task's scope globs, one a line, so
+/// that a gate (the stdlib's `no-changes-outside-scope`) can hold a change to it.
 fn gate_env(
     run: &str,
     task: &str,
     attempt: u32,
     base: Oid,
     worktree: &Path,
+    scope: &[String],
 ) -> Vec<(String, String)> {
     vec![
         (RUN_VAR.to_string(), run.to_string()),
@@ -886,6 +892,7 @@ fn gate_env(
         ("MVK_ATTEMPT".to_string(), attempt.to_string()),
         ("MVK_BASE".to_string(), base.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
+        (SCOPE_VAR.to_string(), scope.join("\n")),
     ]
 }
 
@@ -896,8 +903,9 @@ pub fn landing_env(
     attempt: u32,
     base: Oid,
     worktree: &Path,
+    scope: &[String],
 ) -> Vec<(String, String)> {
-    gate_env(run, task, attempt, base, worktree)
+    gate_env(run, task, attempt, base, worktree, scope)
 }
 
 fn fill_argv(

@@ -1892,8 +1892,14 @@ impl<'a> Runner<'a> {
             if !to_run.is_empty() {
                 let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
                 let lease = self.acquire(commit, &branch)?;
-                let env =
-                    attempt::landing_env(&self.run_id, &task.name, spec.number, tip, &lease.path);
+                let env = attempt::landing_env(
+                    &self.run_id,
+                    &task.name,
+                    spec.number,
+                    tip,
+                    &lease.path,
+                    &task.scope,
+                );
                 let dir = self.attempt_dir(&task.name, spec.number);
                 for (i, (g, regate)) in to_run.iter().enumerate() {
                     let cx = GateContext {

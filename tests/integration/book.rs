@@ -5,6 +5,11 @@ use std::path::Path;
 
 /// (file, line, code) of each fenced block whose info string is exactly `kdl`.
 fn kdl_blocks(root: &Path) -> Vec<(String, usize, String)> {
+    fenced_blocks(root, "kdl")
+}
+
+/// (file, line, code) of each fenced block whose info string is exactly `info`.
+fn fenced_blocks(root: &Path, info: &str) -> Vec<(String, usize, String)> {
     let mut out = Vec::new();
     for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
         let entry = entry.expect("walk book/src");
@@ -23,10 +28,10 @@ fn kdl_blocks(root: &Path) -> Vec<(String, usize, String)> {
             let fence = line.trim_start();
             match &mut current {
                 None if fence.starts_with("```") => {
-                    let info = fence.trim_start_matches('`').trim();
+                    let found = fence.trim_start_matches('`').trim();
                     current = Some((
                         i + 1,
-                        if info == "kdl" {
+                        if found == info {
                             String::new()
                         } else {
                             "\u{0}skip".into()
@@ -86,4 +91,53 @@ fn every_kdl_block_in_the_book_compiles() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The tutorial's `sh,tutorial` blocks, run in order as one script in an empty directory with
+/// this build's mvk first on `PATH`: they must end in an accepted change on `main`.
+#[test]
+fn the_tutorial_runs_as_written() {
+    crate::stdlib_gates::require("python3", &["-m", "pytest", "--version"]);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("book/src");
+    let blocks: Vec<String> = fenced_blocks(&root, "sh,tutorial")
+        .into_iter()
+        .filter(|(file, _, _)| file == "tutorial.md")
+        .map(|(_, _, code)| code)
+        .collect();
+    assert!(blocks.len() >= 5, "the tutorial's steps: {blocks:?}");
+    let script = format!("set -euo pipefail\n{}", blocks.concat());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mvk = Path::new(env!("CARGO_BIN_EXE_mvk"));
+    let path = format!(
+        "{}:{}",
+        mvk.parent().expect("mvk's directory").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(tmp.path())
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "tutorial")
+        .env("GIT_AUTHOR_EMAIL", "tutorial@mvk.invalid")
+        .env("GIT_COMMITTER_NAME", "tutorial")
+        .env("GIT_COMMITTER_EMAIL", "tutorial@mvk.invalid")
+        .env("MVK_WORKTREE_ROOT", tmp.path().join("worktrees"))
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the tutorial's script failed ({:?}):\n{script}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("accepted (exit 0)"), "{stdout}");
+    let repo = tmp.path().join("greet");
+    let fixed = std::fs::read_to_string(repo.join("src/greet/__init__.py")).expect("read");
+    assert!(fixed.contains("capitalize()"), "main has the fix: {fixed}");
+    let page = std::fs::read_to_string(repo.join("run.html")).expect("the report was written");
+    assert!(page.contains("<svg"), "the report has its timeline");
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn git(repo: &Path, args: &[&str]) -> String {
+pub fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)
@@ -21,7 +21,7 @@ fn git(repo: &Path, args: &[&str]) -> String {
 }
 
 /// The one run's directory under `.mvk/runs/`.
-fn run_dir(repo: &Path) -> PathBuf {
+pub fn run_dir(repo: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(repo.join(".mvk/runs"))
         .expect("list .mvk/runs")
         .map(|e| e.expect("dir entry").path())
@@ -31,7 +31,7 @@ fn run_dir(repo: &Path) -> PathBuf {
     runs.into_iter().next().expect("one run")
 }
 
-fn events(run: &Path) -> Vec<serde_json::Value> {
+pub fn events(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("events.jsonl"))
         .expect("read events.jsonl")
         .lines()
@@ -39,11 +39,38 @@ fn events(run: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn find<'a>(events: &'a [serde_json::Value], name: &str, attempt: u64) -> &'a serde_json::Value {
+pub fn find<'a>(
+    events: &'a [serde_json::Value],
+    name: &str,
+    attempt: u64,
+) -> &'a serde_json::Value {
     events
         .iter()
         .find(|e| e["event"] == name && e["attempt"] == attempt)
         .unwrap_or_else(|| panic!("no {name} for attempt {attempt} in {events:#?}"))
+}
+
+/// Runs `examples/run.sh NAME` with this build's mvk, laying the example out in DIR; asserts it
+/// was accepted (exit 0) and returns what it printed and the repository it made.
+pub fn run_example(name: &str, dir: &Path) -> (String, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash")
+        .arg(root.join("examples/run.sh"))
+        .arg(name)
+        .env("MVK_BIN", env!("CARGO_BIN_EXE_mvk"))
+        .env("MVK_EXAMPLE_DIR", dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run examples/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let repo = dir.canonicalize().expect("canonical temp dir").join("repo");
+    (stdout, repo)
 }
 
 #[test]
@@ -52,27 +79,7 @@ fn slugify_is_fixed_on_the_second_attempt_from_the_first_ones_failure() {
     let example_lib = root.join("examples/slugify/src/lib.rs");
     let buggy = std::fs::read_to_string(&example_lib).expect("read the example's src/lib.rs");
     let tmp = tempfile::tempdir().expect("tempdir");
-
-    let out = Command::new("bash")
-        .arg(root.join("examples/run.sh"))
-        .arg("slugify")
-        .env("MVK_BIN", env!("CARGO_BIN_EXE_mvk"))
-        .env("MVK_EXAMPLE_DIR", tmp.path())
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run examples/run.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let repo = tmp
-        .path()
-        .canonicalize()
-        .expect("canonical temp dir")
-        .join("repo");
+    let (stdout, repo) = run_example("slugify", tmp.path());
     assert!(
         stdout
             .lines()

@@ -94,28 +94,28 @@ fn argv(gate: &Value) -> Vec<&str> {
 #[test]
 fn a_rust_project_gets_cargo_test_from_the_stdlib() {
     let gate = init_project(Some("Cargo.toml"));
-    assert_eq!(argv(&gate), ["cargo", "test"]);
+    assert_eq!(argv(&gate), ["cargo", "test", "--no-fail-fast"]);
     assert_eq!(gate["evidence"], "cargo-test");
 }
 
 #[test]
 fn a_python_project_gets_pytest() {
     let gate = init_project(Some("pyproject.toml"));
-    assert_eq!(argv(&gate), ["python3", "-m", "pytest", "-q"]);
+    assert_eq!(argv(&gate), ["python3", "-m", "pytest"]);
     assert_eq!(gate["evidence"], "pytest");
 }
 
 #[test]
 fn a_node_project_gets_npm_test() {
     let gate = init_project(Some("package.json"));
-    assert_eq!(argv(&gate), ["npm", "test"]);
+    assert_eq!(argv(&gate), ["npm", "run", "test"]);
     assert_eq!(gate["evidence"], "auto");
 }
 
 #[test]
 fn a_go_project_gets_go_test() {
     let gate = init_project(Some("go.mod"));
-    assert_eq!(argv(&gate), ["go", "test", "-json", "./..."]);
+    assert_eq!(argv(&gate), ["go", "test", "-v", "./..."]);
     assert_eq!(gate["evidence"], "go-test");
 }
 

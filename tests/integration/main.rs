@@ -7,6 +7,7 @@
 mod apply;
 mod book;
 mod digests;
+mod example_python;
 mod example_run;
 mod examples;
 mod faults;
@@ -15,12 +16,14 @@ mod hardening;
 mod imports;
 mod init;
 mod invalid;
+mod prompts;
 mod reading;
 mod report;
 mod resume;
 mod review;
 mod shell;
 mod stdlib;
+mod stdlib_gates;
 
 #[test]
 fn forgotten_files() {

@@ -57,3 +57,40 @@ fn stdlib_templates_render_every_field() {
         );
     }
 }
+
+/// Regression: an adapter that reads JSON finds nothing when the stdlib's agent leaves its tool
+/// printing text (gemini and goose did), and budgets then count no tokens.
+#[test]
+fn stdlib_agents_ask_their_tools_for_the_output_their_adapters_read() {
+    let wanted: &[(&str, &[&str])] = &[
+        ("claude", &["--output-format", "json"]),
+        ("codex", &["--json"]),
+        ("gemini", &["--output-format", "json"]),
+        ("goose", &["--output-format", "json"]),
+        // aider prints its `Tokens: … Cost: …` lines as text.
+        ("aider", &["--message-file"]),
+    ];
+    for (name, flags) in wanted {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("uses.kdl");
+        std::fs::write(
+            &file,
+            format!(
+                "import \"std/agents.kdl\"\nloop l {{\n    goal \"g\"\n    agent {name}\n    \
+                 gate g evidence=none {{ run \"true\"; }}\n}}\n"
+            ),
+        )
+        .expect("write");
+        let compiled = mvk::resolve::compile(&file, &mvk::resolve::Options::default());
+        let program = compiled.program.expect("compiles");
+        let Some(mvk::ir::Rung::Agent { agent, .. }) = program.tasks[0].ladder.first() else {
+            panic!("{name}: the loop's one rung is the agent");
+        };
+        assert_eq!(agent.adapter.name(), *name, "{name}'s adapter");
+        assert!(
+            agent.argv.windows(flags.len()).any(|w| w == *flags),
+            "{name} runs {:?}, without {flags:?}",
+            agent.argv
+        );
+    }
+}

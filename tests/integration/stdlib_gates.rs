@@ -1,0 +1,657 @@
+//! Each stdlib gate run against the real tool on a tiny project, passing and failing: the
+//! verdict and the evidence counts it gives. The tools come from `tests/tools/install.sh`
+//! (`.ci/run` runs it): cargo with clippy, rustfmt and nextest; pytest, ruff and mypy; node with
+//! vitest, jest, eslint and typescript in a shared npm cache; Debian's Go.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mvk::run::evidence::{Counts, GateVerdict};
+use mvk::run::gate::{GateContext, GateRun, run_gate};
+
+/// Where `tests/tools/install.sh` installs the npm packages the JavaScript gates run.
+fn npm_tools() -> PathBuf {
+    let dir = match std::env::var_os("MVK_TEST_TOOLS") {
+        Some(dir) => PathBuf::from(dir),
+        None => home().join(".cache/mvk-test-tools"),
+    };
+    dir.join("npm/node_modules")
+}
+
+fn home() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+}
+
+/// Fails the test, saying how to install, when a tool is missing: a skipped gate test proves
+/// nothing.
+pub fn require(program: &str, args: &[&str]) {
+    let ok = Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "`{program} {}` does not run here: install the test tools with tests/tools/install.sh \
+         (.ci/run does)",
+        args.join(" ")
+    );
+}
+
+/// A git repository in a temporary directory with a first commit, the base of every change.
+struct Project {
+    dir: tempfile::TempDir,
+    base: String,
+    /// Extra variables for the gates (a shared cargo target directory).
+    env: Vec<(String, String)>,
+}
+
+impl Project {
+    fn new(files: &[(&str, &str)]) -> Project {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let project = Project {
+            dir,
+            base: String::new(),
+            env: Vec::new(),
+        };
+        project.git(&["init", "-q", "-b", "main"]);
+        project.write(files);
+        let base = project.commit("base");
+        Project { base, ..project }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .current_dir(self.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@mvk.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@mvk.invalid")
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn write(&self, files: &[(&str, &str)]) {
+        for (path, text) in files {
+            let path = self.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(&path, text).expect("write");
+        }
+    }
+
+    fn commit(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", message]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+
+    /// Makes `node_modules` the shared npm cache's, as `npm install` would have.
+    fn link_node_modules(&self) {
+        let tools = npm_tools();
+        assert!(
+            tools.join(".bin").is_dir(),
+            "`{}` is missing: install the test tools with tests/tools/install.sh (.ci/run does)",
+            tools.display()
+        );
+        std::os::unix::fs::symlink(&tools, self.path().join("node_modules")).expect("symlink");
+        // Keep the link out of the change the diff-based gates see.
+        std::fs::write(self.path().join(".gitignore"), "node_modules\n").expect("write");
+    }
+
+    /// Compiles `gate checked GATE` in a loop importing `std/gates/LIB.kdl` with `scope`, and
+    /// runs that gate here as mvk would after an attempt whose base is the first commit.
+    fn gate(&self, lib: &str, gate: &str, scope: &str) -> GateRun {
+        let defs = tempfile::tempdir().expect("tempdir");
+        let file = defs.path().join("loop.kdl");
+        std::fs::write(
+            &file,
+            format!(
+                "import \"std/gates/{lib}.kdl\"\nagent bot {{ run \"true\"; }}\n\
+                 loop checked {{\n    goal \"g\"\n    agent bot\n    scope {scope}\n    \
+                 gate checked {gate}\n}}\n"
+            ),
+        )
+        .expect("write");
+        let compiled = mvk::resolve::compile(&file, &mvk::resolve::Options::default());
+        let rendered =
+            mvk::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources);
+        let program = compiled.program.unwrap_or_else(|| panic!("{rendered}"));
+        let task = &program.tasks[0];
+        let base = git2::Oid::from_str(&self.base).expect("an oid");
+        let mut env = mvk::run::attempt::landing_env(
+            "run-test",
+            &task.name,
+            1,
+            base,
+            self.path(),
+            &task.scope,
+        );
+        env.extend(self.env.iter().cloned());
+        let cx = GateContext {
+            cwd: self.path(),
+            env: &env,
+            log: defs.path().join("gate.log"),
+            timeout: std::time::Duration::from_secs(600),
+        };
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let mut run = runtime
+            .block_on(run_gate(&task.gates[0], &cx))
+            .expect("the gate runs");
+        // The log is in `defs`, gone after this: keep its text for the messages.
+        run.tail = std::fs::read_to_string(&cx.log).unwrap_or_default();
+        run
+    }
+}
+
+/// Asserts the verdict and the counts (executed is passed + failed), showing the log when wrong.
+#[track_caller]
+fn expect(run: &GateRun, verdict: GateVerdict, counts: Option<(u64, u64, u64)>) {
+    let want = counts.map(|(passed, failed, skipped)| Counts {
+        executed: passed + failed,
+        passed,
+        failed,
+        skipped,
+    });
+    assert!(
+        run.verdict == verdict && run.counts() == want,
+        "gate `{}`: want {verdict:?} with {want:?}, got {:?} with {:?} ({})\n--- its output:\n{}",
+        run.gate,
+        run.verdict,
+        run.counts(),
+        run.reason,
+        run.tail
+    );
+}
+
+const ALL: &str = "\"**\"";
+
+#[test]
+fn rust_gates_against_cargo() {
+    require("cargo", &["clippy", "--version"]);
+    require("cargo", &["fmt", "--version"]);
+    require("cargo", &["nextest", "--version"]);
+    let mut p = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"fx\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "src/lib.rs",
+            "//! Adds.\n\n/// Adds two numbers.\n///\n/// ```\n/// assert_eq!(fx::add(1, 2), 3);\n/// ```\n\
+             pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n#[cfg(test)]\nmod tests {\n    \
+             #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 2), 4);\n    }\n\n    \
+             #[test]\n    fn adds_zero() {\n        assert_eq!(super::add(0, 0), 0);\n    }\n\n    \
+             #[test]\n    #[ignore = \"slow\"]\n    fn slow() {}\n}\n",
+        ),
+        (".gitignore", "target\n"),
+    ]);
+    let target = tempfile::tempdir().expect("tempdir");
+    p.env.push((
+        "CARGO_TARGET_DIR".into(),
+        target.path().display().to_string(),
+    ));
+    // Two unit tests and the doc test pass; the ignored one is skipped.
+    expect(
+        &p.gate("rust", "use=cargo-test", ALL),
+        GateVerdict::Pass,
+        Some((3, 0, 1)),
+    );
+    expect(
+        &p.gate("rust", "use=cargo-test target=\"--lib\"", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    expect(
+        &p.gate("rust", "use=nextest", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    for gate in ["use=clippy", "use=fmt", "use=doc"] {
+        expect(&p.gate("rust", gate, ALL), GateVerdict::Pass, None);
+    }
+
+    // Subtraction: `adds` and the doc test fail, `adds_zero` still passes.
+    let lib = std::fs::read_to_string(p.path().join("src/lib.rs")).expect("read");
+    p.write(&[("src/lib.rs", &lib.replace("a + b", "a - b"))]);
+    expect(
+        &p.gate("rust", "use=cargo-test", ALL),
+        GateVerdict::Fail,
+        Some((1, 2, 1)),
+    );
+    expect(
+        &p.gate("rust", "use=nextest", ALL),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+    // A lint, a formatting slip and a broken doc link each fail their gate.
+    p.write(&[(
+        "src/lib.rs",
+        &format!("{lib}\n/// Counts.\npub fn count(v: &Vec<i32>) -> usize {{\n    v.len()\n}}\n"),
+    )]);
+    expect(&p.gate("rust", "use=clippy", ALL), GateVerdict::Fail, None);
+    p.write(&[(
+        "src/lib.rs",
+        &format!("{lib}\npub fn  sub(a:i32,b:i32)->i32{{a-b}}\n"),
+    )]);
+    expect(&p.gate("rust", "use=fmt", ALL), GateVerdict::Fail, None);
+    p.write(&[(
+        "src/lib.rs",
+        &lib.replace("Adds two numbers.", "Adds, unlike [`Missing`]."),
+    )]);
+    expect(&p.gate("rust", "use=doc", ALL), GateVerdict::Fail, None);
+}
+
+#[test]
+fn python_gates_against_pytest_ruff_and_mypy() {
+    for module in ["pytest", "ruff", "mypy"] {
+        require("python3", &["-m", module, "--version"]);
+    }
+    let calc = "def add(a: int, b: int) -> int:\n    return a + b\n";
+    let p = Project::new(&[
+        ("calc.py", calc),
+        (
+            "tests/test_calc.py",
+            "import pytest\n\nfrom calc import add\n\n\ndef test_add() -> None:\n    \
+             assert add(2, 2) == 4\n\n\ndef test_zero() -> None:\n    assert add(0, 0) == 0\n\n\n\
+             @pytest.mark.skip(reason=\"slow\")\ndef test_slow() -> None:\n    pass\n",
+        ),
+        (
+            "pyproject.toml",
+            "[tool.pytest.ini_options]\npythonpath = [\".\"]\n",
+        ),
+        (
+            ".gitignore",
+            "__pycache__\n.pytest_cache\n.mypy_cache\n.ruff_cache\n",
+        ),
+    ]);
+    expect(
+        &p.gate("python", "use=pytest", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    expect(
+        &p.gate(
+            "python",
+            "use=pytest target=\"tests/test_calc.py::test_add\"",
+            ALL,
+        ),
+        GateVerdict::Pass,
+        Some((1, 0, 0)),
+    );
+    for gate in ["use=ruff", "use=ruff-format", "use=mypy"] {
+        expect(&p.gate("python", gate, ALL), GateVerdict::Pass, None);
+    }
+
+    p.write(&[("calc.py", &calc.replace("a + b", "a - b"))]);
+    expect(
+        &p.gate("python", "use=pytest", ALL),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+    // An unused import (ruff), bad layout (ruff format), a wrong return type (mypy).
+    p.write(&[("calc.py", &format!("import os\n\n\n{calc}"))]);
+    expect(&p.gate("python", "use=ruff", ALL), GateVerdict::Fail, None);
+    p.write(&[("calc.py", "def add(a:int,b:int)->int:\n    return a+b\n")]);
+    expect(
+        &p.gate("python", "use=ruff-format", ALL),
+        GateVerdict::Fail,
+        None,
+    );
+    p.write(&[(
+        "calc.py",
+        "def add(a: int, b: int) -> str:\n    return a + b\n",
+    )]);
+    expect(&p.gate("python", "use=mypy", ALL), GateVerdict::Fail, None);
+}
+
+const NODE_TEST: &str = "const { test } = require('node:test');\nconst assert = require('node:assert');\n\
+    const { add } = require('../calc.js');\n\ntest('adds', () => assert.strictEqual(add(2, 2), 4));\n\
+    test('adds zero', () => assert.strictEqual(add(0, 0), 0));\ntest('slow', { skip: 'slow' }, () => {});\n";
+
+#[test]
+fn node_test_and_npm_test_gates() {
+    require("node", &["--version"]);
+    require("npm", &["--version"]);
+    let calc = "exports.add = (a, b) => a + b;\n";
+    let p = Project::new(&[
+        ("calc.js", calc),
+        ("test/calc.test.js", NODE_TEST),
+        (
+            "package.json",
+            "{\"name\": \"fx\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"node --test\"}}\n",
+        ),
+    ]);
+    expect(
+        &p.gate("javascript", "use=node-test", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    expect(
+        &p.gate("javascript", "use=npm-test", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    p.write(&[("calc.js", &calc.replace("a + b", "a - b"))]);
+    expect(
+        &p.gate(
+            "javascript",
+            "use=node-test target=\"test/calc.test.js\"",
+            ALL,
+        ),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+    expect(
+        &p.gate("javascript", "use=npm-test", ALL),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+}
+
+/// A project with `calc.js` (addition), TEST (two tests and a skipped one) and PACKAGE as its
+/// package.json: GATE passes with two tests, then fails one when `calc.js` subtracts.
+fn npm_runner_gate(gate: &str, calc: &str, test: &str, package: &str) {
+    let p = Project::new(&[
+        ("calc.js", calc),
+        ("calc.test.js", test),
+        ("package.json", package),
+    ]);
+    p.link_node_modules();
+    expect(
+        &p.gate("javascript", gate, ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    p.write(&[("calc.js", &calc.replace("a + b", "a - b"))]);
+    expect(
+        &p.gate("javascript", gate, ALL),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+}
+
+#[test]
+fn vitest_gate() {
+    npm_runner_gate(
+        "use=vitest",
+        "export const add = (a, b) => a + b;\n",
+        "import { test, expect } from 'vitest';\nimport { add } from './calc.js';\n\n\
+         test('adds', () => expect(add(2, 2)).toBe(4));\n\
+         test('adds zero', () => expect(add(0, 0)).toBe(0));\ntest.skip('slow', () => {});\n",
+        "{\"name\": \"fx\", \"type\": \"module\"}\n",
+    );
+}
+
+#[test]
+fn jest_gate() {
+    npm_runner_gate(
+        "use=jest",
+        "exports.add = (a, b) => a + b;\n",
+        "const { add } = require('./calc.js');\n\ntest('adds', () => expect(add(2, 2)).toBe(4));\n\
+         test('adds zero', () => expect(add(0, 0)).toBe(0));\ntest.skip('slow', () => {});\n",
+        "{\"name\": \"fx\"}\n",
+    );
+}
+
+#[test]
+fn tsc_and_eslint_gates() {
+    let p = Project::new(&[
+        (
+            "src/calc.ts",
+            "export const add = (a: number, b: number): number => a + b;\n",
+        ),
+        (
+            "tsconfig.json",
+            "{\"compilerOptions\": {\"strict\": true, \"target\": \"es2020\", \"module\": \"commonjs\"}, \"include\": [\"src\"]}\n",
+        ),
+        ("lib/calc.js", "export const add = (a, b) => a + b;\n"),
+        (
+            "eslint.config.mjs",
+            "export default [{ files: ['lib/**/*.js'], rules: { 'no-unused-vars': 'error' } }];\n",
+        ),
+        ("package.json", "{\"name\": \"fx\", \"type\": \"module\"}\n"),
+    ]);
+    p.link_node_modules();
+    expect(
+        &p.gate("javascript", "use=tsc", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+    expect(
+        &p.gate("javascript", "use=eslint target=\"lib\"", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+    p.write(&[
+        (
+            "src/calc.ts",
+            "export const add = (a: number, b: number): string => a + b;\n",
+        ),
+        (
+            "lib/calc.js",
+            "const unused = 1;\nexport const add = (a, b) => a + b;\n",
+        ),
+    ]);
+    expect(
+        &p.gate("javascript", "use=tsc", ALL),
+        GateVerdict::Fail,
+        None,
+    );
+    expect(
+        &p.gate("javascript", "use=eslint target=\"lib\"", ALL),
+        GateVerdict::Fail,
+        None,
+    );
+}
+
+#[test]
+fn go_gates_against_go() {
+    require("go", &["version"]);
+    let calc = "package calc\n\n// Add adds.\nfunc Add(a, b int) int {\n\treturn a + b\n}\n";
+    let mut p = Project::new(&[
+        ("go.mod", "module example.com/calc\n\ngo 1.19\n"),
+        ("calc.go", calc),
+        (
+            "calc_test.go",
+            "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 2) != 4 {\n\t\t\
+             t.Fatal(\"2+2\")\n\t}\n}\n\nfunc TestZero(t *testing.T) {\n\tif Add(0, 0) != 0 {\n\t\t\
+             t.Fatal(\"0+0\")\n\t}\n}\n\nfunc TestSlow(t *testing.T) {\n\tt.Skip(\"slow\")\n}\n",
+        ),
+    ]);
+    let cache = tempfile::tempdir().expect("tempdir");
+    p.env
+        .push(("GOCACHE".into(), cache.path().display().to_string()));
+    expect(
+        &p.gate("go", "use=go-test", ALL),
+        GateVerdict::Pass,
+        Some((2, 0, 1)),
+    );
+    for gate in ["use=go-vet", "use=gofmt"] {
+        expect(&p.gate("go", gate, ALL), GateVerdict::Pass, None);
+    }
+    p.write(&[("calc.go", &calc.replace("a + b", "a - b"))]);
+    expect(
+        &p.gate("go", "use=go-test", ALL),
+        GateVerdict::Fail,
+        Some((1, 1, 1)),
+    );
+    // A format string given the wrong type (vet); misplaced layout (gofmt).
+    p.write(&[(
+        "calc.go",
+        &format!("{calc}\n// Show shows.\nfunc Show() string {{\n\treturn fmt.Sprintf(\"%d\", \"x\")\n}}\n")
+            .replace("package calc\n", "package calc\n\nimport \"fmt\"\n"),
+    )]);
+    expect(&p.gate("go", "use=go-vet", ALL), GateVerdict::Fail, None);
+    p.write(&[("calc.go", &calc.replace("\treturn", "    return"))]);
+    expect(&p.gate("go", "use=gofmt", ALL), GateVerdict::Fail, None);
+}
+
+#[test]
+fn command_gate_needs_evidence_unless_told_otherwise() {
+    let p = Project::new(&[("README", "hello\n")]);
+    let proves = r#"use=command script="echo \"MVK_EVIDENCE={\\\"schema\\\":\\\"mvk.evidence.v1\\\",\\\"nonce\\\":\\\"$MVK_NONCE\\\",\\\"executed\\\":3,\\\"passed\\\":3,\\\"failed\\\":0,\\\"skipped\\\":0}\"""#;
+    expect(
+        &p.gate("generic", proves, ALL),
+        GateVerdict::Pass,
+        Some((3, 0, 0)),
+    );
+    // Exit 0 with no evidence proves nothing; with evidence=none the exit code decides.
+    expect(
+        &p.gate("generic", "use=command script=\"test -f README\"", ALL),
+        GateVerdict::Unknown,
+        None,
+    );
+    expect(
+        &p.gate(
+            "generic",
+            "use=command evidence=none script=\"test -f README\"",
+            ALL,
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    expect(
+        &p.gate(
+            "generic",
+            "use=command evidence=none script=\"test -f MISSING\"",
+            ALL,
+        ),
+        GateVerdict::Fail,
+        None,
+    );
+}
+
+#[test]
+fn scope_gate_refuses_files_outside_the_scope() {
+    let p = Project::new(&[
+        ("src/a.rs", "a\n"),
+        ("src/deep/b.rs", "b\n"),
+        ("docs/guide.md", "guide\n"),
+        ("Cargo.lock", "lock\n"),
+    ]);
+    p.write(&[("src/deep/b.rs", "b2\n"), ("Cargo.lock", "lock2\n")]);
+    p.git(&["rm", "-q", "docs/guide.md"]);
+    p.commit("change");
+    let run = p.gate("generic", "use=no-changes-outside-scope", "\"src/**\"");
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  Cargo.lock\n") && run.tail.contains("  docs/guide.md\n"),
+        "names every file outside the scope, a deleted one too:\n{}",
+        run.tail
+    );
+    assert!(
+        !run.tail.contains("b.rs"),
+        "src/deep/b.rs is in scope:\n{}",
+        run.tail
+    );
+    // `*` stays within a directory, as in the loop's own globs.
+    let run = p.gate(
+        "generic",
+        "use=no-changes-outside-scope also=\"Cargo.lock docs/**\"",
+        "\"src/*\"",
+    );
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains("  src/deep/b.rs\n"), "{}", run.tail);
+    expect(
+        &p.gate(
+            "generic",
+            "use=no-changes-outside-scope also=\"Cargo.lock\"",
+            "\"src\" \"docs/**\"",
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    expect(
+        &p.gate("generic", "use=no-changes-outside-scope", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+}
+
+#[test]
+fn max_diff_lines_counts_added_and_deleted_lines() {
+    let p = Project::new(&[("a.txt", "1\n2\n3\n"), ("Cargo.lock", "x\n")]);
+    // Two lines deleted, three added, and a lock file rewritten (two lines).
+    p.write(&[("a.txt", "1\n4\n5\n6\n"), ("Cargo.lock", "y\n")]);
+    p.commit("change");
+    let run = p.gate("generic", "use=max-diff-lines max=\"6\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains("is 7 lines"), "{}", run.tail);
+    expect(
+        &p.gate("generic", "use=max-diff-lines max=\"7\"", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+    expect(
+        &p.gate(
+            "generic",
+            "use=max-diff-lines max=\"5\" exclude=\"Cargo.lock\"",
+            ALL,
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    let run = p.gate("generic", "use=max-diff-lines max=\"many\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert_eq!(run.exit_code, Some(2), "{}", run.tail);
+}
+
+#[test]
+fn file_exists_gate() {
+    let p = Project::new(&[("docs/CHANGELOG.md", "- one\n")]);
+    expect(
+        &p.gate("generic", "use=file-exists path=\"docs/CHANGELOG.md\"", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+    let run = p.gate("generic", "use=file-exists path=\"docs/MIGRATION.md\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("`docs/MIGRATION.md` does not exist"),
+        "{}",
+        run.tail
+    );
+}
+
+#[test]
+fn no_new_todos_gate_names_each_added_marker() {
+    let p = Project::new(&[("src/a.rs", "// TODO: old, left alone\nfn a() {}\n")]);
+    p.write(&[("src/b.rs", "fn b() {}\n")]);
+    p.commit("clean change");
+    expect(
+        &p.gate("generic", "use=no-new-todos", ALL),
+        GateVerdict::Pass,
+        None,
+    );
+    p.write(&[
+        (
+            "src/a.rs",
+            "// TODO: old, left alone\nfn a() {}\n// FIXME: new\n",
+        ),
+        ("notes/plan.md", "XXX later\n"),
+    ]);
+    p.commit("markers");
+    let run = p.gate("generic", "use=no-new-todos", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  src/a.rs:3: // FIXME: new\n")
+            && run.tail.contains("  notes/plan.md:1: XXX later\n")
+            && !run.tail.contains("old, left alone"),
+        "{}",
+        run.tail
+    );
+    // Narrowed to `XXX` in src/, the note's marker is out of reach and src/ adds none.
+    let run = p.gate(
+        "generic",
+        "use=no-new-todos markers=\"XXX\" paths=\"src/**\"",
+        ALL,
+    );
+    expect(&run, GateVerdict::Pass, None);
+}
