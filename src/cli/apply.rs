@@ -55,6 +55,7 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
             hint: Some("apply a file with a `loop` or a `flow` that imports this one".into()),
         });
     }
+    sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
     let _lock = lock(
@@ -85,6 +86,20 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         &progress,
         driver::apply(&program, &opts, &progress),
     )
+}
+
+/// Checks the program's sandboxes against the kernel before anything runs: a warning for each
+/// that will run less confined than it says, the refusal (exit 70) of one that is required.
+pub(crate) fn sandbox_preflight(
+    printer: &Printer,
+    program: &crate::ir::Program,
+) -> Result<(), CliError> {
+    let warnings = crate::run::sandbox::preflight(program)
+        .map_err(|e| CliError::Internal { message: chain(&e) })?;
+    for w in warnings {
+        printer.warn(&w);
+    }
+    Ok(())
 }
 
 /// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.

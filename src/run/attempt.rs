@@ -475,6 +475,7 @@ pub async fn judge(
             env: &gate_env,
             log: dir.join(format!("gate-{}.log", slug(&g.name))),
             timeout: g.timeout.min(left),
+            sandbox: task.sandbox.as_ref(),
         };
         let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
         crate::run::reaper::kill_adopted();
@@ -578,6 +579,20 @@ pub(crate) fn agent_process(
     // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
     ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
     ps.group_file = Some(dir.join(format!("{name}.pgid")));
+    // The agent definition's own sandbox, else the loop's.
+    if let Some(sandbox) = spec.agent.sandbox.as_ref().or(spec.task.sandbox.as_ref()) {
+        let grants = crate::run::sandbox::Grants {
+            cwd: worktree,
+            tmp: dir.join(format!("{name}.tmp")),
+            commit: true,
+        };
+        crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
+            RunError::Agent {
+                agent: spec.agent.name.clone(),
+                source,
+            }
+        })?;
+    }
     Ok(ps)
 }
 

@@ -19,6 +19,7 @@ pub mod process;
 pub mod reaper;
 pub mod resume;
 pub mod review;
+pub mod sandbox;
 pub mod seal;
 pub mod trail;
 pub mod worktree;

@@ -19,6 +19,7 @@ mod reading;
 mod report;
 mod resume;
 mod review;
+mod sandbox;
 mod shell;
 mod stdlib;
 
