@@ -22,6 +22,7 @@ mod review;
 mod sandbox;
 mod shell;
 mod stdlib;
+mod tamper;
 
 #[test]
 fn forgotten_files() {
