@@ -283,9 +283,16 @@ pub(crate) fn run_error(e: RunError) -> CliError {
             message: format!("cannot run agent `{agent}`: {source}"),
             hint: Some("install it, or fix the `run` line of its definition".into()),
         },
-        other => CliError::Internal {
-            message: chain(&other),
-        },
+        other => {
+            let mut message = chain(&other);
+            // SQLite says "disk I/O error" for a full disk and for a file-size limit alike.
+            if message.contains("disk I/O error") || message.contains("disk is full") {
+                message.push_str(
+                    " (is the disk full, or a file-size limit (`ulimit -f`) reached? the ledger keeps every transition written before this one)",
+                );
+            }
+            CliError::Internal { message }
+        }
     }
 }
 
