@@ -189,3 +189,33 @@ fn a_real_cargo_test_gate_runs_under_the_sandbox_without_network() {
     assert_eq!(gate["detail"]["verdict"], "pass", "{}", run.why());
     assert_eq!(gate["detail"]["counts"]["executed"], 1, "{}", run.why());
 }
+
+#[test]
+fn plan_shows_each_sandbox_and_its_grants() {
+    let text = loop_kdl(
+        "agent bot { run \"sh\" \"@AGENTS/fix.sh\"; sandbox { env \"MY_API_TOKEN\"; }; }\n",
+        true,
+        TESTS_GATE,
+        "sandbox network=#false required=#true { write \"~/.cache/tool\" \"/var/tmp\"; }",
+    );
+    let f = Fixture::new(&text);
+    let out = f.mvk().args(["plan", "loops/t.kdl"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("sandbox  network off, required; writes /var/tmp ~/.cache/tool"),
+        "{text}"
+    );
+    assert!(
+        text.contains("own sandbox: network on, warn where unsupported; passes MY_API_TOKEN"),
+        "{text}"
+    );
+    let json = f
+        .mvk()
+        .args(["plan", "loops/t.kdl", "--json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["tasks"][0]["sandbox"]["network"], false);
+    assert_eq!(doc["tasks"][0]["sandbox"]["write"][0], "/var/tmp");
+}
