@@ -219,3 +219,91 @@ fn plan_shows_each_sandbox_and_its_grants() {
     assert_eq!(doc["tasks"][0]["sandbox"]["network"], false);
     assert_eq!(doc["tasks"][0]["sandbox"]["write"][0], "/var/tmp");
 }
+
+/// `mvk __sandbox POLICY -- sh -c SCRIPT` as a user who is not root (nobody, when the tests run
+/// as root), so the network namespace comes through a user namespace.
+fn trampoline_unprivileged(policy: &str, script: &str) -> std::process::Output {
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    let mut argv: Vec<String> = Vec::new();
+    if rustix::process::geteuid().is_root() {
+        argv.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ]
+            .map(String::from),
+        );
+    }
+    argv.push(mvk.display().to_string());
+    argv.extend(["__sandbox", policy, "--", "sh", "-c", script].map(String::from));
+    std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir("/")
+        .env_remove("MVK_SANDBOX_UNSUPPORTED")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_trampoline_confines_a_user_who_is_not_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let granted = dir.path().join("granted");
+    fs::create_dir(&granted).unwrap();
+    // nobody must be able to write the granted directory for the kernel to be what refuses.
+    fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    fs::set_permissions(
+        &granted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let policy = format!(
+        r#"{{"write":["{}"],"network":false,"required":true}}"#,
+        granted.display()
+    );
+    let script = format!(
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; touch '{0}/in' && echo in-ok; touch '{1}/out' 2>/dev/null || echo out-denied",
+        granted.display(),
+        dir.path().display()
+    );
+    let out = trampoline_unprivileged(&policy, &script);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        ["lo", "in-ok", "out-denied"]
+    );
+}
+
+#[test]
+fn the_trampoline_refuses_a_required_sandbox_it_cannot_apply() {
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    let out = std::process::Command::new(mvk)
+        .args([
+            "__sandbox",
+            r#"{"write":[],"network":true,"required":true}"#,
+            "--",
+            "sh",
+            "-c",
+            "echo ran",
+        ])
+        .env("MVK_SANDBOX_UNSUPPORTED", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty(), "the program did not run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to run: Landlock is not fully enforced"),
+        "{err}"
+    );
+}
