@@ -150,19 +150,14 @@ pub(crate) fn execute(
             message: format!("cannot start the async runtime: {e}"),
         })?;
     let result = runtime.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
+        // The same signals from the run's own agents and gates are counted, not obeyed.
+        let Ok(mut stop) = crate::run::signals::watch() else {
             return Some(run.await);
         };
         tokio::select! {
             r = run => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-            _ = term.recv() => None,
-            _ = hup.recv() => None,
+            () = stop.stopped() => None,
         }
     });
     progress.finish();

@@ -223,6 +223,7 @@ pub async fn run_attempt(
     })?;
 
     // The agent, retried on rate limits.
+    let signals_before = crate::run::signals::from_descendants();
     let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
@@ -362,6 +363,34 @@ pub async fn run_attempt(
             "escaped_killed": escaped,
         }),
     )?;
+    // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
+    let signalled = crate::run::signals::from_descendants() - signals_before;
+    if signalled > 0 {
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "agent.signalled-mvk",
+            json!({ "signals": signalled }),
+        )?;
+        let mut f = Failure::new(
+            spec.number,
+            FailureKind::Agent,
+            format!(
+                "the agent leaves mvk alone, but it sent mvk {signalled} stop signal(s); the attempt was rejected before the seal and the gates"
+            ),
+            &["signalled-mvk"],
+        );
+        f.exit_code = exit_code;
+        f.tail = agent_tail(&dir);
+        return Ok(AttemptRecord {
+            ledger_id,
+            number: spec.number,
+            branch,
+            head: Some(head),
+            usage,
+            end: AttemptEnd::Failed(f),
+        });
+    }
     judge(
         runner,
         spec,

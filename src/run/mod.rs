@@ -21,6 +21,7 @@ pub mod resume;
 pub mod review;
 pub mod sandbox;
 pub mod seal;
+pub mod signals;
 pub mod trail;
 pub mod worktree;
 

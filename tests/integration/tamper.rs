@@ -81,22 +81,52 @@ fn writes_outside_the_worktree_without_a_sandbox_never_land() {
 }
 
 #[test]
-fn an_agent_that_signals_mvk_loses_nothing_and_the_run_resumes() {
-    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs):
-    // mvk stops every process it started, keeps the ledger, and a resume finishes the job.
+fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
+    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
+    // sees that its own agent sent it, does not stop, and rejects the attempt.
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "hardening/signal_mvk.sh", &["@STATE"]),
         true,
         TESTS_GATE,
         "budget iterations=2",
     ));
-    let out = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
+    let run = f.apply();
+    run.expect_code(0);
+    assert!(f.state("signalled").exists());
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    assert_eq!(
+        run.one("agent.signalled-mvk")["attempt"],
+        1,
+        "{}",
+        run.why()
+    );
+    let failed = run.one("attempt.failed");
+    assert_eq!(failed["detail"]["kind"], "agent", "{}", run.why());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn a_signal_from_outside_still_stops_mvk() {
+    // A person's `kill` is obeyed: mvk stops every process it started and exits 130.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "slow.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=2",
+    ));
+    let child = f
+        .mvk_std()
+        .args(["apply", "loops/t.kdl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
-    assert!(f.state("signalled").exists());
     assert_eq!(f.tip("main"), f.base);
-    let resumed = f.run_mvk(&["resume"], &[]);
-    resumed.expect_code(0);
-    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }
