@@ -318,14 +318,13 @@ pub async fn run_attempt(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
             drop(lease);
-            let mut f = Failure::new(
+            let f = agent_failure(
                 spec.number,
-                FailureKind::Agent,
                 "the agent leaves its worktree in place (it deleted it)".into(),
-                &["worktree-deleted"],
+                "worktree-deleted",
+                exit_code,
+                &dir,
             );
-            f.exit_code = exit_code;
-            f.tail = agent_tail(&dir);
             return Ok(AttemptRecord {
                 ledger_id,
                 number: spec.number,
@@ -372,16 +371,15 @@ pub async fn run_attempt(
             "agent.signalled-mvk",
             json!({ "signals": signalled }),
         )?;
-        let mut f = Failure::new(
+        let f = agent_failure(
             spec.number,
-            FailureKind::Agent,
             format!(
                 "the agent leaves mvk alone, but it sent mvk {signalled} stop signal(s); the attempt was rejected before the seal and the gates"
             ),
-            &["signalled-mvk"],
+            "signalled-mvk",
+            exit_code,
+            &dir,
         );
-        f.exit_code = exit_code;
-        f.tail = agent_tail(&dir);
         return Ok(AttemptRecord {
             ledger_id,
             number: spec.number,
@@ -406,6 +404,21 @@ pub async fn run_attempt(
         },
     )
     .await
+}
+
+/// A failure of the agent itself (criterion, signature part), with its exit code and the end of
+/// its output.
+fn agent_failure(
+    attempt: u32,
+    criterion: String,
+    part: &str,
+    exit_code: Option<i32>,
+    dir: &Path,
+) -> Failure {
+    let mut f = Failure::new(attempt, FailureKind::Agent, criterion, &[part]);
+    f.exit_code = exit_code;
+    f.tail = agent_tail(dir);
+    f
 }
 
 /// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.
