@@ -146,6 +146,17 @@ pub fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
     }
     let support = probe()?;
     let mut warnings = Vec::new();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    for (owner, sandbox) in &owned {
+        for granted in &sandbox.write {
+            let missing = expand(granted, home.as_deref()).is_none_or(|p| !p.exists());
+            if missing {
+                warnings.push(format!(
+                    "{owner}: the sandbox grants `{granted}`, which does not exist: nothing is granted there"
+                ));
+            }
+        }
+    }
     for (owner, sandbox) in owned {
         let problems = problems(&support, sandbox);
         if problems.is_empty() {
@@ -198,14 +209,12 @@ pub fn confine(
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut write: Vec<PathBuf> = vec![grants.cwd.to_path_buf(), grants.tmp.clone()];
     write.extend(DEVICES.iter().map(PathBuf::from));
-    for granted in &sandbox.write {
-        match (granted.strip_prefix('~'), &home) {
-            (Some(rest), Some(home)) => write.push(home.join(rest.trim_start_matches('/'))),
-            // No home to expand `~` against: nothing is granted rather than something unmeant.
-            (Some(_), None) => {}
-            (None, _) => write.push(PathBuf::from(granted)),
-        }
-    }
+    write.extend(
+        sandbox
+            .write
+            .iter()
+            .filter_map(|g| expand(g, home.as_deref())),
+    );
     if grants.commit {
         write.extend(commit_paths(grants.cwd).map_err(fail)?);
     }
@@ -252,6 +261,15 @@ pub fn confine(
     ps.args = args;
     ps.program = exe.display().to_string();
     Ok(())
+}
+
+/// A granted path as the kernel sees it: `~/…` under `home`; `None` when there is no home to
+/// expand against (nothing is granted rather than something unmeant).
+fn expand(granted: &str, home: Option<&Path>) -> Option<PathBuf> {
+    match granted.strip_prefix('~') {
+        Some(rest) => home.map(|h| h.join(rest.trim_start_matches('/'))),
+        None => Some(PathBuf::from(granted)),
+    }
 }
 
 /// Where a commit in the worktree at `cwd` writes: the objects, the worktree's git directory,

@@ -84,11 +84,17 @@ fn a_sandboxed_agent_writes_only_in_its_worktree_and_cannot_signal_mvk() {
 #[test]
 fn granted_paths_and_variables_reach_the_sandbox_and_nothing_else() {
     let f = Fixture::new(&reach_loop(
-        "sandbox { write \"@STATE\"; env \"MY_API_TOKEN\"; }",
+        "sandbox { write \"@STATE\" \"/no/such/dir\"; env \"MY_API_TOKEN\"; }",
         "",
     ));
     let run = f.apply_with(&[], &[("MY_API_TOKEN", "sekrit"), ("OTHER_TOKEN", "x")]);
     run.expect_code(0);
+    assert!(
+        run.context
+            .contains("warning: task `t`: the sandbox grants `/no/such/dir`, which does not exist"),
+        "{}",
+        run.why()
+    );
     assert_eq!(agent_said(&f, &run, "state"), "allowed");
     assert_eq!(agent_said(&f, &run, "main-checkout"), "denied");
     let env = agent_said(&f, &run, "env");
