@@ -23,6 +23,9 @@ fuzz_target!(|data: &[u8]| {
         let Evidence::Proven { counts, .. } = found else {
             panic!("a pass without proof: {found:?}");
         };
-        assert!(counts.executed > 0, "a pass with nothing executed: {counts:?}");
+        assert!(
+            counts.executed > 0,
+            "a pass with nothing executed: {counts:?}"
+        );
     }
 });
