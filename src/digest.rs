@@ -143,6 +143,10 @@ pub fn task_fields(
     f.insert("ladder".into(), to_value(&task.ladder));
     f.insert("merge".into(), to_value(&task.merge));
     f.insert("uncertified".into(), Value::Bool(task.uncertified));
+    // Only when written: loops without a sandbox keep the digests they had before it existed.
+    if let Some(sandbox) = &task.sandbox {
+        f.insert("sandbox".into(), to_value(sandbox));
+    }
     f.insert(
         "after".into(),
         Value::Object(

@@ -22,3 +22,6 @@ pub const MVK_CACHE_DIR: &str = "MVK_CACHE_DIR";
 /// Tests only: `1` makes the test of the book's command-line reference (`book/src/cli.md`)
 /// write the page from the clap definition instead of failing on a difference.
 pub const MVK_BLESS: &str = "MVK_BLESS";
+/// Tests only: when set, the sandbox's probe and trampoline act as on a kernel without Landlock
+/// or network namespaces, so that the warning and the refusal can be exercised here.
+pub const MVK_SANDBOX_UNSUPPORTED: &str = "MVK_SANDBOX_UNSUPPORTED";

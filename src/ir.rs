@@ -109,6 +109,9 @@ pub struct Task {
     pub ladder: Vec<Rung>,
     pub merge: Merge,
     pub uncertified: bool,
+    /// Left out of the encoding when absent, so loops without one keep their digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
     #[serde(skip)]
     pub meta: TaskMeta,
 }
@@ -255,6 +258,10 @@ pub struct Agent {
     pub rate_limits: Vec<String>,
     /// The parameters as bound, for display and for the reviewer-independence check.
     pub params: BTreeMap<String, String>,
+    /// The agent's own confinement, which replaces the loop's for it; left out of the encoding
+    /// when absent, so agents without one keep their digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
 }
 
 impl Agent {
@@ -273,8 +280,26 @@ impl Agent {
     }
 }
 
+/// Where an agent or a gate may write and what reaches it (see `run::sandbox`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sandbox {
+    /// `false`: a fresh network namespace with no interface up.
+    pub network: bool,
+    /// `true`: refuse to run where the kernel cannot confine; `false`: warn and run.
+    pub required: bool,
+    /// Paths granted for writing besides the worktree and a temporary directory: absolute, or
+    /// `~/…` (the home directory when the process starts); sorted, each once.
+    pub write: Vec<String>,
+    /// Variables passed through from mvk's environment besides the base ones; sorted, each once.
+    pub env: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a ladder holds a few rungs; boxing the agent would only add noise"
+)]
 pub enum Rung {
     Agent {
         agent: Agent,

@@ -55,6 +55,7 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
             hint: Some("apply a file with a `loop` or a `flow` that imports this one".into()),
         });
     }
+    sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
     let _lock = lock(
@@ -85,6 +86,20 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         &progress,
         driver::apply(&program, &opts, &progress),
     )
+}
+
+/// Checks the program's sandboxes against the kernel before anything runs: a warning for each
+/// that will run less confined than it says, the refusal (exit 70) of one that is required.
+pub(crate) fn sandbox_preflight(
+    printer: &Printer,
+    program: &crate::ir::Program,
+) -> Result<(), CliError> {
+    let warnings = crate::run::sandbox::preflight(program)
+        .map_err(|e| CliError::Internal { message: chain(&e) })?;
+    for w in warnings {
+        printer.warn(&w);
+    }
+    Ok(())
 }
 
 /// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.
@@ -135,19 +150,14 @@ pub(crate) fn execute(
             message: format!("cannot start the async runtime: {e}"),
         })?;
     let result = runtime.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
+        // The same signals from the run's own agents and gates are counted, not obeyed.
+        let Ok(mut stop) = crate::run::signals::watch() else {
             return Some(run.await);
         };
         tokio::select! {
             r = run => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-            _ = term.recv() => None,
-            _ = hup.recv() => None,
+            () = stop.stopped() => None,
         }
     });
     progress.finish();
@@ -268,9 +278,16 @@ pub(crate) fn run_error(e: RunError) -> CliError {
             message: format!("cannot run agent `{agent}`: {source}"),
             hint: Some("install it, or fix the `run` line of its definition".into()),
         },
-        other => CliError::Internal {
-            message: chain(&other),
-        },
+        other => {
+            let mut message = chain(&other);
+            // SQLite says "disk I/O error" for a full disk and for a file-size limit alike.
+            if message.contains("disk I/O error") || message.contains("disk is full") {
+                message.push_str(
+                    " (is the disk full, or a file-size limit (`ulimit -f`) reached? the ledger keeps every transition written before this one)",
+                );
+            }
+            CliError::Internal { message }
+        }
     }
 }
 

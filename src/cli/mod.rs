@@ -101,6 +101,14 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // The sandbox's trampoline (hidden, not a command): it confines itself and becomes the agent or gate.
+    if args
+        .get(1)
+        .is_some_and(|a| a == crate::run::sandbox::TRAMPOLINE)
+    {
+        return crate::run::sandbox::trampoline(&args[2..]);
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {

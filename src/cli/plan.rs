@@ -119,11 +119,36 @@ fn budget_line(b: &ir::Budget) -> String {
 fn rung_line(r: &Rung) -> String {
     match r {
         Rung::Human => "human".into(),
-        Rung::Agent { agent, attempts } => match attempts {
-            Some(n) => format!("{} × {n}", agent.label()),
-            None => format!("{} (until the budget ends)", agent.label()),
-        },
+        Rung::Agent { agent, attempts } => {
+            let own = agent.sandbox.as_ref().map_or_else(String::new, |s| {
+                format!("; own sandbox: {}", sandbox_line(s))
+            });
+            match attempts {
+                Some(n) => format!("{} × {n}{own}", agent.label()),
+                None => format!("{} (until the budget ends){own}", agent.label()),
+            }
+        }
     }
+}
+
+/// `network off, required; writes ~/.cargo; passes ANTHROPIC_API_KEY`
+fn sandbox_line(s: &ir::Sandbox) -> String {
+    let mut out = format!(
+        "network {}, {}",
+        if s.network { "on" } else { "off" },
+        if s.required {
+            "required"
+        } else {
+            "warn where unsupported"
+        }
+    );
+    if !s.write.is_empty() {
+        out.push_str(&format!("; writes {}", s.write.join(" ")));
+    }
+    if !s.env.is_empty() {
+        out.push_str(&format!("; passes {}", s.env.join(" ")));
+    }
+    out
 }
 
 fn into_text(m: &ir::Merge) -> String {
@@ -175,6 +200,9 @@ fn task_text(t: &Task, c: &Cost, out: &mut String) {
             },
         ),
     );
+    if let Some(sandbox) = &t.sandbox {
+        row("sandbox", sandbox_line(sandbox));
+    }
     row("budget", budget_line(&t.budget));
     row(
         "merge",

@@ -48,6 +48,11 @@ impl Printer {
         }
     }
 
+    /// Something the user must know even when it does not stop the command; shown with `--quiet` too.
+    pub fn warn(&self, text: &str) {
+        eprintln!("warning: {text}");
+    }
+
     pub fn error(&self, text: &str) {
         eprintln!("error: {text}");
     }

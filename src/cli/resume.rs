@@ -95,6 +95,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         return Ok(Exit::Drift);
     }
     let program = super::compile(cli, printer, &file)?;
+    super::apply::sandbox_preflight(printer, &program)?;
     let drift =
         crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;
     drop(ledger);

@@ -55,6 +55,22 @@ pub struct AgentDef {
     pub adapter: Adapter,
     pub timeout: Duration,
     pub rate_limits: Vec<String>,
+    pub sandbox: Option<ir::Sandbox>,
+}
+
+/// A `sandbox` node as the IR keeps it: defaults written in (network on, not required), the
+/// grants sorted and each once, so their order never changes a digest.
+pub fn lower_sandbox(decl: &crate::syntax::ast::SandboxDecl) -> ir::Sandbox {
+    let sorted = |list: &[Spanned<String>]| {
+        let set: std::collections::BTreeSet<String> = list.iter().map(|s| s.node.clone()).collect();
+        set.into_iter().collect()
+    };
+    ir::Sandbox {
+        network: decl.network.as_ref().is_none_or(|n| n.node),
+        required: decl.required.as_ref().is_some_and(|r| r.node),
+        write: sorted(&decl.write),
+        env: sorted(&decl.env),
+    }
 }
 
 fn param_specs(params: &[ParamDecl]) -> Vec<ParamSpec> {
@@ -313,6 +329,7 @@ impl World {
                         .as_ref()
                         .map_or(ir::DEFAULT_AGENT_TIMEOUT, |t| t.node),
                     rate_limits,
+                    sandbox: decl.sandbox.as_ref().map(lower_sandbox),
                 })
             })
         });
@@ -572,6 +589,7 @@ impl World {
             timeout: def.timeout,
             rate_limits: def.rate_limits.clone(),
             params: values,
+            sandbox: def.sandbox.clone(),
         })
     }
 }

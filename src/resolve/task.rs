@@ -30,6 +30,7 @@ struct Partial {
     agent: Option<(ir::Agent, Span)>,
     merge: Option<(Merge, Span)>,
     uncertified: Option<(bool, Span)>,
+    sandbox: Option<(ir::Sandbox, Span)>,
     /// Something in the body failed to resolve; later rules stay quiet to avoid noise.
     broken: bool,
 }
@@ -53,7 +54,8 @@ impl Partial {
             ladder,
             agent,
             merge,
-            uncertified
+            uncertified,
+            sandbox
         );
         for (g, span) in over.gates {
             match self.gates.iter_mut().find(|(h, _)| h.name == g.name) {
@@ -448,6 +450,9 @@ fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&s
     if let Some(u) = &body.uncertified {
         p.uncertified = Some((u.node, u.span));
     }
+    if let Some(sb) = &body.sandbox {
+        p.sandbox = Some((super::defs::lower_sandbox(sb), sb.span));
+    }
     p.broken = world.diags.error_count() > errors_before;
     p
 }
@@ -577,6 +582,7 @@ fn finish(
         ("seal", p.seal.as_ref().map(|x| x.1)),
         ("merge", p.merge.as_ref().map(|x| x.1)),
         ("uncertified", p.uncertified.as_ref().map(|x| x.1)),
+        ("sandbox", p.sandbox.as_ref().map(|x| x.1)),
     ] {
         if let Some(span) = span {
             field_spans.insert(key.to_string(), span);
@@ -606,6 +612,7 @@ fn finish(
         ladder,
         merge: p.merge.map(|(m, _)| m).unwrap_or_default(),
         uncertified,
+        sandbox: p.sandbox.map(|(s, _)| s),
         meta: ir::TaskMeta {
             span: Some(head),
             field_spans,

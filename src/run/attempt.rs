@@ -225,6 +225,7 @@ pub async fn run_attempt(
     })?;
 
     // The agent, retried on rate limits.
+    let signals_before = crate::run::signals::from_descendants();
     let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
@@ -319,14 +320,13 @@ pub async fn run_attempt(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
             drop(lease);
-            let mut f = Failure::new(
+            let f = agent_failure(
                 spec.number,
-                FailureKind::Agent,
                 "the agent leaves its worktree in place (it deleted it)".into(),
-                &["worktree-deleted"],
+                "worktree-deleted",
+                exit_code,
+                &dir,
             );
-            f.exit_code = exit_code;
-            f.tail = agent_tail(&dir);
             return Ok(AttemptRecord {
                 ledger_id,
                 number: spec.number,
@@ -364,6 +364,33 @@ pub async fn run_attempt(
             "escaped_killed": escaped,
         }),
     )?;
+    // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
+    let signalled = crate::run::signals::from_descendants() - signals_before;
+    if signalled > 0 {
+        runner.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "agent.signalled-mvk",
+            json!({ "signals": signalled }),
+        )?;
+        let f = agent_failure(
+            spec.number,
+            format!(
+                "the agent leaves mvk alone, but it sent mvk {signalled} stop signal(s); the attempt was rejected before the seal and the gates"
+            ),
+            "signalled-mvk",
+            exit_code,
+            &dir,
+        );
+        return Ok(AttemptRecord {
+            ledger_id,
+            number: spec.number,
+            branch,
+            head: Some(head),
+            usage,
+            end: AttemptEnd::Failed(f),
+        });
+    }
     judge(
         runner,
         spec,
@@ -379,6 +406,21 @@ pub async fn run_attempt(
         },
     )
     .await
+}
+
+/// A failure of the agent itself (criterion, signature part), with its exit code and the end of
+/// its output.
+fn agent_failure(
+    attempt: u32,
+    criterion: String,
+    part: &str,
+    exit_code: Option<i32>,
+    dir: &Path,
+) -> Failure {
+    let mut f = Failure::new(attempt, FailureKind::Agent, criterion, &[part]);
+    f.exit_code = exit_code;
+    f.tail = agent_tail(dir);
+    f
 }
 
 /// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.
@@ -478,6 +520,7 @@ pub async fn judge(
             env: &gate_env,
             log: dir.join(format!("gate-{}.log", slug(&g.name))),
             timeout: g.timeout.min(left),
+            sandbox: task.sandbox.as_ref(),
         };
         let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
         crate::run::reaper::kill_adopted();
@@ -581,6 +624,20 @@ pub(crate) fn agent_process(
     // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
     ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
     ps.group_file = Some(dir.join(format!("{name}.pgid")));
+    // The agent definition's own sandbox, else the loop's.
+    if let Some(sandbox) = spec.agent.sandbox.as_ref().or(spec.task.sandbox.as_ref()) {
+        let grants = crate::run::sandbox::Grants {
+            cwd: worktree,
+            tmp: dir.join(format!("{name}.tmp")),
+            commit: true,
+        };
+        crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
+            RunError::Agent {
+                agent: spec.agent.name.clone(),
+                source,
+            }
+        })?;
+    }
     Ok(ps)
 }
 

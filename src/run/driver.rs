@@ -1907,6 +1907,7 @@ impl<'a> Runner<'a> {
                         env: &env,
                         log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
                         timeout: g.timeout,
+                        sandbox: task.sandbox.as_ref(),
                     };
                     let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
                     self.record_gate(attempt_id, &task.name, spec.number, "after-merge", i, &run)?;

@@ -84,6 +84,9 @@ pub struct GateContext<'a> {
     pub log: PathBuf,
     /// The most the gate may take: its own timeout, or less when the wall budget is nearly spent.
     pub timeout: Duration,
+    /// The loop's sandbox: the gate writes only in `cwd`, its own temporary directory and the
+    /// paths granted, and sees only the base environment and the variables named.
+    pub sandbox: Option<&'a crate::ir::Sandbox>,
 }
 
 /// Whether a variable name looks like it holds a credential.
@@ -137,6 +140,19 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
     spec.env
         .extend(gate.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     spec.tail_bytes = 4096;
+    if let Some(sandbox) = cx.sandbox {
+        let grants = crate::run::sandbox::Grants {
+            cwd: cx.cwd,
+            tmp: cx.log.with_extension("tmp"),
+            commit: false,
+        };
+        crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
+            GateError::Process {
+                gate: gate.name.clone(),
+                source,
+            }
+        })?;
+    }
     let outcome = process::run(&spec)
         .await
         .map_err(|source| GateError::Process {
@@ -257,6 +273,7 @@ mod tests {
             env: &[],
             log: dir.path().join("g.log"),
             timeout: Duration::from_secs(30),
+            sandbox: None,
         };
         run_gate(&gate(script, mode), &cx).await.unwrap()
     }

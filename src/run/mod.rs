@@ -20,7 +20,9 @@ pub mod reaper;
 pub mod resume;
 pub mod review;
 pub mod schedule;
+pub mod sandbox;
 pub mod seal;
+pub mod signals;
 pub mod trail;
 pub mod worktree;
 

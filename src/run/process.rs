@@ -181,6 +181,12 @@ pub enum ProcessError {
         #[source]
         source: tokio::task::JoinError,
     },
+    #[error("cannot prepare the sandbox of `{program}`")]
+    Sandbox {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("refusing to signal process group `{pgid}` (not a child's group)")]
     UnsafeGroup { pgid: i32 },
     #[error("cannot signal process group `{pgid}`")]

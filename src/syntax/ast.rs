@@ -129,7 +129,18 @@ pub struct AgentDecl {
     pub env: Vec<EnvVar>,
     pub params: Vec<ParamDecl>,
     pub rate_limits: Vec<Spanned<String>>,
+    pub sandbox: Option<SandboxDecl>,
     pub doc: Option<String>,
+    pub span: Span,
+}
+
+/// `sandbox network=#false required=#true { write "/path"…; env "NAME"… }`
+#[derive(Debug, Clone)]
+pub struct SandboxDecl {
+    pub network: Option<Spanned<bool>>,
+    pub required: Option<Spanned<bool>>,
+    pub write: Vec<Spanned<String>>,
+    pub env: Vec<Spanned<String>>,
     pub span: Span,
 }
 
@@ -200,6 +211,7 @@ pub struct LoopBody {
     pub merge: Option<MergeDecl>,
     pub agent: Option<AgentUse>,
     pub uncertified: Option<Spanned<bool>>,
+    pub sandbox: Option<SandboxDecl>,
     /// The settings written, whether or not they were valid (and the setting a misspelt node
     /// most likely meant), so that a broken `goal` is not also reported as a missing one.
     pub written: Vec<&'static str>,
@@ -224,6 +236,7 @@ impl LoopBody {
             && self.merge.is_none()
             && self.agent.is_none()
             && self.uncertified.is_none()
+            && self.sandbox.is_none()
             && self.written.is_empty()
     }
 }

@@ -1,5 +1,5 @@
 //! A `loop` node (or a task's block) in, a [`LoopBody`] out: goal, prompt, scope, seal, gates,
-//! review, budget, ladder, merge, agent.
+//! review, budget, ladder, merge, agent, sandbox.
 
 use super::ast::{
     BudgetDecl, LadderDecl, LoopBody, LoopDecl, MergeDecl, ReviewDecl, RungDecl, Spanned,
@@ -20,6 +20,7 @@ pub const LOOP_CHILDREN: &[&str] = &[
     "merge",
     "agent",
     "uncertified",
+    "sandbox",
 ];
 
 pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
@@ -172,6 +173,10 @@ pub fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeView<'_>)
                     body.uncertified = values::boolean(cx, view.args[0], "`uncertified`");
                 }
             }
+        }
+        "sandbox" => {
+            let decl = super::sandbox::sandbox(cx, view, body.sandbox.as_ref());
+            body.sandbox = body.sandbox.take().or(decl);
         }
         _ => return false,
     }

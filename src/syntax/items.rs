@@ -177,6 +177,7 @@ struct Shared {
     params: Vec<ParamDecl>,
     doc: Option<String>,
     rate_limits: Vec<Spanned<String>>,
+    sandbox: Option<super::ast::SandboxDecl>,
 }
 
 fn shared_children(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed: &[&str]) -> Shared {
@@ -186,6 +187,7 @@ fn shared_children(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed: 
         params: Vec::new(),
         doc: None,
         rate_limits: Vec::new(),
+        sandbox: None,
     };
     let mut doc_span = None;
     for child in view.children() {
@@ -247,6 +249,10 @@ fn shared_children(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed: 
                         .extend(string_args(cx, &cv, "a rate-limit pattern"));
                 }
             }
+            "sandbox" => {
+                let decl = super::sandbox::sandbox(cx, &mut cv, out.sandbox.as_ref());
+                out.sandbox = out.sandbox.take().or(decl);
+            }
             _ => unknown_node(cx, &cv, inside, allowed),
         }
     }
@@ -305,19 +311,7 @@ fn env(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Vec<EnvVar> {
     let mut out = Vec::new();
     for entry in view.node.entries().iter().filter(|e| e.name().is_some()) {
         let Some(key) = entry.name() else { continue };
-        let ok = key
-            .value()
-            .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && key
-                .value()
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            cx.push(
-                Diagnostic::error("mvk::bad-name", format!("`{}` is not a valid environment variable name", key.value()))
-                    .at(cx.span(key.span()), "invalid name")
-                    .help("environment variable names use letters, digits and `_`, and do not start with a digit"),
-            );
+        if !env_name_ok(cx, key.value(), cx.span(key.span())) {
             continue;
         }
         if let Some(value) = values::string(
@@ -340,6 +334,23 @@ fn env(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Vec<EnvVar> {
         );
     }
     out
+}
+
+/// Whether `name` can be an environment variable's name; reports it at `span` if not.
+pub fn env_name_ok(cx: &mut Cx<'_>, name: &str, span: crate::source::Span) -> bool {
+    let ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        cx.push(
+            Diagnostic::error(
+                "mvk::bad-name",
+                format!("`{name}` is not a valid environment variable name"),
+            )
+            .at(span, "invalid name")
+            .help("environment variable names use letters, digits and `_`, and do not start with a digit"),
+        );
+    }
+    ok
 }
 
 /// `param NAME default=VALUE doc="…"`
@@ -440,7 +451,7 @@ pub fn gate(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<GateDecl> {
 }
 
 const AGENT_PROPS: &[&str] = &["adapter", "timeout"];
-const AGENT_CHILDREN: &[&str] = &["run", "sh", "env", "doc", "param", "rate-limit"];
+const AGENT_CHILDREN: &[&str] = &["run", "sh", "env", "doc", "param", "rate-limit", "sandbox"];
 
 /// A top-level `agent NAME [adapter=…] [timeout=…] { run …; param …; rate-limit … }`.
 fn agent_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentDecl> {
@@ -495,6 +506,7 @@ fn agent_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentDecl> {
         env: shared.env,
         params: shared.params,
         rate_limits: shared.rate_limits,
+        sandbox: shared.sandbox,
         doc: shared.doc,
         span: view.head,
     })

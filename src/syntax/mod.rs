@@ -1,12 +1,13 @@
 //! KDL text in, a typed and spanned syntax tree ([`ast::FileAst`]) out; names are not resolved here.
 //!
 //! One module per kind of node: [`items`] (imports and definitions), [`body`] (a loop's settings),
-//! [`flow`] (flows and tasks). This stage never touches git or the file system.
+//! [`flow`] (flows and tasks), [`sandbox`] (confinement). This stage never touches git or the file system.
 
 pub mod ast;
 pub mod body;
 pub mod flow;
 pub mod items;
+pub mod sandbox;
 pub mod values;
 
 use kdl::{KdlDocument, KdlEntry, KdlNode};

@@ -29,5 +29,12 @@ symlink)
     ln -s ../src/fake_test.sh "$t"
     ;;
 chmod) chmod +x "$t" ;;
+hardlink)
+    # Written through a second name: git sees the sealed file's new content.
+    ln "$t" src/alias.sh
+    always_pass > src/alias.sh
+    rm src/alias.sh
+    ;;
+gate-script) always_pass > checks/no_secret.sh ;;
 *) echo "tamper.sh: unknown mode $1" >&2; exit 9 ;;
 esac

@@ -55,6 +55,10 @@ const CHECKS: &[(&str, &str)] = &[
         "if [ -n \"${MY_API_TOKEN+set}\" ]; then echo 'credential leaked into the gate'; exit 1; fi\nexec sh tests/test_calc.sh\n",
     ),
     (
+        "checks/zero_cargo.sh",
+        "echo 'running 0 tests'\necho 'test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s'\n",
+    ),
+    (
         "checks/post_fail.sh",
         "echo 'after-merge check failed'\nexit 1\n",
     ),
@@ -219,6 +223,9 @@ impl Fixture {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("NO_COLOR", "1")
             .env_remove("MVK_REPO");
+        // A group of its own, as a shell gives a command: an agent that signals mvk's group
+        // must not reach the test harness.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd
     }
 
@@ -377,7 +384,7 @@ fn assert_gone(file: &Path, run: &Run) {
 }
 
 /// The run did not move `main`, and the repository's files still hold the bug.
-fn assert_main_unchanged(fixture: &Fixture, run: &Run) {
+pub(crate) fn assert_main_unchanged(fixture: &Fixture, run: &Run) {
     assert_eq!(
         fixture.tip("main"),
         fixture.base,
@@ -470,7 +477,7 @@ fn honest_agent_fixes_on_second_attempt_from_the_failure_in_its_prompt() {
 /// Runs `tamper.sh MODE` (which also fixes the bug, so only the seal can refuse it) with one
 /// iteration: the run is rejected, nothing lands, no gate runs, and the breach names the test
 /// with one of KINDS. Returns the fixture and the breaches for further checks.
-fn tampering(mode: &str, kinds: &[&str]) -> (Fixture, Vec<Value>) {
+pub(crate) fn tampering(mode: &str, kinds: &[&str]) -> (Fixture, Vec<Value>) {
     let defs = agent_def("bot", "tamper.sh", &[mode]);
     let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
     let run = fixture.apply();
@@ -577,7 +584,7 @@ fn seal_refuses_a_chmodded_test() {
 
 /// The fixing agent AGENT against GATE_SCRIPT (which exits 0 with bad evidence): the gate's
 /// verdict is unknown, never pass, and nothing lands.
-fn unknown_evidence(agent: &str, gate_script: &str, extra: &str) -> Run {
+pub(crate) fn unknown_evidence(agent: &str, gate_script: &str, extra: &str) -> Run {
     let defs = agent_def("bot", agent, &["@STATE"]);
     let gate = format!("gate tests {{ run \"sh\" \"{gate_script}\"; }}");
     let fixture = Fixture::new(&loop_kdl(&defs, true, &gate, extra));

@@ -1,6 +1,7 @@
 //! The fault corpus: mvk's own footing gives way — the ledger corrupted or held by another
-//! process, a stale git index lock in the main checkout, the worktree deleted under a running
-//! attempt, the agent's program missing. Each is a clear error (or a clear outcome), and
+//! process, the disk filling while it is written, a stale git index lock in the main checkout,
+//! the worktree deleted under a running attempt, the agent's program missing, a template that
+//! cannot render. Each is a clear error (or a clear outcome), and
 //! nothing is lost: the target branch is untouched or holds exactly the accepted change.
 
 use std::fs;
@@ -85,4 +86,102 @@ fn a_worktree_deleted_under_its_attempt_fails_the_attempt_not_mvk() {
         "the second attempt got a rebuilt worktree"
     );
     assert_eq!(f.tip("main"), f.base);
+}
+
+/// Runs `mvk apply loops/t.kdl` with every file it writes limited to `bytes` (SIGXFSZ ignored,
+/// as a full disk would: writes fail with an error instead of killing the process).
+fn apply_with_file_limit(f: &Fixture, bytes: u64) -> std::process::Output {
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    // The fixture's environment, under `sh -c` so the shell can ignore SIGXFSZ before `prlimit`.
+    let cmd = f.mvk_std();
+    let script = format!(
+        "trap '' XFSZ; exec prlimit --fsize={bytes} '{}' apply loops/t.kdl",
+        mvk.display()
+    );
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c").arg(script).current_dir(f.root());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    sh.output().unwrap()
+}
+
+#[test]
+fn the_disk_filling_while_the_ledger_is_written_is_a_clear_error_and_loses_nothing() {
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=2"));
+    // A first run makes the ledger; the second cannot grow it past the limit.
+    f.apply().expect_code(0);
+    f.git(&["reset", "-q", "--hard", &f.base]);
+    let out = apply_with_file_limit(&f, 120_000);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(err.contains("ledger"), "{err}");
+    assert!(err.contains("file-size limit"), "{err}");
+    assert_eq!(f.tip("main"), f.base, "nothing landed");
+    let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
+    let check: String = db
+        .query_row("pragma integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let runs: i64 = db
+        .query_row("select count(*) from runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        runs, 2,
+        "the first run and the failed one are both recorded"
+    );
+    drop(db);
+    // With room again, the next run does the job.
+    f.apply().expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn a_missing_agent_program_is_a_usage_error_naming_it() {
+    for sandbox in ["", "sandbox"] {
+        let text = super::apply::loop_kdl(
+            "agent bot { run \"no-such-agent-program\"; }\n",
+            true,
+            super::apply::TESTS_GATE,
+            &format!("{sandbox}\n    budget iterations=1"),
+        );
+        let f = Fixture::new(&text);
+        let out = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{sandbox}: {err}");
+        assert!(err.contains("cannot run agent `bot`"), "{err}");
+        assert!(err.contains("no-such-agent-program"), "{err}");
+        assert!(err.contains("hint: install it"), "{err}");
+        assert_eq!(f.tip("main"), f.base);
+        let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
+        let check: String = db
+            .query_row("pragma integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
+}
+
+#[test]
+fn a_template_that_cannot_render_stops_the_run_before_anything_runs() {
+    // `check` renders every template with a sample, so a template that would fail at render
+    // time is refused when the loop is compiled, by `apply` as by `check`.
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=1"));
+    fs::write(
+        f.root().join("loops/p.hbs"),
+        "Fix {{goal}}: {{failure.nope}}\n",
+    )
+    .unwrap();
+    let kdl = fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
+    let kdl = kdl.replace("    agent bot\n", "    agent bot\n    prompt \"p.hbs\"\n");
+    fs::write(f.root().join("loops/t.kdl"), kdl).unwrap();
+    let out = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(65), "{err}");
+    assert!(err.contains("loops/p.hbs:1:"), "{err}");
+    assert!(err.contains("failure.nope"), "{err}");
+    assert!(!f.state("calls").exists(), "no agent ran");
+    assert!(!f.root().join(".mvk/runs").exists(), "no run started");
 }

@@ -21,9 +21,11 @@ mod reading;
 mod report;
 mod resume;
 mod review;
+mod sandbox;
 mod shell;
 mod stdlib;
 mod stdlib_gates;
+mod tamper;
 
 #[test]
 fn forgotten_files() {

@@ -1,0 +1,478 @@
+//! A `sandbox` (IR) and a process about to start in; out comes the process rewritten to start
+//! through mvk's hidden trampoline, `mvk __sandbox POLICY -- PROGRAM ARG…`, which confines itself
+//! and then becomes PROGRAM with `exec` (same pid, same process group, so timeouts, the group
+//! kill and the reaper work as for any child).
+//!
+//! The trampoline, single-threaded and before anything else: without network, it enters a fresh
+//! network namespace (no interface up; through a user namespace when mvk is not root); then
+//! Landlock (ABI 6) refuses every write outside the worktree, a temporary directory of the
+//! process's own, a few devices (`/dev/null`, …) and the paths the loop grants, and every signal
+//! to a process outside the sandbox (mvk among them). An agent may also write what a commit in
+//! its worktree needs: the repository's objects, the worktree's own git directory and its
+//! task's attempt branches. Applying it in a child of mvk and then `exec`ing needs no `unsafe`
+//! (`pre_exec` would).
+//!
+//! The environment starts empty: [`BASE_ENV`] from mvk's, the variables the sandbox names, then
+//! `TMPDIR` and what mvk sets (`MVK_*`, the definition's `env`). Where the kernel cannot confine,
+//! [`preflight`] warns, or refuses a `required=#true` sandbox before anything runs; the
+//! trampoline refuses too, so a sandbox that is required never runs unconfined.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ir::{Program, Rung, Sandbox};
+use crate::run::process::{ProcessError, ProcessSpec};
+
+/// The hidden first argument that makes `mvk` the trampoline.
+pub const TRAMPOLINE: &str = "__sandbox";
+/// `mvk __sandbox probe`: confine a throwaway process and print what the kernel allowed.
+const PROBE: &str = "probe";
+/// The trampoline's exit code when it refuses to run a required sandbox unconfined.
+pub const REFUSED_EXIT: u8 = 125;
+
+/// Variables of mvk's environment that reach a sandboxed process without being named.
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "TZ",
+];
+
+/// Devices every process writes to; granted for writing in every sandbox.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The Landlock ABI mvk asks for: writes, truncation, renames across directories, device
+/// ioctls, and the signal and abstract-socket scopes.
+const ABI: landlock::ABI = landlock::ABI::V6;
+
+/// What the trampoline is told: exactly what it may write, and what to do where it cannot confine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Policy {
+    write: Vec<PathBuf>,
+    network: bool,
+    required: bool,
+}
+
+/// What a sandboxed process may write besides the sandbox's grants.
+pub struct Grants<'a> {
+    /// Its working directory (the worktree).
+    pub cwd: &'a Path,
+    /// Its own temporary directory, emptied first; `TMPDIR` names it.
+    pub tmp: PathBuf,
+    /// Whether it may commit in `cwd`'s repository (agents may; gates only check).
+    pub commit: bool,
+}
+
+/// Why the sandbox cannot be set up or is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "{owner} requires a sandbox this machine cannot provide: {problems}; run it on a kernel with Landlock (5.13 or later, ABI 6 for the signal scope) and network namespaces, or write `required=#false` to run it unconfined with a warning"
+    )]
+    Unsupported { owner: String, problems: String },
+    #[error("cannot ask the kernel what it can confine (`mvk {TRAMPOLINE} {PROBE}`)")]
+    Probe {
+        #[source]
+        source: io::Error,
+    },
+    #[error("the sandbox probe answered `{answer}`")]
+    ProbeAnswer { answer: String },
+}
+
+/// What this machine can confine, as a throwaway process found out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Support {
+    /// `full`, `partial` or `none`: how much of Landlock ABI 6 the kernel enforces.
+    pub landlock: String,
+    /// Why the network cannot be taken away, if it cannot.
+    pub network: Option<String>,
+}
+
+/// Asks a child trampoline what the kernel allows.
+pub fn probe() -> Result<Support, SandboxError> {
+    let exe = std::env::current_exe().map_err(|source| SandboxError::Probe { source })?;
+    let out = std::process::Command::new(exe)
+        .args([TRAMPOLINE, PROBE])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|source| SandboxError::Probe { source })?;
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    serde_json::from_str(&answer).map_err(|_| SandboxError::ProbeAnswer { answer })
+}
+
+/// Every sandbox of `program` (each task's, its agents' own), checked against what the kernel
+/// allows before anything runs: out come warnings for those that will run unconfined, or the
+/// refusal of one that is required.
+pub fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
+    let mut owned: Vec<(String, &Sandbox)> = Vec::new();
+    for task in &program.tasks {
+        if let Some(s) = &task.sandbox {
+            owned.push((format!("task `{}`", task.name), s));
+        }
+        let agents = task
+            .ladder
+            .iter()
+            .filter_map(|r| match r {
+                Rung::Agent { agent, .. } => Some(agent),
+                Rung::Human => None,
+            })
+            .chain(task.review.as_ref().map(|r| &r.agent));
+        for agent in agents {
+            if let Some(s) = &agent.sandbox {
+                owned.push((format!("agent `{}` of task `{}`", agent.name, task.name), s));
+            }
+        }
+    }
+    if owned.is_empty() {
+        return Ok(Vec::new());
+    }
+    let support = probe()?;
+    let mut warnings = Vec::new();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    for (owner, sandbox) in &owned {
+        for granted in &sandbox.write {
+            let missing = expand(granted, home.as_deref()).is_none_or(|p| !p.exists());
+            if missing {
+                warnings.push(format!(
+                    "{owner}: the sandbox grants `{granted}`, which does not exist: nothing is granted there"
+                ));
+            }
+        }
+    }
+    for (owner, sandbox) in owned {
+        let problems = problems(&support, sandbox);
+        if problems.is_empty() {
+            continue;
+        }
+        let problems = problems.join("; ");
+        if sandbox.required {
+            return Err(SandboxError::Unsupported { owner, problems });
+        }
+        warnings.push(format!(
+            "{owner} runs less confined than its sandbox says: {problems}"
+        ));
+    }
+    Ok(warnings)
+}
+
+fn problems(support: &Support, sandbox: &Sandbox) -> Vec<String> {
+    let mut out = Vec::new();
+    match support.landlock.as_str() {
+        "full" => {}
+        "partial" => out.push(
+            "this kernel enforces only part of Landlock ABI 6 (writes may be confined, signals to mvk are not)".to_string(),
+        ),
+        _ => out.push("this kernel does not enforce Landlock: writes are not confined".to_string()),
+    }
+    if !sandbox.network
+        && let Some(why) = &support.network
+    {
+        out.push(format!("the network cannot be turned off ({why})"));
+    }
+    out
+}
+
+/// Rewrites `ps` to start through the trampoline under `sandbox`, with the sandbox's environment.
+pub fn confine(
+    ps: &mut ProcessSpec,
+    sandbox: &Sandbox,
+    grants: &Grants<'_>,
+) -> Result<(), ProcessError> {
+    let fail = |source: io::Error| ProcessError::Sandbox {
+        program: ps.program.clone(),
+        source,
+    };
+    match std::fs::remove_dir_all(&grants.tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(fail(e)),
+        _ => {}
+    }
+    std::fs::create_dir_all(&grants.tmp).map_err(fail)?;
+
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut write: Vec<PathBuf> = vec![grants.cwd.to_path_buf(), grants.tmp.clone()];
+    write.extend(DEVICES.iter().map(PathBuf::from));
+    write.extend(
+        sandbox
+            .write
+            .iter()
+            .filter_map(|g| expand(g, home.as_deref())),
+    );
+    if grants.commit {
+        write.extend(commit_paths(grants.cwd).map_err(fail)?);
+    }
+
+    let mut env: Vec<(String, String)> = BASE_ENV
+        .iter()
+        .copied()
+        .chain(sandbox.env.iter().map(String::as_str))
+        // The tests' stand-in for an old kernel must reach the trampoline too.
+        .chain([crate::env::MVK_SANDBOX_UNSUPPORTED])
+        .filter_map(|name| std::env::var(name).ok().map(|v| (name.to_string(), v)))
+        .collect();
+    env.push(("TMPDIR".into(), grants.tmp.display().to_string()));
+    env.append(&mut ps.env);
+    ps.env = env;
+    ps.env_clear = true;
+    ps.env_remove.clear();
+
+    let path = ps
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    if find_program(&ps.program, &ps.cwd, path.as_deref()).is_none() {
+        return Err(ProcessError::ProgramNotFound {
+            program: ps.program.clone(),
+        });
+    }
+    let policy = Policy {
+        write,
+        network: sandbox.network,
+        required: sandbox.required,
+    };
+    let policy = serde_json::to_string(&policy).map_err(|e| fail(io::Error::other(e)))?;
+    let exe = std::env::current_exe().map_err(fail)?;
+    let mut args = vec![
+        TRAMPOLINE.to_string(),
+        policy,
+        "--".into(),
+        ps.program.clone(),
+    ];
+    args.append(&mut ps.args);
+    ps.args = args;
+    ps.program = exe.display().to_string();
+    Ok(())
+}
+
+/// A granted path as the kernel sees it: `~/…` under `home`; `None` when there is no home to
+/// expand against (nothing is granted rather than something unmeant).
+fn expand(granted: &str, home: Option<&Path>) -> Option<PathBuf> {
+    match granted.strip_prefix('~') {
+        Some(rest) => home.map(|h| h.join(rest.trim_start_matches('/'))),
+        None => Some(PathBuf::from(granted)),
+    }
+}
+
+/// Where a commit in the worktree at `cwd` writes: the objects, the worktree's git directory,
+/// the ref of the branch checked out there and its log (created if missing, so that git can
+/// write in them). Nothing when `cwd` holds its own repository (it is granted whole).
+fn commit_paths(cwd: &Path) -> io::Result<Vec<PathBuf>> {
+    let Ok(repo) = git2::Repository::open(cwd) else {
+        return Ok(Vec::new());
+    };
+    let admin = repo.path().to_path_buf();
+    if admin.starts_with(cwd) {
+        return Ok(Vec::new());
+    }
+    let common = repo.commondir().to_path_buf();
+    let mut out = vec![admin, common.join("objects")];
+    if let Ok(head) = repo.head()
+        && let Ok(name) = head.name()
+        && let Some((dir, _)) = name.rsplit_once('/')
+    {
+        for base in [common.clone(), common.join("logs")] {
+            let d = base.join(dir);
+            std::fs::create_dir_all(&d)?;
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
+/// `program` as `execvp` would find it: a path (relative to `cwd`), or a name on `path`.
+fn find_program(program: &str, cwd: &Path, path: Option<&str>) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = cwd.join(program);
+        return p.is_file().then_some(p);
+    }
+    path?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| cwd.join(d).join(program))
+        .find(|p| p.is_file())
+}
+
+/// The trampoline: `ARGS` are what follows `mvk __sandbox`. Never returns when it runs the
+/// program; returns an exit code when it cannot or must not.
+pub fn trampoline(args: &[OsString]) -> ExitCode {
+    let pretend = std::env::var_os(crate::env::MVK_SANDBOX_UNSUPPORTED).is_some();
+    if args.first().is_some_and(|a| a == PROBE) {
+        let support = if pretend {
+            Support {
+                landlock: "none".into(),
+                network: Some(format!("{} is set", crate::env::MVK_SANDBOX_UNSUPPORTED)),
+            }
+        } else {
+            Support {
+                network: isolate_network().err(),
+                landlock: restrict(&[]).unwrap_or_else(|_| "none".into()),
+            }
+        };
+        println!("{}", serde_json::to_string(&support).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let policy = args
+        .first()
+        .and_then(|a| a.to_str())
+        .and_then(|a| serde_json::from_str::<Policy>(a).ok());
+    let (Some(policy), Some(sep), Some(program)) = (policy, args.get(1), args.get(2)) else {
+        eprintln!("mvk sandbox: usage: mvk {TRAMPOLINE} POLICY -- PROGRAM [ARG…]");
+        return ExitCode::from(REFUSED_EXIT);
+    };
+    if sep != "--" {
+        eprintln!("mvk sandbox: usage: mvk {TRAMPOLINE} POLICY -- PROGRAM [ARG…]");
+        return ExitCode::from(REFUSED_EXIT);
+    }
+    // Best effort on a broken stderr: the refusal's exit code still says it.
+    let say = |text: String| {
+        let _ = writeln!(io::stderr(), "mvk sandbox: {text}");
+    };
+    if !policy.network {
+        let done = if pretend {
+            Err(format!("{} is set", crate::env::MVK_SANDBOX_UNSUPPORTED))
+        } else {
+            isolate_network()
+        };
+        if let Err(why) = done {
+            if policy.required {
+                say(format!(
+                    "refusing to run: the network cannot be turned off ({why})"
+                ));
+                return ExitCode::from(REFUSED_EXIT);
+            }
+            say(format!("the network stays on: {why}"));
+        }
+    }
+    let level = if pretend {
+        Ok("none".to_string())
+    } else {
+        restrict(&policy.write)
+    };
+    match level {
+        Ok(level) if level == "full" => {}
+        Ok(level) | Err(level) => {
+            if policy.required {
+                say(format!(
+                    "refusing to run: Landlock is not fully enforced ({level})"
+                ));
+                return ExitCode::from(REFUSED_EXIT);
+            }
+            say(format!("writes are not fully confined: Landlock {level}"));
+        }
+    }
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(program).args(&args[3..]).exec();
+    say(format!("cannot run `{}`: {err}", program.to_string_lossy()));
+    ExitCode::from(if err.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}
+
+/// Moves this process into a fresh network namespace; as non-root, inside a user namespace
+/// that maps the user to itself.
+fn isolate_network() -> Result<(), String> {
+    use nix::sched::{CloneFlags, unshare};
+    if unshare(CloneFlags::CLONE_NEWNET).is_ok() {
+        return Ok(());
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("no network namespace: {e}"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("cannot write `{file}`: {e}"))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+}
+
+/// Applies Landlock to this process: writes only beneath `write`, no signals out of the domain.
+/// Out comes how much the kernel enforces: `full`, `partial` or `none`.
+fn restrict(write: &[PathBuf]) -> Result<String, String> {
+    use landlock::{
+        Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+        path_beneath_rules,
+    };
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_write(ABI))
+        .and_then(|r| r.scope(Scope::from_all(ABI)))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rules(path_beneath_rules(write, AccessFs::from_write(ABI))))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| e.to_string())?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => "full",
+        RulesetStatus::PartiallyEnforced => "partial",
+        RulesetStatus::NotEnforced => "none",
+    }
+    .to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_as_execvp_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(bin.join("tool"), "").unwrap();
+        let path = bin.display().to_string();
+        assert_eq!(
+            find_program("tool", dir.path(), Some(&path)),
+            Some(bin.join("tool"))
+        );
+        assert_eq!(find_program("missing", dir.path(), Some(&path)), None);
+        assert_eq!(
+            find_program("bin/tool", dir.path(), None),
+            Some(dir.path().join("bin/tool"))
+        );
+        assert_eq!(find_program("tool", dir.path(), None), None);
+    }
+
+    #[test]
+    fn what_the_kernel_lacks_is_named() {
+        let s = |network| Sandbox {
+            network,
+            required: true,
+            write: Vec::new(),
+            env: Vec::new(),
+        };
+        let full = Support {
+            landlock: "full".into(),
+            network: None,
+        };
+        assert!(problems(&full, &s(false)).is_empty());
+        let none = Support {
+            landlock: "none".into(),
+            network: Some("no namespaces".into()),
+        };
+        assert_eq!(problems(&none, &s(true)).len(), 1);
+        let p = problems(&none, &s(false));
+        assert_eq!(p.len(), 2);
+        assert!(p[1].contains("no namespaces"), "{p:?}");
+    }
+}

@@ -1,0 +1,132 @@
+//! The rest of the tamper corpus (the seal's edit, delete, rename, chmod, symlink and commit
+//! cases are in `apply.rs`): every attack below is rejected, and nothing of it lands.
+
+use super::apply::{
+    FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_main_unchanged, loop_kdl, tampering,
+    unknown_evidence,
+};
+
+#[test]
+fn seal_refuses_a_test_edited_through_a_hard_link() {
+    tampering("hardlink", &["modified"]);
+}
+
+#[test]
+fn seal_refuses_an_edit_of_the_gates_own_script() {
+    // The gate runs checks/no_secret.sh, sealed with the tests; the agent makes it pass always.
+    let defs = agent_def("bot", "tamper.sh", &["gate-script"]);
+    let text = loop_kdl(
+        &defs,
+        true,
+        r#"gate tests { run "sh" "checks/no_secret.sh"; }"#,
+        "seal \"checks/**\"\n    budget iterations=1",
+    )
+    .replace("seal \"tests/**\"\n", "");
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    run.expect_code(1);
+    run.none("gate.finished");
+    let breaches = &run.one("seal.breached")["detail"]["breaches"];
+    assert_eq!(breaches[0]["path"], "checks/no_secret.sh", "{}", run.why());
+    assert_main_unchanged(&f, &run);
+}
+
+#[test]
+fn evidence_printed_by_the_agent_is_not_the_gates() {
+    // The gate prints nothing and exits 0; the agent printed a nonce line and runner summaries.
+    let run = unknown_evidence("hardening/forge.sh", "/dev/null", "budget iterations=1");
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+}
+
+#[test]
+fn zero_tests_collected_by_a_runner_is_unknown() {
+    let run = unknown_evidence("fix.sh", "checks/zero_cargo.sh", "budget iterations=1");
+    let failed = run.one("attempt.failed");
+    assert_eq!(failed["detail"]["kind"], "unknown", "{}", run.why());
+}
+
+#[test]
+fn writes_outside_the_worktree_without_a_sandbox_never_land() {
+    // Without a sandbox the writes happen (same user); the gates run in the attempt's own
+    // checkout, and what lands is the attempt's commit, so the main checkout's forged test
+    // changes no verdict and enters no commit.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/outside.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply();
+    assert_eq!(
+        f.show("main", "tests/test_calc.sh").as_deref(),
+        Some(TEST_CALC),
+        "{}",
+        run.why()
+    );
+    let landed = f.git(&["log", "--format=%H", &format!("{}..main", f.base)]);
+    for commit in landed.lines() {
+        let files = f.git(&["show", "--name-only", "--format=", commit]);
+        assert!(!files.contains("tests/"), "{files}\n{}", run.why());
+    }
+    // The honest fix lands; the forged file stays what it is, an uncommitted change in the
+    // main checkout that `git status` shows (with a sandbox the write is refused).
+    run.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert!(
+        f.git(&["status", "--porcelain"])
+            .contains(" M tests/test_calc.sh"),
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
+    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
+    // sees that its own agent sent it, does not stop, and rejects the attempt.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/signal_mvk.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=2",
+    ));
+    let run = f.apply();
+    run.expect_code(0);
+    assert!(f.state("signalled").exists());
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    assert_eq!(
+        run.one("agent.signalled-mvk")["attempt"],
+        1,
+        "{}",
+        run.why()
+    );
+    let failed = run.one("attempt.failed");
+    assert_eq!(failed["detail"]["kind"], "agent", "{}", run.why());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn a_signal_from_outside_still_stops_mvk() {
+    // A person's `kill` is obeyed: mvk stops every process it started and exits 130.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "slow.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=2",
+    ));
+    let child = f
+        .mvk_std()
+        .args(["apply", "loops/t.kdl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(f.tip("main"), f.base);
+}
