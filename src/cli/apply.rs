@@ -46,15 +46,7 @@ pub enum Mode {
 
 pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
     let program = super::compile(cli, printer, &args.file)?;
-    if program.kind == crate::ir::ProgramKind::Library {
-        return Err(CliError::Usage {
-            message: format!(
-                "`{}` defines gates and agents only; there is no loop or flow to run",
-                args.file.display()
-            ),
-            hint: Some("apply a file with a `loop` or a `flow` that imports this one".into()),
-        });
-    }
+    refuse_library(&program, &args.file)?;
     let repo_root = repository(cli, &args.file)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
     let _lock = lock(
@@ -85,6 +77,20 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         &progress,
         driver::apply(&program, &opts, &progress),
     )
+}
+
+/// Refuses a file of gate and agent definitions only: it has no task to run.
+pub(crate) fn refuse_library(program: &crate::ir::Program, file: &Path) -> Result<(), CliError> {
+    if program.kind == crate::ir::ProgramKind::Library {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` defines gates and agents only; there is no loop or flow to run",
+                file.display()
+            ),
+            hint: Some("name a file with a `loop` or a `flow` that imports this one".into()),
+        });
+    }
+    Ok(())
 }
 
 /// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.
@@ -127,29 +133,7 @@ pub(crate) fn execute(
     progress: &Progress,
     run: impl std::future::Future<Output = Result<RunReport, RunError>>,
 ) -> Result<Exit, CliError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Internal {
-            message: format!("cannot start the async runtime: {e}"),
-        })?;
-    let result = runtime.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
-        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            return Some(run.await);
-        };
-        tokio::select! {
-            r = run => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-            _ = term.recv() => None,
-            _ = hup.recv() => None,
-        }
-    });
+    let result = until_signal(run)?;
     progress.finish();
     let report = match result {
         // Dropping the run killed every process group it had started.
@@ -173,6 +157,40 @@ pub(crate) fn execute(
     Ok(Exit::from_code(report.exit_code))
 }
 
+/// Runs `run` to its end on a runtime of its own; `None` when Ctrl-C, SIGTERM or SIGHUP came
+/// first (dropping the run stops every process it started).
+pub(crate) fn until_signal<T>(
+    run: impl std::future::Future<Output = T>,
+) -> Result<Option<T>, CliError> {
+    Ok(runtime()?.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return Some(run.await);
+        };
+        tokio::select! {
+            r = run => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+            _ = term.recv() => None,
+            _ = hup.recv() => None,
+        }
+    }))
+}
+
+/// The async runtime a command runs on: two workers, timers and I/O.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal {
+            message: format!("cannot start the async runtime: {e}"),
+        })
+}
+
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
@@ -184,7 +202,7 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The repository to work in: `--repo`, else the git repository holding the loop file.
-fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
+pub(crate) fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
     let start = match &cli.repo {
         Some(r) => r.clone(),
         None => file
@@ -338,7 +356,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

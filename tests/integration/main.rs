@@ -15,6 +15,7 @@ mod hardening;
 mod imports;
 mod init;
 mod invalid;
+mod mcp;
 mod reading;
 mod report;
 mod resume;
