@@ -98,6 +98,7 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
             {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl", "seal": false}},
             {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl"}},
             {"tool": "status", "arguments": {}},
+            {"tool": "reject", "arguments": {"run": "any", "reason": "  "}},
         ]),
     );
     assert_eq!(doc["server"], "mvk");
@@ -214,10 +215,15 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
     assert_eq!(status["schema"], "mvk.status.v1");
     assert_eq!(status["run"], a["run"]);
     assert_eq!(status["state"], "finished");
+    // reject without a reason: refused as the command line refuses it.
+    let refused = error(&steps[9], "reject without a reason");
+    assert!(refused.contains("`--reason` is empty"), "{refused}");
+    assert_eq!(steps[9]["error"]["data"]["exit_code"], 64);
 }
 
 #[test]
-fn run_attempt_reports_a_tampered_seal_with_its_signature_and_apply_runs_in_the_background() {
+fn run_attempt_reports_a_tampered_seal_and_a_batch_run_started_in_the_background_lands_once_approved()
+ {
     let defs = agent_def("bot", "tamper.sh", &["edit"]);
     let f = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
     let honest = simple_loop("fix.sh", "");
@@ -236,9 +242,13 @@ fn run_attempt_reports_a_tampered_seal_with_its_signature_and_apply_runs_in_the_
         &f,
         &json!([
             {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl"}},
-            {"tool": "apply", "arguments": {"file": "loops/fix.kdl"}},
-            {"tool": "status", "arguments": {}, "until_finished": 60},
+            // Stops for a person before landing; `approve` lands it, in the background.
+            {"tool": "apply", "arguments": {"file": "loops/fix.kdl", "mode": "batch"}},
+            {"tool": "status", "arguments": {}, "until": ["paused", "finished"], "seconds": 60},
             {"tool": "approve", "arguments": {"run": "no-such-run"}},
+            {"tool": "approve", "arguments": {"run": "@RUN"}},
+            {"tool": "status", "arguments": {}, "until": ["finished"], "seconds": 60},
+            {"tool": "resume", "arguments": {"run": "@RUN"}},
         ]),
     );
     let steps = doc["steps"].as_array().unwrap();
@@ -258,23 +268,37 @@ fn run_attempt_reports_a_tampered_seal_with_its_signature_and_apply_runs_in_the_
         Some(crate::apply::TEST_CALC)
     );
 
-    // apply: the run id at once; status follows the run to its end, which landed the fix.
+    // apply: the run id at once; status follows the run to its checkpoint.
     let started = structured(&steps[1], "apply");
     let run = started["run"].as_str().unwrap();
     assert!(!run.is_empty());
-    assert_eq!(started["command"], "mvk apply loops/fix.kdl");
+    assert_eq!(started["command"], "mvk apply loops/fix.kdl --mode batch");
     let status = structured(&steps[2], "status");
     assert_eq!(status["run"], run);
+    assert_eq!(status["state"], "paused", "{status:#}");
+    assert_eq!(status["waiting_for"]["kind"], "decision", "{status:#}");
+    assert!(
+        status["tasks"][0]["merged"].is_null(),
+        "a batch run landed before anyone approved: {status:#}"
+    );
+    // approve of a run that does not exist: the command's own error, as an MCP error.
+    let refused = error(&steps[3], "approve of an unknown run");
+    assert!(refused.contains("no-such-run"), "{refused}");
+    assert_eq!(steps[3]["error"]["data"]["exit_code"], 64);
+    // approve: the run goes on in the background and lands the fix.
+    let approved = structured(&steps[4], "approve");
+    assert_eq!(approved["run"], run);
+    let status = structured(&steps[5], "status");
     assert_eq!(status["state"], "finished", "{status:#}");
     assert_eq!(status["outcome"], "accepted", "{status:#}");
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
     // The run's output is kept where the result says.
     let out = std::fs::read_to_string(started["stdout"].as_str().unwrap()).unwrap();
     assert!(out.starts_with(run), "{out}");
-    // approve of a run that does not exist: the command's own error, as an MCP error.
-    let refused = error(&steps[3], "approve of an unknown run");
-    assert!(refused.contains("no-such-run"), "{refused}");
-    assert_eq!(steps[3]["error"]["data"]["exit_code"], 64);
+    // resume of a finished run: refused, with the command's reason.
+    let refused = error(&steps[6], "resume of a finished run");
+    assert!(refused.contains(run), "{refused}");
+    assert_eq!(steps[6]["error"]["data"]["exit_code"], 64);
 }
 
 #[test]

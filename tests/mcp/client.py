@@ -6,8 +6,10 @@ Starts `MVK mcp` in DIR over stdio, initializes, then runs each step in order an
 JSON document: the server's name and, per step, what came back. A step is
   {"list": true}                                   the tools, with their schemas
   {"tool": NAME, "arguments": {...}}               a call: structured content, or the error
-  {"tool": "status", "arguments": {...}, "until_finished": SECONDS}
-                                                   status again until the run is finished
+  {"tool": "status", "arguments": {...}, "until": ["paused", "finished"], "seconds": 60}
+                                                   the call again until the result's `state` is
+                                                   one of those (or the time is up)
+In arguments, the string "@RUN" stands for the run the last `apply` named.
 The test that runs it (tests/integration/mcp.rs) asserts on the document.
 """
 
@@ -39,6 +41,7 @@ async def main():
     steps = json.load(sys.stdin)
     params = StdioServerParameters(command=mvk, args=["mcp"], cwd=cwd, env=dict(os.environ))
     out = {"steps": []}
+    last_run = None
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
@@ -61,10 +64,18 @@ async def main():
                         }
                     )
                     continue
+                args = {
+                    k: (last_run if v == "@RUN" else v) for k, v in step.get("arguments", {}).items()
+                }
+                step = dict(step, arguments=args)
                 got = await call(session, step)
-                deadline = time.monotonic() + step.get("until_finished", 0)
+                if step["tool"] == "apply" and got.get("structured"):
+                    last_run = got["structured"]["run"]
+                until = step.get("until")
+                deadline = time.monotonic() + step.get("seconds", 0)
                 while (
-                    (got.get("structured") or {}).get("state") != "finished"
+                    until
+                    and (got.get("structured") or {}).get("state") not in until
                     and time.monotonic() < deadline
                 ):
                     await asyncio.sleep(0.2)
