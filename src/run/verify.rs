@@ -299,3 +299,135 @@ fn path_of(p: Option<&Path>) -> String {
     p.map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::run::testing::git;
+
+    /// A flow of three tasks: `api` seals `tests/**`, `docs` seals `docs/spec.md`, `free`
+    /// seals nothing; committed on `main` in a fresh repository.
+    fn repo() -> (tempfile::TempDir, Program) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        let flow = r#"
+agent bot { run "sh" "agent.sh" "{{prompt_file}}"; }
+flow f {
+    task api {
+        goal "g"
+        agent bot
+        seal "tests/**"
+        gate t evidence=none { run "true"; }
+    }
+    task docs {
+        goal "g"
+        agent bot
+        seal "docs/spec.md"
+        gate t evidence=none { run "true"; }
+    }
+    task free {
+        goal "g"
+        agent bot
+        gate t evidence=none { run "true"; }
+    }
+}
+"#;
+        for (path, text) in [
+            ("f.kdl", flow),
+            ("tests/a.sh", "exit 0\n"),
+            ("docs/spec.md", "spec\n"),
+            ("src/lib.sh", "x\n"),
+        ] {
+            let p = root.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "init"]);
+        let compiled = crate::resolve::compile(
+            &root.join("f.kdl"),
+            &crate::resolve::Options {
+                repo_root: Some(root.to_path_buf()),
+                lock: crate::resolve::lock::Mode::Verify,
+                cache_dir: None,
+            },
+        );
+        let program = compiled.program.unwrap_or_else(|| {
+            panic!(
+                "{}",
+                crate::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources)
+            )
+        });
+        (dir, program)
+    }
+
+    fn verdicts(v: &Verification) -> Vec<(&str, Verdict)> {
+        v.tasks
+            .iter()
+            .map(|t| (t.task.as_str(), t.verdict))
+            .collect()
+    }
+
+    #[test]
+    fn each_task_is_judged_by_its_own_seal_and_a_task_that_seals_nothing_is_unknown() {
+        let (dir, program) = repo();
+        let root = dir.path();
+        std::fs::write(root.join("docs/spec.md"), "changed\n").unwrap();
+        git(root, &["commit", "-q", "-am", "edit the spec"]);
+        let v = verify(root, &program, "f.kdl", None, "HEAD~1", Some("HEAD")).unwrap();
+        assert_eq!(
+            verdicts(&v),
+            [
+                ("api", Verdict::Untouched),
+                ("docs", Verdict::Changed),
+                ("free", Verdict::Unknown)
+            ]
+        );
+        // A definite breach outranks an uncertain verdict.
+        assert_eq!(v.verdict, Verdict::Changed);
+        let only = verify(root, &program, "f.kdl", Some("api"), "HEAD~1", Some("HEAD")).unwrap();
+        assert_eq!(only.verdict, Verdict::Untouched);
+        let free = verify(
+            root,
+            &program,
+            "f.kdl",
+            Some("free"),
+            "HEAD~1",
+            Some("HEAD"),
+        )
+        .unwrap();
+        assert_eq!(free.verdict, Verdict::Unknown);
+        assert!(free.tasks[0].reason.contains("seals no path"));
+        let e = verify(root, &program, "f.kdl", Some("nope"), "HEAD", None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`f.kdl` has no task `nope`; it has: api, docs, free"
+        );
+    }
+
+    #[test]
+    fn without_a_head_the_checkouts_uncommitted_work_counts() {
+        let (dir, program) = repo();
+        let root = dir.path();
+        let clean = verify(root, &program, "f.kdl", Some("api"), "main", None).unwrap();
+        assert_eq!(clean.verdict, Verdict::Untouched);
+        assert!(clean.working_tree);
+        // Staged, so git sees the rename; the sealed side is reported.
+        git(root, &["mv", "tests/a.sh", "src/a.sh"]);
+        let moved = verify(root, &program, "f.kdl", Some("api"), "main", None).unwrap();
+        assert_eq!(moved.verdict, Verdict::Changed);
+        assert_eq!(
+            moved.tasks[0].breaches[0].kind,
+            BreachKind::Renamed {
+                from: "tests/a.sh".into(),
+                to: "src/a.sh".into()
+            }
+        );
+        // An explicit head looks at commits only.
+        let committed = verify(root, &program, "f.kdl", Some("api"), "main", Some("HEAD")).unwrap();
+        assert_eq!(committed.verdict, Verdict::Untouched);
+    }
+}
