@@ -175,7 +175,8 @@ impl Server {
     }
 
     #[tool(
-        description = "Compile a loop or flow file without running anything: its tasks in dependency order with each task's digest, gates, seal, budgets and ladder, the batches, and the worst case (attempts, USD, tokens, wall time) the budgets allow. The result is `mvk plan --json`'s document (schema mvk.plan.v1). A file that does not compile is an error carrying every diagnostic. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Compile a loop or flow file without running anything: its tasks in dependency order with each task's digest, gates, seal, budgets and ladder, the batches, and the worst case (attempts, USD, tokens, wall time) the budgets allow. The result is `mvk plan --json`'s document (schema mvk.plan.v1). A file that does not compile is an error carrying every diagnostic. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn plan(
         &self,
@@ -188,7 +189,8 @@ impl Server {
     }
 
     #[tool(
-        description = "The oracle check alone: did the change from `base` to `head` (or to the checkout with its uncommitted work, when `head` is absent) touch a path the loop seals? Per task and overall: `untouched`, `changed` (each breach: path, how, which commit), or `unknown` when the seal cannot certify the change (the task seals nothing, or the head does not descend from the base); unknown is never a pass. As `mvk verify --json` (schema mvk.verify.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "The oracle check alone: did the change from `base` to `head` (or to the checkout with its uncommitted work, when `head` is absent) touch a path the loop seals? Per task and overall: `untouched`, `changed` (each breach: path, how, which commit), or `unknown` when the seal cannot certify the change (the task seals nothing, or the head does not descend from the base); unknown is never a pass. As `mvk verify --json` (schema mvk.verify.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn verify(
         &self,
@@ -208,7 +210,12 @@ impl Server {
     }
 
     #[tool(
-        description = "One evidenced attempt of one task, as `mvk apply` would judge it, and nothing landed: a clean worktree from the target's tip, the first rung's agent, then the seal, the gates with nonce-bound evidence, and the reviewer. Waits for the attempt and returns its verdict (passed, failed, or unknown when a gate gave no evidence), the test counts, the failure with its signature (what the same-failure brake compares), the branch holding the change and the ids of the run's events in the ledger. Recorded as a run of its own (`status` reads it). As `mvk attempt --json` (schema mvk.attempt.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "One evidenced attempt of one task, as `mvk apply` would judge it, and nothing landed: a clean worktree from the target's tip, the first rung's agent, then the seal, the gates with nonce-bound evidence, and the reviewer. Waits for the attempt and returns its verdict (passed, failed, or unknown when a gate gave no evidence), the test counts, the failure with its signature (what the same-failure brake compares), the branch holding the change and the ids of the run's events in the ledger. Recorded as a run of its own (`status` reads it). As `mvk attempt --json` (schema mvk.attempt.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = true
+        )
     )]
     async fn run_attempt(
         &self,
@@ -234,7 +241,12 @@ impl Server {
     }
 
     #[tool(
-        description = "Start a run of a loop or flow file, as `mvk apply` does, in a detached process, and return its run id at once; follow it with `status`. The run keeps every rule of the contract: each attempt in its own worktree, the seal before any gate, gates with nonce-bound evidence, the independent reviewer and its bounded rounds, budgets, the ladder, the merge. `mode` says when it stops for a person (`auto`, `batch`, `step`). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Start a run of a loop or flow file, as `mvk apply` does, in a detached process, and return its run id at once; follow it with `status`. The run keeps every rule of the contract: each attempt in its own worktree, the seal before any gate, gates with nonce-bound evidence, the independent reviewer and its bounded rounds, budgets, the ladder, the merge. `mode` says when it stops for a person (`auto`, `batch`, `step`). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn apply(
         &self,
@@ -261,7 +273,12 @@ impl Server {
     }
 
     #[tool(
-        description = "Continue an interrupted run, or a paused one whose checkpoint a person answered, as `mvk resume` does, in a detached process; returns the run id at once. A changed definition or sealed file stops it (drift, reported as an error) unless `accept_drift`. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Continue an interrupted run, or a paused one whose checkpoint a person answered, as `mvk resume` does, in a detached process; returns the run id at once. A changed definition or sealed file stops it (drift, reported as an error) unless `accept_drift`. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn resume(
         &self,
@@ -276,7 +293,8 @@ impl Server {
     }
 
     #[tool(
-        description = "Where a run stands (the latest by default): liveness, phase, outcome and exit code, per task the attempt, rung, agent, budget spent against its limits, the last failure and what it waits for, and the run's diagnosis. The result is `mvk status --json`'s document (schema mvk.status.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Where a run stands (the latest by default): liveness, phase, outcome and exit code, per task the attempt, rung, agent, budget spent against its limits, the last failure and what it waits for, and the run's diagnosis. The result is `mvk status --json`'s document (schema mvk.status.v1). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn status(
         &self,
@@ -295,7 +313,12 @@ impl Server {
     }
 
     #[tool(
-        description = "Answer the checkpoint where a paused run waits with approval, as `mvk approve` does: the decision is recorded in the ledger and the run continues in a detached process; returns the run id at once. Approval lands only what already passed the seal and the gates with evidence (or what a person may decide after the reviewer's rounds ran out, which is this checkpoint). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Answer the checkpoint where a paused run waits with approval, as `mvk approve` does: the decision is recorded in the ledger and the run continues in a detached process; returns the run id at once. Approval lands only what already passed the seal and the gates with evidence (or what a person may decide after the reviewer's rounds ran out, which is this checkpoint). The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn approve(
         &self,
@@ -307,7 +330,12 @@ impl Server {
     }
 
     #[tool(
-        description = "Answer the checkpoint where a paused run waits with a rejection, as `mvk reject` does: the reason is recorded and goes into the next attempt's prompt, and the run continues in a detached process; returns the run id at once. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line."
+        description = "Answer the checkpoint where a paused run waits with a rejection, as `mvk reject` does: the reason is recorded and goes into the next attempt's prompt, and the run continues in a detached process; returns the run id at once. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = true
+        )
     )]
     async fn reject(
         &self,

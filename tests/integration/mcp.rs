@@ -133,6 +133,15 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
             "{t:#}"
         );
     }
+    // Clients may call the read-only tools freely; landing tools say they change things.
+    let hints = |name: &str| &tools.iter().find(|t| t["name"] == name).unwrap()["annotations"];
+    for name in ["plan", "verify", "status"] {
+        assert_eq!(hints(name)["read_only_hint"], true, "{name}");
+    }
+    for name in ["apply", "resume", "approve"] {
+        assert_eq!(hints(name)["destructive_hint"], true, "{name}");
+    }
+    assert_eq!(hints("run_attempt")["destructive_hint"], false);
     let verify = tools.iter().find(|t| t["name"] == "verify").unwrap();
     let required: Vec<&str> = verify["input_schema"]["required"]
         .as_array()

@@ -58,6 +58,9 @@ async def main():
                                     "description": t.description,
                                     "input_schema": t.input_schema,
                                     "output_schema": t.output_schema,
+                                    "annotations": t.annotations.model_dump(mode="json", exclude_none=True)
+                                    if t.annotations
+                                    else None,
                                 }
                                 for t in tools.tools
                             ]
