@@ -226,7 +226,7 @@ impl Server {
             args.extend(["--task".into(), t]);
         }
         let out = spawn::wait(&self.global_args(), &args).await?;
-        if out.code > 3 {
+        if !(0..=3).contains(&out.code) {
             return Err(failed(&args[0], out.code, &out.stderr));
         }
         serde_json::from_str(&out.stdout).map(Json).map_err(|e| {
