@@ -1,7 +1,7 @@
 //! A command line for this very executable in; the command started out: [`wait`] runs it to its
 //! end and hands back what it printed, [`detached`] starts it in a process group and session
 //! of its own (so a long run outlives the request, and the client's signals do not reach it),
-//! its output in files under `.mvk/mcp/`, and answers with the run id the command prints first.
+//! its output in files under `.mvk/mcp/` (named by the run once it is known), and answers with the run id the command prints first.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -141,6 +141,27 @@ pub async fn detached(
     };
     // Reaped when it ends, so it never lingers as a zombie of this server.
     std::thread::spawn(move || child.wait());
+    // Named by the run from now on (the command writes on through its open files), so that
+    // `mvk gc` removes them with the run's branches.
+    let (stdout, stderr) = if run.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        // `<run>.<stamp>-<command>.out`: the stamp keeps a second resume of a run apart.
+        let named = |path: &Path| {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            dir.join(format!("{run}.{}", name.unwrap_or_default()))
+        };
+        let (out, err) = (named(&stdout), named(&stderr));
+        match (
+            std::fs::rename(&stdout, &out),
+            std::fs::rename(&stderr, &err),
+        ) {
+            (Ok(()), Ok(())) => (out, err),
+            (Ok(()), Err(_)) => (out, stderr),
+            (Err(_), Ok(())) => (stdout, err),
+            (Err(_), Err(_)) => (stdout, stderr),
+        }
+    } else {
+        (stdout, stderr)
+    };
     Ok(Started {
         run,
         command,

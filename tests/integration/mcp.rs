@@ -219,6 +219,14 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
     assert_eq!(f.tip("main"), base, "run_attempt landed something");
     let head = a["head"].as_str().unwrap();
     assert_eq!(f.show(head, "src/calc.sh").as_deref(), Some(FIXED));
+    // Its change is on its branch only, so `mvk gc` keeps the branch.
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert_eq!(f.tip(a["branch"].as_str().unwrap()), head);
     // status: the attempt's run, finished, read from the ledger.
     let status = structured(&steps[8], "status");
     assert_eq!(status["schema"], "mvk.status.v1");
@@ -302,8 +310,27 @@ fn run_attempt_reports_a_tampered_seal_and_a_batch_run_started_in_the_background
     assert_eq!(status["outcome"], "accepted", "{status:#}");
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
     // The run's output is kept where the result says.
-    let out = std::fs::read_to_string(started["stdout"].as_str().unwrap()).unwrap();
+    let out_file = Path::new(started["stdout"].as_str().unwrap());
+    let out = std::fs::read_to_string(out_file).unwrap();
     assert!(out.starts_with(run), "{out}");
+    assert!(
+        out_file
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(run),
+        "{}",
+        out_file.display()
+    );
+    // The run is over: `mvk gc` removes its output with its branches.
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert!(!out_file.exists(), "{} kept", out_file.display());
     // resume of a finished run: refused, with the command's reason.
     let refused = error(&steps[6], "resume of a finished run");
     assert!(refused.contains(run), "{refused}");
