@@ -46,15 +46,7 @@ pub enum Mode {
 
 pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
     let program = super::compile(cli, printer, &args.file)?;
-    if program.kind == crate::ir::ProgramKind::Library {
-        return Err(CliError::Usage {
-            message: format!(
-                "`{}` defines gates and agents only; there is no loop or flow to run",
-                args.file.display()
-            ),
-            hint: Some("apply a file with a `loop` or a `flow` that imports this one".into()),
-        });
-    }
+    refuse_library(&program, &args.file)?;
     sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
@@ -102,6 +94,20 @@ pub(crate) fn sandbox_preflight(
     Ok(())
 }
 
+/// Refuses a file of gate and agent definitions only: it has no task to run.
+pub(crate) fn refuse_library(program: &crate::ir::Program, file: &Path) -> Result<(), CliError> {
+    if program.kind == crate::ir::ProgramKind::Library {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` defines gates and agents only; there is no loop or flow to run",
+                file.display()
+            ),
+            hint: Some("name a file with a `loop` or a `flow` that imports this one".into()),
+        });
+    }
+    Ok(())
+}
+
 /// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.
 pub(crate) fn lock(
     printer: &Printer,
@@ -142,24 +148,7 @@ pub(crate) fn execute(
     progress: &Progress,
     run: impl std::future::Future<Output = Result<RunReport, RunError>>,
 ) -> Result<Exit, CliError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Internal {
-            message: format!("cannot start the async runtime: {e}"),
-        })?;
-    let result = runtime.block_on(async {
-        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
-        // The same signals from the run's own agents and gates are counted, not obeyed.
-        let Ok(mut stop) = crate::run::signals::watch() else {
-            return Some(run.await);
-        };
-        tokio::select! {
-            r = run => Some(r),
-            () = stop.stopped() => None,
-        }
-    });
+    let result = until_signal(run)?;
     progress.finish();
     let report = match result {
         // Dropping the run killed every process group it had started.
@@ -183,6 +172,35 @@ pub(crate) fn execute(
     Ok(Exit::from_code(report.exit_code))
 }
 
+/// Runs `run` to its end on a runtime of its own; `None` when Ctrl-C, SIGTERM or SIGHUP came
+/// first (dropping the run stops every process it started).
+pub(crate) fn until_signal<T>(
+    run: impl std::future::Future<Output = T>,
+) -> Result<Option<T>, CliError> {
+    Ok(runtime()?.block_on(async {
+        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
+        // The same signals from the run's own agents and gates are counted, not obeyed.
+        let Ok(mut stop) = crate::run::signals::watch() else {
+            return Some(run.await);
+        };
+        tokio::select! {
+            r = run => Some(r),
+            () = stop.stopped() => None,
+        }
+    }))
+}
+
+/// The async runtime a command runs on: two workers, timers and I/O.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal {
+            message: format!("cannot start the async runtime: {e}"),
+        })
+}
+
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
@@ -194,7 +212,7 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The repository to work in: `--repo`, else the git repository holding the loop file.
-fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
+pub(crate) fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
     let start = match &cli.repo {
         Some(r) => r.clone(),
         None => file
@@ -355,7 +373,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -1,8 +1,11 @@
 //! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
-//! slots no process holds and the `mvk/<run>/…` branches of runs that are no longer live.
+//! slots no process holds, the `mvk/<run>/…` branches of runs that are no longer live, and
+//! the output `mvk mcp` kept of them.
 //!
 //! A run's branches go once the ledger records it as finished, unless it finished waiting for a
-//! person (the accepted work may be on such a branch only). A run still marked running — alive,
+//! person (the accepted work may be on such a branch only) or it was one attempt that passed
+//! (`mvk attempt`, never landed). The output files of commands `mvk mcp` started for runs that
+//! are over go too. A run still marked running — alive,
 //! or dead and resumable — keeps its branches. Branches of runs the ledger does not know are left alone: mvk did not
 //! make them, or their record is gone, and deleting work on a guess is worse than keeping it.
 
@@ -53,6 +56,22 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
         None
     };
 
+    // Whether a run is over: the ledger has it finished, and not waiting for a person (the
+    // accepted work may be on its branch only), nor a single attempt that passed (`mvk attempt`:
+    // its change is on its branch only, never landed). A run that is running (alive, or dead and
+    // resumable) or paused is not over; nor is one the ledger does not know.
+    let over = |run: &str| -> Result<bool, CliError> {
+        let Some(ledger) = &ledger else {
+            return Ok(false);
+        };
+        let status = ledger
+            .run_status(run)
+            .map_err(|e| internal("read the ledger", &e))?;
+        Ok(status.is_some_and(|s| {
+            s.state == "finished" && !matches!(s.outcome.as_deref(), Some("human" | "skipped"))
+        }))
+    };
+
     // Branches first: a slot that holds a branch must be released before the branch can go.
     let mut doomed = Vec::new();
     let branches = main
@@ -68,16 +87,26 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
         let Some(run) = rest.split('/').next() else {
             continue;
         };
-        let Some(ledger) = &ledger else { continue };
-        let status = ledger
-            .run_status(run)
-            .map_err(|e| internal("read the ledger", &e))?;
-        let Some(status) = status else { continue };
-        // Keep what a person or a resume may still need: a run that is running (alive, or dead
-        // and resumable), paused, or finished waiting for a person.
-        let over = status.state == "finished" && status.outcome.as_deref() != Some("human");
-        if over {
+        if over(run)? {
             doomed.push(name);
+        }
+    }
+    // The output of commands `mvk mcp` started, `<run>.<stamp>-<command>.out` and `.err`.
+    let mut outputs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root.join(".mvk").join("mcp")) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let run = path
+                .file_name()
+                .and_then(|s| s.to_str())
+                .filter(|s| s.matches('.').count() == 2)
+                .and_then(|s| s.split('.').next())
+                .map(str::to_string);
+            if let Some(run) = run
+                && over(&run)?
+            {
+                outputs.push(path);
+            }
         }
     }
 
@@ -105,6 +134,13 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
                 Err(e) => printer.status(&format!("kept branch {name}: {}", e.message())),
             },
             Err(_) => continue,
+        }
+    }
+    for path in &outputs {
+        if args.dry_run {
+            printer.out(&format!("would delete {}", path.display()));
+        } else if let Err(e) = std::fs::remove_file(path) {
+            printer.status(&format!("kept {}: {e}", path.display()));
         }
     }
     for slot in &removed_slots {

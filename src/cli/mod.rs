@@ -2,6 +2,7 @@
 //! command, each a thin layer over the library; all output goes through [`printer::Printer`].
 
 pub mod apply;
+pub mod attempt;
 pub mod check;
 pub mod completions;
 pub mod decide;
@@ -13,6 +14,7 @@ pub mod init;
 pub mod lock;
 pub mod log;
 pub mod man;
+pub mod mcp;
 pub mod plan;
 pub mod printer;
 pub mod reading;
@@ -22,6 +24,7 @@ pub mod resume;
 pub mod runs;
 pub mod stats;
 pub mod status;
+pub mod verify;
 pub mod why;
 
 use std::ffi::OsString;
@@ -93,6 +96,12 @@ pub enum Command {
     Man(man::ManArgs),
     /// List the non-blocking notes reviewers left: follow-up work.
     Followups(followups::FollowupsArgs),
+    /// The oracle check alone: did the change from `--base` to `--head` touch a sealed path?
+    Verify(verify::VerifyArgs),
+    /// Make one evidenced attempt of a task (seal, gates, review) and report it; lands nothing.
+    Attempt(attempt::AttemptArgs),
+    /// Serve the loop contract as tools over the Model Context Protocol on stdin and stdout.
+    Mcp(mcp::McpArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -143,6 +152,9 @@ where
         Command::Completions(args) => completions::completions(&cli, &printer, args),
         Command::Man(args) => man::man(&cli, &printer, args),
         Command::Followups(args) => followups::followups(&cli, &printer, args),
+        Command::Verify(args) => verify::verify(&cli, &printer, args),
+        Command::Attempt(args) => attempt::attempt(&cli, &printer, args),
+        Command::Mcp(args) => mcp::mcp(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

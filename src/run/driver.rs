@@ -323,7 +323,6 @@ pub async fn apply(
 ) -> Result<RunReport, RunError> {
     let repo_root = &opts.repo_root;
     let (mut ledger, trail, pool) = open_run(opts)?;
-    let run_id = opts.run_id.clone();
     let selected = select(program, opts)?;
     let targets = targets_of(program, &selected, repo_root, None)?;
     let first_target = selected
@@ -333,27 +332,7 @@ pub async fn apply(
         .unwrap_or_else(|| "HEAD".into());
     let base = land::branch_tip(repo_root, &first_target)?;
 
-    let ir_json = program_json(program)?;
-    let sources = program_sources(program);
-    let kind = match program.kind {
-        crate::ir::ProgramKind::Flow => "flow",
-        _ => "loop",
-    };
-    ledger.begin_run(&ledger::RunStart {
-        id: &run_id,
-        file: &opts.file,
-        program: &program.name,
-        kind,
-        program_digest: &program.digest.to_string(),
-        ir_json: &ir_json,
-        sources: &sources,
-        repo_root: &repo_root.display().to_string(),
-        base_commit: &base.to_string(),
-        target_branch: &first_target,
-        pid: std::process::id(),
-        host: &host_name(),
-        mode: &opts.mode,
-    })?;
+    begin_run(&mut ledger, program, opts, base, &first_target)?;
     let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
     let started = json!({
         "file": opts.file,
@@ -2278,5 +2257,234 @@ fn exclude_mvk_dir(repo_root: &Path) -> Result<(), RunError> {
         action: "write",
         path,
         source,
+    })
+}
+
+/// Records a run's start in the ledger: its program (IR and sources), base and target.
+fn begin_run(
+    ledger: &mut Ledger,
+    program: &Program,
+    opts: &RunOptions,
+    base: Oid,
+    target: &str,
+) -> Result<(), RunError> {
+    let ir_json = program_json(program)?;
+    let sources = program_sources(program);
+    let kind = match program.kind {
+        crate::ir::ProgramKind::Flow => "flow",
+        _ => "loop",
+    };
+    ledger.begin_run(&ledger::RunStart {
+        id: &opts.run_id,
+        file: &opts.file,
+        program: &program.name,
+        kind,
+        program_digest: &program.digest.to_string(),
+        ir_json: &ir_json,
+        sources: &sources,
+        repo_root: &opts.repo_root.display().to_string(),
+        base_commit: &base.to_string(),
+        target_branch: target,
+        pid: std::process::id(),
+        host: &host_name(),
+        mode: &opts.mode,
+    })?;
+    Ok(())
+}
+
+/// What [`attempt_once`] did: the run it recorded, the task, and how its one attempt ended.
+#[derive(Debug)]
+pub struct OnceReport {
+    pub run: String,
+    pub task: String,
+    /// The attempt's ledger row id.
+    pub attempt_id: i64,
+    pub number: u32,
+    pub base: Oid,
+    pub head: Option<Oid>,
+    pub branch: String,
+    /// How the run was recorded as ending (a passed attempt is `skipped`: nothing lands).
+    pub outcome: Outcome,
+    /// `None` when the attempt passed seal, gates and review.
+    pub failure: Option<Failure>,
+}
+
+/// One evidenced attempt of one task (`opts.task`, or the program's only task) from its
+/// target's tip, judged exactly as `apply` judges one (seal, gates with evidence, reviewer),
+/// on the first rung; nothing lands. It is recorded as a run of its own that ends with the
+/// attempt (`skipped` when it passed: its change waits on its branch), in `step` mode so
+/// that a `mvk resume` of it after a crash stops for a person before any landing.
+pub async fn attempt_once(
+    program: &Program,
+    opts: &RunOptions,
+    observer: &dyn Observer,
+) -> Result<OnceReport, RunError> {
+    let i = match (&opts.task, program.tasks.len()) {
+        (None, 1) => 0,
+        (None, _) => {
+            return Err(RunError::Config {
+                message: format!(
+                    "`{}` has {} tasks; name the one to attempt: {}",
+                    opts.file,
+                    program.tasks.len(),
+                    program
+                        .tasks
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        (Some(_), _) => select(program, opts)?[0],
+    };
+    let task = &program.tasks[i];
+    let Some(Rung::Agent { agent, .. }) = task.ladder.first() else {
+        return Err(RunError::Config {
+            message: format!(
+                "task `{}` starts its ladder with `human`: there is no agent to attempt it",
+                task.name
+            ),
+        });
+    };
+    let (mut ledger, trail, pool) = open_run(opts)?;
+    let targets = targets_of(program, &[i], &opts.repo_root, None)?;
+    let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
+    let base = land::branch_tip(&opts.repo_root, &target)?;
+    begin_run(&mut ledger, program, opts, base, &target)?;
+    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &[i]);
+    let _heartbeat = runner.trail.heartbeat();
+    runner.emit(
+        None,
+        None,
+        "run.started",
+        json!({
+            "file": opts.file,
+            "program": program.name,
+            "digest": program.digest.to_string(),
+            "base": base.to_string(),
+            "target": target,
+            "tasks": [task.name.clone()],
+            "whole": false,
+            "current": land::current_branch(&opts.repo_root).ok(),
+            "attempt_only": true,
+        }),
+    )?;
+    runner.begin_task(task, base)?;
+    runner.emit(
+        Some(&task.name),
+        None,
+        "task.started",
+        json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
+    )?;
+    let budgets = Budgets {
+        wall: task.budget.wall,
+        context_tokens: task.budget.context_tokens,
+        deadline: None,
+    };
+    let spec = AttemptSpec {
+        task,
+        number: 1,
+        rung: 1,
+        agent,
+        base,
+        previous: None,
+        epoch: 0,
+    };
+    let result = async {
+        let attempt::AttemptRecord {
+            ledger_id,
+            head,
+            branch,
+            end,
+            ..
+        } = attempt::run_attempt(&runner, &spec, &budgets).await?;
+        let (failure, outcome) = match end {
+            AttemptEnd::Passed { head, .. } => {
+                runner.emit(
+                    Some(&task.name),
+                    Some(1),
+                    "attempt.passed",
+                    json!({"head": head.to_string()}),
+                )?;
+                runner.finish_attempt(ledger_id, None)?;
+                (None, Outcome::Skipped)
+            }
+            AttemptEnd::Failed(f) => {
+                let outcome = if f.kind == FailureKind::Unknown {
+                    Outcome::Unknown
+                } else {
+                    Outcome::Rejected
+                };
+                (Some(f), outcome)
+            }
+            AttemptEnd::WallSpent => (
+                Some(Failure::new(
+                    1,
+                    FailureKind::Agent,
+                    "the attempt ends within the wall budget (it ran out during the attempt)"
+                        .into(),
+                    &["wall"],
+                )),
+                Outcome::Budget,
+            ),
+        };
+        let reason = match &failure {
+            Some(f) => {
+                runner.finish_attempt(ledger_id, Some(f))?;
+                runner.fail(task, 1, f)?;
+                format!("attempt 1 failed: {}", f.criterion)
+            }
+            None => format!(
+                "attempt 1 passed; not landed (one attempt only): its change is on `{branch}`"
+            ),
+        };
+        runner
+            .ledger()
+            .finish_task(&runner.run_id, &task.name, outcome.name(), None)?;
+        runner.emit(
+            Some(&task.name),
+            None,
+            "task.finished",
+            json!({"outcome": outcome.name(), "reason": reason, "merged": null}),
+        )?;
+        Ok::<_, RunError>(((ledger_id, head, branch), failure, outcome))
+    }
+    .await;
+    let (outcome, exit_code) = match &result {
+        Ok((_, _, outcome)) => (outcome.name(), outcome.exit_code()),
+        Err(_) => ("error", 70),
+    };
+    // Also on mvk's own error, so that no one waits for the run (best effort then: the error
+    // may be the ledger itself).
+    let finished = runner
+        .ledger()
+        .finish_run(&runner.run_id, outcome, i32::from(exit_code));
+    let detail = match &result {
+        Ok(_) => json!({"outcome": outcome, "exit_code": exit_code}),
+        Err(e) => json!({"outcome": outcome, "exit_code": exit_code, "error": e.to_string()}),
+    };
+    let emitted = runner.emit(None, None, "run.finished", detail);
+    {
+        let mut state = runner.state();
+        state.outcome = Some(outcome.into());
+        state.exit_code = Some(exit_code);
+        state.phase = "finished".into();
+    }
+    let written = runner.write_state();
+    let ((attempt_id, head, branch), failure, outcome) = result?;
+    finished?;
+    emitted?;
+    written?;
+    Ok(OnceReport {
+        run: runner.run_id.clone(),
+        task: task.name.clone(),
+        attempt_id,
+        number: 1,
+        base,
+        head,
+        branch,
+        outcome,
+        failure,
     })
 }

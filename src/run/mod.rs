@@ -5,7 +5,8 @@
 //! pool of reusable git worktrees and captures an attempt's change as a commit; [`seal`] decides
 //! whether a change touched the oracle; [`gate`] runs a gate and [`evidence`] reads its output
 //! for proof that tests ran; [`review`] runs the independent reviewer and reads its verdict;
-//! [`adapter`] reads an agent's cost and rate limits; [`trail`]
+//! [`adapter`] reads an agent's cost and rate limits; [`verify`] is the oracle check on its
+//! own (`mvk verify`); [`trail`]
 //! writes the events, the heartbeat and the status files.
 
 pub mod adapter;
@@ -19,11 +20,12 @@ pub mod process;
 pub mod reaper;
 pub mod resume;
 pub mod review;
-pub mod schedule;
 pub mod sandbox;
+pub mod schedule;
 pub mod seal;
 pub mod signals;
 pub mod trail;
+pub mod verify;
 pub mod worktree;
 
 #[cfg(test)]

@@ -164,7 +164,7 @@ fn normalize(path: &str) -> &str {
 }
 
 /// How a sealed path was touched.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BreachKind {
     Added,
@@ -188,7 +188,7 @@ pub enum BreachKind {
 }
 
 /// One way an attempt touched the seal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Breach {
     pub path: String,
     pub kind: BreachKind,

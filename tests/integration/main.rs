@@ -16,6 +16,7 @@ mod hardening;
 mod imports;
 mod init;
 mod invalid;
+mod mcp;
 mod prompts;
 mod reading;
 mod report;

@@ -1,0 +1,268 @@
+//! `mvk attempt FILE [--task NAME] [--json]`: a loop file in; one evidenced attempt of one task
+//! out, judged as `mvk apply` judges one (a clean worktree from the target's tip, the seal, the
+//! gates with evidence, the reviewer), recorded in the ledger as a run of its own and never
+//! landed: the verdict, the test counts, the failure and its signature, the events' ids. Exit
+//! 0 passed, 1 failed, 2 unknown (no evidence), 3 the wall budget ran out.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::apply::{Progress, repository, run_error, shown_file, until_signal};
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::ledger::read::Reader;
+use crate::run::attempt::Failure;
+use crate::run::driver::{self, OnceReport, RunOptions};
+
+/// The schema name of [`AttemptResult`].
+pub const SCHEMA: &str = "mvk.attempt.v1";
+
+#[derive(Debug, Args)]
+pub struct AttemptArgs {
+    /// The loop or flow file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The task to attempt (needed when the file has several).
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// Print one JSON document (schema `mvk.attempt.v1`) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AttemptResult {
+    /// `mvk.attempt.v1`.
+    pub schema: String,
+    /// The run the attempt is recorded as (`mvk status RUN`, `mvk log RUN`).
+    pub run: String,
+    pub task: String,
+    pub attempt: u32,
+    /// `passed` (seal, gates with evidence and review), `failed`, or `unknown` (a gate gave no
+    /// evidence that tests ran: never a pass).
+    pub verdict: String,
+    /// How the run ended: `skipped` (passed, not landed), `rejected`, `unknown` or `budget`.
+    pub outcome: String,
+    pub exit_code: u8,
+    /// The commit the attempt started from.
+    pub base: String,
+    /// The commit holding the attempt's change, on `branch`.
+    pub head: Option<String>,
+    pub branch: String,
+    /// The tests the gates' evidence counted, summed over the attempt's gates.
+    pub counts: Counts,
+    pub gates: Vec<GateResult>,
+    /// What failed; `None` when the attempt passed.
+    pub failure: Option<FailureResult>,
+    /// The run's events in the ledger, in order.
+    pub events: Vec<EventRef>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Counts {
+    pub executed: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub skipped: u64,
+}
+
+/// One gate's run in the attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GateResult {
+    pub name: String,
+    /// `pass`, `fail` or `unknown`.
+    pub verdict: String,
+    pub exit_code: Option<i32>,
+    pub counts: Option<Counts>,
+    /// Where the evidence came from (the nonce line, a runner's summary, or none).
+    pub evidence: String,
+    pub reason: String,
+}
+
+/// The attempt's failure, as the next attempt's prompt would be told it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FailureResult {
+    /// `agent`, `seal`, `gate`, `unknown` or `review`.
+    pub kind: String,
+    /// The criterion the attempt missed.
+    pub criterion: String,
+    /// Two failures with the same signature are the same failure (the same-failure brake).
+    pub signature: String,
+    pub gate: Option<String>,
+    pub exit_code: Option<i32>,
+    /// The sealed paths the change touched (a `seal` failure).
+    pub breaches: Vec<crate::run::seal::Breach>,
+    /// The reviewer's blockers (a `review` failure), one line each.
+    pub blockers: Vec<String>,
+    /// The end of the failing step's output.
+    pub tail: String,
+}
+
+/// One event of the run.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EventRef {
+    /// The event's id in the ledger's `events` table.
+    pub id: i64,
+    pub event: String,
+    pub attempt: Option<u32>,
+}
+
+pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit, CliError> {
+    let program = super::compile(cli, printer, &args.file)?;
+    super::apply::refuse_library(&program, &args.file)?;
+    let repo_root = repository(cli, &args.file)?;
+    let opts = RunOptions {
+        file: shown_file(&args.file, &repo_root),
+        repo_root: repo_root.clone(),
+        task: args.task.clone(),
+        worktree_root: None,
+        // A resume of this run after a crash stops for a person before any landing.
+        mode: "step".into(),
+        run_id: driver::new_run_id().map_err(run_error)?,
+    };
+    let progress = Progress::new(printer, args.json);
+    let result = until_signal(driver::attempt_once(&program, &opts, &progress))?;
+    progress.finish();
+    let once = match result {
+        None => {
+            printer.error(
+                "interrupted; every agent and gate this attempt started was stopped (nothing was landed)",
+            );
+            return Ok(Exit::Interrupted);
+        }
+        Some(r) => r.map_err(run_error)?,
+    };
+    let result = report(&repo_root, &once)?;
+    if args.json {
+        super::reading::print_json(printer, &result)?;
+    } else {
+        printer.out(&text(&result));
+    }
+    Ok(Exit::from_code(result.exit_code))
+}
+
+/// The attempt's result, its gates and events read back from the ledger.
+fn report(repo_root: &std::path::Path, once: &OnceReport) -> Result<AttemptResult, CliError> {
+    let internal = |e: &dyn std::error::Error| super::reading::internal(e);
+    let reader = Reader::open(&repo_root.join(".mvk").join("ledger.db"))
+        .map_err(super::reading::read_error)?;
+    let gates: Vec<GateResult> = reader
+        .gate_results(Some(&once.run))
+        .map_err(|e| internal(&e))?
+        .into_iter()
+        .filter(|g| g.attempt_id == once.attempt_id)
+        .map(|g| {
+            let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+            let counts = count(g.executed).map(|executed| Counts {
+                executed,
+                passed: count(g.passed).unwrap_or(0),
+                failed: count(g.failed).unwrap_or(0),
+                skipped: count(g.skipped).unwrap_or(0),
+            });
+            GateResult {
+                name: g.name,
+                verdict: g.verdict,
+                exit_code: g.exit_code,
+                counts,
+                evidence: g.evidence,
+                reason: g.reason,
+            }
+        })
+        .collect();
+    let counts = gates
+        .iter()
+        .filter_map(|g| g.counts)
+        .fold(Counts::default(), |a, c| Counts {
+            executed: a.executed + c.executed,
+            passed: a.passed + c.passed,
+            failed: a.failed + c.failed,
+            skipped: a.skipped + c.skipped,
+        });
+    let events = reader
+        .events(&once.run, 0)
+        .map_err(|e| internal(&e))?
+        .into_iter()
+        .map(|e| EventRef {
+            id: e.id,
+            event: e.event,
+            attempt: e.attempt,
+        })
+        .collect();
+    let verdict = match &once.failure {
+        None => "passed",
+        Some(f) if f.kind == crate::run::attempt::FailureKind::Unknown => "unknown",
+        Some(_) => "failed",
+    };
+    Ok(AttemptResult {
+        schema: SCHEMA.into(),
+        run: once.run.clone(),
+        task: once.task.clone(),
+        attempt: once.number,
+        verdict: verdict.into(),
+        outcome: once.outcome.name().into(),
+        exit_code: once.outcome.exit_code(),
+        base: once.base.to_string(),
+        head: once.head.map(|h| h.to_string()),
+        branch: once.branch.clone(),
+        counts,
+        gates,
+        failure: once.failure.as_ref().map(failure),
+        events,
+    })
+}
+
+fn failure(f: &Failure) -> FailureResult {
+    FailureResult {
+        kind: f.kind.name().into(),
+        criterion: f.criterion.clone(),
+        signature: f.signature.clone(),
+        gate: f.gate.clone(),
+        exit_code: f.exit_code,
+        breaches: f.breaches.clone(),
+        blockers: f
+            .blockers
+            .iter()
+            .map(crate::prompt::Blocker::line)
+            .collect(),
+        tail: f.tail.clone(),
+    }
+}
+
+fn text(r: &AttemptResult) -> String {
+    let mut out = format!(
+        "{} {} attempt {}: {}",
+        if r.verdict == "passed" { "✓" } else { "✗" },
+        r.task,
+        r.attempt,
+        r.verdict
+    );
+    if r.counts.executed > 0 {
+        out.push_str(&format!(
+            " ({} tests: {} passed, {} failed, {} skipped)",
+            r.counts.executed, r.counts.passed, r.counts.failed, r.counts.skipped
+        ));
+    }
+    match &r.failure {
+        Some(f) => out.push_str(&format!(
+            "\n  {}: {} [signature {}]",
+            f.kind, f.criterion, f.signature
+        )),
+        None => out.push_str(&format!(
+            "\n  not landed: the change is on `{}`{}",
+            r.branch,
+            r.head
+                .as_deref()
+                .map(|h| format!(" at {}", h.get(..10).unwrap_or(h)))
+                .unwrap_or_default()
+        )),
+    }
+    out.push_str(&format!(
+        "\nrun {}: {} (exit {})",
+        r.run, r.outcome, r.exit_code
+    ));
+    out
+}

@@ -1,0 +1,433 @@
+//! The oracle check on its own: a compiled program, a repository and two revisions in (the head
+//! may be the checkout itself, uncommitted work included); out, per task, whether the change
+//! touched its sealed paths (`untouched`, `changed` with each breach, or `unknown` when the seal
+//! cannot certify it), and the verdict over all of them. `mvk verify` and the MCP server's
+//! `verify` tool both call [`verify`].
+
+use std::path::Path;
+
+use git2::{Oid, Repository, Status, StatusOptions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ir::Program;
+use crate::run::seal::{self, Breach, BreachKind, Seal, SealError, SealVerdict};
+
+/// The schema name of [`Verification`].
+pub const SCHEMA: &str = "mvk.verify.v1";
+
+/// Why the check itself could not be made (not a verdict).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("cannot open the repository `{}`", path.display())]
+    Repository {
+        path: std::path::PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("`{rev}` names no commit in this repository: {}", source.message())]
+    Revision { rev: String, source: git2::Error },
+    #[error("`{file}` has no task `{task}`; it has: {tasks}")]
+    NoSuchTask {
+        file: String,
+        task: String,
+        tasks: String,
+    },
+    #[error("cannot read the checkout's uncommitted changes")]
+    Status(#[source] git2::Error),
+    #[error(transparent)]
+    Seal(#[from] SealError),
+}
+
+/// A verdict of the oracle check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No sealed path was touched.
+    Untouched,
+    /// A sealed path was added, deleted, modified, renamed, changed mode or became a symlink.
+    Changed,
+    /// The seal cannot certify the change (it seals nothing, or history was rewritten):
+    /// never a pass.
+    Unknown,
+}
+
+impl Verdict {
+    /// The contract's exit code of `mvk verify`: 0, 1, 2.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Untouched => 0,
+            Verdict::Changed => 1,
+            Verdict::Unknown => 2,
+        }
+    }
+
+    fn worst(self, other: Verdict) -> Verdict {
+        // A definite breach outranks an uncertain one, as in the contract's order 1 > 2 > 0.
+        let rank = |v: Verdict| match v {
+            Verdict::Changed => 2,
+            Verdict::Unknown => 1,
+            Verdict::Untouched => 0,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// The oracle check of one task's seal.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskVerification {
+    pub task: String,
+    /// The task's sealed path patterns.
+    pub seal: Vec<String>,
+    pub verdict: Verdict,
+    /// Each way the change touched the seal (`changed`), or the breach that makes it `unknown`.
+    pub breaches: Vec<Breach>,
+    /// One line: why the verdict is what it is.
+    pub reason: String,
+}
+
+/// The oracle check of a change against a program's seals.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Verification {
+    /// `mvk.verify.v1`.
+    pub schema: String,
+    /// The worst verdict over the tasks: `changed`, then `unknown`, then `untouched`.
+    pub verdict: Verdict,
+    /// The base commit (full id).
+    pub base: String,
+    /// The head commit (full id).
+    pub head: String,
+    /// Whether the checkout's uncommitted work (modified, deleted and untracked files, not
+    /// ignored ones) was checked too: when no head revision was given.
+    pub working_tree: bool,
+    pub tasks: Vec<TaskVerification>,
+}
+
+/// Checks the change from `base` to `head` (or to the checkout of `repo_root` with its
+/// uncommitted work, when `head` is `None`) against the seal of each task of `program` (or of
+/// `task` alone). `file` names the program in messages.
+pub fn verify(
+    repo_root: &Path,
+    program: &Program,
+    file: &str,
+    task: Option<&str>,
+    base: &str,
+    head: Option<&str>,
+) -> Result<Verification, VerifyError> {
+    let repo = Repository::open(repo_root).map_err(|source| VerifyError::Repository {
+        path: repo_root.to_path_buf(),
+        source,
+    })?;
+    let base_id = commit(&repo, base)?;
+    let head_id = commit(&repo, head.unwrap_or("HEAD"))?;
+    let tasks: Vec<&crate::ir::Task> = match task {
+        None => program.tasks.iter().collect(),
+        Some(name) => {
+            let found: Vec<_> = program.tasks.iter().filter(|t| t.name == name).collect();
+            if found.is_empty() {
+                return Err(VerifyError::NoSuchTask {
+                    file: file.to_string(),
+                    task: name.to_string(),
+                    tasks: program
+                        .tasks
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            found
+        }
+    };
+    let dirty = if head.is_none() {
+        uncommitted(&repo)?
+    } else {
+        Vec::new()
+    };
+    let mut verdict = Verdict::Untouched;
+    let mut out = Vec::new();
+    for t in tasks {
+        let sealed = Seal::new(&t.seal)?;
+        let checked = if sealed.is_empty() {
+            TaskVerification {
+                task: t.name.clone(),
+                seal: Vec::new(),
+                verdict: Verdict::Unknown,
+                breaches: Vec::new(),
+                reason: "the task seals no path, so nothing is its oracle".into(),
+            }
+        } else {
+            let mut breaches = match seal::check(&repo, base_id, head_id, &sealed)? {
+                SealVerdict::Untouched => Vec::new(),
+                SealVerdict::Breached(b) => b,
+            };
+            breaches.extend(
+                dirty
+                    .iter()
+                    .filter(|b| sealed.is_sealed(&b.path))
+                    .filter(|b| !breaches.contains(b))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            judge(t.name.clone(), sealed.patterns().to_vec(), breaches)
+        };
+        verdict = verdict.worst(checked.verdict);
+        out.push(checked);
+    }
+    Ok(Verification {
+        schema: SCHEMA.into(),
+        verdict,
+        base: base_id.to_string(),
+        head: head_id.to_string(),
+        working_tree: head.is_none(),
+        tasks: out,
+    })
+}
+
+fn judge(task: String, seal: Vec<String>, breaches: Vec<Breach>) -> TaskVerification {
+    let rewritten = breaches
+        .iter()
+        .any(|b| b.kind == BreachKind::HistoryRewritten);
+    let touched = breaches
+        .iter()
+        .filter(|b| b.kind != BreachKind::HistoryRewritten)
+        .count();
+    let (verdict, reason) = if touched > 0 {
+        let first = breaches
+            .iter()
+            .find(|b| b.kind != BreachKind::HistoryRewritten)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        (
+            Verdict::Changed,
+            format!(
+                "{touched} change{} to sealed paths; first: {first}",
+                if touched == 1 { "" } else { "s" }
+            ),
+        )
+    } else if rewritten {
+        (
+            Verdict::Unknown,
+            "the head does not descend from the base, so what the change did to the seal cannot be told".into(),
+        )
+    } else {
+        (Verdict::Untouched, "no sealed path was touched".into())
+    };
+    TaskVerification {
+        task,
+        seal,
+        verdict,
+        breaches,
+        reason,
+    }
+}
+
+fn commit(repo: &Repository, rev: &str) -> Result<Oid, VerifyError> {
+    let revision = |source| VerifyError::Revision {
+        rev: rev.to_string(),
+        source,
+    };
+    let object = repo.revparse_single(rev).map_err(revision)?;
+    let commit = object.peel_to_commit().map_err(revision)?;
+    Ok(commit.id())
+}
+
+/// What the checkout holds beyond its HEAD commit, as breaches (without a commit) of the paths
+/// it touches; which of them are sealed is decided per task.
+fn uncommitted(repo: &Repository) -> Result<Vec<Breach>, VerifyError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .renames_head_to_index(true)
+        .renames_index_to_workdir(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(VerifyError::Status)?;
+    let mut out = Vec::new();
+    for entry in statuses.iter() {
+        let status = entry.status();
+        let renamed = entry
+            .head_to_index()
+            .filter(|_| status.contains(Status::INDEX_RENAMED))
+            .or_else(|| {
+                entry
+                    .index_to_workdir()
+                    .filter(|_| status.contains(Status::WT_RENAMED))
+            });
+        if let Some(delta) = renamed {
+            let from = path_of(delta.old_file().path());
+            let to = path_of(delta.new_file().path());
+            for path in [&from, &to] {
+                out.push(Breach {
+                    path: path.clone(),
+                    kind: BreachKind::Renamed {
+                        from: from.clone(),
+                        to: to.clone(),
+                    },
+                    commit: None,
+                });
+            }
+            continue;
+        }
+        let Ok(path) = entry.path() else { continue };
+        let kind = if status.intersects(Status::WT_NEW | Status::INDEX_NEW) {
+            BreachKind::Added
+        } else if status.intersects(Status::WT_DELETED | Status::INDEX_DELETED) {
+            BreachKind::Deleted
+        } else if status.intersects(Status::WT_TYPECHANGE | Status::INDEX_TYPECHANGE) {
+            BreachKind::SymlinkReplaced
+        } else if status.intersects(Status::WT_MODIFIED | Status::INDEX_MODIFIED) {
+            BreachKind::Modified
+        } else {
+            continue;
+        };
+        out.push(Breach {
+            path: path.to_string(),
+            kind,
+            commit: None,
+        });
+    }
+    Ok(out)
+}
+
+fn path_of(p: Option<&Path>) -> String {
+    p.map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::run::testing::git;
+
+    /// A flow of three tasks: `api` seals `tests/**`, `docs` seals `docs/spec.md`, `free`
+    /// seals nothing; committed on `main` in a fresh repository.
+    fn repo() -> (tempfile::TempDir, Program) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        let flow = r#"
+agent bot { run "sh" "agent.sh" "{{prompt_file}}"; }
+flow f {
+    task api {
+        goal "g"
+        agent bot
+        seal "tests/**"
+        gate t evidence=none { run "true"; }
+    }
+    task docs {
+        goal "g"
+        agent bot
+        seal "docs/spec.md"
+        gate t evidence=none { run "true"; }
+    }
+    task free {
+        goal "g"
+        agent bot
+        gate t evidence=none { run "true"; }
+    }
+}
+"#;
+        for (path, text) in [
+            ("f.kdl", flow),
+            ("tests/a.sh", "exit 0\n"),
+            ("docs/spec.md", "spec\n"),
+            ("src/lib.sh", "x\n"),
+        ] {
+            let p = root.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "init"]);
+        let compiled = crate::resolve::compile(
+            &root.join("f.kdl"),
+            &crate::resolve::Options {
+                repo_root: Some(root.to_path_buf()),
+                lock: crate::resolve::lock::Mode::Verify,
+                cache_dir: None,
+            },
+        );
+        let program = compiled.program.unwrap_or_else(|| {
+            panic!(
+                "{}",
+                crate::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources)
+            )
+        });
+        (dir, program)
+    }
+
+    fn verdicts(v: &Verification) -> Vec<(&str, Verdict)> {
+        v.tasks
+            .iter()
+            .map(|t| (t.task.as_str(), t.verdict))
+            .collect()
+    }
+
+    #[test]
+    fn each_task_is_judged_by_its_own_seal_and_a_task_that_seals_nothing_is_unknown() {
+        let (dir, program) = repo();
+        let root = dir.path();
+        std::fs::write(root.join("docs/spec.md"), "changed\n").unwrap();
+        git(root, &["commit", "-q", "-am", "edit the spec"]);
+        let v = verify(root, &program, "f.kdl", None, "HEAD~1", Some("HEAD")).unwrap();
+        assert_eq!(
+            verdicts(&v),
+            [
+                ("api", Verdict::Untouched),
+                ("docs", Verdict::Changed),
+                ("free", Verdict::Unknown)
+            ]
+        );
+        // A definite breach outranks an uncertain verdict.
+        assert_eq!(v.verdict, Verdict::Changed);
+        let only = verify(root, &program, "f.kdl", Some("api"), "HEAD~1", Some("HEAD")).unwrap();
+        assert_eq!(only.verdict, Verdict::Untouched);
+        let free = verify(
+            root,
+            &program,
+            "f.kdl",
+            Some("free"),
+            "HEAD~1",
+            Some("HEAD"),
+        )
+        .unwrap();
+        assert_eq!(free.verdict, Verdict::Unknown);
+        assert!(free.tasks[0].reason.contains("seals no path"));
+        let e = verify(root, &program, "f.kdl", Some("nope"), "HEAD", None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`f.kdl` has no task `nope`; it has: api, docs, free"
+        );
+    }
+
+    #[test]
+    fn without_a_head_the_checkouts_uncommitted_work_counts() {
+        let (dir, program) = repo();
+        let root = dir.path();
+        let clean = verify(root, &program, "f.kdl", Some("api"), "main", None).unwrap();
+        assert_eq!(clean.verdict, Verdict::Untouched);
+        assert!(clean.working_tree);
+        // Staged, so git sees the rename; the sealed side is reported.
+        git(root, &["mv", "tests/a.sh", "src/a.sh"]);
+        let moved = verify(root, &program, "f.kdl", Some("api"), "main", None).unwrap();
+        assert_eq!(moved.verdict, Verdict::Changed);
+        assert_eq!(
+            moved.tasks[0].breaches[0].kind,
+            BreachKind::Renamed {
+                from: "tests/a.sh".into(),
+                to: "src/a.sh".into()
+            }
+        );
+        // An explicit head looks at commits only.
+        let committed = verify(root, &program, "f.kdl", Some("api"), "main", Some("HEAD")).unwrap();
+        assert_eq!(committed.verdict, Verdict::Untouched);
+    }
+}

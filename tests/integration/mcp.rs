@@ -1,0 +1,384 @@
+//! `mvk mcp` driven by a real MCP client nobody here wrote: the Python `mcp` SDK from PyPI
+//! (`.ci/run` installs it), through `tests/mcp/client.py`, which runs the steps it is given and
+//! prints what came back; the assertions are here. Also `mvk verify` and `mvk attempt`, the
+//! commands the server's `verify` and `run_attempt` share their implementation with.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl, simple_loop};
+
+/// Runs the Python client against `mvk mcp` in the fixture's repository with STEPS; the
+/// client's document (`server`, `instructions`, `steps`).
+fn client(f: &Fixture, steps: &Value) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script)
+        .arg(assert_cmd::cargo::cargo_bin("mvk"))
+        .arg(f.root())
+        .current_dir(f.root())
+        .env("MVK_WORKTREE_ROOT", f.worktrees.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("NO_COLOR", "1")
+        .env_remove("MVK_REPO")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("python3 runs (`.ci/run` installs the `mcp` package)");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(steps.to_string().as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the MCP client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+/// A commit on a new branch NAME from `main` writing FILES; `main` checked out again.
+fn branch(f: &Fixture, name: &str, files: &[(&str, &str)]) -> String {
+    f.git(&["checkout", "-q", "-b", name, "main"]);
+    for (path, text) in files {
+        std::fs::write(f.root().join(path), text).unwrap();
+    }
+    f.git(&["commit", "-q", "-am", name]);
+    let id = f.tip(name);
+    f.git(&["checkout", "-q", "main"]);
+    id
+}
+
+fn structured<'a>(step: &'a Value, what: &str) -> &'a Value {
+    assert!(
+        step.get("error").is_none() && step["is_error"] == false,
+        "{what} failed: {step:#}"
+    );
+    &step["structured"]
+}
+
+fn error<'a>(step: &'a Value, what: &str) -> &'a str {
+    step["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what} did not fail: {step:#}"))
+}
+
+#[test]
+fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands_nothing() {
+    let f = Fixture::new(&simple_loop("fix.sh", "budget iterations=2"));
+    std::fs::write(
+        f.root().join("loops/broken.kdl"),
+        "loop b {\n    goal \"x\"\n    agent nobody\n}\n",
+    )
+    .unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "a broken loop"]);
+    let base = f.tip("main");
+    branch(&f, "honest", &[("src/calc.sh", FIXED)]);
+    let tampered = branch(&f, "tampered", &[("tests/test_calc.sh", "exit 0\n")]);
+    let doc = client(
+        &f,
+        &json!([
+            {"list": true},
+            {"tool": "plan", "arguments": {"file": "loops/t.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/broken.kdl"}},
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main", "head": "honest"}},
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main", "head": "tampered"}},
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main", "head": "no-such-branch"}},
+            // An attempt to weaken the contract: an argument no schema has is refused.
+            {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl", "seal": false}},
+            {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl"}},
+            {"tool": "status", "arguments": {}},
+            {"tool": "reject", "arguments": {"run": "any", "reason": "  "}},
+        ]),
+    );
+    assert_eq!(doc["server"], "mvk");
+    let steps = doc["steps"].as_array().unwrap();
+
+    // The tools, each with an input schema that refuses unknown arguments and a result schema.
+    let tools = steps[0]["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "apply",
+            "approve",
+            "plan",
+            "reject",
+            "resume",
+            "run_attempt",
+            "status",
+            "verify"
+        ]
+    );
+    for t in tools {
+        assert_eq!(t["input_schema"]["type"], "object", "{t:#}");
+        assert_eq!(t["input_schema"]["additionalProperties"], false, "{t:#}");
+        assert_eq!(t["output_schema"]["type"], "object", "{t:#}");
+        assert!(
+            t["description"]
+                .as_str()
+                .unwrap()
+                .contains("cannot be weakened"),
+            "{t:#}"
+        );
+    }
+    // Clients may call the read-only tools freely; landing tools say they change things.
+    let hints = |name: &str| &tools.iter().find(|t| t["name"] == name).unwrap()["annotations"];
+    for name in ["plan", "verify", "status"] {
+        assert_eq!(hints(name)["read_only_hint"], true, "{name}");
+    }
+    for name in ["apply", "resume", "approve"] {
+        assert_eq!(hints(name)["destructive_hint"], true, "{name}");
+    }
+    assert_eq!(hints("run_attempt")["destructive_hint"], false);
+    let verify = tools.iter().find(|t| t["name"] == "verify").unwrap();
+    let required: Vec<&str> = verify["input_schema"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(required, ["file", "base"]);
+
+    // plan: the DAG, digests and the worst case.
+    let plan = structured(&steps[1], "plan");
+    assert_eq!(plan["schema"], "mvk.plan.v1");
+    assert_eq!(plan["tasks"][0]["name"], "t");
+    assert_eq!(plan["tasks"][0]["digest"].as_str().unwrap().len(), 64);
+    assert_eq!(plan["worst_case"]["attempts"], 2);
+    // A file that does not compile: an MCP error carrying the diagnostic.
+    let broken = error(&steps[2], "plan of a broken file");
+    assert!(
+        broken.contains("is not a valid loop definition"),
+        "{broken}"
+    );
+    assert!(broken.contains("nobody"), "{broken}");
+    assert_eq!(steps[2]["error"]["data"]["exit_code"], 65);
+
+    // verify: untouched, then changed with the breach named, then a usage error.
+    let honest = structured(&steps[3], "verify honest");
+    assert_eq!(honest["verdict"], "untouched", "{honest:#}");
+    assert_eq!(honest["base"], base.as_str());
+    let bad = structured(&steps[4], "verify tampered");
+    assert_eq!(bad["verdict"], "changed", "{bad:#}");
+    assert_eq!(bad["head"], tampered.as_str());
+    let breach = &bad["tasks"][0]["breaches"][0];
+    assert_eq!(breach["path"], "tests/test_calc.sh");
+    assert_eq!(breach["kind"]["type"], "modified");
+    assert_eq!(breach["commit"], tampered.as_str());
+    let unknown_rev = error(&steps[5], "verify of an unknown revision");
+    assert!(
+        unknown_rev.contains("`no-such-branch` names no commit"),
+        "{unknown_rev}"
+    );
+    assert_eq!(steps[5]["error"]["data"]["exit_code"], 64);
+
+    // The unknown argument was refused before anything ran (rmcp answers a call whose
+    // arguments do not fit the schema with a tool error the caller can correct).
+    assert_eq!(steps[6]["is_error"], true, "{:#}", steps[6]);
+    let refused = steps[6]["text"][0].as_str().unwrap();
+    assert!(refused.contains("unknown field `seal`"), "{refused}");
+
+    // run_attempt: one evidenced attempt, passed, counted, and not landed.
+    let a = structured(&steps[7], "run_attempt");
+    assert_eq!(a["schema"], "mvk.attempt.v1");
+    assert_eq!(a["verdict"], "passed", "{a:#}");
+    assert_eq!(a["outcome"], "skipped");
+    assert_eq!(a["counts"]["executed"], 2);
+    assert_eq!(a["counts"]["passed"], 2);
+    assert_eq!(a["gates"][0]["name"], "tests");
+    assert_eq!(a["gates"][0]["verdict"], "pass");
+    assert!(a["failure"].is_null());
+    let events: Vec<&str> = a["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "run.started",
+        "attempt.started",
+        "gate.finished",
+        "attempt.passed",
+        "run.finished",
+    ] {
+        assert!(events.contains(&expected), "{expected} missing: {events:?}");
+    }
+    assert!(a["events"][0]["id"].as_i64().unwrap() > 0);
+    assert_eq!(f.tip("main"), base, "run_attempt landed something");
+    let head = a["head"].as_str().unwrap();
+    assert_eq!(f.show(head, "src/calc.sh").as_deref(), Some(FIXED));
+    // Its change is on its branch only, so `mvk gc` keeps the branch.
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert_eq!(f.tip(a["branch"].as_str().unwrap()), head);
+    // status: the attempt's run, finished, read from the ledger.
+    let status = structured(&steps[8], "status");
+    assert_eq!(status["schema"], "mvk.status.v1");
+    assert_eq!(status["run"], a["run"]);
+    assert_eq!(status["state"], "finished");
+    // reject without a reason: refused as the command line refuses it.
+    let refused = error(&steps[9], "reject without a reason");
+    assert!(refused.contains("`--reason` is empty"), "{refused}");
+    assert_eq!(steps[9]["error"]["data"]["exit_code"], 64);
+}
+
+#[test]
+fn run_attempt_reports_a_tampered_seal_and_a_batch_run_started_in_the_background_lands_once_approved()
+ {
+    let defs = agent_def("bot", "tamper.sh", &["edit"]);
+    let f = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+    let honest = simple_loop("fix.sh", "");
+    std::fs::write(
+        f.root().join("loops/fix.kdl"),
+        honest
+            .replace("loop t", "loop fix")
+            .replace("@AGENTS", crate::apply::agents_dir().to_str().unwrap())
+            .replace("@STATE", f.state.path().to_str().unwrap()),
+    )
+    .unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "the honest loop"]);
+    let base = f.tip("main");
+    let doc = client(
+        &f,
+        &json!([
+            {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl"}},
+            // Stops for a person before landing; `approve` lands it, in the background.
+            {"tool": "apply", "arguments": {"file": "loops/fix.kdl", "mode": "batch"}},
+            {"tool": "status", "arguments": {}, "until": ["paused", "finished"], "seconds": 60},
+            {"tool": "approve", "arguments": {"run": "no-such-run"}},
+            {"tool": "approve", "arguments": {"run": "@RUN"}},
+            {"tool": "status", "arguments": {}, "until": ["finished"], "seconds": 60},
+            {"tool": "resume", "arguments": {"run": "@RUN"}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    // The seal holds exactly as from the command line: the tampering fails the attempt before
+    // any gate runs, whatever the gate would have said.
+    let a = structured(&steps[0], "run_attempt");
+    assert_eq!(a["verdict"], "failed", "{a:#}");
+    assert_eq!(a["outcome"], "rejected");
+    assert_eq!(a["exit_code"], 1);
+    assert_eq!(a["failure"]["kind"], "seal");
+    assert_eq!(a["failure"]["breaches"][0]["path"], "tests/test_calc.sh");
+    assert_eq!(a["failure"]["signature"].as_str().unwrap().len(), 16);
+    assert!(a["gates"].as_array().unwrap().is_empty(), "{a:#}");
+    assert_eq!(a["base"], base.as_str());
+    assert_eq!(
+        f.show("main", "tests/test_calc.sh").as_deref(),
+        Some(crate::apply::TEST_CALC)
+    );
+
+    // apply: the run id at once; status follows the run to its checkpoint.
+    let started = structured(&steps[1], "apply");
+    let run = started["run"].as_str().unwrap();
+    assert!(!run.is_empty());
+    assert_eq!(started["command"], "mvk apply loops/fix.kdl --mode batch");
+    let status = structured(&steps[2], "status");
+    assert_eq!(status["run"], run);
+    assert_eq!(status["state"], "paused", "{status:#}");
+    assert_eq!(status["waiting_for"]["kind"], "decision", "{status:#}");
+    assert!(
+        status["tasks"][0]["merged"].is_null(),
+        "a batch run landed before anyone approved: {status:#}"
+    );
+    // approve of a run that does not exist: the command's own error, as an MCP error.
+    let refused = error(&steps[3], "approve of an unknown run");
+    assert!(refused.contains("no-such-run"), "{refused}");
+    assert_eq!(steps[3]["error"]["data"]["exit_code"], 64);
+    // approve: the run goes on in the background and lands the fix.
+    let approved = structured(&steps[4], "approve");
+    assert_eq!(approved["run"], run);
+    let status = structured(&steps[5], "status");
+    assert_eq!(status["state"], "finished", "{status:#}");
+    assert_eq!(status["outcome"], "accepted", "{status:#}");
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    // The run's output is kept where the result says.
+    let out_file = Path::new(started["stdout"].as_str().unwrap());
+    let out = std::fs::read_to_string(out_file).unwrap();
+    assert!(out.starts_with(run), "{out}");
+    assert!(
+        out_file
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(run),
+        "{}",
+        out_file.display()
+    );
+    // The run is over: `mvk gc` removes its output with its branches.
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert!(!out_file.exists(), "{} kept", out_file.display());
+    // resume of a finished run: refused, with the command's reason.
+    let refused = error(&steps[6], "resume of a finished run");
+    assert!(refused.contains(run), "{refused}");
+    assert_eq!(steps[6]["error"]["data"]["exit_code"], 64);
+}
+
+#[test]
+fn mvk_verify_exits_by_the_contract_and_sees_uncommitted_work() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    branch(&f, "honest", &[("src/calc.sh", FIXED)]);
+    branch(&f, "tampered", &[("tests/test_calc.sh", "exit 0\n")]);
+    let verify = |args: &[&str]| {
+        let out = f
+            .mvk()
+            .args(["verify", "loops/t.kdl"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = verify(&["--base", "main", "--head", "honest"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("seal untouched"), "{out}");
+    let (code, out, err) = verify(&["--base", "main", "--head", "tampered"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("sealed path `tests/test_calc.sh` modified"),
+        "{out}"
+    );
+    // A head that does not descend from the base: the seal cannot certify it.
+    let (code, out, err) = verify(&["--base", "honest", "--head", "main", "--json"]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["verdict"], "unknown");
+    // Without `--head`: the checkout, its uncommitted work included.
+    let (code, ..) = verify(&["--base", "main"]);
+    assert_eq!(code, 0);
+    std::fs::write(f.root().join("tests/new_test.sh"), "exit 0\n").unwrap();
+    let (code, out, err) = verify(&["--base", "main"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("sealed path `tests/new_test.sh` added"),
+        "{out}"
+    );
+    let (code, _, err) = verify(&["--base", "nope"]);
+    assert_eq!(code, 64, "{err}");
+}
