@@ -285,10 +285,12 @@ impl Server {
         Parameters(input): Parameters<ResumeInput>,
     ) -> Result<Json<Started>, ErrorData> {
         let mut args = vec!["resume".to_string()];
-        args.extend(input.run);
         if input.accept_drift {
             args.push("--accept-drift".into());
         }
+        // `--` first: a run id that looks like a flag stays a run id.
+        args.push("--".into());
+        args.extend(input.run);
         self.continue_run(args).await
     }
 
@@ -324,7 +326,7 @@ impl Server {
         &self,
         Parameters(input): Parameters<ApproveInput>,
     ) -> Result<Json<Started>, ErrorData> {
-        let mut args = vec!["approve".to_string(), input.run];
+        let mut args = vec!["approve".to_string(), "--".to_string(), input.run];
         args.extend(input.task);
         self.continue_run(args).await
     }
@@ -333,7 +335,7 @@ impl Server {
         description = "Answer the checkpoint where a paused run waits with a rejection, as `mvk reject` does: the reason is recorded and goes into the next attempt's prompt, and the run continues in a detached process; returns the run id at once. The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.",
         annotations(
             read_only_hint = false,
-            destructive_hint = false,
+            destructive_hint = true,
             open_world_hint = true
         )
     )]
@@ -341,9 +343,14 @@ impl Server {
         &self,
         Parameters(input): Parameters<RejectInput>,
     ) -> Result<Json<Started>, ErrorData> {
-        let mut args = vec!["reject".to_string(), input.run];
+        // `--reason=` and `--`: a reason or name starting with `-` is not read as a flag.
+        let mut args = vec![
+            "reject".to_string(),
+            format!("--reason={}", input.reason),
+            "--".to_string(),
+            input.run,
+        ];
         args.extend(input.task);
-        args.extend(["--reason".into(), input.reason]);
         self.continue_run(args).await
     }
 }

@@ -280,6 +280,9 @@ impl Pending {
     }
 }
 
+/// An attempt for the handoff: `(task, number, branch, failure)`.
+type Tried = (String, u32, String, Option<Failure>);
+
 /// Locks `m`; a poisoned lock only means a panic elsewhere, and the data is still whole.
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -309,7 +312,7 @@ pub struct Runner<'a> {
     task_started: Mutex<BTreeMap<String, Instant>>,
     run_started: Mutex<Instant>,
     /// Each attempt's `(task, number, branch)` and its failure, for the handoff.
-    history: Mutex<Vec<(String, u32, String, Option<Failure>)>>,
+    history: Mutex<Vec<Tried>>,
     /// Held while a task lands, so merges onto a target happen one at a time.
     landing: tokio::sync::Mutex<()>,
 }
@@ -871,7 +874,7 @@ impl<'a> Runner<'a> {
         locked(&self.state)
     }
 
-    fn history(&self) -> MutexGuard<'_, Vec<(String, u32, String, Option<Failure>)>> {
+    fn history(&self) -> MutexGuard<'_, Vec<Tried>> {
         locked(&self.history)
     }
 
@@ -1366,14 +1369,11 @@ impl<'a> Runner<'a> {
                         Some(("flow tokens", flow_spent.0, limit))
                     } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
                         Some(("flow usd", flow_spent.1, limit))
-                    } else if let Some(w) = fb.wall.filter(|w| self.run_started().elapsed() >= *w) {
-                        Some((
-                            "flow wall",
-                            attempt::ms(self.run_started().elapsed()),
-                            attempt::ms(w),
-                        ))
                     } else {
-                        None
+                        let used = self.run_started().elapsed();
+                        fb.wall
+                            .filter(|w| used >= *w)
+                            .map(|w| ("flow wall", attempt::ms(used), attempt::ms(w)))
                     }
                 } else {
                     None

@@ -219,10 +219,14 @@ pub fn confine(
         write.extend(commit_paths(grants.cwd).map_err(fail)?);
     }
 
+    // What the caller strips (a gate's credentials not named in its own `env`) stays stripped,
+    // even when the sandbox grants it to the agent.
+    let stripped = std::mem::take(&mut ps.env_remove);
     let mut env: Vec<(String, String)> = BASE_ENV
         .iter()
         .copied()
         .chain(sandbox.env.iter().map(String::as_str))
+        .filter(|name| !stripped.iter().any(|r| r == name))
         // The tests' stand-in for an old kernel must reach the trampoline too.
         .chain([crate::env::MVK_SANDBOX_UNSUPPORTED])
         .filter_map(|name| std::env::var(name).ok().map(|v| (name.to_string(), v)))
@@ -231,7 +235,6 @@ pub fn confine(
     env.append(&mut ps.env);
     ps.env = env;
     ps.env_clear = true;
-    ps.env_remove.clear();
 
     let path = ps
         .env

@@ -132,7 +132,7 @@ pub fn decide(task: Entry<'_>, board: &Board<'_>) -> Decision {
         });
     }
     for other in board.running {
-        if let Some((ours, theirs)) = scopes_overlap(&task.scope, &other.scope) {
+        if let Some((ours, theirs)) = scopes_overlap(task.scope, other.scope) {
             return Decision::Wait(Wait::Scope {
                 task: other.name.to_string(),
                 ours,

@@ -151,8 +151,11 @@ pub fn verify(
     let mut verdict = Verdict::Untouched;
     let mut out = Vec::new();
     for t in tasks {
-        let sealed = Seal::new(&t.seal)?;
-        let checked = if sealed.is_empty() {
+        // As in an attempt: mvk's own directory is sealed in every loop.
+        let mut patterns = t.seal.clone();
+        patterns.push(".mvk".into());
+        let sealed = Seal::new(&patterns)?;
+        let checked = if t.seal.is_empty() {
             TaskVerification {
                 task: t.name.clone(),
                 seal: Vec::new(),

@@ -139,6 +139,7 @@ impl Project {
             env: &env,
             log: defs.path().join("gate.log"),
             timeout: std::time::Duration::from_secs(600),
+            sandbox: None,
         };
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let mut run = runtime
