@@ -3,8 +3,9 @@
 //! landed on its target, every transition written to the ledger and the trail before its effect,
 //! and a [`RunReport`] whose outcome maps to the contract's exit codes.
 //!
-//! Tasks of a flow run one at a time in dependency order, each from the target's tip, so a task
-//! starts from the merged results of the tasks before it.
+//! Tasks of a flow run side by side, up to the flow's `parallel`, as [`schedule`] allows: each
+//! starts from the target's tip once the tasks it starts after have landed, so it sees their
+//! merged results; landings take turns.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

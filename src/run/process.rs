@@ -271,6 +271,8 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
         .ok_or_else(|| ProcessError::NoPid {
             program: program.clone(),
         })?;
+    // A sibling task's reaping of escapees must not take this child (see `reaper::own`).
+    let _own = crate::run::reaper::own(pgid.as_raw_nonzero().get());
     // Declared after `child`, so on an early return or a dropped future it runs first and kills the
     // whole group while the leader is still unreaped (its pid, hence the group id, cannot be reused yet).
     let mut guard = GroupGuard { pgid: Some(pgid) };

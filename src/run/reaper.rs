@@ -5,9 +5,12 @@
 //! than to init. Between steps of an attempt mvk has no child of its own running, so every
 //! child it has then is such an escapee: it is killed and reaped before the change is captured
 //! or a gate's evidence is read, so it can neither edit the worktree after the seal check nor
-//! forge a gate's log. (Flows running tasks in parallel will need to spare their siblings.)
+//! forge a gate's log. Tasks of a flow run side by side, so the agents and gates mvk started
+//! itself (registered by [`own`] while they run) are spared: only adopted processes die.
 
+use std::collections::BTreeSet;
 use std::io;
+use std::sync::{Mutex, PoisonError};
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
@@ -16,14 +19,44 @@ pub fn become_subreaper() -> io::Result<()> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(io::Error::from)
 }
 
-/// Kills and reaps every child of this process, and the children they leave behind; returns
-/// how many were killed.
+/// The pids of the children mvk started itself and has not reaped yet.
+static OWN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Marks `pid` as a child mvk started (an agent, a gate), until the returned guard is dropped
+/// (after the child is reaped): [`kill_adopted`] leaves it alone.
+pub fn own(pid: i32) -> Own {
+    OWN.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(pid);
+    Own(pid)
+}
+
+/// See [`own`].
+#[derive(Debug)]
+pub struct Own(i32);
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        OWN.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.0);
+    }
+}
+
+/// Kills and reaps every child of this process that mvk did not start itself (see [`own`]),
+/// and the children they leave behind; returns how many were killed.
 pub fn kill_adopted() -> usize {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let mut killed = 0;
     // Killing a child re-parents its own children to us: repeat until none is left.
     for _ in 0..16 {
-        let children = children_of(me);
+        let children: Vec<i32> = {
+            let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
+            children_of(me)
+                .into_iter()
+                .filter(|c| !own.contains(c))
+                .collect()
+        };
         if children.is_empty() {
             break;
         }

@@ -11,6 +11,7 @@ mod example_python;
 mod example_run;
 mod examples;
 mod faults;
+mod flows;
 mod fuzz;
 mod hardening;
 mod imports;
