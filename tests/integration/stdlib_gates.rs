@@ -636,6 +636,8 @@ fn no_new_todos_gate_names_each_added_marker() {
             "src/a.rs",
             "// TODO: old, left alone\nfn a() {}\n// FIXME: new\n",
         ),
+        // An added line starting `++ ` shows as `+++ …` in the diff: not a file header.
+        ("b.txt", "++ TODO sneaky\nplain\n"),
         ("notes/plan.md", "XXX later\n"),
     ]);
     p.commit("markers");
@@ -643,6 +645,7 @@ fn no_new_todos_gate_names_each_added_marker() {
     expect(&run, GateVerdict::Fail, None);
     assert!(
         run.tail.contains("  src/a.rs:3: // FIXME: new\n")
+            && run.tail.contains("  b.txt:1: ++ TODO sneaky\n")
             && run.tail.contains("  notes/plan.md:1: XXX later\n")
             && !run.tail.contains("old, left alone"),
         "{}",
