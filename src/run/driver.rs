@@ -819,6 +819,17 @@ impl<'a> Runner<'a> {
         self.write_state()
     }
 
+    /// Starts `task` from `base`: its ledger row, then its `task.started` event.
+    fn start_task(&self, task: &Task, base: Oid, target: &str) -> Result<(), RunError> {
+        self.begin_task(task, base)?;
+        self.emit(
+            Some(&task.name),
+            None,
+            "task.started",
+            json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
+        )
+    }
+
     /// Records the start of a task: its digests, dependencies, base and sealed contents.
     pub(crate) fn begin_task(&self, task: &Task, base: Oid) -> Result<(), RunError> {
         let fields: Vec<(String, String)> = task
@@ -1185,13 +1196,7 @@ impl<'a> Runner<'a> {
                 }),
             )?;
         } else {
-            self.begin_task(task, base)?;
-            self.emit(
-                Some(&task.name),
-                None,
-                "task.started",
-                json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
-            )?;
+            self.start_task(task, base, target)?;
         }
         let flow_budget = self.program.flow.as_ref().map(|f| f.budget.clone());
         let budgets = Budgets {
@@ -2371,13 +2376,7 @@ pub async fn attempt_once(
             "attempt_only": true,
         }),
     )?;
-    runner.begin_task(task, base)?;
-    runner.emit(
-        Some(&task.name),
-        None,
-        "task.started",
-        json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
-    )?;
+    runner.start_task(task, base, &target)?;
     let budgets = Budgets {
         wall: task.budget.wall,
         context_tokens: task.budget.context_tokens,
