@@ -72,6 +72,25 @@ pub enum RunError {
     },
     #[error("{message}")]
     Config { message: String },
+    #[error("a worker thread doing `{action}` ended abnormally")]
+    Worker {
+        action: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Runs F, a git or filesystem step that takes a while (a checkout, a commit of a worktree, a
+/// merge), on tokio's blocking pool: a flow's tasks are futures of one task, so a step run in
+/// place would stall every other task's agent, gate and landing until it ended.
+pub async fn blocking<T, F>(action: &'static str, f: F) -> Result<T, RunError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|source| RunError::Worker { action, source })
 }
 
 /// How a task, or a whole run, ended.
@@ -1001,8 +1020,10 @@ impl<'a> Runner<'a> {
         self.pool.root()
     }
 
-    pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
-        Ok(self.pool.acquire(base, branch)?)
+    pub async fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
+        let pool = self.pool.clone();
+        let branch = branch.to_string();
+        Ok(blocking("check out a worktree", move || pool.acquire(base, &branch)).await??)
     }
 
     /// Writes an event to the ledger and the trail (in that order), then shows it.
@@ -1832,29 +1853,40 @@ impl<'a> Runner<'a> {
         )?;
         let message = landing_message(task, &self.run_id, spec.number);
         for _ in 0..LAND_RETRIES {
-            let prepared =
-                match land::prepare(&repo_root, target, strategy, spec.base, head, &message) {
-                    Ok(p) => p,
-                    Err(LandError::Conflict { paths, .. }) => {
-                        return self.conflict(
-                            task,
-                            target,
-                            spec,
-                            paths,
-                            "the change conflicts with the target",
-                        );
-                    }
-                    Err(LandError::NotFastForward { .. }) => {
-                        return self.conflict(
-                            task,
-                            target,
-                            spec,
-                            Vec::new(),
-                            "the target moved, so a fast-forward is impossible",
-                        );
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+            let prepared = {
+                let (root, into, base, message) = (
+                    repo_root.clone(),
+                    target.to_string(),
+                    spec.base,
+                    message.clone(),
+                );
+                blocking("prepare a landing", move || {
+                    land::prepare(&root, &into, strategy, base, head, &message)
+                })
+                .await?
+            };
+            let prepared = match prepared {
+                Ok(p) => p,
+                Err(LandError::Conflict { paths, .. }) => {
+                    return self.conflict(
+                        task,
+                        target,
+                        spec,
+                        paths,
+                        "the change conflicts with the target",
+                    );
+                }
+                Err(LandError::NotFastForward { .. }) => {
+                    return self.conflict(
+                        task,
+                        target,
+                        spec,
+                        Vec::new(),
+                        "the target moved, so a fast-forward is impossible",
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            };
             let (tip, commit, moved) = match prepared {
                 Prepared::Nothing { .. } => {
                     self.emit(
@@ -1876,7 +1908,7 @@ impl<'a> Runner<'a> {
             to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
             if !to_run.is_empty() {
                 let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
-                let lease = self.acquire(commit, &branch)?;
+                let lease = self.acquire(commit, &branch).await?;
                 let env = attempt::landing_env(
                     &self.run_id,
                     &task.name,
@@ -1940,7 +1972,14 @@ impl<'a> Runner<'a> {
             })?;
             crate::run::failpoint("merge-intent");
             let reflog = format!("mvk: land {} of run {}", task.name, self.run_id);
-            match land::publish(&repo_root, target, tip, commit, &reflog) {
+            let published = {
+                let (root, into) = (repo_root.clone(), target.to_string());
+                blocking("land a change", move || {
+                    land::publish(&root, &into, tip, commit, &reflog)
+                })
+                .await?
+            };
+            match published {
                 Ok(()) => {
                     crate::run::failpoint("merge-published");
                     self.ledger()
