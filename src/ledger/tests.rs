@@ -972,6 +972,7 @@ fn shipped_migrations_never_change() {
         "732dd8d7cbaa3ffc5a4be913bf7ac79ce0ca4b920a6b99bb0c9551caaa3ae4e8",
         "2ef6b0545ec8e9c9f678cf18e2aaa0e3b66f3d753ab803a2a09bca65f3274ec3",
         "7ca37649db6c457b1164ef6394317205fd3ad4d6528fcdd3a519ecb9a2e86aa3",
+        "2bb3895e55293b59e457e0a71d3be30d753333b17b03abf6b011d90e81774f9a",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()

@@ -1362,6 +1362,31 @@ impl<'a> Runner<'a> {
                     }
                     Some(Rung::Human) => {
                         let path = self.stop_for_person(task, target, last.as_ref(), None)?;
+                        // A person answers on the last attempt: approve judges its branch as
+                        // it now stands (they may have finished the work there) and lands it
+                        // if it passes; reject gives one more attempt, told their reason.
+                        let made = self.ledger().attempt_rows(&self.run_id, &task.name)?;
+                        if let Some(a) = made
+                            .iter()
+                            .filter(|a| a.epoch == epoch && a.state != "abandoned")
+                            .max_by_key(|a| a.number)
+                        {
+                            let question = format!(
+                                "the ladder reached `human` after attempt {n}{}; finish the work on branch `{branch}` and approve to have it checked (seal, gates, review) and landed, or reject with a reason for one more attempt (see {})",
+                                last_reason(last.as_ref()),
+                                path.display(),
+                                n = a.number,
+                                branch = a.branch,
+                            );
+                            let r = self.checkpoint(
+                                task,
+                                (a.id, a.number, &a.branch),
+                                "human",
+                                false,
+                                &question,
+                            )?;
+                            return Ok((r, Some(path)));
+                        }
                         let reason = format!(
                             "the ladder reached `human`: see {}{}",
                             path.display(),
