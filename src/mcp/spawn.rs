@@ -154,9 +154,12 @@ async fn launch(
             }
             Ok(None) => {}
             Err(e) => {
+                // Not left running unseen, nor unreaped.
+                let _ = child.kill();
+                let _ = child.wait();
                 return Err(ErrorData::internal_error(
-                    format!("cannot wait for `{command}`: {e}"),
-                    None,
+                    format!("cannot wait for `{command}` (stopped it): {e}"),
+                    Some(json!({"pid": pid})),
                 ));
             }
         }
