@@ -2338,27 +2338,48 @@ fn begin_run(
     base: Oid,
     target: &str,
 ) -> Result<(), RunError> {
+    begin_run_of(
+        ledger,
+        program,
+        opts,
+        (base, target),
+        ledger::RunCommand::Apply,
+    )
+}
+
+/// Records the start of a run that `command` started (for `attempt_once`: an attempt-only run,
+/// which `mvk resume` refuses to continue as a landing run).
+fn begin_run_of(
+    ledger: &mut Ledger,
+    program: &Program,
+    opts: &RunOptions,
+    (base, target): (Oid, &str),
+    command: ledger::RunCommand,
+) -> Result<(), RunError> {
     let ir_json = program_json(program)?;
     let sources = program_sources(program);
     let kind = match program.kind {
         crate::ir::ProgramKind::Flow => "flow",
         _ => "loop",
     };
-    ledger.begin_run(&ledger::RunStart {
-        id: &opts.run_id,
-        file: &opts.file,
-        program: &program.name,
-        kind,
-        program_digest: &program.digest.to_string(),
-        ir_json: &ir_json,
-        sources: &sources,
-        repo_root: &opts.repo_root.display().to_string(),
-        base_commit: &base.to_string(),
-        target_branch: target,
-        pid: std::process::id(),
-        host: &host_name(),
-        mode: &opts.mode,
-    })?;
+    ledger.begin_run_of(
+        &ledger::RunStart {
+            id: &opts.run_id,
+            file: &opts.file,
+            program: &program.name,
+            kind,
+            program_digest: &program.digest.to_string(),
+            ir_json: &ir_json,
+            sources: &sources,
+            repo_root: &opts.repo_root.display().to_string(),
+            base_commit: &base.to_string(),
+            target_branch: target,
+            pid: std::process::id(),
+            host: &host_name(),
+            mode: &opts.mode,
+        },
+        command,
+    )?;
     Ok(())
 }
 
@@ -2421,7 +2442,13 @@ pub async fn attempt_once(
     let targets = targets_of(program, &[i], &opts.repo_root, None)?;
     let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
     let base = land::branch_tip(&opts.repo_root, &target)?;
-    begin_run(&mut ledger, program, opts, base, &target)?;
+    begin_run_of(
+        &mut ledger,
+        program,
+        opts,
+        (base, &target),
+        ledger::RunCommand::Attempt,
+    )?;
     let runner = Runner::new(program, opts, ledger, trail, pool, observer, &[i]);
     let _heartbeat = runner.trail.heartbeat();
     runner.emit(

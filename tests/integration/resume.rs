@@ -789,3 +789,52 @@ fn a_batch_run_killed_before_its_checkpoint_still_asks_a_person_after_resume() {
     assert_eq!(f.tip("main"), f.base, "nothing landed without a person");
     assert_eq!(since_resume(&r, "checkpoint.waiting"), 1, "{}", r.why());
 }
+
+/// Regression: an `mvk attempt` killed midway was continued by `mvk resume` as a whole run,
+/// which landed work nobody asked to land.
+#[test]
+fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut cmd = f.mvk_std();
+    cmd.args(["attempt", "loops/t.kdl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    let run = the_run(&f);
+    let command: String = ledger(&f)
+        .query_row("SELECT command FROM runs WHERE id = ?1", [&run], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(command, "attempt");
+    // What a person (or an agent) sees: make another attempt, not a resume.
+    let status = f.mvk().args(["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        status["waiting_for"]["command"], "mvk attempt loops/t.kdl",
+        "{status:#}"
+    );
+    // Were it resumed, the agent would now fix the bug and the run would land it.
+    fs::write(f.state("go"), "").unwrap();
+    for args in [&["resume"][..], &["resume", run.as_str()][..]] {
+        let out = f.mvk().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "run `{run}` is one attempt (`mvk attempt`), which lands nothing"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("mvk attempt loops/t.kdl"), "{stderr}");
+    }
+    assert_eq!(f.tip("main"), f.base, "nothing landed");
+    assert_eq!(landings(&f), 0);
+    let merges: i64 = ledger(&f)
+        .query_row("SELECT count(*) FROM merges", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(merges, 0);
+    assert_eq!(count(&f, "calls"), 1, "no agent ran again");
+}
