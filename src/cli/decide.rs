@@ -125,6 +125,26 @@ fn decide(
     } else {
         "approve"
     };
+    // Approving at the `human` rung judges the attempt's branch as the person left it: a branch
+    // that is gone is refused before anything is recorded, so the run is not left holding an
+    // answer it cannot follow.
+    if decision == "approve" {
+        for c in chosen.iter().filter(|c| c.kind == "human") {
+            let branch = crate::run::attempt::branch_name(&run.id, &c.task, c.attempt);
+            if crate::run::land::branch_tip(&repo_root, &branch).is_err() {
+                return Err(CliError::Usage {
+                    message: format!(
+                        "branch `{branch}` of attempt {} of task `{}` is gone, so there is nothing to approve",
+                        c.attempt, c.task
+                    ),
+                    hint: Some(format!(
+                        "recreate the branch with the work on it, or `mvk reject {} {} --reason TEXT` for another attempt",
+                        run.id, c.task
+                    )),
+                });
+            }
+        }
+    }
     for c in &chosen {
         ledger.decide(c.id, decision, reason).map_err(internal)?;
         printer.status(&format!(

@@ -883,6 +883,51 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
             }
         }
     }
+    // A task starts from a base holding what it waits for; that is only so when both land on
+    // the same branch.
+    for d in &decls {
+        for a in &d.after {
+            let Some(dep) = seen.get(&a.node).map(|&j| &decls[j]) else {
+                continue;
+            };
+            let into = |name: &String| task_index.get(name).map(|&k| tasks[k].merge.into.clone());
+            let (Some(ours), Some(theirs)) = (
+                expanded(d).first().and_then(into),
+                expanded(dep).first().and_then(into),
+            ) else {
+                continue;
+            };
+            // The branch checked out when the run starts is only known then; the run checks
+            // those pairs before it starts anything.
+            if ours != theirs && ours != ir::CURRENT_BRANCH && theirs != ir::CURRENT_BRANCH {
+                let shown = |b: &str| {
+                    if b == ir::CURRENT_BRANCH {
+                        "the branch checked out when the run starts".to_string()
+                    } else {
+                        format!("`{b}`")
+                    }
+                };
+                world.diags.push(
+                    Diagnostic::error(
+                        "mvk::after-other-branch",
+                        format!(
+                            "task `{}` starts after `{}`, but lands on {} while `{}` lands on {}",
+                            d.name.node,
+                            a.node,
+                            shown(&ours),
+                            a.node,
+                            shown(&theirs)
+                        ),
+                    )
+                    .at(a.span, "its work would not be in this task's base")
+                    .help("give both tasks the same `merge into=`, or drop the `after`"),
+                );
+            }
+        }
+    }
+    if world.diags.has_errors() {
+        return None;
+    }
     let order = petgraph::algo::toposort(&graph, None).ok()?;
     let mut digests: BTreeMap<String, digest::Digest> = BTreeMap::new();
     for n in order {

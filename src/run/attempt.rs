@@ -24,6 +24,8 @@ use crate::run::worktree::{self, Lease};
 /// The variable naming the run in every agent's and gate's environment (the contract's
 /// `MVK_RUN`); a resume finds what a dead mvk left running by it.
 pub const RUN_VAR: &str = "MVK_RUN";
+/// The variable naming the task, in an agent's and a gate's environment.
+pub const TASK_VAR: &str = "MVK_TASK";
 /// The task's scope globs, one a line, in every gate's environment.
 pub const SCOPE_VAR: &str = "MVK_SCOPE";
 
@@ -254,7 +256,7 @@ pub async fn run_attempt(
             source,
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
-        escaped += crate::run::reaper::kill_adopted();
+        escaped += crate::run::reaper::kill_adopted(&task.name);
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
             usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
@@ -528,7 +530,7 @@ pub async fn judge(
             sandbox: task.sandbox.as_ref(),
         };
         let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
-        crate::run::reaper::kill_adopted();
+        crate::run::reaper::kill_adopted(&task.name);
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
         if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
@@ -943,7 +945,7 @@ fn agent_env(
 ) -> Vec<(String, String)> {
     let mut env = vec![
         (RUN_VAR.to_string(), run.to_string()),
-        ("MVK_TASK".to_string(), spec.task.name.clone()),
+        (TASK_VAR.to_string(), spec.task.name.clone()),
         ("MVK_ATTEMPT".to_string(), spec.number.to_string()),
         ("MVK_RUNG".to_string(), spec.rung.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
@@ -969,7 +971,7 @@ fn gate_env(
 ) -> Vec<(String, String)> {
     vec![
         (RUN_VAR.to_string(), run.to_string()),
-        ("MVK_TASK".to_string(), task.to_string()),
+        (TASK_VAR.to_string(), task.to_string()),
         ("MVK_ATTEMPT".to_string(), attempt.to_string()),
         ("MVK_BASE".to_string(), base.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),

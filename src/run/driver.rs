@@ -524,6 +524,26 @@ fn targets_of(
         land::branch_tip(repo_root, &target)?;
         targets.insert(i, target);
     }
+    // A task starts from a base holding what it waits for: only so on one branch. (`mvk
+    // check` refuses two named branches; the checked-out one is known only now.)
+    for (&i, target) in &targets {
+        let task = &program.tasks[i];
+        for dep in &task.after {
+            let theirs = program
+                .tasks
+                .iter()
+                .position(|t| &t.name == dep)
+                .and_then(|j| targets.get(&j));
+            if let Some(theirs) = theirs.filter(|t| *t != target) {
+                return Err(RunError::Config {
+                    message: format!(
+                        "task `{}` starts after `{dep}`, but lands on `{target}` while `{dep}` lands on `{theirs}`, so its base would not hold `{dep}`'s work; give both the same `merge into=`, or run from `{theirs}`",
+                        task.name
+                    ),
+                });
+            }
+        }
+    }
     Ok(targets)
 }
 
@@ -666,10 +686,17 @@ impl<'a> Runner<'a> {
                             .iter()
                             .map(|&j| Entry::from(&program.tasks[j]))
                             .collect();
+                        let holding: Vec<Entry<'_>> = selected
+                            .iter()
+                            .map(|&j| &program.tasks[j])
+                            .filter(|t| done.get(&t.name) == Some(&Outcome::Waiting))
+                            .map(Entry::from)
+                            .collect();
                         let board = Board {
                             done: &done,
                             selected: &names,
                             running: &entries,
+                            holding: &holding,
                             parallel,
                             continue_on_failure,
                         };
@@ -1718,7 +1745,13 @@ impl<'a> Runner<'a> {
                 let r = end_task!(outcome, reason, None, last_branch);
                 return Ok((r, None));
             }
-            if self.opts.mode == "step" && !settled {
+            // When this attempt used up its rung and `human` comes next, the person is asked
+            // there, once: a step stop as well would ask twice about one attempt.
+            let human_next = matches!(
+                task.ladder.get(rung_idx),
+                Some(Rung::Agent { attempts: Some(n), .. }) if rung_used >= *n
+            ) && matches!(task.ladder.get(rung_idx + 1), Some(Rung::Human));
+            if self.opts.mode == "step" && !settled && !human_next {
                 let question = format!(
                     "attempt {number} failed: {}; approve to go on with the next attempt, or reject with a reason to add to its prompt",
                     failure.criterion
@@ -1788,7 +1821,14 @@ impl<'a> Runner<'a> {
             .collect();
         self.ledger().pause_run(&self.run_id)?;
         self.emit(None, None, "run.paused", json!({"waiting": waiting}))?;
-        let exit_code = Outcome::Waiting.exit_code();
+        // The worst code over the tasks, as for a finished flow: a task already rejected or
+        // stuck beside one that waits is not hidden behind "waiting" (4).
+        let exit_code = reports
+            .iter()
+            .map(|r| r.outcome)
+            .max_by_key(|o| o.severity())
+            .unwrap_or(Outcome::Waiting)
+            .exit_code();
         self.state().outcome = Some(Outcome::Waiting.name().into());
         self.state().exit_code = Some(exit_code);
         self.state().task = None;
@@ -2176,7 +2216,9 @@ impl<'a> Runner<'a> {
             "\n## Next\n\nInspect a branch with `git log -p {target}..BRANCH`; every attempt's prompt, agent output and gate logs are under `{}`.",
             self.trail.run_dir().display()
         );
-        let path = self.trail.write_handoff(&text)?;
+        let path = self
+            .trail
+            .write_handoff(&attempt::slug(&task.name), &text)?;
         let mut detail = json!({"file": path.display().to_string()});
         if let Some(why) = why {
             detail["reason"] = json!(why);

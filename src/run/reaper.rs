@@ -43,18 +43,33 @@ impl Drop for Own {
     }
 }
 
-/// Kills and reaps every child of this process that mvk did not start itself (see [`own`]),
-/// and the children they leave behind; returns how many were killed.
-pub fn kill_adopted() -> usize {
+/// Kills and reaps every child of this process that escaped TASK's agents and gates, and the
+/// children they leave behind; returns how many were killed. Spared: the agents and gates mvk
+/// runs now (see [`own`]) and what is still in their process groups (a gate's `server &`
+/// whose shell exited), and escapees of another task of the flow (their `MVK_TASK` names it),
+/// which that task's own sweep ends and counts. An escapee that names no task (it scrubbed its
+/// environment) dies in whichever sweep finds it.
+pub fn kill_adopted(task: &str) -> usize {
     let me = rustix::process::getpid().as_raw_nonzero().get();
+    let mine = format!("{}={task}", crate::run::attempt::TASK_VAR);
+    let tagged = format!("{}=", crate::run::attempt::TASK_VAR);
+    let theirs = |pid: i32| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0)
+                .any(|v| v.starts_with(tagged.as_bytes()) && v != mine.as_bytes())
+        })
+    };
     let mut killed = 0;
     // Killing a child re-parents its own children to us: repeat until none is left.
     for _ in 0..16 {
         let children: Vec<i32> = {
             let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
-            children_of(me)
+            processes()
                 .into_iter()
-                .filter(|c| !own.contains(c))
+                .filter(|(_, s)| s.ppid == me && s.state != "Z" && s.state != "X")
+                .filter(|(pid, s)| !own.contains(pid) && !own.contains(&s.pgrp))
+                .map(|(pid, _)| pid)
+                .filter(|&pid| !theirs(pid))
                 .collect()
         };
         if children.is_empty() {
@@ -156,13 +171,4 @@ fn processes() -> Vec<(i32, Stat)> {
         out.push((pid, Stat { state, ppid, pgrp }));
     }
     out
-}
-
-/// Live (not zombie) processes whose parent is `parent`, read from `/proc`.
-fn children_of(parent: i32) -> Vec<i32> {
-    processes()
-        .into_iter()
-        .filter(|(_, s)| s.ppid == parent && s.state != "Z" && s.state != "X")
-        .map(|(pid, _)| pid)
-        .collect()
 }

@@ -293,6 +293,9 @@ fn progress_of(
             "agent-done" if a.head.is_some() => {
                 count(&mut p, a);
                 pending = Some(Pending::Judge(a.clone()));
+                if a.agent == PERSON {
+                    p.same = 0;
+                }
             }
             "agent-done" => {
                 // The wall budget ran out before the agent produced a result.
@@ -356,9 +359,11 @@ fn progress_of(
         }
     }
     // A person's answer at the checkpoint where the run paused, on the task's last attempt.
+    // (`running` ones were abandoned above: the checkpoint's answer still stands, and is
+    // followed again.)
     let last_attempt = attempts
         .iter()
-        .filter(|a| a.epoch == row.epoch && a.state != "abandoned")
+        .filter(|a| a.epoch == row.epoch && a.state != "abandoned" && a.state != "running")
         .max_by_key(|a| a.number);
     let checkpoint = runner
         .ledger()
@@ -431,10 +436,14 @@ fn progress_of(
             history.push((a.number, a.branch.clone(), Some(f.clone())));
             p.last = Some(f);
             p.same = 1;
-            if c.kind == "human" {
-                // The ladder had climbed to `human`: the person's reason buys one more attempt
-                // on the last agent rung.
-                p.rung_used = p.rung_used.saturating_sub(1);
+            if c.kind == "human"
+                && let Some(crate::ir::Rung::Agent {
+                    attempts: Some(n), ..
+                }) = task.ladder.get(p.rung_idx)
+            {
+                // The ladder had climbed to `human`: the person's reason buys exactly one more
+                // attempt on the last agent rung, however many they bought before.
+                p.rung_used = n.saturating_sub(1);
             }
         }
     }
@@ -466,7 +475,9 @@ fn replay_failure(
     a: &AttemptRow,
     f: Failure,
 ) {
-    p.same = if p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
+    // A person's attempt starts a chain of its own, as it did when it was judged: failing
+    // like the attempt before it sends the task back to the person, not into the brake.
+    p.same = if a.agent != PERSON && p.last.as_ref().is_some_and(|l| l.signature == f.signature) {
         p.same + 1
     } else {
         1
@@ -600,7 +611,21 @@ pub fn drift(
         action: "open the repository".into(),
         source,
     })?;
-    for row in ledger.task_rows(&run.id)? {
+    let rows = ledger.task_rows(&run.id)?;
+    // What this run itself landed, per target, latest last: a sibling task of a flow may change
+    // files another task seals, and that is the flow's own work, not drift.
+    let mut landed: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    for row in &rows {
+        for m in ledger.merge_rows(&run.id, &row.name)? {
+            if let (true, Some(commit)) = (m.state == "done", m.commit) {
+                let e = landed.entry(m.into).or_insert((m.id, commit.clone()));
+                if m.id >= e.0 {
+                    *e = (m.id, commit);
+                }
+            }
+        }
+    }
+    for row in rows {
         let (Some(base), Some(digest)) = (&row.base, &row.seal_digest) else {
             continue;
         };
@@ -624,6 +649,17 @@ pub fn drift(
             crate::run::seal::sealed_files(&repo, now, &seal).map_err(RunError::Seal)?;
         if &crate::run::seal::sealed_digest(&files_now) == digest {
             continue;
+        }
+        // Sealed files as the run's own last landing left them, when it landed since: changed
+        // only by the run, they are what the task's next attempt is meant to start from.
+        if let Some((_, ours)) = landed.get(&target)
+            && let Ok(ours) = Oid::from_str(ours)
+        {
+            let files_ours =
+                crate::run::seal::sealed_files(&repo, ours, &seal).map_err(RunError::Seal)?;
+            if files_ours == files_now {
+                continue;
+            }
         }
         let base = Oid::from_str(base).map_err(|source| RunError::Git {
             action: format!("read the base `{base}` of task `{}`", row.name),

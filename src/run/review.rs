@@ -297,7 +297,7 @@ pub async fn review(
             agent: review.agent.name.clone(),
             source,
         })?;
-        crate::run::reaper::kill_adopted();
+        crate::run::reaper::kill_adopted(&task.name);
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }

@@ -89,6 +89,9 @@ pub struct Board<'a> {
     /// task back.
     pub selected: &'a [&'a str],
     pub running: &'a [Entry<'a>],
+    /// Tasks stopped at a checkpoint: they hold their scope (the work a person may let land,
+    /// or finish by hand, was made on files no other task may touch meanwhile) but no slot.
+    pub holding: &'a [Entry<'a>],
     pub parallel: usize,
     pub continue_on_failure: bool,
 }
@@ -131,7 +134,7 @@ pub fn decide(task: Entry<'_>, board: &Board<'_>) -> Decision {
             tasks: waiting_person,
         });
     }
-    for other in board.running {
+    for other in board.running.iter().chain(board.holding) {
         if let Some((ours, theirs)) = scopes_overlap(task.scope, other.scope) {
             return Decision::Wait(Wait::Scope {
                 task: other.name.to_string(),
@@ -176,7 +179,63 @@ pub fn globs_overlap(a: &str, b: &str) -> bool {
             .map(str::to_string)
             .collect()
     };
-    segments_overlap(&split(a), &split(b))
+    // Alternatives first: one may hold a `/` (`{src/a.rs,docs/x}`), so the components of each
+    // are only known once it is spelled out.
+    let (Some(xs), Some(ys)) = (expand_braces(a), expand_braces(b)) else {
+        return true;
+    };
+    xs.iter()
+        .any(|x| ys.iter().any(|y| segments_overlap(&split(x), &split(y))))
+}
+
+/// Most spelled-out alternatives of one glob compared; past it, "may overlap".
+const MAX_ALTERNATIVES: usize = 256;
+
+/// GLOB with its `{a,b}` alternatives spelled out (nested ones too; `\{` is a literal brace),
+/// or `None` when there would be more than [`MAX_ALTERNATIVES`] or a brace is left open.
+fn expand_braces(glob: &str) -> Option<Vec<String>> {
+    let bytes = glob.as_bytes();
+    let mut open = None;
+    let mut depth = 0usize;
+    let mut commas = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'{' => {
+                if depth == 0 {
+                    open = Some(i);
+                    commas.clear();
+                }
+                depth += 1;
+            }
+            b',' if depth == 1 => commas.push(i),
+            b'}' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    let start = open?;
+                    let (head, tail) = (&glob[..start], &glob[i + 1..]);
+                    let mut cuts = vec![start];
+                    cuts.extend(&commas);
+                    cuts.push(i);
+                    let mut out = Vec::new();
+                    for pair in cuts.windows(2) {
+                        let alt = &glob[pair[0] + 1..pair[1]];
+                        for rest in expand_braces(&format!("{head}{alt}{tail}"))? {
+                            out.push(rest);
+                            if out.len() > MAX_ALTERNATIVES {
+                                return None;
+                            }
+                        }
+                    }
+                    return Some(out);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    (depth == 0).then(|| vec![glob.to_string()])
 }
 
 fn segments_overlap(a: &[String], b: &[String]) -> bool {
@@ -202,6 +261,8 @@ fn segment_overlap(x: &str, y: &str) -> bool {
         (true, true) => x == y,
         (true, false) => segment_matches(y, x),
         (false, true) => segment_matches(x, y),
+        // A class's inside is not a suffix (`a[bc]` against `*c`): may overlap.
+        (false, false) if x.contains('[') || y.contains('[') => true,
         (false, false) => {
             let prefix = |s: &str| s[..s.find(META).unwrap_or(s.len())].to_string();
             let suffix = |s: &str| s[s.rfind(META).map_or(0, |i| i + 1)..].to_string();
@@ -272,6 +333,14 @@ mod tests {
             ("docs", "docs/api.md", true),
             ("src/{a,b}.rs", "src/c.rs", false),
             ("src/[ab].rs", "src/a.rs", true),
+            // Found in review: alternatives and classes between two globs.
+            ("*.{md,txt}", "*.md", true),
+            ("*.{md,txt}", "*.rs", false),
+            ("a[bc]", "*c", true),
+            ("{src/a.rs,docs/x}", "src/a.rs", true),
+            ("{src/a.rs,docs/x}", "src/b.rs", false),
+            ("src/{a,{b,c}}.rs", "src/c.rs", true),
+            ("src/{a,b", "src/c.rs", true), // an open brace: may overlap
         ] {
             assert_eq!(globs_overlap(a, b), want, "{a} vs {b}");
             assert_eq!(globs_overlap(b, a), want, "{b} vs {a}");
@@ -295,6 +364,27 @@ mod tests {
     }
 
     #[test]
+    fn a_task_at_a_checkpoint_holds_its_scope_but_not_a_slot() {
+        let held = task("held", &[], &["src/**"]);
+        let near = task("near", &[], &["src/a.rs"]);
+        let far = task("far", &[], &["docs/**"]);
+        let done = BTreeMap::from([("held".to_string(), Outcome::Waiting)]);
+        let holding = [held.entry()];
+        let b = Board {
+            done: &done,
+            selected: &["held", "near", "far"],
+            running: &[],
+            holding: &holding,
+            parallel: 1,
+            continue_on_failure: false,
+        };
+        assert!(
+            matches!(decide(near.entry(), &b), Decision::Wait(Wait::Scope { ref task, .. }) if task == "held")
+        );
+        assert_eq!(decide(far.entry(), &b), Decision::Start);
+    }
+
+    #[test]
     fn a_task_waits_for_dependencies_scope_and_slots_and_is_skipped_after_a_failure() {
         let a = task("a", &[], &["src/a.rs"]);
         let b = task("b", &[], &["src/b.rs"]);
@@ -309,6 +399,7 @@ mod tests {
                 done,
                 selected: &selected,
                 running: &running,
+                holding: &[],
                 parallel: 2,
                 continue_on_failure: cof,
             };

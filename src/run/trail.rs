@@ -152,10 +152,45 @@ impl Trail {
         )
     }
 
-    /// Writes `HANDOFF.md` in the run's directory and returns its path.
-    pub fn write_handoff(&self, text: &str) -> Result<PathBuf, TrailError> {
+    /// Writes TEXT as the handoff of the task whose directory (under the run's) is TASK_DIR,
+    /// `TASK_DIR/HANDOFF.md`, then `HANDOFF.md` in the run's directory as every task's handoff
+    /// in turn (by directory name): in a flow, several tasks may stop for a person, and none of
+    /// theirs may hide another's. Returns the run's file.
+    pub fn write_handoff(&self, task_dir: &str, text: &str) -> Result<PathBuf, TrailError> {
+        let own = self.run_dir.join(task_dir).join("HANDOFF.md");
+        if let Some(dir) = own.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| TrailError::Io {
+                action: "create the task's directory",
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        write_atomic(&own, text.as_bytes())?;
+        let mut parts: Vec<PathBuf> = std::fs::read_dir(&self.run_dir)
+            .map_err(|source| TrailError::Io {
+                action: "list the run's directory",
+                path: self.run_dir.clone(),
+                source,
+            })?
+            .flatten()
+            .map(|e| e.path().join("HANDOFF.md"))
+            .filter(|p| p.is_file())
+            .collect();
+        parts.sort();
+        let mut all = String::new();
+        for part in &parts {
+            let text = std::fs::read_to_string(part).map_err(|source| TrailError::Io {
+                action: "read a task's handoff",
+                path: part.clone(),
+                source,
+            })?;
+            if !all.is_empty() {
+                all.push_str("\n---\n\n");
+            }
+            all.push_str(&text);
+        }
         let path = self.run_dir.join("HANDOFF.md");
-        write_atomic(&path, text.as_bytes())?;
+        write_atomic(&path, all.as_bytes())?;
         Ok(path)
     }
 

@@ -377,3 +377,115 @@ fn a_parallel_flow_killed_midway_resumes_without_running_or_landing_anything_twi
         task_outcomes(&fixture, &run)
     );
 }
+
+#[test]
+fn a_diamond_runs_its_two_branches_side_by_side_and_joins_after_both() {
+    let mut text = worker("w", "1", &[]);
+    text.push_str(&worker("join", "0.1", &["out/b.txt", "out/c.txt"]));
+    text.push_str("flow t {\n    parallel 4\n");
+    text.push_str(&task("a", "w", "out/a.txt", ""));
+    text.push_str(&task("b", "w", "out/b.txt", "after a"));
+    text.push_str(&task("c", "w", "out/c.txt", "after a"));
+    text.push_str(&task("d", "join", "out/d.txt", "after b c"));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    let iv = intervals(&fixture);
+    assert!(iv["a"].1 <= iv["b"].0 && iv["a"].1 <= iv["c"].0, "{iv:?}");
+    let (b, c) = (iv["b"], iv["c"]);
+    assert!(b.0 < c.1 && c.0 < b.1, "b and c ran side by side: {iv:?}");
+    assert!(iv["d"].0 >= b.1.max(c.1), "{iv:?}");
+    assert!(fixture.show("main", "out/d.txt").is_some(), "{}", run.why());
+}
+
+#[test]
+fn in_batch_mode_tasks_ready_together_stop_together_and_one_approval_lands_them_all() {
+    let mut text = worker("quick", "0.1", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str("flow t {\n    parallel 2\n");
+    text.push_str(&task("fast", "quick", "out/fast.txt", ""));
+    text.push_str(&task("slow", "slow", "out/slow.txt", ""));
+    text.push_str(&task("last", "quick", "out/last.txt", "after fast"));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply_with(&["--mode", "batch"], &[]);
+    run.expect_code(4);
+    // `fast` stopped before landing while `slow` went on; the run paused once both waited.
+    let paused = run.one("run.paused");
+    let mut waiting: Vec<&str> = paused["detail"]["waiting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    waiting.sort_unstable();
+    assert_eq!(waiting, ["fast", "slow"], "{}", run.why());
+    let iv = intervals(&fixture);
+    assert!(iv["fast"].1 < iv["slow"].0 + 1000, "{iv:?}");
+    assert_eq!(fixture.tip("main"), fixture.base, "nothing landed unasked");
+    let approved = fixture.run_mvk(&["approve", &run.id], &[]);
+    // Both landed; `last` ran after `fast` and stops before its own landing.
+    approved.expect_code(4);
+    assert!(fixture.show("main", "out/fast.txt").is_some());
+    assert!(fixture.show("main", "out/slow.txt").is_some());
+    let done = fixture.run_mvk(&["approve", &run.id], &[]);
+    done.expect_code(0);
+    assert!(
+        fixture.show("main", "out/last.txt").is_some(),
+        "{}",
+        done.why()
+    );
+}
+
+#[test]
+fn a_sibling_landing_a_file_another_task_seals_is_not_drift_when_that_task_resumes() {
+    let mut text = worker("w", "0.1", &[]);
+    text.push_str(&crate::apply::agent_def("guided", "guided.sh", &[]));
+    text.push_str("flow t {\n    parallel 2\n");
+    text.push_str(&format!(
+        "    task fix {{\n        goal \"Fix add.\"\n        scope \"src/calc.sh\"\n        seal \"tests/**\" \"out/q.txt\"\n        {}\n        ladder {{\n            rung agent=guided attempts=1\n            rung human\n        }}\n    }}\n",
+        crate::apply::TESTS_GATE
+    ));
+    text.push_str(&task("q", "w", "out/q.txt", ""));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    // `q` landed the file `fix` seals while `fix` waited for a person.
+    run.expect_code(4);
+    assert!(fixture.show("main", "out/q.txt").is_some(), "{}", run.why());
+    let answered = fixture.run_mvk(&["reject", &run.id, "fix", "--reason", "use + in add"], &[]);
+    answered.expect_code(0);
+    assert_eq!(
+        fixture.show("main", "src/calc.sh").as_deref(),
+        Some(crate::apply::FIXED),
+        "{}",
+        answered.why()
+    );
+}
+
+#[test]
+fn a_task_may_not_wait_for_one_that_lands_on_another_branch() {
+    let mut text = worker("w", "0.1", &[]);
+    text.push_str("flow t {\n");
+    text.push_str(&task("a", "w", "out/a.txt", "merge into=release"));
+    text.push_str(&task("b", "w", "out/b.txt", "after a"));
+    text.push_str("}\n");
+    // Checked when the run starts: `b` lands on the branch checked out then (`main`).
+    let fixture = Fixture::new(&text);
+    fixture.git(&["branch", "release"]);
+    let out = fixture
+        .mvk()
+        .args(["apply", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(
+            "task `b` starts after `a`, but lands on `main` while `a` lands on `release`"
+        ),
+        "{stderr}"
+    );
+    assert!(!fixture.state("log").exists(), "nothing ran");
+}

@@ -130,3 +130,87 @@ fn approving_a_branch_that_still_fails_lands_nothing_and_asks_again() {
         ]
     );
 }
+
+#[test]
+fn each_rejection_at_the_human_rung_buys_one_more_attempt() {
+    let (f, run) = at_the_human_rung();
+    let first = f.run_mvk(&["reject", &run.id, "--reason", "try harder"], &[]);
+    first.expect_code(4);
+    let second = f.run_mvk(&["reject", &run.id, "--reason", "use + in add, not -"], &[]);
+    second.expect_code(0);
+    assert_eq!(started(&second), [1, 2, 3], "{}", second.why());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn in_step_mode_the_last_attempt_before_the_human_rung_asks_once() {
+    let defs = agent_def("guided", "guided.sh", &[]);
+    let ladder = "ladder {\n        rung agent=guided attempts=1\n        rung human\n    }";
+    let f = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let run = f.apply_with(&["--mode", "step"], &[]);
+    run.expect_code(4);
+    assert_eq!(
+        decisions(&f),
+        [("human".to_string(), "-".to_string())],
+        "one question about attempt 1, at the human rung"
+    );
+    let answered = f.run_mvk(&["reject", &run.id, "--reason", "use + in add"], &[]);
+    // Step mode stops after attempt 2 too (it passed): approving lands it.
+    answered.expect_code(4);
+    let landed = f.run_mvk(&["approve", &run.id], &[]);
+    landed.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn two_tasks_of_a_flow_at_the_human_rung_each_keep_their_handoff() {
+    let defs = agent_def("guided", "guided.sh", &[]);
+    let task = |name: &str, file: &str| {
+        format!(
+            "    task {name} {{\n        goal \"Fix {file}.\"\n        scope \"{file}\"\n        seal \"tests/**\"\n        {TESTS_GATE}\n        ladder {{\n            rung agent=guided attempts=1\n            rung human\n        }}\n    }}\n"
+        )
+    };
+    let text = format!(
+        "{defs}flow t {{\n    parallel 2\n{}{}}}\n",
+        task("one", "a.txt"),
+        task("two", "b.txt")
+    );
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    run.expect_code(4);
+    assert_eq!(run.named("checkpoint.waiting").len(), 2, "{}", run.why());
+    let all = fs::read_to_string(run.dir.join("HANDOFF.md")).unwrap();
+    for name in ["one", "two"] {
+        assert!(
+            all.contains(&format!("task `{name}`")),
+            "HANDOFF.md lost `{name}`:\n{all}"
+        );
+        assert!(run.dir.join(name).join("HANDOFF.md").is_file());
+    }
+}
+
+#[test]
+fn a_rejection_stands_when_mvk_dies_during_the_attempt_it_bought() {
+    use super::resume::{crash, resume, wait_for};
+    let defs = agent_def("guided", "guided_pause.sh", &["@STATE"]);
+    let ladder = "ladder {\n        rung agent=guided attempts=1\n        rung human\n    }";
+    let f = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let run = f.apply();
+    run.expect_code(4);
+    let mut child = f
+        .mvk_std()
+        .args(["reject", &run.id, "--reason", "use + in add"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, None);
+    fs::write(f.state("go"), "").unwrap();
+    let resumed = resume(&f, &[]);
+    // The person's reason is followed again: attempt 2 is made anew with it, and lands.
+    resumed.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    let prompt = fs::read_to_string(resumed.attempt_dir(2).join("prompt.md")).unwrap();
+    assert!(prompt.contains("use + in add"), "{prompt}");
+}

@@ -714,7 +714,9 @@ fn a_task_added_by_accepted_drift_survives_a_crash_of_that_resume() {
 }
 
 // Regression: a flow whose first task lands elsewhere recorded that branch as the run's target,
-// and a resume landed the later tasks there instead of on the branch the run began on.
+// and a resume landed the later tasks there instead of on the branch the run began on. (The
+// tasks share no `after`: one may not wait for work landing on another branch. Neither has a
+// scope, so they take turns, in order.)
 #[test]
 fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
     let defs = format!(
@@ -723,7 +725,7 @@ fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
         agent_def("bot", "paused.sh", &["@STATE"]),
     );
     let text = format!(
-        "{defs}\nflow t {{\n    task first {{\n        goal \"Fix add on release.\"\n        agent fixer\n        seal \"tests/**\"\n        {TESTS_GATE}\n        merge into=release\n    }}\n    task second {{\n        after first\n        goal \"Fix add.\"\n        agent bot\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n}}\n"
+        "{defs}\nflow t {{\n    task first {{\n        goal \"Fix add on release.\"\n        agent fixer\n        seal \"tests/**\"\n        {TESTS_GATE}\n        merge into=release\n    }}\n    task second {{\n        goal \"Fix add.\"\n        agent bot\n        seal \"tests/**\"\n        {TESTS_GATE}\n    }}\n}}\n"
     );
     let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
     let text = text
