@@ -251,6 +251,7 @@ pub async fn run_attempt(
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
         escaped += crate::run::reaper::kill_adopted();
+        absorb_agent_objects(runner, &dir)?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
             usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
@@ -629,7 +630,7 @@ pub(crate) fn agent_process(
         let grants = crate::run::sandbox::Grants {
             cwd: worktree,
             tmp: dir.join(format!("{name}.tmp")),
-            commit: true,
+            objects: Some(objects_dir(dir, name)),
         };
         crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
             RunError::Agent {
@@ -639,6 +640,23 @@ pub(crate) fn agent_process(
         })?;
     }
     Ok(ps)
+}
+
+/// Where a sandboxed agent's commits put their objects until mvk adds them to the repository's
+/// store: `dir/NAME.objects`.
+pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.objects"))
+}
+
+/// Adds the objects a sandboxed agent committed (`dir/agent.objects`) to the repository's
+/// store, so that its commits can be read and kept; nothing when it ran unconfined.
+fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<(), RunError> {
+    crate::run::sandbox::absorb_objects(runner.repo_root(), &objects_dir(dir, "agent"))
+        .map(|_| ())
+        .map_err(|source| RunError::Git {
+            action: "add the objects the agent committed to the repository".into(),
+            source,
+        })
 }
 
 /// What one call of `agent` spent, as its adapter reads it from its standard output `log`.

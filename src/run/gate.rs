@@ -144,7 +144,7 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
         let grants = crate::run::sandbox::Grants {
             cwd: cx.cwd,
             tmp: cx.log.with_extension("tmp"),
-            commit: false,
+            objects: None,
         };
         crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
             GateError::Process {
