@@ -225,7 +225,8 @@ pub async fn run_attempt(
     })?;
 
     // The agent, retried on rate limits.
-    let signals_before = crate::run::signals::from_descendants();
+    // The stop signals the agent's processes send mvk are counted here.
+    let window = crate::run::signals::Window::new();
     let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
@@ -244,6 +245,7 @@ pub async fn run_attempt(
             "agent",
         )?;
         ps.timeout = Some(timeout);
+        ps.signals = Some(window.clone());
         let started = Instant::now();
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: spec.agent.name.clone(),
@@ -366,7 +368,10 @@ pub async fn run_attempt(
         }),
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
-    let signalled = crate::run::signals::from_descendants() - signals_before;
+    // Every signal delivered while the agent ran is decided before its count is read.
+    crate::run::signals::settle().await;
+    let signalled = window.signals();
+    drop(window);
     if signalled > 0 {
         runner.emit(
             Some(&task.name),

@@ -80,12 +80,11 @@ fn writes_outside_the_worktree_without_a_sandbox_never_land() {
     );
 }
 
-#[test]
-fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
-    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
-    // sees that its own agent sent it, does not stop, and rejects the attempt.
+/// Agent SCRIPT signals mvk's process group on its first call and fixes the bug: mvk does not
+/// stop, rejects that attempt for the signals it counted, and lands the second.
+fn a_signalling_agent_is_rejected(script: &str) -> super::apply::Run {
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/signal_mvk.sh", &["@STATE"]),
+        &agent_def("bot", script, &["@STATE"]),
         true,
         TESTS_GATE,
         "budget iterations=2",
@@ -94,15 +93,29 @@ fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
     run.expect_code(0);
     assert!(f.state("signalled").exists());
     assert_eq!(run.attempts(), [1, 2], "{}", run.why());
-    assert_eq!(
-        run.one("agent.signalled-mvk")["attempt"],
-        1,
-        "{}",
-        run.why()
-    );
+    let signalled = run.one("agent.signalled-mvk");
+    assert_eq!(signalled["attempt"], 1, "{}", run.why());
     let failed = run.one("attempt.failed");
     assert_eq!(failed["detail"]["kind"], "agent", "{}", run.why());
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    run
+}
+
+#[test]
+fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
+    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
+    // sees that its own agent sent it, does not stop, and rejects the attempt.
+    a_signalling_agent_is_rejected("hardening/signal_mvk.sh");
+}
+
+#[test]
+fn an_agent_that_signals_mvk_and_exits_at_once_is_rejected_and_mvk_goes_on() {
+    // The sender (a child of the agent) and the agent are gone before mvk can look them up:
+    // what decides is the sender the kernel recorded at delivery, against the processes mvk
+    // started, never a lookup that finds nothing and takes it for a person's Ctrl-C.
+    let run = a_signalling_agent_is_rejected("hardening/signal_and_exit.sh");
+    let signalled = run.one("agent.signalled-mvk");
+    assert_eq!(signalled["detail"]["signals"], 1, "{}", run.why());
 }
 
 #[test]
