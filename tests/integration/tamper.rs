@@ -3,7 +3,7 @@
 
 use super::apply::{
     FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_main_unchanged, loop_kdl, tampering,
-    unknown_evidence,
+    unknown_evidence, unknown_evidence_kept,
 };
 
 #[test]
@@ -33,9 +33,41 @@ fn seal_refuses_an_edit_of_the_gates_own_script() {
 
 #[test]
 fn evidence_printed_by_the_agent_is_not_the_gates() {
-    // The gate prints nothing and exits 0; the agent printed a nonce line and runner summaries.
-    let run = unknown_evidence("hardening/forge.sh", "/dev/null", "budget iterations=1");
+    // The agent searches all it can reach for the gate's nonce and forges evidence with every
+    // candidate, printed and committed for the gate to replay; the gate shows its nonce. The
+    // verdict stays unknown because the nonce was nowhere the agent could look.
+    let (_fixture, run) = unknown_evidence_kept(
+        "hardening/forge.sh",
+        "@AGENTS/hardening/replay_gate.sh",
+        "budget iterations=1",
+    );
     assert_eq!(run.attempts(), [1], "{}", run.why());
+    let agent = std::fs::read_to_string(run.attempt_dir(1).join("agent.out")).unwrap();
+    let gate = std::fs::read_to_string(run.attempt_dir(1).join("gate-tests.log")).unwrap();
+    let nonce = gate
+        .lines()
+        .find_map(|l| l.strip_prefix("gate nonce: "))
+        .unwrap_or_else(|| panic!("the gate did not show its nonce:\n{gate}"));
+    assert_eq!(nonce.len(), 32, "{gate}");
+    let candidates: usize = agent
+        .lines()
+        .find_map(|l| l.strip_prefix("candidates: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the agent did not search:\n{agent}"));
+    assert!(candidates > 0, "the agent found nothing to try:\n{agent}");
+    // The forgeries reached the gate's own log, and none of them carried the gate's nonce.
+    assert!(
+        gate.matches("MVK_EVIDENCE=").count() >= candidates,
+        "{gate}"
+    );
+    assert!(
+        !agent.contains(nonce),
+        "the agent found the nonce:\n{agent}"
+    );
+    assert!(
+        agent.contains("env: ") && agent.contains("MVK_RUN="),
+        "{agent}"
+    );
 }
 
 #[test]
