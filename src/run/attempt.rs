@@ -314,22 +314,31 @@ pub async fn run_attempt(
             spec.number
         ),
     );
+    // The agent destroyed its own worktree, or pointed its git links elsewhere: its attempt
+    // fails; mvk and the pool go on (the next lease rebuilds the slot).
+    let wrecked = match &captured {
+        Err(_) if !lease.path.join(".git").exists() => Some((
+            "the agent leaves its worktree in place (it deleted it)".to_string(),
+            "worktree-deleted",
+        )),
+        Err(worktree::WorktreeError::Relinked { found, .. }) => Some((
+            format!(
+                "the agent leaves its worktree's git links alone (they now lead to `{}`)",
+                found.display()
+            ),
+            "worktree-relinked",
+        )),
+        _ => None,
+    };
     let head = match captured {
         Ok(head) => head,
-        // The agent destroyed its own worktree: its attempt fails; mvk and the pool go on (the
-        // next lease rebuilds the slot).
-        Err(_) if !lease.path.join(".git").exists() => {
+        Err(_) if wrecked.is_some() => {
             runner.ledger_agent_done(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
             drop(lease);
-            let f = agent_failure(
-                spec.number,
-                "the agent leaves its worktree in place (it deleted it)".into(),
-                "worktree-deleted",
-                exit_code,
-                &dir,
-            );
+            let (criterion, part) = wrecked.unwrap_or_default();
+            let f = agent_failure(spec.number, criterion, part, exit_code, &dir);
             return Ok(AttemptRecord {
                 ledger_id,
                 number: spec.number,

@@ -61,6 +61,10 @@ pub enum WorktreeError {
     InvalidBranch { branch: String },
     #[error("branch `{branch}` is checked out in `{path}`; pick another branch name")]
     BranchCheckedOut { branch: String, path: PathBuf },
+    #[error(
+        "the git directory of worktree `{path}` now leads to `{found}`, not to the one mvk made for it"
+    )]
+    Relinked { path: PathBuf, found: PathBuf },
     #[error("no free worktree slot under `{root}` after trying {tried} slots")]
     PoolExhausted { root: PathBuf, tried: usize },
 }
@@ -107,6 +111,10 @@ pub struct Lease {
     pub branch: String,
     pub base: Oid,
     slot: usize,
+    /// The worktree's own git directory and the repository's common one, as mvk made them:
+    /// [`capture`] refuses a worktree whose links now lead elsewhere.
+    admin: PathBuf,
+    common: PathBuf,
     /// Held open for its lock; closing the file releases it.
     _lock: File,
 }
@@ -201,11 +209,16 @@ impl Pool {
             self.create_slot(&main, slot, base, branch)?;
             self.reset_slot(&main, &path, base, branch)?;
         }
+        let admin = Repository::open(&path)
+            .map_err(git_err("open worktree", &path))
+            .and_then(|r| canonical(r.path()))?;
         Ok(Lease {
             path,
             branch: branch.to_string(),
             base,
             slot,
+            admin,
+            common: self.git_dir.clone(),
             _lock: lock,
         })
     }
@@ -543,6 +556,20 @@ pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
 pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     let path = &lease.path;
     let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+    // The agent could write its worktree's `.git` file and git directory (`commondir`,
+    // `gitdir`): mvk must not commit, stage or move HEAD in whatever they now name (the main
+    // checkout's index and HEAD, another slot's).
+    for (found, made) in [
+        (repo.path(), &lease.admin),
+        (repo.commondir(), &lease.common),
+    ] {
+        if !same_path(found, made) {
+            return Err(WorktreeError::Relinked {
+                path: path.clone(),
+                found: found.to_path_buf(),
+            });
+        }
+    }
     let head = match repo.head() {
         Ok(head) => Some(head.peel_to_commit().map_err(git_err("read HEAD", path))?),
         Err(e) if e.code() == ErrorCode::UnbornBranch => None,

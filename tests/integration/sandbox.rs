@@ -437,3 +437,29 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
     assert!(log.contains("loopback: ping"), "{log}\n{}", run.why());
     assert!(log.contains("outside: unreachable"), "{log}");
 }
+
+#[test]
+fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touches_nothing_there() {
+    // The worktree's `.git` file is the agent's to write; mvk, unconfined, must not follow it
+    // into the main checkout's index and HEAD when it records the attempt.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/relink.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("leaves its worktree's git links alone"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    assert_eq!(f.git(&["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
+    assert_eq!(f.git(&["status", "--porcelain"]), "", "{}", run.why());
+}
