@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,8 @@ const MARKER: i32 = SIGUSR2;
 /// How long [`settle`] waits for the reading thread at most.
 const SETTLE_BOUND: Duration = Duration::from_secs(2);
 
-/// Whether a watch is reading signals now (the marker is only sent then).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// How many watches are reading signals now (the marker is only sent while one is).
+static WATCHES: AtomicUsize = AtomicUsize::new(0);
 /// While no watch is active, the stop signals and the marker act as by default (see [`watch`]).
 static DEFAULTS: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 /// Markers sent, and the number sent when the reading thread last saw one.
@@ -205,8 +205,8 @@ pub fn watch() -> io::Result<Watch> {
     let mut signals = SignalsInfo::<WithOrigin>::new(STOPS.into_iter().chain([MARKER]))?;
     let handle = signals.handle();
     let (tx, stops) = tokio::sync::mpsc::unbounded_channel();
+    WATCHES.fetch_add(1, Ordering::SeqCst);
     defaults.store(false, Ordering::SeqCst);
-    ACTIVE.store(true, Ordering::SeqCst);
     let thread = std::thread::spawn(move || {
         for origin in signals.forever() {
             let sender = origin.process.map(|p| p.pid);
@@ -241,7 +241,6 @@ pub fn watch() -> io::Result<Watch> {
                 }
             }
         }
-        ACTIVE.store(false, Ordering::SeqCst);
     });
     Ok(Watch {
         handle,
@@ -254,7 +253,7 @@ pub fn watch() -> io::Result<Watch> {
 /// against its window, or passed on as a stop): mvk sends itself the marker and waits for the
 /// reading thread to see it, up to a bound. Returns at once when no watch reads signals.
 pub async fn settle() {
-    if !ACTIVE.load(Ordering::SeqCst) {
+    if WATCHES.load(Ordering::SeqCst) == 0 {
         return;
     }
     let target = MARKS_SENT.fetch_add(1, Ordering::SeqCst) + 1;
@@ -280,13 +279,13 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        ACTIVE.store(false, Ordering::SeqCst);
+        let last = WATCHES.fetch_sub(1, Ordering::SeqCst) == 1;
         self.handle.close();
         // The thread owns the registration: joined, its handlers are gone.
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        if let Some(d) = DEFAULTS.get() {
+        if last && let Some(d) = DEFAULTS.get() {
             d.store(true, Ordering::SeqCst);
         }
     }

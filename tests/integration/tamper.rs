@@ -150,9 +150,9 @@ fn an_agent_that_signals_mvk_and_exits_at_once_is_rejected_and_mvk_goes_on() {
     assert_eq!(signalled["detail"]["signals"], 1, "{}", run.why());
 }
 
-#[test]
-fn a_signal_from_outside_still_stops_mvk() {
-    // A person's `kill` is obeyed: mvk stops every process it started and exits 130.
+/// Starts `mvk apply` on a slow agent, lets SEND signal it, and checks that mvk stopped: it
+/// stops every process it started and exits 130.
+fn stopped_from_outside(send: impl FnOnce(u32)) {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "slow.sh", &["@STATE"]),
         true,
@@ -167,11 +167,27 @@ fn a_signal_from_outside_still_stops_mvk() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let pid = rustix::process::Pid::from_child(&child);
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    send(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     assert_eq!(f.tip("main"), f.base);
+}
+
+#[test]
+fn a_signal_from_outside_still_stops_mvk() {
+    // A person's `kill` is obeyed, from mvk's parent as from a shell that is no kin of mvk's.
+    stopped_from_outside(|pid| {
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    });
+    stopped_from_outside(|pid| {
+        // The shell (its builtin `kill`) stays alive a moment while mvk places it.
+        let status = std::process::Command::new("sh")
+            .args(["-c", &format!("kill -TERM {pid}; sleep 1")])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
 }
