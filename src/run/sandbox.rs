@@ -248,7 +248,7 @@ pub fn confine(
             ("GIT_OBJECT_DIRECTORY".to_string(), path_text(objects)),
             (
                 "GIT_ALTERNATE_OBJECT_DIRECTORIES".to_string(),
-                path_text(&commit.shared),
+                alternate_entry(&commit.shared),
             ),
         ];
     }
@@ -395,6 +395,17 @@ pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, git2::Error>
 
 fn path_text(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// `path` as one entry of `GIT_ALTERNATE_OBJECT_DIRECTORIES`, a `:`-separated list: quoted the
+/// C way (which git reads when an entry starts with `"`) when it holds a `:` or a `"`.
+fn alternate_entry(path: &Path) -> String {
+    let text = path_text(path);
+    if !text.contains([':', '"']) {
+        return text;
+    }
+    let escaped = text.replace('\\', r"\\").replace('"', r#"\""#);
+    format!("\"{escaped}\"")
 }
 
 /// `program` as `execvp` would find it: a path (relative to `cwd`), or a name on `path`.
@@ -606,6 +617,18 @@ mod tests {
             Some(dir.path().join("bin/tool"))
         );
         assert_eq!(find_program("tool", dir.path(), None), None);
+    }
+
+    #[test]
+    fn alternates_with_a_colon_are_quoted() {
+        assert_eq!(
+            alternate_entry(Path::new("/r/.git/objects")),
+            "/r/.git/objects"
+        );
+        assert_eq!(
+            alternate_entry(Path::new(r#"/a:b/"q"/objects"#)),
+            r#""/a:b/\"q\"/objects""#
+        );
     }
 
     #[test]
