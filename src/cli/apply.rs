@@ -180,7 +180,8 @@ pub(crate) fn until_signal<T>(
     Ok(runtime()?.block_on(async {
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
         // The same signals from the run's own agents and gates are counted, not obeyed.
-        let Ok(mut stop) = crate::run::signals::watch() else {
+        let warn = |text: String| Printer::new(false, false).warn(&text);
+        let Ok(mut stop) = crate::run::signals::watch(warn) else {
             return Some(run.await);
         };
         tokio::select! {

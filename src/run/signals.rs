@@ -186,8 +186,9 @@ pub struct Watch {
     stops: tokio::sync::mpsc::UnboundedReceiver<i32>,
 }
 
-/// Starts reading SIGINT, SIGTERM, SIGHUP and SIGQUIT.
-pub fn watch() -> io::Result<Watch> {
+/// Starts reading SIGINT, SIGTERM, SIGHUP and SIGQUIT; `warn` tells the user about a stop
+/// signal that was not obeyed because its sender could not be placed.
+pub fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
     // Once per process: an action that does what the signal does by default while no watch
     // reads it (signal-hook leaves its own handler installed, doing nothing, otherwise).
     let defaults = match DEFAULTS.get() {
@@ -233,11 +234,11 @@ pub fn watch() -> io::Result<Watch> {
                 }
                 Sender::Unplaced => {
                     count(placed);
-                    eprintln!(
-                        "mvk: ignored signal {} from process {}, which mvk cannot tell from one of its own agents or gates (it is gone, or is a descendant outside the agent's group); to stop the run, press Ctrl-C or send the signal from a process that stays alive (a shell's `kill`)",
+                    warn(format!(
+                        "ignored signal {} from process {}, which mvk cannot tell from one of its own agents or gates (it is gone, or is a descendant outside the agent's group); to stop the run, press Ctrl-C or send the signal from a process that stays alive (a shell's `kill`)",
                         origin.signal,
                         sender.unwrap_or(0)
-                    );
+                    ));
                 }
             }
         }
@@ -380,8 +381,8 @@ mod tests {
         if std::env::var_os("MVK_SIGNALS_CHILD").is_none() {
             return;
         }
-        drop(watch().unwrap());
-        drop(watch().unwrap());
+        drop(watch(|_| {}).unwrap());
+        drop(watch(|_| {}).unwrap());
         rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
             .unwrap();
         std::thread::sleep(Duration::from_secs(5));
