@@ -526,6 +526,8 @@ pub async fn judge(
         &task.scope,
     );
     let mut runs = Vec::new();
+    // Gates run the agent's code: one that signals mvk rejects the attempt, as an agent would.
+    let window = crate::run::signals::Window::new();
     for (i, g) in task.gates.iter().enumerate() {
         let Some(left) = budgets.time_left(runner.started(&task.name)) else {
             return Ok(record(AttemptEnd::WallSpent));
@@ -537,9 +539,15 @@ pub async fn judge(
             timeout: g.timeout.min(left),
             sandbox: task.sandbox.as_ref(),
         };
-        let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+        let run = gate::run_gate_counted(g, &cx, Some(&window))
+            .await
+            .map_err(RunError::Gate)?;
         crate::run::reaper::kill_adopted();
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
+        crate::run::signals::settle().await;
+        if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {
+            return Ok(record(AttemptEnd::Failed(f)));
+        }
         if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
@@ -583,6 +591,37 @@ pub async fn judge(
         usage: spent,
         ..record(end)
     })
+}
+
+/// The failure of an attempt whose gate `run` sent mvk `signals` stop signals, if it sent any.
+fn signalled_by_gate(
+    runner: &Runner<'_>,
+    spec: &AttemptSpec<'_>,
+    run: &GateRun,
+    signals: u64,
+) -> Result<Option<Failure>, RunError> {
+    if signals == 0 {
+        return Ok(None);
+    }
+    runner.emit(
+        Some(&spec.task.name),
+        Some(spec.number),
+        "gate.signalled-mvk",
+        json!({ "gate": run.gate, "signals": signals }),
+    )?;
+    let mut f = Failure::new(
+        spec.number,
+        FailureKind::Gate,
+        format!(
+            "gate `{}` leaves mvk alone, but it sent mvk {signals} stop signal(s); the attempt was rejected whatever its verdict",
+            run.gate
+        ),
+        &[&run.gate, "signalled-mvk"],
+    );
+    f.gate = Some(run.gate.clone());
+    f.exit_code = run.exit_code;
+    f.tail = run.tail.clone();
+    Ok(Some(f))
 }
 
 /// A reviewer's rejection as the failure the next attempt is told about; the same blockers

@@ -150,6 +150,30 @@ fn an_agent_that_signals_mvk_and_exits_at_once_is_rejected_and_mvk_goes_on() {
     assert_eq!(signalled["detail"]["signals"], 1, "{}", run.why());
 }
 
+#[test]
+fn a_gate_that_signals_mvk_rejects_the_attempt_and_mvk_goes_on() {
+    // Gates run the agent's code; a gate that turns on mvk is ignored, and its green verdict
+    // does not count.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        r#"gate tests { run "sh" "@AGENTS/hardening/signal_gate.sh"; }"#,
+        "budget iterations=1",
+    ));
+    let run = f.apply();
+    assert_eq!(run.one("gate.finished")["detail"]["verdict"], "pass");
+    assert_eq!(
+        run.one("gate.signalled-mvk")["detail"]["gate"],
+        "tests",
+        "{}",
+        run.why()
+    );
+    run.none("attempt.passed");
+    // The run went on to its end (not 130, as a person's stop): its one attempt spent.
+    run.expect_code(3);
+    assert_eq!(f.tip("main"), f.base);
+}
+
 /// Starts `mvk apply` on a slow agent, lets SEND signal it, and checks that mvk stopped: it
 /// stops every process it started and exits 130.
 fn stopped_from_outside(send: impl FnOnce(u32)) {
