@@ -19,15 +19,8 @@
 # output <= 64 MiB. /usr/bin/time's %M is the largest peak RSS among the process and the
 # children it waited for (the agent and gate processes included).
 set -euo pipefail
-export LC_ALL=C
 cd "$(dirname "$0")/.."
-if [ -n "${MVK_BIN:-}" ]; then
-    mvk=$MVK_BIN
-else
-    cargo build --release --quiet
-    mvk=$PWD/target/release/mvk
-fi
-unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR
+. benches/common.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/mvk-bench-apply.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 reps=3

@@ -5,7 +5,8 @@
 //! A run's branches go once the ledger records it as finished, unless it finished waiting for a
 //! person (the accepted work may be on such a branch only) or it was one attempt that passed
 //! (`mvk attempt`, never landed). The output files of commands `mvk mcp` started for runs that
-//! are over go too. A run still marked running — alive,
+//! are over go too, and those of a command that named no run once they are older than the time
+//! `mvk mcp` gives a command to name one. A run still marked running — alive,
 //! or dead and resumable — keeps its branches. Branches of runs the ledger does not know are left alone: mvk did not
 //! make them, or their record is gone, and deleting work on a guess is worse than keeping it.
 
@@ -91,22 +92,21 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
             doomed.push(name);
         }
     }
-    // The output of commands `mvk mcp` started, `<run>.<stamp>-<command>.out` and `.err`.
+    // The output of commands `mvk mcp` started.
     let mut outputs = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(root.join(".mvk").join("mcp")) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let run = path
-                .file_name()
-                .and_then(|s| s.to_str())
-                .filter(|s| s.matches('.').count() == 2)
-                .and_then(|s| s.split('.').next())
-                .map(str::to_string);
-            if let Some(run) = run
-                && over(&run)?
-            {
-                outputs.push(path);
-            }
+    for (path, run) in mcp_outputs(&root.join(".mvk").join("mcp")) {
+        let gone = match run {
+            Some(run) => over(&run)?,
+            // It named no run: it failed (the caller got what it printed) or was stopped.
+            None => path
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > crate::mcp::spawn::START_TIMEOUT),
+        };
+        if gone {
+            outputs.push(path);
         }
     }
 
@@ -159,4 +159,45 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
         ));
     }
     Ok(Exit::Ok)
+}
+
+/// The files in DIR (`.mvk/mcp/`) with the run each belongs to: `<run>.<stamp>-<command>.out`
+/// and `.err` once the command named its run; `<stamp>-<command>.out` and `.err` while it has
+/// not, or when renaming them failed, whose run is the first line of the `.out` (under either
+/// name), `None` when it names none.
+fn mcp_outputs(dir: &Path) -> Vec<(std::path::PathBuf, Option<String>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    let first_line = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|t| t.lines().next().map(|l| l.trim().to_string()))
+            .filter(|l| !l.is_empty())
+    };
+    let mut out = Vec::new();
+    for name in &names {
+        let Some(stem) = name
+            .strip_suffix(".out")
+            .or_else(|| name.strip_suffix(".err"))
+        else {
+            continue;
+        };
+        let run = match stem.split_once('.') {
+            Some((run, _)) => Some(run.to_string()),
+            None => first_line(&format!("{stem}.out")).or_else(|| {
+                // Its `.out` was renamed by the run and this one was not.
+                let renamed = format!(".{stem}.out");
+                names
+                    .iter()
+                    .find_map(|n| n.strip_suffix(&renamed).map(str::to_string))
+            }),
+        };
+        out.push((dir.join(name), run));
+    }
+    out
 }

@@ -118,6 +118,15 @@ where
     {
         return crate::run::sandbox::trampoline(&args[2..]);
     }
+    // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
+    let mut args = args;
+    if args.get(1).is_some_and(|a| a == crate::mcp::SESSION) {
+        if let Err(e) = crate::mcp::enter_session() {
+            eprintln!("error: {e}");
+            return Exit::Internal.into();
+        }
+        args.remove(1);
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {

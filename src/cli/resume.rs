@@ -33,6 +33,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     let repo_root = repo_root(cli)?;
     let run = find_run(cli, args.run.as_deref())?;
     refuse_finished(&run)?;
+    refuse_attempt(&run)?;
     let _lock = lock(
         printer,
         &repo_root,
@@ -162,6 +163,24 @@ fn refuse_finished(run: &RunRow) -> Result<(), CliError> {
             run.exit_code.unwrap_or(-1)
         ),
         hint: Some(format!("start a new run with `mvk apply {}`", run.file)),
+    })
+}
+
+/// An interrupted `mvk attempt` is not continued: a resume goes on as a run, and would land work
+/// nobody asked to land (the attempt promised to land nothing).
+fn refuse_attempt(run: &RunRow) -> Result<(), CliError> {
+    if run.command != "attempt" {
+        return Ok(());
+    }
+    Err(CliError::Usage {
+        message: format!(
+            "run `{}` is one attempt (`mvk attempt`), which lands nothing; `mvk resume` does not continue it",
+            run.id
+        ),
+        hint: Some(format!(
+            "make another attempt with `mvk attempt {}`, or run the loop with `mvk apply {}`",
+            run.file, run.file
+        )),
     })
 }
 

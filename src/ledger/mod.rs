@@ -110,6 +110,24 @@ pub struct RunStart<'a> {
     pub mode: &'a str,
 }
 
+/// The command that started a run (`runs.command`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunCommand {
+    /// `mvk apply`: attempts go on and what passes lands; `mvk resume` continues it.
+    Apply,
+    /// `mvk attempt`: one attempt of one task, never landed; nothing continues it.
+    Attempt,
+}
+
+impl RunCommand {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunCommand::Apply => "apply",
+            RunCommand::Attempt => "attempt",
+        }
+    }
+}
+
 /// The start of a task, with the digests a resume compares for drift.
 pub struct TaskStart<'a> {
     pub run: &'a str,
@@ -351,8 +369,18 @@ impl Ledger {
         Ok(out)
     }
 
-    /// Records a run as `running`, with its program (IR and sources) if the ledger has not got it.
+    /// Records a run of `mvk apply` as `running`, with its program (IR and sources) if the
+    /// ledger has not got it.
     pub fn begin_run(&mut self, r: &RunStart<'_>) -> Result<(), LedgerError> {
+        self.begin_run_of(r, RunCommand::Apply)
+    }
+
+    /// Records a run started by `command` as `running` (see [`begin_run`](Self::begin_run)).
+    pub fn begin_run_of(
+        &mut self,
+        r: &RunStart<'_>,
+        command: RunCommand,
+    ) -> Result<(), LedgerError> {
         let what = || format!("the start of run `{}`", r.id);
         let sql = |source| LedgerError::Write {
             what: what(),
@@ -362,8 +390,8 @@ impl Ledger {
             store_program(tx, &what, r.program_digest, r.ir_json, r.sources, now)?;
             tx.execute(
                 "INSERT INTO runs (id, file, program, kind, program_digest, repo_root, base_commit,
-                    target_branch, mode, pid, host, state, started_at, heartbeat_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running', ?12, ?12)",
+                    target_branch, mode, pid, host, state, started_at, heartbeat_at, command)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running', ?12, ?12, ?13)",
                 params![
                     r.id,
                     r.file,
@@ -376,7 +404,8 @@ impl Ledger {
                     r.mode,
                     r.pid,
                     r.host,
-                    now
+                    now,
+                    command.as_str()
                 ],
             )
             .map_err(sql)?;

@@ -60,6 +60,9 @@ pub struct RunRow {
     pub started_at: i64,
     pub heartbeat_at: i64,
     pub finished_at: Option<i64>,
+    /// The command that started it: `apply` (lands what passes) or `attempt` (one attempt,
+    /// never landed; `mvk resume` does not continue it).
+    pub command: String,
 }
 
 /// One task of a run.
@@ -194,11 +197,11 @@ impl Reader {
             .into());
         }
         if found < known {
-            return Err(LedgerError::BadVersion {
-                path: path.to_path_buf(),
-                found,
-            }
-            .into());
+            // A ledger an older mvk wrote: migrate it (as any writer would on opening it), then
+            // read it; the file exists, so nothing is created.
+            drop(conn);
+            drop(super::schema::open(path)?);
+            return Self::open(path);
         }
         Ok(Reader { conn })
     }
@@ -475,7 +478,7 @@ impl Reader {
 pub(crate) const RUN_SELECT: &str =
     "SELECT id, file, program, kind, program_digest, repo_root, base_commit,
     target_branch, mode, pid, host, state, outcome, exit_code, started_at, heartbeat_at,
-    finished_at FROM runs";
+    finished_at, command FROM runs";
 
 pub(crate) fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -496,6 +499,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
         started_at: r.get(14)?,
         heartbeat_at: r.get(15)?,
         finished_at: r.get(16)?,
+        command: r.get(17)?,
     })
 }
 
@@ -553,7 +557,12 @@ pub fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
     let now = ms_since_epoch(SystemTime::now());
     let stale = now.saturating_sub(heartbeat_ms) > millis(HEARTBEAT_STALE);
     let beat = rfc3339(heartbeat_ms);
-    let hint = format!("continue with `mvk resume {}`", run.id);
+    let hint = if run.command == "attempt" {
+        // An attempt lands nothing, so it is not resumed as a run: another attempt goes on.
+        format!("make another attempt with `mvk attempt {}`", run.file)
+    } else {
+        format!("continue with `mvk resume {}`", run.id)
+    };
     if run.host == this_host() {
         // The run lock is the surest sign: the kernel drops it when its holder dies, and a
         // `mvk resume` holds it before the ledger names its pid.
@@ -696,6 +705,7 @@ mod tests {
             started_at: 0,
             heartbeat_at,
             finished_at: None,
+            command: "apply".into(),
         }
     }
 

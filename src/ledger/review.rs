@@ -15,7 +15,7 @@ pub struct CheckpointStart<'a> {
     pub run: &'a str,
     pub task: &'a str,
     pub attempt_id: i64,
-    /// `review`, `step` or `batch`.
+    /// `review`, `step`, `batch` or `human`.
     pub kind: &'a str,
     /// Whether approving lands the attempt.
     pub lands: bool,

@@ -15,6 +15,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_initial.sql"),
     include_str!("migrations/0002_resume.sql"),
     include_str!("migrations/0003_review.sql"),
+    include_str!("migrations/0004_human_checkpoint.sql"),
+    include_str!("migrations/0005_run_command.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

@@ -972,6 +972,8 @@ fn shipped_migrations_never_change() {
         "732dd8d7cbaa3ffc5a4be913bf7ac79ce0ca4b920a6b99bb0c9551caaa3ae4e8",
         "2ef6b0545ec8e9c9f678cf18e2aaa0e3b66f3d753ab803a2a09bca65f3274ec3",
         "7ca37649db6c457b1164ef6394317205fd3ad4d6528fcdd3a519ecb9a2e86aa3",
+        "2bb3895e55293b59e457e0a71d3be30d753333b17b03abf6b011d90e81774f9a",
+        "75d9fa6d6eda88578ab2cb18ef2d0386e2c65560c457637edb5f5113682c9495",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()
@@ -1086,4 +1088,57 @@ fn reviews_and_checkpoints_round_trip() {
         ledger.pause_run("r1"),
         Err(LedgerError::State { .. })
     ));
+}
+
+/// Migration 5 on a ledger an older mvk wrote: the runs `mvk attempt` started (their
+/// `run.started` event says `attempt_only`) become `attempt` runs, the others `apply`; a reader
+/// (`mvk status`) that finds the older ledger migrates it instead of refusing it.
+#[test]
+fn migration_5_tells_attempts_from_runs_in_an_older_ledger_and_readers_migrate_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("ledger.db");
+    {
+        let mut conn = Connection::open(&path).expect("create");
+        let tx = conn.transaction().expect("tx");
+        for m in &schema::MIGRATIONS[..3] {
+            tx.execute_batch(m).expect("an older migration");
+        }
+        tx.pragma_update(None, "user_version", 3)
+            .expect("version 3");
+        tx.execute(
+            "INSERT INTO programs (digest, ir_json, created_at) VALUES ('d', '{}', 0)",
+            [],
+        )
+        .expect("program");
+        for (run, attempt_only) in [("r-apply", false), ("r-attempt", true)] {
+            tx.execute(
+                "INSERT INTO runs (id, file, program, kind, program_digest, repo_root, base_commit,
+                    target_branch, mode, pid, host, state, started_at, heartbeat_at)
+                 VALUES (?1, 'loops/t.kdl', 't', 'loop', 'd', '/r', 'b', 'main', 'auto', 1, 'h',
+                    'running', 0, 0)",
+                [run],
+            )
+            .expect("run");
+            tx.execute(
+                "INSERT INTO events (run, time_ms, event, detail_json)
+                 VALUES (?1, 0, 'run.started', ?2)",
+                rusqlite::params![
+                    run,
+                    format!(r#"{{"whole":false,"attempt_only":{attempt_only}}}"#)
+                ],
+            )
+            .expect("event");
+        }
+        tx.commit().expect("commit");
+    }
+    let reader = read::Reader::open(&path).expect("a reader migrates an older ledger");
+    let runs = reader.runs().expect("runs");
+    let mut commands: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|r| (r.id.as_str(), r.command.as_str()))
+        .collect();
+    commands.sort_unstable();
+    assert_eq!(commands, [("r-apply", "apply"), ("r-attempt", "attempt")]);
+    let conn = Connection::open(&path).expect("reopen raw");
+    assert_eq!(user_version(&conn), schema::known_version());
 }

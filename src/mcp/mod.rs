@@ -9,7 +9,7 @@
 //! (unknown arguments are refused by each schema), and the work is done by the same code as
 //! from the command line, so the seal, the evidence rule and the review bound hold exactly.
 
-mod spawn;
+pub mod spawn;
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::cli::attempt::AttemptResult;
 use crate::cli::{Cli, CliError, Command};
 use crate::run::verify::Verification;
-pub use spawn::Started;
+pub use spawn::{SESSION, Started, enter_session};
 
 /// What every tool's description ends with.
 const HOLDS: &str = "The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.";
@@ -33,14 +33,22 @@ const HOLDS: &str = "The contract cannot be weakened from here: no input turns o
 /// The server: the repository `--repo` named, if any (else the working directory's).
 #[derive(Clone)]
 pub struct Server {
+    /// `--repo`, made absolute (the commands this server starts run in `dir`).
     repo: Option<PathBuf>,
+    /// What the files named in tool calls are relative to: the top of the repository's
+    /// checkout that `--repo` (or the directory the server was started in) is in.
+    dir: PathBuf,
     tool_router: ToolRouter<Server>,
 }
 
 /// Serves MCP on standard input and output until the client closes them.
 pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
+    let cwd = std::env::current_dir()?;
+    let repo = repo.map(|r| cwd.join(r));
+    let dir = files_dir(repo.as_deref().unwrap_or(&cwd));
     let server = Server {
         repo,
+        dir,
         tool_router: Server::tool_router(),
     };
     let running = server
@@ -55,14 +63,15 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanInput {
-    /// The loop or flow file (relative to the directory `mvk mcp` was started in).
+    /// The loop or flow file (relative to the repository's top directory, or absolute).
     pub file: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyInput {
-    /// The loop or flow file whose seal is the oracle.
+    /// The loop or flow file whose seal is the oracle (relative to the repository's top
+    /// directory, or absolute).
     pub file: String,
     /// The revision the change starts from (a commit, branch or tag).
     pub base: String,
@@ -75,7 +84,7 @@ pub struct VerifyInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttemptInput {
-    /// The loop or flow file.
+    /// The loop or flow file (relative to the repository's top directory, or absolute).
     pub file: String,
     /// The task to attempt (needed when the file has several).
     pub task: Option<String>,
@@ -96,7 +105,7 @@ pub enum Mode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyInput {
-    /// The loop or flow file.
+    /// The loop or flow file (relative to the repository's top directory, or absolute).
     pub file: String,
     /// Run only this task of a flow.
     pub task: Option<String>,
@@ -183,7 +192,7 @@ impl Server {
         Parameters(input): Parameters<PlanInput>,
     ) -> Result<Json<Document>, ErrorData> {
         let cli = self.cli();
-        let program = compile(&cli, &input.file)?;
+        let program = compile(&cli, &self.file(&input.file))?;
         let plan = crate::plan::plan(&program);
         Ok(Json(Document(crate::cli::plan::to_json(&program, &plan))))
     }
@@ -197,11 +206,12 @@ impl Server {
         Parameters(input): Parameters<VerifyInput>,
     ) -> Result<Json<Verification>, ErrorData> {
         let cli = self.cli();
-        let program = compile(&cli, &input.file)?;
+        let file = self.file(&input.file);
+        let program = compile(&cli, &file)?;
         crate::cli::verify::check(
             &cli,
             &program,
-            std::path::Path::new(&input.file),
+            &file,
             (&input.base, input.head.as_deref()),
             input.task.as_deref(),
         )
@@ -221,11 +231,11 @@ impl Server {
         &self,
         Parameters(input): Parameters<AttemptInput>,
     ) -> Result<Json<AttemptResult>, ErrorData> {
-        let mut args = vec!["attempt".to_string(), input.file, "--json".into()];
+        let mut args = vec!["attempt".to_string(), file_arg(input.file), "--json".into()];
         if let Some(t) = input.task {
             args.extend(["--task".into(), t]);
         }
-        let out = spawn::wait(&self.global_args(), &args).await?;
+        let out = spawn::wait(&self.dir, &self.global_args(), &args).await?;
         if !(0..=3).contains(&out.code) {
             return Err(failed(&args[0], out.code, &out.stderr));
         }
@@ -253,9 +263,9 @@ impl Server {
         Parameters(input): Parameters<ApplyInput>,
     ) -> Result<Json<Started>, ErrorData> {
         let cli = self.cli();
-        let repo_root = crate::cli::apply::repository(&cli, std::path::Path::new(&input.file))
+        let repo_root = crate::cli::apply::repository(&cli, &self.file(&input.file))
             .map_err(|e| cli_error(&e))?;
-        let mut args = vec!["apply".to_string(), input.file];
+        let mut args = vec!["apply".to_string(), file_arg(input.file)];
         if let Some(t) = input.task {
             args.extend(["--task".into(), t]);
         }
@@ -267,7 +277,7 @@ impl Server {
             };
             args.extend(["--mode".into(), m.into()]);
         }
-        spawn::detached(&repo_root, &self.global_args(), &args)
+        spawn::detached(&self.dir, &repo_root, &self.global_args(), &args)
             .await
             .map(Json)
     }
@@ -364,10 +374,16 @@ impl Server {
         }
     }
 
+    /// A file a tool call names: relative to the repository's top directory (what an agent
+    /// working in the repository means), never to wherever the server happened to start.
+    fn file(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
     /// Starts a command that continues a run of this repository.
     async fn continue_run(&self, args: Vec<String>) -> Result<Json<Started>, ErrorData> {
         let repo_root = crate::cli::resume::repo_root(&self.cli()).map_err(|e| cli_error(&e))?;
-        spawn::detached(&repo_root, &self.global_args(), &args)
+        spawn::detached(&self.dir, &repo_root, &self.global_args(), &args)
             .await
             .map(Json)
     }
@@ -384,9 +400,27 @@ impl ServerHandler for Server {
     }
 }
 
+/// The top of the checkout that holds `start` (a linked worktree's own, not the main one's), or
+/// `start` itself outside a repository.
+fn files_dir(start: &std::path::Path) -> PathBuf {
+    git2::Repository::discover(start)
+        .ok()
+        .and_then(|r| r.workdir().map(std::path::Path::to_path_buf))
+        .unwrap_or_else(|| start.to_path_buf())
+}
+
+/// A file as an argument of a command started in the server's `dir`: one that starts with `-`
+/// is still a file, not a flag.
+fn file_arg(file: String) -> String {
+    if file.starts_with('-') {
+        format!("./{file}")
+    } else {
+        file
+    }
+}
+
 /// Compiles `file`; its diagnostics, rendered as the command line shows them, are the error.
-fn compile(cli: &Cli, file: &str) -> Result<crate::ir::Program, ErrorData> {
-    let path = std::path::Path::new(file);
+fn compile(cli: &Cli, path: &std::path::Path) -> Result<crate::ir::Program, ErrorData> {
     let compiled = crate::cli::compile_quiet(cli, path);
     match compiled.program {
         Some(p) => Ok(p),

@@ -1,7 +1,8 @@
 //! A command line for this very executable in; the command started out: [`wait`] runs it to its
-//! end and hands back what it printed, [`detached`] starts it in a process group and session
-//! of its own (so a long run outlives the request, and the client's signals do not reach it),
-//! its output in files under `.mvk/mcp/` (named by the run once it is known), and answers with the run id the command prints first.
+//! end and hands back what it printed, [`detached`] starts it in a session of its own (so a long
+//! run outlives the request, the server and its client, whose signals and hang-ups do not reach
+//! it), its output in files under `.mvk/mcp/` (named by the run once it is known), and answers
+//! with the run id the command prints first.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,10 +13,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-/// How long a started command may take to name its run (compiling, taking the run lock).
-const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a started command may take to name its run (compiling, taking the run lock); one
+/// that names none by then is stopped. `mvk gc` removes the output of a command that named no
+/// run once it is older than this.
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the command's output file is looked at while waiting for the run id.
 const POLL: Duration = Duration::from_millis(50);
+/// The hidden first argument that makes `mvk` leave the server's session before it parses the
+/// rest as a command line: `mvk __session apply FILE` (see [`enter_session`]).
+pub const SESSION: &str = "__session";
 
 /// A command started in the background.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -24,7 +30,7 @@ pub struct Started {
     pub run: String,
     /// The command line, as a person would type it.
     pub command: String,
-    /// Its process id.
+    /// Its process id; it leads a session and a process group of its own.
     pub pid: u32,
     /// Its standard output (the run id, then the summary) and error (progress, errors).
     pub stdout: PathBuf,
@@ -44,11 +50,25 @@ fn exe() -> Result<PathBuf, ErrorData> {
     })
 }
 
-/// Runs `mvk GLOBAL ARGS` to its end.
-pub async fn wait(global: &[String], args: &[String]) -> Result<Finished, ErrorData> {
+/// In a command [`detached`] started (`mvk __session …`): a new session, led by this process,
+/// with no controlling terminal, so the server's client, its terminal and a signal to the
+/// server's session or process group do not reach the run. `setsid(2)` through rustix's safe
+/// wrapper, called by the command itself before it does anything else: a `pre_exec` hook in the
+/// server would need `unsafe`, and util-linux's `setsid` binary may be missing. It cannot fail
+/// here (the command is started as an ordinary member of the server's process group, never a
+/// group leader), but if it did the run would not be detached as promised, so it is an error.
+pub fn enter_session() -> Result<(), String> {
+    rustix::process::setsid()
+        .map(|_| ())
+        .map_err(|e| format!("cannot start a session of its own (setsid): {e}"))
+}
+
+/// Runs `mvk GLOBAL ARGS` in DIR to its end.
+pub async fn wait(dir: &Path, global: &[String], args: &[String]) -> Result<Finished, ErrorData> {
     let out = tokio::process::Command::new(exe()?)
         .args(global)
         .args(args)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .await
@@ -62,16 +82,31 @@ pub async fn wait(global: &[String], args: &[String]) -> Result<Finished, ErrorD
     })
 }
 
-/// Starts `mvk GLOBAL ARGS` detached, its output in `.mvk/mcp/` of `repo_root`, and returns
-/// when it has printed its run id (its first line); when it ends first, what it printed on
-/// standard error is the error.
+/// Starts `mvk GLOBAL ARGS` detached in DIR, its output in `.mvk/mcp/` of `repo_root`, and
+/// returns when it has printed its run id (its first line); when it ends first, what it printed
+/// on standard error is the error.
 pub async fn detached(
+    dir: &Path,
     repo_root: &Path,
     global: &[String],
     args: &[String],
 ) -> Result<Started, ErrorData> {
-    use std::os::unix::process::CommandExt as _;
+    let mut cmd = std::process::Command::new(exe()?);
+    cmd.arg(SESSION).args(global).args(args).current_dir(dir);
     let command = format!("mvk {}", args.join(" "));
+    let name = args.first().map_or("mvk", String::as_str);
+    launch(cmd, repo_root, name, command, START_TIMEOUT).await
+}
+
+/// Starts CMD with its output in `.mvk/mcp/<stamp>-<name>.out` and `.err` and waits up to
+/// TIMEOUT for it to print a run id; see [`detached`].
+async fn launch(
+    mut cmd: std::process::Command,
+    repo_root: &Path,
+    name: &str,
+    command: String,
+    timeout: Duration,
+) -> Result<Started, ErrorData> {
     let io = |what: &str, path: &Path, e: std::io::Error| {
         ErrorData::internal_error(format!("cannot {what} `{}`: {e}", path.display()), None)
     };
@@ -79,19 +114,15 @@ pub async fn detached(
     std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
     let stamp = crate::run::driver::new_run_id()
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-    let base = dir.join(format!("{stamp}-{}", args[0]));
+    let base = dir.join(format!("{stamp}-{name}"));
     let stdout = base.with_extension("out");
     let stderr = base.with_extension("err");
     let out_file = std::fs::File::create(&stdout).map_err(|e| io("create", &stdout, e))?;
     let err_file = std::fs::File::create(&stderr).map_err(|e| io("create", &stderr, e))?;
-    let mut child = std::process::Command::new(exe()?)
-        .args(global)
-        .args(args)
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(out_file)
         .stderr(err_file)
-        // Its own process group: the client's Ctrl-C or the server's end does not stop the run.
-        .process_group(0)
         .spawn()
         .map_err(|e| ErrorData::internal_error(format!("cannot start `{command}`: {e}"), None))?;
     let pid = child.id();
@@ -101,6 +132,13 @@ pub async fn detached(
             .ok()
             .and_then(|t| t.split_once('\n').map(|(l, _)| l.trim().to_string()))
             .filter(|l| !l.is_empty())
+    };
+    // What it printed on standard error, then its files go: the error carries their content.
+    let printed = || {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let _ = std::fs::remove_file(&stdout);
+        let _ = std::fs::remove_file(&stderr);
+        text
     };
     let run = loop {
         if let Some(line) = first_line() {
@@ -112,27 +150,32 @@ pub async fn detached(
                 if let Some(line) = first_line() {
                     break line;
                 }
-                let printed = std::fs::read_to_string(&stderr).unwrap_or_default();
-                return Err(super::failed(
-                    &args[0],
-                    status.code().unwrap_or(-1),
-                    &printed,
-                ));
+                return Err(super::failed(name, status.code().unwrap_or(-1), &printed()));
             }
             Ok(None) => {}
             Err(e) => {
+                // Not left running unseen, nor unreaped.
+                let _ = child.kill();
+                let _ = child.wait();
                 return Err(ErrorData::internal_error(
-                    format!("cannot wait for `{command}`: {e}"),
-                    None,
+                    format!("cannot wait for `{command}` (stopped it): {e}"),
+                    Some(json!({"pid": pid})),
                 ));
             }
         }
-        if started.elapsed() > START_TIMEOUT {
+        if started.elapsed() > timeout {
+            // Stopped and reaped (no zombie of this server), so no run goes on unseen.
+            let _ = child.kill();
+            let ended = child.wait();
             return Err(ErrorData::internal_error(
                 format!(
-                    "`{command}` named no run within {}s; it goes on (pid {pid}), its output is in `{}`",
-                    START_TIMEOUT.as_secs(),
-                    stdout.display()
+                    "`{command}` named no run within {}s and was stopped (pid {pid}, {}); it printed:\n{}",
+                    timeout.as_secs_f64(),
+                    match ended {
+                        Ok(status) => status.to_string(),
+                        Err(e) => format!("not reaped: {e}"),
+                    },
+                    printed().trim_end()
                 ),
                 Some(json!({"pid": pid})),
             ));
@@ -169,4 +212,89 @@ pub async fn detached(
         stdout,
         stderr,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn sh(script: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]);
+        cmd
+    }
+
+    fn files(root: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(root.join(".mvk/mcp"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Regression: a command that named no run in time was left running, and once it ended it
+    /// stayed a zombie of the server (never waited for).
+    #[tokio::test]
+    async fn a_command_that_names_no_run_in_time_is_stopped_and_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = launch(
+            sh("echo still compiling >&2; exec sleep 60"),
+            dir.path(),
+            "apply",
+            "mvk apply x".into(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.message.contains("named no run"), "{}", e.message);
+        assert!(e.message.contains("still compiling"), "{}", e.message);
+        let pid = e.data.unwrap()["pid"].as_u64().unwrap();
+        // Reaped: no process, not even a zombie, has its pid any more.
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} lingers"
+        );
+        assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
+    }
+
+    #[tokio::test]
+    async fn a_command_that_fails_before_naming_a_run_is_an_error_with_what_it_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = launch(
+            sh("echo 'error: no such file' >&2; exit 64"),
+            dir.path(),
+            "apply",
+            "mvk apply x".into(),
+            START_TIMEOUT,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.message.contains("no such file"), "{}", e.message);
+        assert_eq!(e.data.unwrap()["exit_code"], 64);
+        // Its output is in the error; no file is left for anyone to clean up.
+        assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
+    }
+
+    #[tokio::test]
+    async fn the_output_of_a_named_run_is_kept_under_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = launch(
+            sh("echo 20261203T100000-abcd; echo done"),
+            dir.path(),
+            "resume",
+            "mvk resume".into(),
+            START_TIMEOUT,
+        )
+        .await
+        .unwrap();
+        assert_eq!(started.run, "20261203T100000-abcd");
+        let name = started.stdout.file_name().unwrap().to_str().unwrap();
+        assert!(
+            name.starts_with("20261203T100000-abcd.") && name.ends_with("-resume.out"),
+            "{name}"
+        );
+    }
 }

@@ -153,6 +153,7 @@ mod tests {
             started_at: 0,
             heartbeat_at: 0,
             finished_at: Some(0),
+            command: "apply".into(),
         }
     }
 

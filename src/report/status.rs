@@ -128,9 +128,14 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
         })
         .collect();
     let waiting_for = if matches!(live, Liveness::Interrupted { .. }) {
-        Some(Waiting::Resume {
-            command: format!("mvk resume {}", run.id),
-        })
+        // An interrupted attempt is not resumed (it would go on as a landing run): another
+        // attempt is the way on.
+        let command = if run.command == "attempt" {
+            format!("mvk attempt {}", run.file)
+        } else {
+            format!("mvk resume {}", run.id)
+        };
+        Some(Waiting::Resume { command })
     } else {
         decisions.first().cloned()
     };

@@ -13,13 +13,13 @@ use serde_json::json;
 use crate::ir::{Agent, Task};
 use crate::prompt::{self, GateInfo, PromptContext};
 use crate::run::adapter::{self, RateLimitMatcher, Usage};
-use crate::run::driver::{Budgets, RunError, Runner};
+use crate::run::driver::{Budgets, RunError, Runner, blocking};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateContext, GateRun};
 use crate::run::process::{self, ProcessSpec, Termination};
 use crate::run::review::Verdict;
 use crate::run::seal::{self, Breach, Seal, SealVerdict};
-use crate::run::worktree;
+use crate::run::worktree::{self, Lease};
 
 /// The variable naming the run in every agent's and gate's environment (the contract's
 /// `MVK_RUN`); a resume finds what a dead mvk left running by it.
@@ -189,7 +189,10 @@ pub async fn run_attempt(
         path: dir.clone(),
         source,
     })?;
-    let mut lease = runner.acquire(spec.base, &branch)?;
+    let acquiring = std::time::Instant::now();
+    let mut lease = runner.acquire(spec.base, &branch).await?;
+    // How long the worktree took, for `benches/flow.sh` and anyone tuning a pool.
+    let worktree_ms = u64::try_from(acquiring.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut worktree_path = lease.path.clone();
     let ledger_id = runner.ledger_begin_attempt(
         &task.name,
@@ -210,6 +213,7 @@ pub async fn run_attempt(
             "agent": spec.agent.label(),
             "branch": branch,
             "worktree": worktree_path.display().to_string(),
+            "worktree_ms": worktree_ms,
             "base": spec.base.to_string(),
         }),
     )?;
@@ -253,7 +257,7 @@ pub async fn run_attempt(
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
         escaped += crate::run::reaper::kill_adopted();
-        absorb_agent_objects(runner, &dir)?;
+        absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
             usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
@@ -289,9 +293,9 @@ pub async fn run_attempt(
         tokio::time::sleep(wait).await;
         // The same attempt again, from a clean checkout of the same base; what the limited try
         // left is kept on the branch's history first.
-        worktree::capture(&lease, "mvk: work of a rate-limited try")?;
-        drop(lease);
-        lease = runner.acquire(spec.base, &branch)?;
+        let (_, kept) = capture(lease, "mvk: work of a rate-limited try".into()).await?;
+        kept?;
+        lease = runner.acquire(spec.base, &branch).await?;
         worktree_path = lease.path.clone();
         runner.set_phase("agent", Some(&task.name), spec.number)?;
     };
@@ -303,9 +307,9 @@ pub async fn run_attempt(
     let duration = started.elapsed();
 
     // Whatever the agent left is kept on the attempt's branch.
-    let captured = worktree::capture(
-        &lease,
-        &format!(
+    let (lease, captured) = capture(
+        lease,
+        format!(
             "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
             spec.number,
             task.name,
@@ -313,7 +317,8 @@ pub async fn run_attempt(
             task.name,
             spec.number
         ),
-    );
+    )
+    .await?;
     // The agent destroyed its own worktree, or pointed its git links elsewhere: its attempt
     // fails; mvk and the pool go on (the next lease rebuilds the slot).
     let wrecked = match &captured {
@@ -507,7 +512,7 @@ pub async fn judge(
 
     // The seal.
     runner.set_phase("seal", Some(&task.name), spec.number)?;
-    if let Some(f) = check_seal(runner, task, spec, head)? {
+    if let Some(f) = check_seal(runner, task, spec, head).await? {
         return Ok(record(AttemptEnd::Failed(f)));
     }
 
@@ -515,7 +520,7 @@ pub async fn judge(
     // checkout of the captured commit: ignored or untracked files the agent left (a conftest.py
     // it excluded from git, a forged build cache) are not what lands, and were not sealed.
     runner.set_phase("gates", Some(&task.name), spec.number)?;
-    let lease = runner.acquire(head, &branch)?;
+    let lease = runner.acquire(head, &branch).await?;
     let worktree_path = lease.path.clone();
     let gate_env = gate_env(
         runner.run_id(),
@@ -703,13 +708,18 @@ pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
 
 /// Adds the objects a sandboxed agent committed (`dir/agent.objects`) to the repository's
 /// store, so that its commits can be read and kept; nothing when it ran unconfined.
-fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<(), RunError> {
-    crate::run::sandbox::absorb_objects(runner.repo_root(), &objects_dir(dir, "agent"))
-        .map(|_| ())
-        .map_err(|source| RunError::Git {
-            action: "add the objects the agent committed to the repository".into(),
-            source,
-        })
+async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<(), RunError> {
+    let root = runner.repo_root().to_path_buf();
+    let objects = objects_dir(dir, "agent");
+    blocking("add the agent's objects to the repository", move || {
+        crate::run::sandbox::absorb_objects(&root, &objects)
+    })
+    .await?
+    .map(|_| ())
+    .map_err(|source| RunError::Git {
+        action: "add the objects the agent committed to the repository".into(),
+        source,
+    })
 }
 
 /// What one call of `agent` spent, as its adapter reads it from its standard output `log`.
@@ -777,8 +787,21 @@ async fn finish_wall(
     })
 }
 
+/// Commits what is in LEASE's worktree (see [`worktree::capture`]) on the blocking pool; the
+/// lease comes back for what follows.
+async fn capture(
+    lease: Lease,
+    message: String,
+) -> Result<(Lease, Result<Oid, worktree::WorktreeError>), RunError> {
+    blocking("commit the worktree", move || {
+        let head = worktree::capture(&lease, &message);
+        (lease, head)
+    })
+    .await
+}
+
 /// The seal check of an attempt's change; `Some` failure when it touched the oracle.
-fn check_seal(
+async fn check_seal(
     runner: &Runner<'_>,
     task: &Task,
     spec: &AttemptSpec<'_>,
@@ -788,11 +811,17 @@ fn check_seal(
     let mut patterns = task.seal.clone();
     patterns.push(".mvk".to_string());
     let sealed = Seal::new(&patterns).map_err(RunError::Seal)?;
-    let repo = Repository::open(runner.repo_root()).map_err(|source| RunError::Git {
-        action: "open the repository".into(),
-        source,
-    })?;
-    match seal::check(&repo, spec.base, head, &sealed).map_err(RunError::Seal)? {
+    let root = runner.repo_root().to_path_buf();
+    let base = spec.base;
+    let verdict = blocking("check the seal", move || {
+        let repo = Repository::open(&root).map_err(|source| RunError::Git {
+            action: "open the repository".into(),
+            source,
+        })?;
+        seal::check(&repo, base, head, &sealed).map_err(RunError::Seal)
+    })
+    .await??;
+    match verdict {
         SealVerdict::Untouched => {
             runner.emit(
                 Some(&task.name),

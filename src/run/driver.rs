@@ -72,6 +72,25 @@ pub enum RunError {
     },
     #[error("{message}")]
     Config { message: String },
+    #[error("a worker thread doing `{action}` ended abnormally")]
+    Worker {
+        action: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Runs F, a git or filesystem step that takes a while (a checkout, a commit of a worktree, a
+/// merge), on tokio's blocking pool: a flow's tasks are futures of one task, so a step run in
+/// place would stall every other task's agent, gate and landing until it ended.
+pub async fn blocking<T, F>(action: &'static str, f: F) -> Result<T, RunError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|source| RunError::Worker { action, source })
 }
 
 impl RunError {
@@ -1039,8 +1058,10 @@ impl<'a> Runner<'a> {
         self.pool.root()
     }
 
-    pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
-        Ok(self.pool.acquire(base, branch)?)
+    pub async fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
+        let pool = self.pool.clone();
+        let branch = branch.to_string();
+        Ok(blocking("check out a worktree", move || pool.acquire(base, &branch)).await??)
     }
 
     /// Writes an event to the ledger and the trail (in that order), then shows it.
@@ -1379,6 +1400,31 @@ impl<'a> Runner<'a> {
                     }
                     Some(Rung::Human) => {
                         let path = self.stop_for_person(task, target, last.as_ref(), None)?;
+                        // A person answers on the last attempt: approve judges its branch as
+                        // it now stands (they may have finished the work there) and lands it
+                        // if it passes; reject gives one more attempt, told their reason.
+                        let made = self.ledger().attempt_rows(&self.run_id, &task.name)?;
+                        if let Some(a) = made
+                            .iter()
+                            .filter(|a| a.epoch == epoch && a.state != "abandoned")
+                            .max_by_key(|a| a.number)
+                        {
+                            let question = format!(
+                                "the ladder reached `human` after attempt {n}{}; finish the work on branch `{branch}` and approve to have it checked (seal, gates, review) and landed, or reject with a reason for one more attempt (see {})",
+                                last_reason(last.as_ref()),
+                                path.display(),
+                                n = a.number,
+                                branch = a.branch,
+                            );
+                            let r = self.checkpoint(
+                                task,
+                                (a.id, a.number, &a.branch),
+                                "human",
+                                false,
+                                &question,
+                            )?;
+                            return Ok((r, Some(path)));
+                        }
                         let reason = format!(
                             "the ladder reached `human`: see {}{}",
                             path.display(),
@@ -1870,29 +1916,40 @@ impl<'a> Runner<'a> {
         )?;
         let message = landing_message(task, &self.run_id, spec.number);
         for _ in 0..LAND_RETRIES {
-            let prepared =
-                match land::prepare(&repo_root, target, strategy, spec.base, head, &message) {
-                    Ok(p) => p,
-                    Err(LandError::Conflict { paths, .. }) => {
-                        return self.conflict(
-                            task,
-                            target,
-                            spec,
-                            paths,
-                            "the change conflicts with the target",
-                        );
-                    }
-                    Err(LandError::NotFastForward { .. }) => {
-                        return self.conflict(
-                            task,
-                            target,
-                            spec,
-                            Vec::new(),
-                            "the target moved, so a fast-forward is impossible",
-                        );
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+            let prepared = {
+                let (root, into, base, message) = (
+                    repo_root.clone(),
+                    target.to_string(),
+                    spec.base,
+                    message.clone(),
+                );
+                blocking("prepare a landing", move || {
+                    land::prepare(&root, &into, strategy, base, head, &message)
+                })
+                .await?
+            };
+            let prepared = match prepared {
+                Ok(p) => p,
+                Err(LandError::Conflict { paths, .. }) => {
+                    return self.conflict(
+                        task,
+                        target,
+                        spec,
+                        paths,
+                        "the change conflicts with the target",
+                    );
+                }
+                Err(LandError::NotFastForward { .. }) => {
+                    return self.conflict(
+                        task,
+                        target,
+                        spec,
+                        Vec::new(),
+                        "the target moved, so a fast-forward is impossible",
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            };
             let (tip, commit, moved) = match prepared {
                 Prepared::Nothing { .. } => {
                     self.emit(
@@ -1914,7 +1971,7 @@ impl<'a> Runner<'a> {
             to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
             if !to_run.is_empty() {
                 let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
-                let lease = self.acquire(commit, &branch)?;
+                let lease = self.acquire(commit, &branch).await?;
                 let env = attempt::landing_env(
                     &self.run_id,
                     &task.name,
@@ -1978,7 +2035,14 @@ impl<'a> Runner<'a> {
             })?;
             crate::run::failpoint("merge-intent");
             let reflog = format!("mvk: land {} of run {}", task.name, self.run_id);
-            match land::publish(&repo_root, target, tip, commit, &reflog) {
+            let published = {
+                let (root, into) = (repo_root.clone(), target.to_string());
+                blocking("land a change", move || {
+                    land::publish(&root, &into, tip, commit, &reflog)
+                })
+                .await?
+            };
+            match published {
                 Ok(()) => {
                     crate::run::failpoint("merge-published");
                     self.ledger()
@@ -2312,27 +2376,48 @@ fn begin_run(
     base: Oid,
     target: &str,
 ) -> Result<(), RunError> {
+    begin_run_of(
+        ledger,
+        program,
+        opts,
+        (base, target),
+        ledger::RunCommand::Apply,
+    )
+}
+
+/// Records the start of a run that `command` started (for `attempt_once`: an attempt-only run,
+/// which `mvk resume` refuses to continue as a landing run).
+fn begin_run_of(
+    ledger: &mut Ledger,
+    program: &Program,
+    opts: &RunOptions,
+    (base, target): (Oid, &str),
+    command: ledger::RunCommand,
+) -> Result<(), RunError> {
     let ir_json = program_json(program)?;
     let sources = program_sources(program);
     let kind = match program.kind {
         crate::ir::ProgramKind::Flow => "flow",
         _ => "loop",
     };
-    ledger.begin_run(&ledger::RunStart {
-        id: &opts.run_id,
-        file: &opts.file,
-        program: &program.name,
-        kind,
-        program_digest: &program.digest.to_string(),
-        ir_json: &ir_json,
-        sources: &sources,
-        repo_root: &opts.repo_root.display().to_string(),
-        base_commit: &base.to_string(),
-        target_branch: target,
-        pid: std::process::id(),
-        host: &host_name(),
-        mode: &opts.mode,
-    })?;
+    ledger.begin_run_of(
+        &ledger::RunStart {
+            id: &opts.run_id,
+            file: &opts.file,
+            program: &program.name,
+            kind,
+            program_digest: &program.digest.to_string(),
+            ir_json: &ir_json,
+            sources: &sources,
+            repo_root: &opts.repo_root.display().to_string(),
+            base_commit: &base.to_string(),
+            target_branch: target,
+            pid: std::process::id(),
+            host: &host_name(),
+            mode: &opts.mode,
+        },
+        command,
+    )?;
     Ok(())
 }
 
@@ -2395,7 +2480,13 @@ pub async fn attempt_once(
     let targets = targets_of(program, &[i], &opts.repo_root, None)?;
     let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
     let base = land::branch_tip(&opts.repo_root, &target)?;
-    begin_run(&mut ledger, program, opts, base, &target)?;
+    begin_run_of(
+        &mut ledger,
+        program,
+        opts,
+        (base, &target),
+        ledger::RunCommand::Attempt,
+    )?;
     let runner = Runner::new(program, opts, ledger, trail, pool, observer, &[i]);
     let _heartbeat = runner.trail.heartbeat();
     runner.emit(

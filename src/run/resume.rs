@@ -11,9 +11,9 @@ use git2::{Oid, Repository};
 use serde_json::json;
 
 use crate::drift::{DriftReport, StoredIr, ValueChange};
-use crate::ir::Program;
+use crate::ir::{Program, Task};
 use crate::ledger::{self, AttemptRow, Ledger, RunRow, TaskRowState};
-use crate::run::attempt::{Failure, FailureKind};
+use crate::run::attempt::{self, Failure, FailureKind};
 use crate::run::driver::{
     Outcome, Pending, Progress, Restored, Resume, RunError, Runner, TaskReport,
 };
@@ -391,7 +391,17 @@ fn progress_of(
             "checkpoint.answered",
             json!({"checkpoint": c.id, "kind": c.kind, "decision": decision, "reason": c.reason}),
         )?;
-        if decision == "approve" {
+        if decision == "approve" && c.kind == "human" {
+            // The person vouches for the branch as they left it (they may have committed the
+            // rest of the work on it): it becomes the next attempt, made by a person, and is
+            // judged like any other (seal, gates, review); it lands only if it passes.
+            let row = person_attempt(runner, task, a, p.number + 1)?;
+            count(&mut p, &row);
+            pending = Some(Pending::Judge(row));
+            // If it fails too, the ladder is still at `human`: the person is asked again
+            // rather than the same-failure brake ending the task.
+            p.same = 0;
+        } else if decision == "approve" {
             if c.lands {
                 pending = Some(Pending::Land(a.clone(), true));
             }
@@ -421,6 +431,11 @@ fn progress_of(
             history.push((a.number, a.branch.clone(), Some(f.clone())));
             p.last = Some(f);
             p.same = 1;
+            if c.kind == "human" {
+                // The ladder had climbed to `human`: the person's reason buys one more attempt
+                // on the last agent rung.
+                p.rung_used = p.rung_used.saturating_sub(1);
+            }
         }
     }
     let (tokens, usd) = runner
@@ -483,6 +498,64 @@ pub fn last_sign_of_life(
 /// Keeps a change an abandoned attempt captured on its branch (mvk died after capturing it and
 /// before recording the agent's result) as `BRANCH-abandoned-ID`, since the attempt made again
 /// under its number resets the branch.
+/// Records attempt NUMBER of TASK as made by a person: its branch starts at the tip of A's
+/// branch (where the person left their work), from A's base, and its agent is done.
+fn person_attempt(
+    runner: &Runner<'_>,
+    task: &Task,
+    a: &AttemptRow,
+    number: u32,
+) -> Result<AttemptRow, RunError> {
+    let git = |action: String| move |source| RunError::Git { action, source };
+    let repo = Repository::open(runner.repo_root()).map_err(git("open the repository".into()))?;
+    let tip = crate::run::land::branch_tip(runner.repo_root(), &a.branch)?;
+    let branch = attempt::branch_name(runner.run_id(), &task.name, number);
+    let commit = repo
+        .find_commit(tip)
+        .map_err(git(format!("read commit `{tip}`")))?;
+    repo.branch(&branch, &commit, true)
+        .map_err(git(format!("create branch `{branch}`")))?;
+    let base = Oid::from_str(&a.base).map_err(git(format!("read base `{}`", a.base)))?;
+    let id = runner.ledger_begin_attempt(
+        &task.name,
+        number,
+        a.rung,
+        PERSON,
+        &branch,
+        runner.repo_root(),
+        base,
+        a.epoch,
+    )?;
+    runner.emit(
+        Some(&task.name),
+        Some(number),
+        "attempt.started",
+        json!({"rung": a.rung, "agent": PERSON, "branch": branch, "base": a.base, "from": a.branch}),
+    )?;
+    // Exit 0: the person finished; what they left is judged from the seal on.
+    runner.ledger_agent_done(
+        id,
+        Some(0),
+        false,
+        Duration::ZERO,
+        Some(tip),
+        &crate::run::adapter::Usage::default(),
+        0,
+    )?;
+    let rows = runner.ledger().attempt_rows(runner.run_id(), &task.name)?;
+    rows.into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| RunError::Config {
+            message: format!(
+                "attempt {number} of task `{}` is not in the ledger",
+                task.name
+            ),
+        })
+}
+
+/// The agent a person's attempt is recorded under.
+const PERSON: &str = "person";
+
 fn keep_branch(repo_root: &Path, a: &AttemptRow) -> Result<(), RunError> {
     let git = |action: String| move |source| RunError::Git { action, source };
     let repo = Repository::open(repo_root).map_err(git("open the repository".into()))?;

@@ -278,7 +278,11 @@ fn uncommitted(repo: &Repository) -> Result<Vec<Breach>, VerifyError> {
             continue;
         }
         let Ok(path) = entry.path() else { continue };
-        let kind = if status.intersects(Status::WT_NEW | Status::INDEX_NEW) {
+        // A path left conflicted (index stages 1–3, no stage 0) carries no other flag, but its
+        // content is no longer HEAD's: changed, never untouched.
+        let kind = if status.contains(Status::CONFLICTED) {
+            BreachKind::Modified
+        } else if status.intersects(Status::WT_NEW | Status::INDEX_NEW) {
             BreachKind::Added
         } else if status.intersects(Status::WT_DELETED | Status::INDEX_DELETED) {
             BreachKind::Deleted
@@ -432,5 +436,41 @@ flow f {
         // An explicit head looks at commits only.
         let committed = verify(root, &program, "f.kdl", Some("api"), "main", Some("HEAD")).unwrap();
         assert_eq!(committed.verdict, Verdict::Untouched);
+    }
+
+    /// Regression: a sealed path left conflicted by a merge (index stages 1–3) was skipped, so
+    /// the seal read as untouched.
+    #[test]
+    fn a_sealed_path_left_conflicted_is_changed() {
+        let (dir, program) = repo();
+        let root = dir.path();
+        git(root, &["checkout", "-q", "-b", "other"]);
+        std::fs::write(root.join("tests/a.sh"), "exit 1\n").unwrap();
+        git(root, &["commit", "-q", "-am", "other"]);
+        git(root, &["checkout", "-q", "main"]);
+        std::fs::write(root.join("tests/a.sh"), "exit 2\n").unwrap();
+        git(root, &["commit", "-q", "-am", "ours"]);
+        let merge = std::process::Command::new("git")
+            .args(["merge", "-q", "other"])
+            .current_dir(root)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_COMMITTER_NAME", "Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.com")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&merge.stdout);
+        assert!(said.contains("CONFLICT"), "{said}");
+        let conflicted = verify(root, &program, "f.kdl", Some("api"), "HEAD", None).unwrap();
+        assert_eq!(conflicted.verdict, Verdict::Changed, "{conflicted:?}");
+        assert_eq!(conflicted.tasks[0].breaches[0].path, "tests/a.sh");
+        assert_eq!(conflicted.tasks[0].breaches[0].kind, BreachKind::Modified);
+        // Even with HEAD's text back in the file, the index still holds the conflict.
+        git(root, &["checkout", "--ours", "tests/a.sh"]);
+        let restored = verify(root, &program, "f.kdl", Some("api"), "HEAD", None).unwrap();
+        assert_eq!(restored.verdict, Verdict::Changed, "{restored:?}");
+        // Another task's seal is not concerned.
+        let docs = verify(root, &program, "f.kdl", Some("docs"), "HEAD", None).unwrap();
+        assert_eq!(docs.verdict, Verdict::Untouched);
     }
 }

@@ -69,6 +69,17 @@ pub enum WorktreeError {
     PoolExhausted { root: PathBuf, tried: usize },
 }
 
+/// Opens (creating) the lock file at PATH, without locking it yet.
+fn open_lock(path: &Path) -> Result<File, WorktreeError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io_err("open lock file", path))
+}
+
 fn git_err(action: impl Into<String>, path: &Path) -> impl FnOnce(git2::Error) -> WorktreeError {
     let action = action.into();
     let path = path.to_path_buf();
@@ -119,10 +130,43 @@ pub struct Lease {
     _lock: File,
 }
 
+impl Drop for Lease {
+    /// Gives the branch back before the slot: an idle slot that still had the branch checked
+    /// out would keep another slot from taking it (libgit2 will not move a branch checked out
+    /// elsewhere), and the slot's next holder may be busy resetting it by then. Best effort: a
+    /// slot left on its branch is detached by the next lease of that branch when it is idle.
+    fn drop(&mut self) {
+        // Never through links the agent rewrote: that could detach the main checkout's HEAD.
+        if let Ok(repo) = self.open()
+            && let Ok(at) = repo.head().and_then(|h| h.peel_to_commit())
+        {
+            let _ = repo.set_head_detached(at.id());
+        }
+    }
+}
+
 impl Lease {
     /// Number of the pool slot this lease holds.
     pub fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// The worktree's repository, if its git links still lead where mvk made them. The agent
+    /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
+    /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
+    /// index and HEAD, another slot's).
+    fn open(&self) -> Result<Repository, WorktreeError> {
+        let path = &self.path;
+        let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+        for (found, made) in [(repo.path(), &self.admin), (repo.commondir(), &self.common)] {
+            if !same_path(found, made) {
+                return Err(WorktreeError::Relinked {
+                    path: path.clone(),
+                    found: found.to_path_buf(),
+                });
+            }
+        }
+        Ok(repo)
     }
 }
 
@@ -264,6 +308,17 @@ impl Pool {
         self.root.join(format!("slot-{n}.lock"))
     }
 
+    /// Waits for, then holds, the lock on the repository's worktree registry for this pool:
+    /// libgit2 reads every worktree's admin files when it adds one or moves a branch, and one
+    /// half-written by a neighbour (another task, or another mvk) makes it fail
+    /// ("already checked out").
+    fn lock_registry(&self) -> Result<File, WorktreeError> {
+        let path = self.root.join("registry.lock");
+        let file = open_lock(&path)?;
+        file.lock().map_err(io_err("lock registry", &path))?;
+        Ok(file)
+    }
+
     /// Slot number of a path directly under the root named `slot-N`.
     fn slot_of_path(&self, path: &Path) -> Option<usize> {
         let parent = path.parent()?;
@@ -293,13 +348,7 @@ impl Pool {
     /// Locks slot `n` if nobody holds it; `None` when it is leased.
     fn try_lock_slot(&self, n: usize) -> Result<Option<File>, WorktreeError> {
         let path = self.lock_path(n);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err("open slot lock", &path))?;
+        let file = open_lock(&path)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(file)),
             Err(TryLockError::WouldBlock) => Ok(None),
@@ -361,6 +410,7 @@ impl Pool {
         branch: &str,
     ) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
+        let _registry = self.lock_registry()?;
         self.remove_registrations(main, &path)?;
         if fs::symlink_metadata(&path).is_ok() {
             fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
@@ -505,16 +555,19 @@ impl Pool {
         let commit = slot
             .find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), path))?;
-        // Detach first: libgit2 refuses to force-move the branch a worktree has checked out,
-        // and the slot may still hold the branch it is about to be reset to.
-        slot.set_head_detached(base)
-            .map_err(git_err("detach HEAD", path))?;
-        let branch_ref = format!("refs/heads/{branch}");
-        self.free_branch(main, &branch_ref, branch, Some(path))?;
-        slot.branch(branch, &commit, true)
-            .map_err(git_err(format!("reset branch `{branch}`"), path))?;
-        slot.set_head(&branch_ref)
-            .map_err(git_err(format!("check out branch `{branch}`"), path))?;
+        {
+            let _registry = self.lock_registry()?;
+            // Detach first: libgit2 refuses to force-move the branch a worktree has checked
+            // out, and the slot may still hold the branch it is about to be reset to.
+            slot.set_head_detached(base)
+                .map_err(git_err("detach HEAD", path))?;
+            let branch_ref = format!("refs/heads/{branch}");
+            self.free_branch(main, &branch_ref, branch, Some(path))?;
+            slot.branch(branch, &commit, true)
+                .map_err(git_err(format!("reset branch `{branch}`"), path))?;
+            slot.set_head(&branch_ref)
+                .map_err(git_err(format!("check out branch `{branch}`"), path))?;
+        }
         let tree = commit
             .tree()
             .map_err(git_err(format!("read tree of `{base}`"), path))?;
@@ -538,7 +591,7 @@ impl Pool {
 
 /// Commit id the lease's worktree HEAD points at now.
 pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
-    let repo = Repository::open(&lease.path).map_err(git_err("open worktree", &lease.path))?;
+    let repo = lease.open()?;
     let head = repo
         .head()
         .and_then(|h| h.peel_to_commit())
@@ -555,21 +608,7 @@ pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
 /// the result and checked out.
 pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     let path = &lease.path;
-    let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
-    // The agent could write its worktree's `.git` file and git directory (`commondir`,
-    // `gitdir`): mvk must not commit, stage or move HEAD in whatever they now name (the main
-    // checkout's index and HEAD, another slot's).
-    for (found, made) in [
-        (repo.path(), &lease.admin),
-        (repo.commondir(), &lease.common),
-    ] {
-        if !same_path(found, made) {
-            return Err(WorktreeError::Relinked {
-                path: path.clone(),
-                found: found.to_path_buf(),
-            });
-        }
-    }
+    let repo = lease.open()?;
     let head = match repo.head() {
         Ok(head) => Some(head.peel_to_commit().map_err(git_err("read HEAD", path))?),
         Err(e) if e.code() == ErrorCode::UnbornBranch => None,

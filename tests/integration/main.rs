@@ -14,6 +14,7 @@ mod faults;
 mod flows;
 mod fuzz;
 mod hardening;
+mod human;
 mod imports;
 mod init;
 mod invalid;

@@ -13,12 +13,19 @@ use crate::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl, simple_loop}
 /// Runs the Python client against `mvk mcp` in the fixture's repository with STEPS; the
 /// client's document (`server`, `instructions`, `steps`).
 fn client(f: &Fixture, steps: &Value) -> Value {
+    client_in(f, f.root(), &["mcp"], steps)
+}
+
+/// Runs the Python client against `mvk SERVER_ARGS…` started in DIR with STEPS; once it
+/// returns, the client has ended and so has the server (the SDK kills its process group).
+fn client_in(f: &Fixture, dir: &Path, server_args: &[&str], steps: &Value) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
     let mut cmd = Command::new("python3");
     cmd.arg(&script)
         .arg(assert_cmd::cargo::cargo_bin("mvk"))
-        .arg(f.root())
-        .current_dir(f.root())
+        .arg(dir)
+        .args(server_args)
+        .current_dir(dir)
         .env("MVK_WORKTREE_ROOT", f.worktrees.path())
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -381,4 +388,139 @@ fn mvk_verify_exits_by_the_contract_and_sees_uncommitted_work() {
     );
     let (code, _, err) = verify(&["--base", "nope"]);
     assert_eq!(code, 64, "{err}");
+}
+
+/// The session a process leads or belongs to (field 6 of `/proc/PID/stat`), while it lives.
+fn session_of(pid: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// `mvk status --json` of the latest run, polled until its state is `finished` (or a minute).
+fn finished_status(f: &Fixture) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let out = f.mvk().args(["status", "--json"]).output().unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if doc["state"] == "finished" || start.elapsed() > std::time::Duration::from_secs(60) {
+            return doc;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Regression: files in tool calls were read relative to the directory the server was started
+/// in, not the repository `--repo` names; and a detached run was only put in a process group of
+/// its own, not a session, while the docs promised one.
+#[test]
+fn files_are_the_repositorys_and_a_detached_run_outlives_the_server_and_its_client_in_a_session_of_its_own()
+ {
+    let f = Fixture::new(&simple_loop("go_fix.sh", "budget iterations=1"));
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(elsewhere.path().join("loops")).unwrap();
+    // A decoy where a path relative to the server's own directory would lead.
+    std::fs::write(
+        elsewhere.path().join("loops/t.kdl"),
+        "loop decoy {\n    goal \"x\"\n    agent nobody\n}\n",
+    )
+    .unwrap();
+    let repo = f.root().to_str().unwrap();
+    let tampered = branch(&f, "tampered", &[("tests/test_calc.sh", "exit 0\n")]);
+    let absolute = f.root().join("loops/t.kdl");
+    let doc = client_in(
+        &f,
+        elsewhere.path(),
+        &["--repo", repo, "mcp"],
+        &json!([
+            {"tool": "plan", "arguments": {"file": "loops/t.kdl"}},
+            {"tool": "plan", "arguments": {"file": absolute.to_str().unwrap()}},
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main", "head": "tampered"}},
+            {"tool": "apply", "arguments": {"file": "loops/t.kdl"}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    let plan = structured(&steps[0], "plan of a repository-relative file");
+    assert_eq!(plan["tasks"][0]["name"], "t", "{plan:#}");
+    let plan = structured(&steps[1], "plan of an absolute file");
+    assert_eq!(plan["tasks"][0]["name"], "t", "{plan:#}");
+    let verified = structured(&steps[2], "verify");
+    assert_eq!(verified["verdict"], "changed", "{verified:#}");
+    assert_eq!(verified["head"], tampered.as_str());
+    let started = structured(&steps[3], "apply");
+    assert_eq!(started["command"], "mvk apply loops/t.kdl");
+    let pid = started["pid"].as_u64().unwrap();
+    // The client is gone and took the server with it; the run goes on, waiting in its agent.
+    let start = std::time::Instant::now();
+    while !f.state("started").exists() {
+        assert!(start.elapsed().as_secs() < 60, "the agent never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        session_of(pid),
+        Some(pid),
+        "the detached run leads a session of its own"
+    );
+    std::fs::write(f.state("go"), "").unwrap();
+    let status = finished_status(&f);
+    assert_eq!(status["run"], started["run"], "{status:#}");
+    assert_eq!(status["state"], "finished", "{status:#}");
+    assert_eq!(status["outcome"], "accepted", "{status:#}");
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    // Its output went where the result says, in the repository, not the server's directory.
+    let out = std::fs::read_to_string(started["stdout"].as_str().unwrap()).unwrap();
+    assert!(out.starts_with(started["run"].as_str().unwrap()), "{out}");
+    assert!(!elsewhere.path().join(".mvk").exists());
+}
+
+/// Regression: `mvk gc` kept the output of a command `mvk mcp` started when its files still
+/// had their first name, `<stamp>-<command>.out` (one dot).
+#[test]
+fn gc_removes_the_output_of_mcp_commands_under_either_name() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let r = f.apply();
+    r.expect_code(0);
+    let dir = f.root().join(".mvk/mcp");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).unwrap();
+        dir.join(name)
+    };
+    // Named by its first line only (renaming failed): the run is over, so they go.
+    let unnamed = [
+        write(
+            "20261203T100000-aaaa-apply.out",
+            &format!("{}\nsummary\n", r.id),
+        ),
+        write("20261203T100000-aaaa-apply.err", "progress\n"),
+    ];
+    // Only the `.err` kept its first name; the `.out` was renamed by the run.
+    let half = [
+        write(&format!("{}.20261203T100001-bbbb-resume.out", r.id), &r.id),
+        write("20261203T100001-bbbb-resume.err", ""),
+    ];
+    // Named no run: kept while the command may still name one, removed once it is too old to.
+    let fresh = write("20261203T100002-cccc-apply.err", "compiling\n");
+    let stale = write("20261203T100003-dddd-apply.err", "error\n");
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    // A run the ledger does not know: its output stays.
+    let unknown = write("20261203T100004-eeee-apply.out", "19990101T000000-zzzz\n");
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    for gone in unnamed.iter().chain(&half).chain([&stale]) {
+        assert!(!gone.exists(), "{} kept", gone.display());
+    }
+    for kept in [&fresh, &unknown] {
+        assert!(kept.exists(), "{} removed", kept.display());
+    }
 }

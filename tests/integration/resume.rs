@@ -13,7 +13,7 @@ use rusqlite::Connection;
 use super::apply::{Fixture, Run, TESTS_GATE, agent_def, alive, loop_kdl, simple_loop};
 
 /// Starts `mvk apply loops/t.kdl` in the background, with ENV added.
-fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
+pub(crate) fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
     let mut cmd = f.mvk_std();
     cmd.args(["apply", "loops/t.kdl"])
         .stdout(Stdio::piped())
@@ -25,7 +25,7 @@ fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
 }
 
 /// Waits (up to a minute) until PATH exists.
-fn wait_for(path: &Path, child: &mut Child) {
+pub(crate) fn wait_for(path: &Path, child: &mut Child) {
     let start = Instant::now();
     while !path.exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -64,7 +64,7 @@ impl OutputRef for Child {
 
 /// Kills mvk with SIGKILL, as a power cut would, and the process group whose id is in PGID_FILE
 /// (the agent or gate it was running, which SIGKILL leaves orphaned).
-fn crash(child: &mut Child, pgid_file: Option<&Path>) {
+pub(crate) fn crash(child: &mut Child, pgid_file: Option<&Path>) {
     child.kill().unwrap();
     child.wait().unwrap();
     if let Some(file) = pgid_file {
@@ -81,7 +81,7 @@ fn ledger(f: &Fixture) -> Connection {
     Connection::open(f.root().join(".mvk/ledger.db")).unwrap()
 }
 
-fn the_run(f: &Fixture) -> String {
+pub(crate) fn the_run(f: &Fixture) -> String {
     ledger(f)
         .query_row(
             "SELECT id FROM runs ORDER BY started_at DESC LIMIT 1",
@@ -110,7 +110,7 @@ fn attempts(f: &Fixture, run: &str) -> Vec<(u32, String, Option<String>)> {
 }
 
 /// `(name, outcome)` of the run's tasks, by name.
-fn task_outcomes(f: &Fixture, run: &str) -> Vec<(String, String)> {
+pub(crate) fn task_outcomes(f: &Fixture, run: &str) -> Vec<(String, String)> {
     let db = ledger(f);
     let mut stmt = db
         .prepare("SELECT name, outcome FROM tasks WHERE run = ?1 ORDER BY name")
@@ -144,7 +144,7 @@ fn since_resume(r: &Run, name: &str) -> usize {
         .count()
 }
 
-fn resume(f: &Fixture, args: &[&str]) -> Run {
+pub(crate) fn resume(f: &Fixture, args: &[&str]) -> Run {
     let mut all = vec!["resume"];
     all.extend_from_slice(args);
     f.run_mvk(&all, &[])
@@ -269,7 +269,7 @@ fn a_run_killed_while_a_gate_ran_goes_on_from_the_seal_without_running_the_agent
 }
 
 /// Runs the fixing loop with mvk dying at FAILPOINT, then resumes it; returns the resume.
-fn crash_at(failpoint: &str, strategy: &str) -> (Fixture, Run) {
+pub(crate) fn crash_at(failpoint: &str, strategy: &str) -> (Fixture, Run) {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "counted_fix.sh", &["@STATE"]),
         true,
@@ -788,4 +788,53 @@ fn a_batch_run_killed_before_its_checkpoint_still_asks_a_person_after_resume() {
     r.expect_code(4);
     assert_eq!(f.tip("main"), f.base, "nothing landed without a person");
     assert_eq!(since_resume(&r, "checkpoint.waiting"), 1, "{}", r.why());
+}
+
+/// Regression: an `mvk attempt` killed midway was continued by `mvk resume` as a whole run,
+/// which landed work nobody asked to land.
+#[test]
+fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut cmd = f.mvk_std();
+    cmd.args(["attempt", "loops/t.kdl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for(&f.state("started"), &mut child);
+    crash(&mut child, Some(&f.state("agent.pgid")));
+    let run = the_run(&f);
+    let command: String = ledger(&f)
+        .query_row("SELECT command FROM runs WHERE id = ?1", [&run], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(command, "attempt");
+    // What a person (or an agent) sees: make another attempt, not a resume.
+    let status = f.mvk().args(["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(
+        status["waiting_for"]["command"], "mvk attempt loops/t.kdl",
+        "{status:#}"
+    );
+    // Were it resumed, the agent would now fix the bug and the run would land it.
+    fs::write(f.state("go"), "").unwrap();
+    for args in [&["resume"][..], &["resume", run.as_str()][..]] {
+        let out = f.mvk().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "run `{run}` is one attempt (`mvk attempt`), which lands nothing"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("mvk attempt loops/t.kdl"), "{stderr}");
+    }
+    assert_eq!(f.tip("main"), f.base, "nothing landed");
+    assert_eq!(landings(&f), 0);
+    let merges: i64 = ledger(&f)
+        .query_row("SELECT count(*) FROM merges", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(merges, 0);
+    assert_eq!(count(&f, "calls"), 1, "no agent ran again");
 }

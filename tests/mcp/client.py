@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Drives `mvk mcp` with the Python `mcp` SDK from PyPI (a client nobody here wrote).
 
-Usage: client.py MVK DIR < steps.json
-Starts `MVK mcp` in DIR over stdio, initializes, then runs each step in order and prints one
+Usage: client.py MVK DIR [SERVER_ARG...] < steps.json
+Starts `MVK mcp` (or `MVK SERVER_ARG...`) in DIR over stdio, initializes, then runs each step in order and prints one
 JSON document: the server's name and, per step, what came back. A step is
   {"list": true}                                   the tools, with their schemas
   {"tool": NAME, "arguments": {...}}               a call: structured content, or the error
@@ -38,8 +38,9 @@ async def call(session, step):
 
 async def main():
     mvk, cwd = sys.argv[1], sys.argv[2]
+    server_args = sys.argv[3:] or ["mcp"]
     steps = json.load(sys.stdin)
-    params = StdioServerParameters(command=mvk, args=["mcp"], cwd=cwd, env=dict(os.environ))
+    params = StdioServerParameters(command=mvk, args=server_args, cwd=cwd, env=dict(os.environ))
     out = {"steps": []}
     last_run = None
     async with stdio_client(params) as (read, write):

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Benchmark (issue 5): a flow of N trivial tasks (default 256) at `parallel P` (default 16),
+# fanned out with `each=` over N files. Every task's agent sleeps T seconds (default 2) and
+# appends a line to its item; its gate greps for it; each lands on main in turn. Not run by CI.
+# Usage: benches/flow.sh     (builds the release binary first; MVK_BIN=PATH uses that one)
+#        N=64 P=8 T=1 benches/flow.sh
+#
+# Figures, each against a baseline measured in the same run:
+#   makespan       `mvk apply` wall time / the ideal, ceil(N/P) x T: what P slots would take if
+#                  mvk cost nothing (target <= 1.15)
+#   peak memory    /usr/bin/time's %M for `mvk apply`: the largest peak RSS among mvk and the
+#                  children it waited for (target <= 100 MiB)
+#   worktree       mvk's mean time to get a task its worktree (`worktree_ms` of the
+#                  `attempt.started` events) / the mean of `git worktree add` of the same
+#                  commit, run N times by a bash loop on the same repository
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benches/common.sh
+N=${N:-256}
+P=${P:-16}
+T=${T:-2}
+work=$(mktemp -d "${TMPDIR:-/tmp}/mvk-bench-flow.XXXXXX")
+[ -n "${KEEP:-}" ] && echo "keeping $work" >&2 || trap 'rm -rf "$work"' EXIT
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 NO_COLOR=1
+
+repo=$work/repo
+mkdir -p "$repo/items" "$repo/src" "$repo/loops" "$repo/bench"
+git -C "$repo" init -q -b main
+git -C "$repo" config user.name bench
+git -C "$repo" config user.email bench@example.com
+# Some project around the items, so a worktree is not empty: 1,000 small files.
+awk -v root="$repo" 'BEGIN { for (i = 0; i < 1000; i++) { f = sprintf("%s/src/f%04d.txt", root, i); print "file " i > f; close(f) } }'
+for i in $(seq -w 1 "$N"); do echo "item $i" >"$repo/items/i$i.txt"; done
+cat >"$repo/bench/agent.sh" <<'EOF'
+# The agent: works $1 seconds, then appends to the file its task was fanned out over.
+sleep "$1"
+item=$(printf '%s' "$MVK_TASK" | sed 's/^[^[]*\[\(.*\)\]$/\1/')
+echo done >>"$item"
+EOF
+cat >"$repo/loops/flow.kdl" <<EOF
+agent bench timeout="10m" {
+    run "sh" "bench/agent.sh" "$T"
+}
+
+flow bench {
+    parallel $P
+    task t each="items/*.txt" {
+        goal "Mark {{item}} done."
+        agent bench
+        scope "{{item}}"
+        gate done evidence=none timeout="1m" {
+            run "grep" "-q" "done" "{{item}}"
+        }
+        budget iterations=1
+    }
+}
+EOF
+git -C "$repo" add -A
+git -C "$repo" commit -q -m init
+
+# mvk ---------------------------------------------------------------------------------------
+echo "mvk apply: $N tasks, parallel $P, agents of ${T}s ..." >&2
+(cd "$repo" && MVK_WORKTREE_ROOT=$work/pool /usr/bin/time -f "%e %M" -o "$work/time" \
+    "$mvk" --quiet apply loops/flow.kdl >"$work/apply.out" 2>"$work/apply.err") || {
+    cat "$work/apply.err" >&2
+    exit 1
+}
+read -r wall rss_kb <"$work/time"
+run=$(head -n1 "$work/apply.out")
+events=$repo/.mvk/runs/$run/events.jsonl
+landed=$(grep -c '"event":"merge.done"' "$events" || true)
+[ "$landed" -eq "$N" ] || { echo "only $landed of $N tasks landed" >&2; exit 1; }
+wt_mean_ms=$(python3 -c '
+import json, sys
+ms = [json.loads(l)["detail"]["worktree_ms"] for l in open(sys.argv[1]) if "\"attempt.started\"" in l]
+print(f"{sum(ms) / len(ms):.1f}")' "$events")
+
+# baseline: git worktree add of the same commit, N times ------------------------------------
+base=$(git -C "$repo" rev-parse HEAD)
+start=$(date +%s%N)
+i=0
+while [ "$i" -lt "$N" ]; do
+    git -C "$repo" worktree add -q --detach "$work/plain/w$i" "$base"
+    i=$((i + 1))
+done
+end=$(date +%s%N)
+git_mean_ms=$(python3 -c "print(f'{($end - $start) / 1e6 / $N:.1f}')")
+
+python3 - "$N" "$P" "$T" "$wall" "$rss_kb" "$wt_mean_ms" "$git_mean_ms" <<'EOF'
+import math, sys
+n, p, t = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+wall, rss_kb = float(sys.argv[4]), int(sys.argv[5])
+wt, git = float(sys.argv[6]), float(sys.argv[7])
+ideal = math.ceil(n / p) * t
+print(f"tasks {n}, parallel {p}, agent {t:g}s")
+print(f"makespan     {wall:8.1f} s   ideal {ideal:.1f} s      ratio {wall / ideal:.3f}  (target <= 1.15)")
+print(f"peak memory  {rss_kb / 1024:8.1f} MiB                     (target <= 100 MiB)")
+print(f"worktree     {wt:8.1f} ms  git worktree add {git:.1f} ms  ratio {wt / git:.3f}")
+EOF
