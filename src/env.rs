@@ -22,6 +22,9 @@ pub const MVK_CACHE_DIR: &str = "MVK_CACHE_DIR";
 /// Tests only: `1` makes the test of the book's command-line reference (`book/src/cli.md`)
 /// write the page from the clap definition instead of failing on a difference.
 pub const MVK_BLESS: &str = "MVK_BLESS";
-/// Tests only: when set, the sandbox's probe and trampoline act as on a kernel without Landlock
-/// or network namespaces, so that the warning and the refusal can be exercised here.
+/// Test hook, not a setting: when set in mvk's own environment, mvk's sandbox probe and
+/// trampoline act as on a kernel without Landlock or network namespaces, so that the warning and
+/// the refusal can be exercised here. Read once by mvk and handed to the trampoline in its
+/// policy; the trampoline ignores the variable, so an agent, a gate or a loop's `env` that sets
+/// it changes nothing.
 pub const MVK_SANDBOX_UNSUPPORTED: &str = "MVK_SANDBOX_UNSUPPORTED";

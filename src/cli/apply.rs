@@ -180,7 +180,8 @@ pub(crate) fn until_signal<T>(
     Ok(runtime()?.block_on(async {
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
         // The same signals from the run's own agents and gates are counted, not obeyed.
-        let Ok(mut stop) = crate::run::signals::watch() else {
+        let warn = |text: String| Printer::new(false, false).warn(&text);
+        let Ok(mut stop) = crate::run::signals::watch(warn) else {
             return Some(run.await);
         };
         tokio::select! {
@@ -299,9 +300,9 @@ pub(crate) fn run_error(e: RunError) -> CliError {
         other => {
             let mut message = chain(&other);
             // SQLite says "disk I/O error" for a full disk and for a file-size limit alike.
-            if message.contains("disk I/O error") || message.contains("disk is full") {
+            if other.is_out_of_space() {
                 message.push_str(
-                    " (is the disk full, or a file-size limit (`ulimit -f`) reached? the ledger keeps every transition written before this one)",
+                    " (is the disk full, or a file-size limit (`ulimit -f`) reached? the ledger keeps every transition written before this one, and the run stands where it stopped: free some space, then continue it with `mvk resume`)",
                 );
             }
             CliError::Internal { message }

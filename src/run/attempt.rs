@@ -231,7 +231,8 @@ pub async fn run_attempt(
     })?;
 
     // The agent, retried on rate limits.
-    let signals_before = crate::run::signals::from_descendants();
+    // The stop signals the agent's processes send mvk are counted here.
+    let window = crate::run::signals::Window::new();
     let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
@@ -250,6 +251,7 @@ pub async fn run_attempt(
             "agent",
         )?;
         ps.timeout = Some(timeout);
+        ps.signals = Some(window.clone());
         let started = Instant::now();
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: spec.agent.name.clone(),
@@ -257,6 +259,7 @@ pub async fn run_attempt(
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
         escaped += crate::run::reaper::kill_adopted(&task.name);
+        absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
             usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
@@ -318,22 +321,31 @@ pub async fn run_attempt(
         ),
     )
     .await?;
+    // The agent destroyed its own worktree, or pointed its git links elsewhere: its attempt
+    // fails; mvk and the pool go on (the next lease rebuilds the slot).
+    let wrecked = match &captured {
+        Err(_) if !lease.path.join(".git").exists() => Some((
+            "the agent leaves its worktree in place (it deleted it)".to_string(),
+            "worktree-deleted",
+        )),
+        Err(worktree::WorktreeError::Relinked { found, .. }) => Some((
+            format!(
+                "the agent leaves its worktree's git links alone (they now lead to `{}`)",
+                found.display()
+            ),
+            "worktree-relinked",
+        )),
+        _ => None,
+    };
     let head = match captured {
         Ok(head) => head,
-        // The agent destroyed its own worktree: its attempt fails; mvk and the pool go on (the
-        // next lease rebuilds the slot).
-        Err(_) if !lease.path.join(".git").exists() => {
+        Err(_) if wrecked.is_some() => {
             runner.ledger_agent_done(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
             drop(lease);
-            let f = agent_failure(
-                spec.number,
-                "the agent leaves its worktree in place (it deleted it)".into(),
-                "worktree-deleted",
-                exit_code,
-                &dir,
-            );
+            let (criterion, part) = wrecked.unwrap_or_default();
+            let f = agent_failure(spec.number, criterion, part, exit_code, &dir);
             return Ok(AttemptRecord {
                 ledger_id,
                 number: spec.number,
@@ -372,7 +384,10 @@ pub async fn run_attempt(
         }),
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
-    let signalled = crate::run::signals::from_descendants() - signals_before;
+    // Every signal delivered while the agent ran is decided before its count is read.
+    crate::run::signals::settle().await;
+    let signalled = window.signals();
+    drop(window);
     if signalled > 0 {
         runner.emit(
             Some(&task.name),
@@ -518,6 +533,8 @@ pub async fn judge(
         &task.scope,
     );
     let mut runs = Vec::new();
+    // Gates run the agent's code: one that signals mvk rejects the attempt, as an agent would.
+    let window = crate::run::signals::Window::new();
     for (i, g) in task.gates.iter().enumerate() {
         let Some(left) = budgets.time_left(runner.started(&task.name)) else {
             return Ok(record(AttemptEnd::WallSpent));
@@ -529,9 +546,15 @@ pub async fn judge(
             timeout: g.timeout.min(left),
             sandbox: task.sandbox.as_ref(),
         };
-        let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+        let run = gate::run_gate_counted(g, &cx, Some(&window))
+            .await
+            .map_err(RunError::Gate)?;
         crate::run::reaper::kill_adopted(&task.name);
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
+        crate::run::signals::settle().await;
+        if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {
+            return Ok(record(AttemptEnd::Failed(f)));
+        }
         if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
@@ -575,6 +598,37 @@ pub async fn judge(
         usage: spent,
         ..record(end)
     })
+}
+
+/// The failure of an attempt whose gate `run` sent mvk `signals` stop signals, if it sent any.
+fn signalled_by_gate(
+    runner: &Runner<'_>,
+    spec: &AttemptSpec<'_>,
+    run: &GateRun,
+    signals: u64,
+) -> Result<Option<Failure>, RunError> {
+    if signals == 0 {
+        return Ok(None);
+    }
+    runner.emit(
+        Some(&spec.task.name),
+        Some(spec.number),
+        "gate.signalled-mvk",
+        json!({ "gate": run.gate, "signals": signals }),
+    )?;
+    let mut f = Failure::new(
+        spec.number,
+        FailureKind::Gate,
+        format!(
+            "gate `{}` leaves mvk alone, but it sent mvk {signals} stop signal(s); the attempt was rejected whatever its verdict",
+            run.gate
+        ),
+        &[&run.gate, "signalled-mvk"],
+    );
+    f.gate = Some(run.gate.clone());
+    f.exit_code = run.exit_code;
+    f.tail = run.tail.clone();
+    Ok(Some(f))
 }
 
 /// A reviewer's rejection as the failure the next attempt is told about; the same blockers
@@ -636,7 +690,7 @@ pub(crate) fn agent_process(
         let grants = crate::run::sandbox::Grants {
             cwd: worktree,
             tmp: dir.join(format!("{name}.tmp")),
-            commit: true,
+            objects: Some(objects_dir(dir, name)),
         };
         crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
             RunError::Agent {
@@ -646,6 +700,28 @@ pub(crate) fn agent_process(
         })?;
     }
     Ok(ps)
+}
+
+/// Where a sandboxed agent's commits put their objects until mvk adds them to the repository's
+/// store: `dir/NAME.objects`.
+pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.objects"))
+}
+
+/// Adds the objects a sandboxed agent committed (`dir/agent.objects`) to the repository's
+/// store, so that its commits can be read and kept; nothing when it ran unconfined.
+async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<(), RunError> {
+    let root = runner.repo_root().to_path_buf();
+    let objects = objects_dir(dir, "agent");
+    blocking("add the agent's objects to the repository", move || {
+        crate::run::sandbox::absorb_objects(&root, &objects)
+    })
+    .await?
+    .map(|_| ())
+    .map_err(|source| RunError::Git {
+        action: "add the objects the agent committed to the repository".into(),
+        source,
+    })
 }
 
 /// What one call of `agent` spent, as its adapter reads it from its standard output `log`.

@@ -93,6 +93,41 @@ where
         .map_err(|source| RunError::Worker { action, source })
 }
 
+impl RunError {
+    /// Whether the error is the disk (or a file-size limit) running out of room while mvk wrote
+    /// its ledger, trail or repository: the run is then left as it stands, to be resumed.
+    pub fn is_out_of_space(&self) -> bool {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = next {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && (matches!(
+                    io.kind(),
+                    std::io::ErrorKind::StorageFull
+                        | std::io::ErrorKind::FileTooLarge
+                        | std::io::ErrorKind::QuotaExceeded
+                ))
+            {
+                return true;
+            }
+            if let Some(rusqlite::Error::SqliteFailure(f, _)) = e.downcast_ref::<rusqlite::Error>()
+                && matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::SystemIoFailure
+                )
+            {
+                return true;
+            }
+            if let Some(g) = e.downcast_ref::<git2::Error>()
+                && g.message().contains("No space left")
+            {
+                return true;
+            }
+            next = e.source();
+        }
+        false
+    }
+}
+
 /// How a task, or a whole run, ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -788,9 +823,12 @@ impl<'a> Runner<'a> {
             })
         }
         .await;
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && !e.is_out_of_space()
+        {
             // Say in the ledger and the trail that the run ended on mvk's own error, so no one
-            // waits for it; best effort, since the error may be the ledger itself.
+            // waits for it; best effort, since the error may be the ledger itself. (A full disk
+            // leaves the run as it stands instead, so that `mvk resume` carries it on.)
             let message = e.to_string();
             let _ = self.ledger().finish_run(&run_id, "error", 70);
             let _ = self.emit(

@@ -116,6 +116,15 @@ pub fn is_credential(name: &str) -> bool {
 
 /// Runs `gate` and judges it.
 pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, GateError> {
+    run_gate_counted(gate, cx, None).await
+}
+
+/// [`run_gate`], with the stop signals the gate's processes send mvk counted in `window`.
+pub async fn run_gate_counted(
+    gate: &Gate,
+    cx: &GateContext<'_>,
+    window: Option<&crate::run::signals::Window>,
+) -> Result<GateRun, GateError> {
     let Some((program, args)) = gate.argv.split_first() else {
         return Err(GateError::EmptyCommand {
             gate: gate.name.clone(),
@@ -140,11 +149,12 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
     spec.env
         .extend(gate.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     spec.tail_bytes = 4096;
+    spec.signals = window.cloned();
     if let Some(sandbox) = cx.sandbox {
         let grants = crate::run::sandbox::Grants {
             cwd: cx.cwd,
             tmp: cx.log.with_extension("tmp"),
-            commit: false,
+            objects: None,
         };
         crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
             GateError::Process {

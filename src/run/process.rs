@@ -61,6 +61,8 @@ pub struct ProcessSpec {
     /// Where to write the process group's id once it runs, so that a later mvk can find what a
     /// dead one left running (see [`crate::run::reaper::kill_orphans`]).
     pub group_file: Option<PathBuf>,
+    /// The attempt's window that the stop signals this process sends mvk are counted in.
+    pub signals: Option<crate::run::signals::Window>,
 }
 
 impl ProcessSpec {
@@ -84,6 +86,7 @@ impl ProcessSpec {
             stderr_log: stderr_log.into(),
             tail_bytes: DEFAULT_TAIL_BYTES,
             group_file: None,
+            signals: None,
         }
     }
 }
@@ -273,6 +276,9 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
         })?;
     // A sibling task's reaping of escapees must not take this child (see `reaper::own`).
     let _own = crate::run::reaper::own(pgid.as_raw_nonzero().get());
+    if let Some(window) = &spec.signals {
+        window.adopt(pgid.as_raw_nonzero().get());
+    }
     // Declared after `child`, so on an early return or a dropped future it runs first and kills the
     // whole group while the leader is still unreaped (its pid, hence the group id, cannot be reused yet).
     let mut guard = GroupGuard { pgid: Some(pgid) };

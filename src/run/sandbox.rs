@@ -7,10 +7,14 @@
 //! network namespace (no interface up; through a user namespace when mvk is not root); then
 //! Landlock (ABI 6) refuses every write outside the worktree, a temporary directory of the
 //! process's own, a few devices (`/dev/null`, …) and the paths the loop grants, and every signal
-//! to a process outside the sandbox (mvk among them). An agent may also write what a commit in
-//! its worktree needs: the repository's objects, the worktree's own git directory and its
-//! task's attempt branches. Applying it in a child of mvk and then `exec`ing needs no `unsafe`
-//! (`pre_exec` would).
+//! to a process outside the sandbox (mvk among them). An agent may also commit in its worktree,
+//! but never touch what the repository already holds: its HEAD is detached (the worktree's own
+//! git directory is granted, no ref is), and the objects it writes go to a directory of the
+//! attempt's own (`GIT_OBJECT_DIRECTORY`, the shared store as a read-only alternate), which mvk,
+//! outside the sandbox, copies into the shared store object by object, each checked against its
+//! name, after the agent exits ([`absorb_objects`]); mvk then sets the attempt's branch from the
+//! worktree's HEAD. Without network the loopback interface is brought up, so that tests can bind
+//! 127.0.0.1. Applying it in a child of mvk and then `exec`ing needs no `unsafe` (`pre_exec` would).
 //!
 //! The environment starts empty: [`BASE_ENV`] from mvk's, the variables the sandbox names, then
 //! `TMPDIR` and what mvk sets (`MVK_*`, the definition's `env`). Where the kernel cannot confine,
@@ -31,6 +35,8 @@ use crate::run::process::{ProcessError, ProcessSpec};
 pub const TRAMPOLINE: &str = "__sandbox";
 /// `mvk __sandbox probe`: confine a throwaway process and print what the kernel allowed.
 const PROBE: &str = "probe";
+/// `mvk __sandbox probe --pretend-unsupported`: answer as a kernel without support would.
+const PRETEND_FLAG: &str = "--pretend-unsupported";
 /// The trampoline's exit code when it refuses to run a required sandbox unconfined.
 pub const REFUSED_EXIT: u8 = 125;
 
@@ -69,6 +75,10 @@ struct Policy {
     write: Vec<PathBuf>,
     network: bool,
     required: bool,
+    /// The tests' stand-in for an old kernel, from mvk's own environment (see
+    /// [`pretend_unsupported`]); never from the confined process's.
+    #[serde(default)]
+    pretend: bool,
 }
 
 /// What a sandboxed process may write besides the sandbox's grants.
@@ -77,8 +87,18 @@ pub struct Grants<'a> {
     pub cwd: &'a Path,
     /// Its own temporary directory, emptied first; `TMPDIR` names it.
     pub tmp: PathBuf,
-    /// Whether it may commit in `cwd`'s repository (agents may; gates only check).
-    pub commit: bool,
+    /// Where the objects of its commits go, emptied first, when it may commit in `cwd`'s
+    /// repository (agents may; gates only check): see [`absorb_objects`].
+    pub objects: Option<PathBuf>,
+}
+
+/// Whether mvk's own environment holds the tests' stand-in for a kernel without Landlock or
+/// network namespaces ([`crate::env::MVK_SANDBOX_UNSUPPORTED`]). Read once, by mvk, and passed
+/// to the trampoline inside its policy: what a loop's `env` gives an agent or a gate never
+/// reaches this decision, and the trampoline ignores the variable.
+pub fn pretend_unsupported() -> bool {
+    static PRETEND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRETEND.get_or_init(|| std::env::var_os(crate::env::MVK_SANDBOX_UNSUPPORTED).is_some())
 }
 
 /// Why the sandbox cannot be set up or is refused.
@@ -109,8 +129,12 @@ pub struct Support {
 /// Asks a child trampoline what the kernel allows.
 pub fn probe() -> Result<Support, SandboxError> {
     let exe = std::env::current_exe().map_err(|source| SandboxError::Probe { source })?;
+    let mut args = vec![TRAMPOLINE, PROBE];
+    if pretend_unsupported() {
+        args.push(PRETEND_FLAG);
+    }
     let out = std::process::Command::new(exe)
-        .args([TRAMPOLINE, PROBE])
+        .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|source| SandboxError::Probe { source })?;
@@ -215,8 +239,18 @@ pub fn confine(
             .iter()
             .filter_map(|g| expand(g, home.as_deref())),
     );
-    if grants.commit {
-        write.extend(commit_paths(grants.cwd).map_err(fail)?);
+    let mut git_env = Vec::new();
+    if let Some(objects) = &grants.objects
+        && let Some(commit) = prepare_commit(grants.cwd, objects).map_err(fail)?
+    {
+        write.extend([commit.admin, objects.clone()]);
+        git_env = vec![
+            ("GIT_OBJECT_DIRECTORY".to_string(), path_text(objects)),
+            (
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES".to_string(),
+                alternate_entry(&commit.shared),
+            ),
+        ];
     }
 
     // What the caller strips (a gate's credentials not named in its own `env`) stays stripped,
@@ -227,12 +261,12 @@ pub fn confine(
         .copied()
         .chain(sandbox.env.iter().map(String::as_str))
         .filter(|name| !stripped.iter().any(|r| r == name))
-        // The tests' stand-in for an old kernel must reach the trampoline too.
-        .chain([crate::env::MVK_SANDBOX_UNSUPPORTED])
         .filter_map(|name| std::env::var(name).ok().map(|v| (name.to_string(), v)))
         .collect();
     env.push(("TMPDIR".into(), grants.tmp.display().to_string()));
     env.append(&mut ps.env);
+    // Last, so that nothing the definition sets can point the agent's git at the shared store.
+    env.append(&mut git_env);
     ps.env = env;
     ps.env_clear = true;
 
@@ -251,6 +285,7 @@ pub fn confine(
         write,
         network: sandbox.network,
         required: sandbox.required,
+        pretend: pretend_unsupported(),
     };
     let policy = serde_json::to_string(&policy).map_err(|e| fail(io::Error::other(e)))?;
     let exe = std::env::current_exe().map_err(fail)?;
@@ -275,30 +310,102 @@ fn expand(granted: &str, home: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// Where a commit in the worktree at `cwd` writes: the objects, the worktree's git directory,
-/// the ref of the branch checked out there and its log (created if missing, so that git can
-/// write in them). Nothing when `cwd` holds its own repository (it is granted whole).
-fn commit_paths(cwd: &Path) -> io::Result<Vec<PathBuf>> {
+/// What an agent that commits in a linked worktree may write, besides its own objects.
+struct CommitGrant {
+    /// The worktree's own git directory (`<common>/worktrees/<name>`: HEAD, index, logs).
+    admin: PathBuf,
+    /// The shared object store, which the agent reads as an alternate and never writes.
+    shared: PathBuf,
+}
+
+/// Readies the worktree at `cwd` for an agent's commits: an empty `objects` directory, and HEAD
+/// detached at its commit, so that a commit moves no ref (refs live in the shared git
+/// directory, which stays read-only; mvk sets the attempt's branch from HEAD afterwards).
+/// `None` when `cwd` is not a linked worktree (a repository of its own is granted whole).
+fn prepare_commit(cwd: &Path, objects: &Path) -> io::Result<Option<CommitGrant>> {
     let Ok(repo) = git2::Repository::open(cwd) else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let admin = repo.path().to_path_buf();
     if admin.starts_with(cwd) {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let common = repo.commondir().to_path_buf();
-    let mut out = vec![admin, common.join("objects")];
     if let Ok(head) = repo.head()
-        && let Ok(name) = head.name()
-        && let Some((dir, _)) = name.rsplit_once('/')
+        && head.is_branch()
+        && let Some(at) = head.target()
     {
-        for base in [common.clone(), common.join("logs")] {
-            let d = base.join(dir);
-            std::fs::create_dir_all(&d)?;
-            out.push(d);
-        }
+        repo.set_head_detached(at).map_err(io::Error::other)?;
     }
-    Ok(out)
+    match std::fs::remove_dir_all(objects) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::create_dir_all(objects.join("info"))?;
+    std::fs::create_dir_all(objects.join("pack"))?;
+    Ok(Some(CommitGrant {
+        admin,
+        shared: repo.commondir().join("objects"),
+    }))
+}
+
+/// Copies what a sandboxed agent committed into the shared object store of the repository at
+/// `repo`, from the attempt's own `objects` directory (loose objects and packs), then removes
+/// that directory. Each object is read, hashed and written by mvk: one whose content does not
+/// match its name is left out, and nothing already in the store is rewritten. Out comes how
+/// many objects were added; nothing when there is no such directory.
+pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, git2::Error> {
+    if !objects.is_dir() {
+        return Ok(0);
+    }
+    // Only the agent's own objects: an `alternates` file it wrote there would make mvk list
+    // objects from elsewhere.
+    let _ = std::fs::remove_file(objects.join("info").join("alternates"));
+    let main = git2::Repository::open(repo)?;
+    let shared = main.odb()?;
+    let theirs = git2::Odb::new()?;
+    theirs.add_disk_alternate(&path_text(objects))?;
+    // A pack the agent made may hold deltas against objects of the shared store: read through
+    // both (alternates are never written to).
+    let again = git2::Repository::open(repo)?;
+    let both = again.odb()?;
+    both.add_disk_alternate(&path_text(objects))?;
+    let mut ids = Vec::new();
+    theirs.foreach(|id| {
+        ids.push(*id);
+        true
+    })?;
+    let mut added = 0;
+    for id in ids {
+        if shared.exists(id) {
+            continue;
+        }
+        let Ok(object) = both.read(id) else {
+            continue;
+        };
+        if git2::Oid::hash_object(object.kind(), object.data())? != id {
+            continue;
+        }
+        shared.write(object.kind(), object.data())?;
+        added += 1;
+    }
+    // Best effort: the directory is the attempt's own, and a leftover is only space.
+    let _ = std::fs::remove_dir_all(objects);
+    Ok(added)
+}
+
+fn path_text(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `path` as one entry of `GIT_ALTERNATE_OBJECT_DIRECTORIES`, a `:`-separated list: quoted the
+/// C way (which git reads when an entry starts with `"`) when it holds a `:` or a `"`.
+fn alternate_entry(path: &Path) -> String {
+    let text = path_text(path);
+    if !text.contains([':', '"']) {
+        return text;
+    }
+    let escaped = text.replace('\\', r"\\").replace('"', r#"\""#);
+    format!("\"{escaped}\"")
 }
 
 /// `program` as `execvp` would find it: a path (relative to `cwd`), or a name on `path`.
@@ -317,12 +424,14 @@ fn find_program(program: &str, cwd: &Path, path: Option<&str>) -> Option<PathBuf
 /// The trampoline: `ARGS` are what follows `mvk __sandbox`. Never returns when it runs the
 /// program; returns an exit code when it cannot or must not.
 pub fn trampoline(args: &[OsString]) -> ExitCode {
-    let pretend = std::env::var_os(crate::env::MVK_SANDBOX_UNSUPPORTED).is_some();
+    // Whatever the environment says: the stand-in for an old kernel comes from mvk, in the
+    // arguments (see `pretend_unsupported`).
+    let pretending = format!("{} is set for mvk", crate::env::MVK_SANDBOX_UNSUPPORTED);
     if args.first().is_some_and(|a| a == PROBE) {
-        let support = if pretend {
+        let support = if args.get(1).is_some_and(|a| a == PRETEND_FLAG) {
             Support {
                 landlock: "none".into(),
-                network: Some(format!("{} is set", crate::env::MVK_SANDBOX_UNSUPPORTED)),
+                network: Some(pretending),
             }
         } else {
             Support {
@@ -349,9 +458,10 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     let say = |text: String| {
         let _ = writeln!(io::stderr(), "mvk sandbox: {text}");
     };
+    let pretend = policy.pretend;
     if !policy.network {
         let done = if pretend {
-            Err(format!("{} is set", crate::env::MVK_SANDBOX_UNSUPPORTED))
+            Err(pretending)
         } else {
             isolate_network()
         };
@@ -392,23 +502,76 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     })
 }
 
-/// Moves this process into a fresh network namespace; as non-root, inside a user namespace
-/// that maps the user to itself.
+/// Moves this process into a fresh network namespace (as non-root, inside a user namespace
+/// that maps the user to itself) and brings its loopback interface up: 127.0.0.1 works, nothing
+/// else is reachable.
 fn isolate_network() -> Result<(), String> {
     use nix::sched::{CloneFlags, unshare};
-    if unshare(CloneFlags::CLONE_NEWNET).is_ok() {
-        return Ok(());
+    if unshare(CloneFlags::CLONE_NEWNET).is_err() {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("no network namespace: {e}"))?;
+        let write = |file: &str, text: String| {
+            std::fs::write(file, text).map_err(|e| format!("cannot write `{file}`: {e}"))
+        };
+        write("/proc/self/setgroups", "deny".into())?;
+        write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     }
-    let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
-    unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("no network namespace: {e}"))?;
-    let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(|e| format!("cannot write `{file}`: {e}"))
+    loopback_up().map_err(|e| format!("cannot bring the loopback interface up: {e}"))
+}
+
+/// `ip link set lo up`, as one rtnetlink request (`RTM_NEWLINK` with `IFF_UP` on `lo`) and the
+/// kernel's acknowledgement: a few bytes, so no netlink crate and no `ip` binary.
+fn loopback_up() -> io::Result<()> {
+    use rustix::net::{
+        AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType, netdevice,
+        netlink::SocketAddrNetlink, recv, sendto, socket_with,
     };
-    write("/proc/self/setgroups", "deny".into())?;
-    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+    const RTM_NEWLINK: u16 = 16;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_ACK: u16 = 4;
+    const NLMSG_ERROR: u16 = 2;
+    const IFF_UP: u32 = 1;
+    let fd = socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let index = netdevice::name_to_index(&fd, "lo")?;
+    let index = i32::try_from(index).map_err(io::Error::other)?;
+    // struct nlmsghdr (16 bytes) then struct ifinfomsg (16 bytes), native byte order.
+    let mut msg = Vec::with_capacity(32);
+    msg.extend(32u32.to_ne_bytes());
+    msg.extend(RTM_NEWLINK.to_ne_bytes());
+    msg.extend((NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    msg.extend(1u32.to_ne_bytes()); // sequence number
+    msg.extend(0u32.to_ne_bytes()); // port id: the kernel's
+    msg.extend([0u8, 0u8]); // family AF_UNSPEC, padding
+    msg.extend(0u16.to_ne_bytes()); // device type
+    msg.extend(index.to_ne_bytes());
+    msg.extend(IFF_UP.to_ne_bytes()); // flags
+    msg.extend(IFF_UP.to_ne_bytes()); // change mask
+    sendto(&fd, &msg, SendFlags::empty(), &SocketAddrNetlink::new(0, 0))?;
+    let mut answer = [0u8; 256];
+    let (got, _) = recv(&fd, &mut answer, RecvFlags::empty())?;
+    // The acknowledgement: a header of type NLMSG_ERROR, then the error code (0: done).
+    let field = |at: usize, len: usize| answer.get(at..at + len).filter(|_| at + len <= got);
+    let kind = field(4, 2)
+        .and_then(|b| b.try_into().ok())
+        .map(u16::from_ne_bytes);
+    let code = field(16, 4)
+        .and_then(|b| b.try_into().ok())
+        .map(i32::from_ne_bytes);
+    match (kind, code) {
+        (Some(NLMSG_ERROR), Some(0)) => Ok(()),
+        (Some(NLMSG_ERROR), Some(code)) => Err(io::Error::from_raw_os_error(-code)),
+        _ => Err(io::Error::other(
+            "the kernel's answer is not an acknowledgement",
+        )),
+    }
 }
 
 /// Applies Landlock to this process: writes only beneath `write`, no signals out of the domain.
@@ -454,6 +617,18 @@ mod tests {
             Some(dir.path().join("bin/tool"))
         );
         assert_eq!(find_program("tool", dir.path(), None), None);
+    }
+
+    #[test]
+    fn alternates_with_a_colon_are_quoted() {
+        assert_eq!(
+            alternate_entry(Path::new("/r/.git/objects")),
+            "/r/.git/objects"
+        );
+        assert_eq!(
+            alternate_entry(Path::new(r#"/a:b/"q"/objects"#)),
+            r#""/a:b/\"q\"/objects""#
+        );
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub enum WorktreeError {
     InvalidBranch { branch: String },
     #[error("branch `{branch}` is checked out in `{path}`; pick another branch name")]
     BranchCheckedOut { branch: String, path: PathBuf },
+    #[error(
+        "the git directory of worktree `{path}` now leads to `{found}`, not to the one mvk made for it"
+    )]
+    Relinked { path: PathBuf, found: PathBuf },
     #[error("no free worktree slot under `{root}` after trying {tried} slots")]
     PoolExhausted { root: PathBuf, tried: usize },
 }
@@ -118,6 +122,10 @@ pub struct Lease {
     pub branch: String,
     pub base: Oid,
     slot: usize,
+    /// The worktree's own git directory and the repository's common one, as mvk made them:
+    /// [`capture`] refuses a worktree whose links now lead elsewhere.
+    admin: PathBuf,
+    common: PathBuf,
     /// Held open for its lock; closing the file releases it.
     _lock: File,
 }
@@ -128,7 +136,8 @@ impl Drop for Lease {
     /// elsewhere), and the slot's next holder may be busy resetting it by then. Best effort: a
     /// slot left on its branch is detached by the next lease of that branch when it is idle.
     fn drop(&mut self) {
-        if let Ok(repo) = Repository::open(&self.path)
+        // Never through links the agent rewrote: that could detach the main checkout's HEAD.
+        if let Ok(repo) = self.open()
             && let Ok(at) = repo.head().and_then(|h| h.peel_to_commit())
         {
             let _ = repo.set_head_detached(at.id());
@@ -140,6 +149,24 @@ impl Lease {
     /// Number of the pool slot this lease holds.
     pub fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// The worktree's repository, if its git links still lead where mvk made them. The agent
+    /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
+    /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
+    /// index and HEAD, another slot's).
+    fn open(&self) -> Result<Repository, WorktreeError> {
+        let path = &self.path;
+        let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+        for (found, made) in [(repo.path(), &self.admin), (repo.commondir(), &self.common)] {
+            if !same_path(found, made) {
+                return Err(WorktreeError::Relinked {
+                    path: path.clone(),
+                    found: found.to_path_buf(),
+                });
+            }
+        }
+        Ok(repo)
     }
 }
 
@@ -226,11 +253,16 @@ impl Pool {
             self.create_slot(&main, slot, base, branch)?;
             self.reset_slot(&main, &path, base, branch)?;
         }
+        let admin = Repository::open(&path)
+            .map_err(git_err("open worktree", &path))
+            .and_then(|r| canonical(r.path()))?;
         Ok(Lease {
             path,
             branch: branch.to_string(),
             base,
             slot,
+            admin,
+            common: self.git_dir.clone(),
             _lock: lock,
         })
     }
@@ -559,7 +591,7 @@ impl Pool {
 
 /// Commit id the lease's worktree HEAD points at now.
 pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
-    let repo = Repository::open(&lease.path).map_err(git_err("open worktree", &lease.path))?;
+    let repo = lease.open()?;
     let head = repo
         .head()
         .and_then(|h| h.peel_to_commit())
@@ -576,7 +608,7 @@ pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
 /// the result and checked out.
 pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     let path = &lease.path;
-    let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+    let repo = lease.open()?;
     let head = match repo.head() {
         Ok(head) => Some(head.peel_to_commit().map_err(git_err("read HEAD", path))?),
         Err(e) if e.code() == ErrorCode::UnbornBranch => None,

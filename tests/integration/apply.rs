@@ -585,6 +585,11 @@ fn seal_refuses_a_chmodded_test() {
 /// The fixing agent AGENT against GATE_SCRIPT (which exits 0 with bad evidence): the gate's
 /// verdict is unknown, never pass, and nothing lands.
 pub(crate) fn unknown_evidence(agent: &str, gate_script: &str, extra: &str) -> Run {
+    unknown_evidence_kept(agent, gate_script, extra).1
+}
+
+/// [`unknown_evidence`], keeping the fixture (and the run's files) for more checks.
+pub(crate) fn unknown_evidence_kept(agent: &str, gate_script: &str, extra: &str) -> (Fixture, Run) {
     let defs = agent_def("bot", agent, &["@STATE"]);
     let gate = format!("gate tests {{ run \"sh\" \"{gate_script}\"; }}");
     let fixture = Fixture::new(&loop_kdl(&defs, true, &gate, extra));
@@ -601,7 +606,7 @@ pub(crate) fn unknown_evidence(agent: &str, gate_script: &str, extra: &str) -> R
         assert_eq!(failed["detail"]["kind"], "unknown", "{}", run.why());
     }
     run.none("attempt.passed");
-    run
+    (fixture, run)
 }
 
 #[test]

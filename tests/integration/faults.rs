@@ -110,7 +110,7 @@ fn apply_with_file_limit(f: &Fixture, bytes: u64) -> std::process::Output {
 }
 
 #[test]
-fn the_disk_filling_while_the_ledger_is_written_is_a_clear_error_and_loses_nothing() {
+fn the_disk_filling_while_the_ledger_is_written_is_a_clear_error_and_a_resume_finishes_the_run() {
     let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=2"));
     // A first run makes the ledger; the second cannot grow it past the limit.
     f.apply().expect_code(0);
@@ -120,23 +120,66 @@ fn the_disk_filling_while_the_ledger_is_written_is_a_clear_error_and_loses_nothi
     assert_eq!(out.status.code(), Some(70), "{err}");
     assert!(err.contains("ledger"), "{err}");
     assert!(err.contains("file-size limit"), "{err}");
+    assert!(err.contains("mvk resume"), "{err}");
     assert_eq!(f.tip("main"), f.base, "nothing landed");
+    let run = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
     let check: String = db
         .query_row("pragma integrity_check", [], |r| r.get(0))
         .unwrap();
     assert_eq!(check, "ok");
-    let runs: i64 = db
-        .query_row("select count(*) from runs", [], |r| r.get(0))
+    let (runs, finished): (i64, Option<String>) = db
+        .query_row(
+            "select (select count(*) from runs), (select outcome from runs where id = ?1)",
+            [&run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap();
     assert_eq!(
         runs, 2,
-        "the first run and the failed one are both recorded"
+        "the first run and the stopped one are both recorded"
     );
+    assert_eq!(finished, None, "the stopped run is not over: {err}");
     drop(db);
-    // With room again, the next run does the job.
-    f.apply().expect_code(0);
+    let calls_before = fs::read_to_string(f.state("calls"))
+        .unwrap()
+        .lines()
+        .count();
+    // With room again, the run carries on where it stopped and finishes.
+    let resumed = f.mvk().args(["resume", &run]).output().unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&resumed.stdout),
+        stderr_of(&resumed)
+    );
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    // Nothing ran twice: one landing, and one agent call per attempt the run recorded.
+    let landed = f.git(&["rev-list", "--count", &format!("{}..main", f.base)]);
+    assert_eq!(landed.trim(), "1");
+    let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
+    let attempts: i64 = db
+        .query_row(
+            "select count(*) from attempts where run = ?1 and agent_done_at is not null",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let calls = fs::read_to_string(f.state("calls"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(
+        calls - 1,
+        usize::try_from(attempts).unwrap(),
+        "the stopped run's agent calls ({calls_before} before the resume, {calls} after, the first run's one included) are its finished attempts"
+    );
 }
 
 #[test]

@@ -17,19 +17,6 @@ fn reach_loop(sandbox: &str, gates: &str) -> String {
     )
 }
 
-fn agent_said(f: &Fixture, run: &super::apply::Run, what: &str) -> String {
-    let out = fs::read_to_string(run.attempt_dir(1).join("agent.out")).unwrap();
-    out.lines()
-        .find_map(|l| l.strip_prefix(&format!("{what}: ")))
-        .unwrap_or_else(|| {
-            panic!(
-                "the agent said nothing about {what}:\n{out}\n{}",
-                f.root().display()
-            )
-        })
-        .to_string()
-}
-
 #[test]
 fn a_sandboxed_agent_writes_only_in_its_worktree_and_cannot_signal_mvk() {
     // The gate also tries to write outside and fails the attempt if it could, or if it sees the token.
@@ -49,24 +36,24 @@ fn a_sandboxed_agent_writes_only_in_its_worktree_and_cannot_signal_mvk() {
         "signal-mvk-group",
     ] {
         assert_eq!(
-            agent_said(&f, &run, denied),
+            attempt_said(&run, 1, denied),
             "denied",
             "{denied}\n{}",
             run.why()
         );
     }
-    assert_eq!(agent_said(&f, &run, "tmpdir"), "allowed");
+    assert_eq!(attempt_said(&run, 1, "tmpdir"), "allowed");
     assert_eq!(
-        agent_said(&f, &run, "commit"),
+        attempt_said(&run, 1, "commit"),
         "allowed",
         "an agent may commit"
     );
     assert_eq!(
-        agent_said(&f, &run, "interfaces").trim(),
+        attempt_said(&run, 1, "interfaces").trim(),
         "lo",
         "no network"
     );
-    let env = agent_said(&f, &run, "env");
+    let env = attempt_said(&run, 1, "env");
     assert!(!env.contains("MY_API_TOKEN"), "{env}");
     assert!(
         env.contains("MVK_PROMPT_FILE") && env.contains("PATH"),
@@ -95,16 +82,16 @@ fn granted_paths_and_variables_reach_the_sandbox_and_nothing_else() {
         "{}",
         run.why()
     );
-    assert_eq!(agent_said(&f, &run, "state"), "allowed");
-    assert_eq!(agent_said(&f, &run, "main-checkout"), "denied");
-    let env = agent_said(&f, &run, "env");
+    assert_eq!(attempt_said(&run, 1, "state"), "allowed");
+    assert_eq!(attempt_said(&run, 1, "main-checkout"), "denied");
+    let env = attempt_said(&run, 1, "env");
     assert!(
         env.contains("MY_API_TOKEN") && !env.contains("OTHER_TOKEN"),
         "{env}"
     );
     // The network stays on by default: the agent sees the interfaces mvk sees.
     let host = fs::read_to_string("/proc/net/dev").unwrap().lines().count() - 2;
-    let seen = agent_said(&f, &run, "interfaces")
+    let seen = attempt_said(&run, 1, "interfaces")
         .split_whitespace()
         .count();
     assert_eq!(seen, host);
@@ -165,8 +152,8 @@ fn an_agent_definitions_own_sandbox_replaces_the_loops() {
     let f = Fixture::new(&text);
     let run = f.apply();
     run.expect_code(0);
-    assert_eq!(agent_said(&f, &run, "state"), "allowed");
-    assert_ne!(agent_said(&f, &run, "interfaces").trim(), "lo");
+    assert_eq!(attempt_said(&run, 1, "state"), "allowed");
+    assert_ne!(attempt_said(&run, 1, "interfaces").trim(), "lo");
 }
 
 #[test]
@@ -292,19 +279,28 @@ fn the_trampoline_confines_a_user_who_is_not_root() {
 
 #[test]
 fn the_trampoline_refuses_a_required_sandbox_it_cannot_apply() {
+    // mvk's stand-in for an old kernel reaches the trampoline in its policy, never by the
+    // environment: with the variable set and the policy silent, it confines as always.
     let mvk = assert_cmd::cargo::cargo_bin("mvk");
-    let out = std::process::Command::new(mvk)
-        .args([
-            "__sandbox",
-            r#"{"write":[],"network":true,"required":true}"#,
-            "--",
-            "sh",
-            "-c",
-            "echo ran",
-        ])
-        .env("MVK_SANDBOX_UNSUPPORTED", "1")
-        .output()
-        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |policy: &str| {
+        std::process::Command::new(&mvk)
+            .args([
+                "__sandbox",
+                policy,
+                "--",
+                "sh",
+                "-c",
+                &format!(
+                    "echo ran; touch '{}/out' && echo wrote",
+                    dir.path().display()
+                ),
+            ])
+            .env("MVK_SANDBOX_UNSUPPORTED", "1")
+            .output()
+            .unwrap()
+    };
+    let out = run(r#"{"write":[],"network":true,"required":true,"pretend":true}"#);
     assert_eq!(out.status.code(), Some(125));
     assert!(out.stdout.is_empty(), "the program did not run");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -312,4 +308,158 @@ fn the_trampoline_refuses_a_required_sandbox_it_cannot_apply() {
         err.contains("refusing to run: Landlock is not fully enforced"),
         "{err}"
     );
+    let out = run(r#"{"write":[],"network":true,"required":true}"#);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\n",
+        "confined although the variable is set: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_loop_cannot_switch_its_sandbox_off_with_the_test_hook() {
+    // The variable that makes mvk act as on a kernel without Landlock is read from mvk's own
+    // environment only: given to the agent by its definition, or passed by the sandbox, it
+    // changes nothing, and a required sandbox still confines.
+    let text = loop_kdl(
+        "agent bot timeout=\"30s\" {\n    run \"sh\" \"@AGENTS/hardening/reach.sh\" \"@STATE\" \"@REPO\"\n    env MVK_SANDBOX_UNSUPPORTED=\"1\"\n}\n",
+        true,
+        TESTS_GATE,
+        "sandbox network=#false required=#true { env \"MVK_SANDBOX_UNSUPPORTED\"; }\n    budget iterations=1",
+    );
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    run.expect_code(0);
+    for denied in ["main-checkout", "main-git", "state", "pool", "signal-mvk"] {
+        assert_eq!(
+            attempt_said(&run, 1, denied),
+            "denied",
+            "{denied}\n{}",
+            run.why()
+        );
+    }
+    assert_eq!(attempt_said(&run, 1, "interfaces").trim(), "lo");
+    let err = fs::read_to_string(run.attempt_dir(1).join("agent.err")).unwrap();
+    assert!(!err.contains("mvk sandbox:"), "{err}");
+}
+
+/// What the agent of attempt N said about NAME.
+fn attempt_said(run: &super::apply::Run, attempt: u32, what: &str) -> String {
+    let out = fs::read_to_string(run.attempt_dir(attempt).join("agent.out")).unwrap();
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what}: ")))
+        .unwrap_or_else(|| panic!("attempt {attempt} said nothing about {what}:\n{out}"))
+        .to_string()
+}
+
+#[test]
+fn a_sandboxed_agent_commits_but_cannot_touch_the_shared_objects_or_other_attempts_refs() {
+    // The objects the history needs and the first attempt's branch are out of the second
+    // attempt's reach; its own commits still land, through mvk.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/git_store.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=2",
+    ));
+    let run = f.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    let first = f.tip(&run.branch(1));
+    for attempt in [1, 2] {
+        for denied in ["delete-object", "rewrite-object", "plant-object"] {
+            assert_eq!(
+                attempt_said(&run, attempt, denied),
+                "denied",
+                "attempt {attempt}: {denied}\n{}",
+                run.why()
+            );
+        }
+        assert_eq!(attempt_said(&run, attempt, "commit"), "allowed");
+    }
+    for denied in [
+        "earlier-ref",
+        "earlier-ref-file",
+        "earlier-reflog",
+        "delete-earlier-ref",
+    ] {
+        assert_eq!(
+            attempt_said(&run, 2, denied),
+            "denied",
+            "{denied}\n{}",
+            run.why()
+        );
+    }
+    // The first attempt's branch holds its own commit, as mvk recorded it.
+    assert_eq!(
+        f.show(&run.branch(1), "NOTES.md").as_deref(),
+        Some("a note\n")
+    );
+    let recorded = run.named("agent.finished");
+    assert_eq!(recorded.len(), 2, "{}", run.why());
+    assert!(
+        f.git(&["log", "--format=%s", &first])
+            .contains("attempt 1: my own commit")
+    );
+    // Every object is whole, and the agent's commit is on its attempt's branch (what landed).
+    let fsck = super::apply::git_output(f.root(), &["fsck", "--full", "--strict"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(!f.root().join(".git/objects/ee/planted").exists());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert!(
+        f.git(&["log", "--format=%s", &run.branch(2)])
+            .contains("attempt 2: my own commit"),
+        "{}",
+        run.why()
+    );
+    // What the agent wrote went to the attempt's own object directory, now emptied into the store.
+    assert!(!run.attempt_dir(2).join("agent.objects").exists());
+}
+
+#[test]
+fn a_gate_without_network_reaches_loopback_and_nothing_else() {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        &format!(
+            "{TESTS_GATE}\n    gate loopback evidence=none {{ run \"sh\" \"@AGENTS/hardening/loopback.sh\"; }}"
+        ),
+        "sandbox network=#false required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    let log = fs::read_to_string(run.attempt_dir(1).join("gate-loopback.log")).unwrap_or_default();
+    run.expect_code(0);
+    assert!(log.contains("loopback: ping"), "{log}\n{}", run.why());
+    assert!(log.contains("outside: unreachable"), "{log}");
+}
+
+#[test]
+fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touches_nothing_there() {
+    // The worktree's `.git` file is the agent's to write; mvk, unconfined, must not follow it
+    // into the main checkout's index and HEAD when it records the attempt.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/relink.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("leaves its worktree's git links alone"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    assert_eq!(f.git(&["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
+    assert_eq!(f.git(&["status", "--porcelain"]), "", "{}", run.why());
 }

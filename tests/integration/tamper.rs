@@ -3,7 +3,7 @@
 
 use super::apply::{
     FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_main_unchanged, loop_kdl, tampering,
-    unknown_evidence,
+    unknown_evidence, unknown_evidence_kept,
 };
 
 #[test]
@@ -33,9 +33,41 @@ fn seal_refuses_an_edit_of_the_gates_own_script() {
 
 #[test]
 fn evidence_printed_by_the_agent_is_not_the_gates() {
-    // The gate prints nothing and exits 0; the agent printed a nonce line and runner summaries.
-    let run = unknown_evidence("hardening/forge.sh", "/dev/null", "budget iterations=1");
+    // The agent searches all it can reach for the gate's nonce and forges evidence with every
+    // candidate, printed and committed for the gate to replay; the gate shows its nonce. The
+    // verdict stays unknown because the nonce was nowhere the agent could look.
+    let (_fixture, run) = unknown_evidence_kept(
+        "hardening/forge.sh",
+        "@AGENTS/hardening/replay_gate.sh",
+        "budget iterations=1",
+    );
     assert_eq!(run.attempts(), [1], "{}", run.why());
+    let agent = std::fs::read_to_string(run.attempt_dir(1).join("agent.out")).unwrap();
+    let gate = std::fs::read_to_string(run.attempt_dir(1).join("gate-tests.log")).unwrap();
+    let nonce = gate
+        .lines()
+        .find_map(|l| l.strip_prefix("gate nonce: "))
+        .unwrap_or_else(|| panic!("the gate did not show its nonce:\n{gate}"));
+    assert_eq!(nonce.len(), 32, "{gate}");
+    let candidates: usize = agent
+        .lines()
+        .find_map(|l| l.strip_prefix("candidates: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the agent did not search:\n{agent}"));
+    assert!(candidates > 0, "the agent found nothing to try:\n{agent}");
+    // The forgeries reached the gate's own log, and none of them carried the gate's nonce.
+    assert!(
+        gate.matches("MVK_EVIDENCE=").count() >= candidates,
+        "{gate}"
+    );
+    assert!(
+        !agent.contains(nonce),
+        "the agent found the nonce:\n{agent}"
+    );
+    assert!(
+        agent.contains("env: ") && agent.contains("MVK_RUN="),
+        "{agent}"
+    );
 }
 
 #[test]
@@ -80,12 +112,11 @@ fn writes_outside_the_worktree_without_a_sandbox_never_land() {
     );
 }
 
-#[test]
-fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
-    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
-    // sees that its own agent sent it, does not stop, and rejects the attempt.
+/// Agent SCRIPT signals mvk's process group on its first call and fixes the bug: mvk does not
+/// stop, rejects that attempt for the signals it counted, and lands the second.
+fn a_signalling_agent_is_rejected(script: &str) -> super::apply::Run {
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/signal_mvk.sh", &["@STATE"]),
+        &agent_def("bot", script, &["@STATE"]),
         true,
         TESTS_GATE,
         "budget iterations=2",
@@ -94,20 +125,58 @@ fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
     run.expect_code(0);
     assert!(f.state("signalled").exists());
     assert_eq!(run.attempts(), [1, 2], "{}", run.why());
-    assert_eq!(
-        run.one("agent.signalled-mvk")["attempt"],
-        1,
-        "{}",
-        run.why()
-    );
+    let signalled = run.one("agent.signalled-mvk");
+    assert_eq!(signalled["attempt"], 1, "{}", run.why());
     let failed = run.one("attempt.failed");
     assert_eq!(failed["detail"]["kind"], "agent", "{}", run.why());
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    run
 }
 
 #[test]
-fn a_signal_from_outside_still_stops_mvk() {
-    // A person's `kill` is obeyed: mvk stops every process it started and exits 130.
+fn an_agent_that_signals_mvks_process_group_is_rejected_and_mvk_goes_on() {
+    // Without a sandbox the signal arrives (with one, Landlock refuses it: see sandbox.rs); mvk
+    // sees that its own agent sent it, does not stop, and rejects the attempt.
+    a_signalling_agent_is_rejected("hardening/signal_mvk.sh");
+}
+
+#[test]
+fn an_agent_that_signals_mvk_and_exits_at_once_is_rejected_and_mvk_goes_on() {
+    // The sender (a child of the agent) and the agent are gone before mvk can look them up:
+    // what decides is the sender the kernel recorded at delivery, against the processes mvk
+    // started, never a lookup that finds nothing and takes it for a person's Ctrl-C.
+    let run = a_signalling_agent_is_rejected("hardening/signal_and_exit.sh");
+    let signalled = run.one("agent.signalled-mvk");
+    assert_eq!(signalled["detail"]["signals"], 1, "{}", run.why());
+}
+
+#[test]
+fn a_gate_that_signals_mvk_rejects_the_attempt_and_mvk_goes_on() {
+    // Gates run the agent's code; a gate that turns on mvk is ignored, and its green verdict
+    // does not count.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        r#"gate tests { run "sh" "@AGENTS/hardening/signal_gate.sh"; }"#,
+        "budget iterations=1",
+    ));
+    let run = f.apply();
+    assert_eq!(run.one("gate.finished")["detail"]["verdict"], "pass");
+    assert_eq!(
+        run.one("gate.signalled-mvk")["detail"]["gate"],
+        "tests",
+        "{}",
+        run.why()
+    );
+    run.none("attempt.passed");
+    // The run went on to its end (not 130, as a person's stop): its one attempt spent.
+    run.expect_code(3);
+    assert_eq!(f.tip("main"), f.base);
+}
+
+/// Starts `mvk apply` on a slow agent, lets SEND signal it, and checks that mvk stopped: it
+/// stops every process it started and exits 130.
+fn stopped_from_outside(send: impl FnOnce(u32)) {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "slow.sh", &["@STATE"]),
         true,
@@ -122,11 +191,27 @@ fn a_signal_from_outside_still_stops_mvk() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let pid = rustix::process::Pid::from_child(&child);
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    send(child.id());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     assert_eq!(f.tip("main"), f.base);
+}
+
+#[test]
+fn a_signal_from_outside_still_stops_mvk() {
+    // A person's `kill` is obeyed, from mvk's parent as from a shell that is no kin of mvk's.
+    stopped_from_outside(|pid| {
+        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    });
+    stopped_from_outside(|pid| {
+        // The shell (its builtin `kill`) stays alive a moment while mvk places it.
+        let status = std::process::Command::new("sh")
+            .args(["-c", &format!("kill -TERM {pid}; sleep 1")])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
 }
