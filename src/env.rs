@@ -25,3 +25,6 @@ pub const MVK_BLESS: &str = "MVK_BLESS";
 /// Tests only: when set, the sandbox's probe and trampoline act as on a kernel without Landlock
 /// or network namespaces, so that the warning and the refusal can be exercised here.
 pub const MVK_SANDBOX_UNSUPPORTED: &str = "MVK_SANDBOX_UNSUPPORTED";
+/// Set for every gate: the path of the running mvk executable, so that a gate script can call
+/// mvk's own helpers (the stdlib's generic gates match paths with `"$MVK_EXE" __glob-match`).
+pub const MVK_EXE: &str = "MVK_EXE";
