@@ -764,6 +764,23 @@ fn generic_gates_match_brace_alternatives_as_scope_does() {
         "{}",
         run.tail
     );
+    // Names git writes differently in a diff's header: with a space (a tab follows), quoted.
+    p.write(&[
+        ("src/a/with space.rs", "// TODO: spaced\n"),
+        ("src/a/q\"uote.rs", "// TODO: quoted\n"),
+    ]);
+    p.commit("odd names");
+    let run = p.gate("generic", &format!("{todos} paths=\"src/{{a,b}}/**\""), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail
+            .contains("  src/a/with space.rs:1: // TODO: spaced\n")
+            && run
+                .tail
+                .contains("  \"src/a/q\\\"uote.rs\":1: // TODO: quoted\n"),
+        "{}",
+        run.tail
+    );
     expect(
         &p.gate(
             "generic",
