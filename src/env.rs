@@ -28,3 +28,6 @@ pub const MVK_BLESS: &str = "MVK_BLESS";
 /// policy; the trampoline ignores the variable, so an agent, a gate or a loop's `env` that sets
 /// it changes nothing.
 pub const MVK_SANDBOX_UNSUPPORTED: &str = "MVK_SANDBOX_UNSUPPORTED";
+/// Set for every gate: the path of the running mvk executable, so that a gate script can call
+/// mvk's own helpers (the stdlib's generic gates match paths with `"$MVK_EXE" __glob-match`).
+pub const MVK_EXE: &str = "MVK_EXE";

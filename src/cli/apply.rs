@@ -349,10 +349,31 @@ fn mark(o: driver::Outcome) -> &'static str {
     }
 }
 
+/// An event as `--verbose` shows it: who, the event's name, its description, and its details.
+fn verbose_line(e: &Event, described: Option<&str>, who: &str) -> String {
+    let who = if who == "run" {
+        format!("run {}", e.run)
+    } else {
+        who.to_string()
+    };
+    let mut line = format!("{who}: [{}]", e.event);
+    if let Some(text) = described {
+        line.push(' ');
+        line.push_str(text);
+    }
+    let empty = e.detail.as_object().is_some_and(serde_json::Map::is_empty);
+    if !e.detail.is_null() && !empty {
+        line.push_str(&format!(" {}", e.detail));
+    }
+    line
+}
+
 /// Shows events: the run id on stdout as soon as it exists, then a live line on a terminal
-/// or plain lines otherwise, on stderr.
+/// or plain lines otherwise, on stderr; with `--verbose`, every event with its details (the
+/// durations, tokens, log files) as JSON.
 pub(crate) struct Progress {
     quiet: bool,
+    verbose: bool,
     json: bool,
     bar: Option<indicatif::ProgressBar>,
     printed_id: Mutex<bool>,
@@ -368,6 +389,7 @@ impl Progress {
         });
         Progress {
             quiet,
+            verbose: printer.verbose(),
             json,
             bar,
             printed_id: Mutex::new(false),
@@ -413,12 +435,15 @@ impl Observer for Progress {
             e.event.as_str(),
             "task.finished" | "task.stuck" | "run.finished"
         );
-        let text = crate::report::event_text::describe(&e.event, &e.detail)
-            .filter(|_| shown)
-            .map(|t| match e.event.as_str() {
+        let described = crate::report::event_text::describe(&e.event, &e.detail);
+        let text = if self.verbose {
+            Some(verbose_line(e, described.as_deref(), &who))
+        } else {
+            described.filter(|_| shown).map(|t| match e.event.as_str() {
                 "run.started" | "run.resumed" => format!("run {}: {t}", e.run),
                 _ => format!("{who}: {t}"),
-            });
+            })
+        };
         if let Some(bar) = &self.bar {
             bar.set_message(format!("{who}: {}", e.event));
         }

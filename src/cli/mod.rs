@@ -9,6 +9,7 @@ pub mod decide;
 pub mod exit;
 pub mod followups;
 pub mod gc;
+pub mod glob_match;
 pub mod graph;
 pub mod init;
 pub mod lock;
@@ -117,6 +118,10 @@ where
         .is_some_and(|a| a == crate::run::sandbox::TRAMPOLINE)
     {
         return crate::run::sandbox::trampoline(&args[2..]);
+    }
+    // The generic gates' path matcher (hidden, not a command): lines in, the matching lines out.
+    if args.get(1).is_some_and(|a| a == glob_match::HELPER) {
+        return glob_match::run(&args[2..]);
     }
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;

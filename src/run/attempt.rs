@@ -1036,7 +1036,9 @@ fn agent_env(
 }
 
 /// The `MVK_*` variables a gate sees. `MVK_SCOPE` holds the task's scope globs, one a line, so
-/// that a gate (the stdlib's `no-changes-outside-scope`) can hold a change to it.
+/// that a gate (the stdlib's `no-changes-outside-scope`) can hold a change to it; `MVK_EXE` is
+/// this executable, whose `__glob-match` helper the stdlib's generic gates call (when the
+/// system cannot say where it is, it is left out and those gates fail saying so).
 fn gate_env(
     run: &str,
     task: &str,
@@ -1045,14 +1047,18 @@ fn gate_env(
     worktree: &Path,
     scope: &[String],
 ) -> Vec<(String, String)> {
-    vec![
+    let mut env = vec![
         (RUN_VAR.to_string(), run.to_string()),
         (TASK_VAR.to_string(), task.to_string()),
         ("MVK_ATTEMPT".to_string(), attempt.to_string()),
         ("MVK_BASE".to_string(), base.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
         (SCOPE_VAR.to_string(), scope.join("\n")),
-    ]
+    ];
+    if let Ok(exe) = std::env::current_exe() {
+        env.push((crate::env::MVK_EXE.to_string(), exe.display().to_string()));
+    }
+    env
 }
 
 /// The gate environment for gates run on a landing candidate.

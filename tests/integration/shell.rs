@@ -1,5 +1,7 @@
 //! `mvk completions` and `mvk man` through the binary: every command the clap definition has
-//! is completed by bash and has its section (and its own page) in the manual.
+//! is completed by bash and has its section (and its own page) in the manual. And the output
+//! switches every command takes: `--quiet`, `--verbose`, and colour on a terminal unless
+//! `NO_COLOR` is set.
 
 #![allow(clippy::unwrap_used)]
 
@@ -180,4 +182,106 @@ fn cli_reference_in_the_book_is_current() {
             assert!(book.contains(&format!("`{flag}")), "mvk {name} {flag}");
         }
     }
+}
+
+/// `mvk apply` of a loop whose agent fixes the bug at once, with FLAGS: (stdout, stderr).
+fn apply_with_flags(flags: &[&str]) -> (String, String) {
+    let fixture = crate::apply::Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let out = fixture
+        .mvk()
+        .args(["apply", "loops/t.kdl"])
+        .args(flags)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// Regression: `--verbose` was accepted and changed nothing.
+#[test]
+fn verbose_shows_every_event_with_its_details_and_quiet_only_the_result() {
+    let (stdout, normal) = apply_with_flags(&[]);
+    let run = stdout.lines().next().unwrap().to_string();
+    assert!(normal.contains("t #1: gate tests pass"), "{normal}");
+    assert!(!normal.contains("[agent.finished]"), "{normal}");
+
+    let (_, verbose) = apply_with_flags(&["--verbose"]);
+    let line = |name: &str| {
+        verbose
+            .lines()
+            .find(|l| l.contains(&format!("[{name}]")))
+            .unwrap_or_else(|| panic!("no `{name}` line:\n{verbose}"))
+            .to_string()
+    };
+    // Described events keep their words and gain their details: the duration, the log file.
+    assert!(
+        line("agent.finished").contains("agent exited 0 {"),
+        "{verbose}"
+    );
+    assert!(
+        line("agent.finished").contains("\"duration_ms\":"),
+        "{verbose}"
+    );
+    let gate = line("gate.finished");
+    assert!(
+        gate.starts_with("t #1: [gate.finished] gate tests pass")
+            && gate.contains("gate-tests.log"),
+        "{verbose}"
+    );
+    // Events the normal output leaves to the summary are shown too.
+    for name in ["task.finished", "run.finished"] {
+        line(name);
+    }
+
+    let (stdout, quiet) = apply_with_flags(&["--quiet"]);
+    assert!(
+        stdout.lines().next().is_some_and(|l| l.len() == run.len()),
+        "the run id first:\n{stdout}"
+    );
+    assert!(
+        !quiet.contains("gate tests"),
+        "--quiet shows no progress:\n{quiet}"
+    );
+}
+
+/// `mvk check` of an invalid file on a terminal (a pty from util-linux `script`), with or
+/// without `NO_COLOR`: its stderr as the terminal shows it.
+fn check_on_a_terminal(no_color: bool) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.kdl"), "loop x {\n    goal 42\n}\n").unwrap();
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    let mut cmd = Command::new("script");
+    cmd.current_dir(dir.path())
+        .args([
+            "-qec",
+            &format!("'{}' check bad.kdl", mvk.display()),
+            "/dev/null",
+        ])
+        .env("TERM", "xterm-256color")
+        .env_remove("NO_COLOR");
+    if no_color {
+        cmd.env("NO_COLOR", "1");
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("bad.kdl"),
+        "the diagnostic names the file:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn colour_on_a_terminal_and_none_with_no_color() {
+    assert!(
+        check_on_a_terminal(false).contains("\u{1b}["),
+        "coloured on a terminal"
+    );
+    let plain = check_on_a_terminal(true);
+    assert!(
+        !plain.contains("\u{1b}["),
+        "NO_COLOR: no escape codes:\n{plain:?}"
+    );
 }

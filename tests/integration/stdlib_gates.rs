@@ -1,6 +1,6 @@
 //! Each stdlib gate run against the real tool on a tiny project, passing and failing: the
 //! verdict and the evidence counts it gives. The tools come from `tests/tools/install.sh`
-//! (`.ci/run` runs it): cargo with clippy, rustfmt and nextest; pytest, ruff and mypy; node with
+//! (`.ci/run` runs it and puts the virtualenv it prints first on PATH): cargo with clippy, rustfmt and nextest; pytest, ruff and mypy; node with
 //! vitest, jest, eslint and typescript in a shared npm cache; Debian's Go.
 
 use std::path::{Path, PathBuf};
@@ -31,8 +31,8 @@ pub fn require(program: &str, args: &[&str]) {
         .is_ok_and(|o| o.status.success());
     assert!(
         ok,
-        "`{program} {}` does not run here: install the test tools with tests/tools/install.sh \
-         (.ci/run does)",
+        "`{program} {}` does not run here: install the test tools and put their virtualenv \
+         first on PATH, `export PATH=\"$(tests/tools/install.sh):$PATH\"` (.ci/run does)",
         args.join(" ")
     );
 }
@@ -133,6 +133,9 @@ impl Project {
             self.path(),
             &task.scope,
         );
+        // mvk names itself to its gates; here the gate runs in the test binary, so name mvk.
+        env.retain(|(name, _)| name != "MVK_EXE");
+        env.push(("MVK_EXE".into(), env!("CARGO_BIN_EXE_mvk").into()));
         env.extend(self.env.iter().cloned());
         let cx = GateContext {
             cwd: self.path(),
@@ -477,6 +480,28 @@ fn go_gates_against_go() {
     for gate in ["use=go-vet", "use=gofmt"] {
         expect(&p.gate("go", gate, ALL), GateVerdict::Pass, None);
     }
+    // gofmt looks where the go tool does: not in vendor/, testdata/, or `.`/`_` names.
+    let skipped = [
+        "vendor/example.com/dep/dep.go",
+        "testdata/bad.go",
+        "internal/testdata/bad.go",
+        "_scratch/bad.go",
+        ".hidden/bad.go",
+    ];
+    let bad = "package   bad\nfunc  F( ) {  }\n";
+    p.write(&skipped.map(|path| (path, bad)));
+    expect(&p.gate("go", "use=gofmt", ALL), GateVerdict::Pass, None);
+    p.write(&[("internal/bad.go", bad)]);
+    let run = p.gate("go", "use=gofmt", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  internal/bad.go\n") && !run.tail.contains("testdata"),
+        "names only the file the go tool reads:\n{}",
+        run.tail
+    );
+    for dir in ["vendor", "testdata", "internal", "_scratch", ".hidden"] {
+        std::fs::remove_dir_all(p.path().join(dir)).expect("remove");
+    }
     p.write(&[("calc.go", &calc.replace("a + b", "a - b"))]);
     expect(
         &p.gate("go", "use=go-test", ALL),
@@ -552,14 +577,24 @@ fn scope_gate_refuses_files_outside_the_scope() {
         "src/deep/b.rs is in scope:\n{}",
         run.tail
     );
-    // `*` stays within a directory, as in the loop's own globs.
+    // `*` stays within a directory, as in the loop's own globs: `src/*.rs` is not `src/deep/b.rs`.
     let run = p.gate(
         "generic",
         "use=no-changes-outside-scope also=\"Cargo.lock docs/**\"",
-        "\"src/*\"",
+        "\"src/*.rs\"",
     );
     expect(&run, GateVerdict::Fail, None);
     assert!(run.tail.contains("  src/deep/b.rs\n"), "{}", run.tail);
+    // As in `seal`, a glob that matches a directory covers what is in it.
+    expect(
+        &p.gate(
+            "generic",
+            "use=no-changes-outside-scope also=\"Cargo.lock docs/**\"",
+            "\"src/*\"",
+        ),
+        GateVerdict::Pass,
+        None,
+    );
     expect(
         &p.gate(
             "generic",
@@ -658,4 +693,142 @@ fn no_new_todos_gate_names_each_added_marker() {
         ALL,
     );
     expect(&run, GateVerdict::Pass, None);
+}
+
+/// Regression: git's `:(glob)` pathspecs know no `{a,b}`, so the gates once refused a change in
+/// `src/{a,b}/**` scope, ignored such an `exclude` and looked nowhere for such `paths`. They
+/// match as `scope` does now.
+#[test]
+fn generic_gates_match_brace_alternatives_as_scope_does() {
+    let p = Project::new(&[
+        ("src/a/x.rs", "x\n"),
+        ("src/b/y.rs", "y\n"),
+        ("src/c/z.rs", "z\n"),
+        ("Cargo.lock", "lock\n"),
+        ("docs/guide.md", "guide\n"),
+    ]);
+    p.write(&[
+        ("src/a/x.rs", "x\n// TODO: in a\n"),
+        ("src/b/y.rs", "y2\n"),
+        ("Cargo.lock", "l\no\nc\nk\n"),
+    ]);
+    p.commit("in a and b");
+    let scope = "use=no-changes-outside-scope";
+    expect(
+        &p.gate("generic", scope, "\"src/{a,b}/**\" \"Cargo.lock\""),
+        GateVerdict::Pass,
+        None,
+    );
+    expect(
+        &p.gate(
+            "generic",
+            &format!("{scope} also=\"{{Cargo,Gemfile}}.lock\""),
+            "\"src/{a,b}/**\"",
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    let run = p.gate("generic", scope, "\"src/{a,c}/**\" \"Cargo.lock\"");
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  src/b/y.rs\n") && !run.tail.contains("x.rs"),
+        "{}",
+        run.tail
+    );
+
+    // Lines added plus deleted: five in Cargo.lock, one in x.rs, two in y.rs.
+    let lines = "use=max-diff-lines max=\"2\"";
+    expect(&p.gate("generic", lines, ALL), GateVerdict::Fail, None);
+    expect(
+        &p.gate(
+            "generic",
+            &format!("{lines} exclude=\"{{Cargo.lock,docs/**}}\""),
+            ALL,
+        ),
+        GateVerdict::Fail,
+        None,
+    );
+    let run = p.gate(
+        "generic",
+        &format!("{lines} exclude=\"{{Cargo.lock,src/b/**}}\""),
+        ALL,
+    );
+    expect(&run, GateVerdict::Pass, None);
+    assert!(run.tail.contains("is 1 lines"), "{}", run.tail);
+
+    let todos = "use=no-new-todos";
+    let run = p.gate("generic", &format!("{todos} paths=\"src/{{a,b}}/**\""), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  src/a/x.rs:2: // TODO: in a\n"),
+        "{}",
+        run.tail
+    );
+    // Names git writes differently in a diff's header: with a space (a tab follows), quoted.
+    p.write(&[
+        ("src/a/with space.rs", "// TODO: spaced\n"),
+        ("src/a/q\"uote.rs", "// TODO: quoted\n"),
+    ]);
+    p.commit("odd names");
+    let run = p.gate("generic", &format!("{todos} paths=\"src/{{a,b}}/**\""), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail
+            .contains("  src/a/with space.rs:1: // TODO: spaced\n")
+            && run
+                .tail
+                .contains("  \"src/a/q\\\"uote.rs\":1: // TODO: quoted\n"),
+        "{}",
+        run.tail
+    );
+    expect(
+        &p.gate(
+            "generic",
+            &format!("{todos} paths=\"src/{{b,c}}/** docs\""),
+            ALL,
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    // A glob mvk cannot read fails the gate, saying why, rather than matching nothing.
+    let run = p.gate("generic", &format!("{todos} paths=\"src/{{a\""), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("__glob-match: invalid glob `src/{a`"),
+        "{}",
+        run.tail
+    );
+}
+
+/// Through `mvk apply`, in a sandbox: mvk names itself to the gates (`MVK_EXE`), so the generic
+/// gates' matcher runs in a real loop; a `{a,b}` scope that covers the fix lands it, one that
+/// does not fails the one attempt allowed (the budget ran out: exit 3), naming the file.
+#[test]
+fn scope_gate_under_mvk_apply_in_a_sandbox() {
+    use crate::apply::{Fixture, TESTS_GATE, agent_def, loop_kdl};
+    for (scope, code) in [("\"{src,docs}/**\"", 0), ("\"{lib,docs}/**\"", 3)] {
+        let defs = format!(
+            "import \"std/gates/generic.kdl\"\n{}",
+            agent_def("bot", "fix.sh", &["@STATE"])
+        );
+        let gates = format!("{TESTS_GATE}\n    gate in-scope use=no-changes-outside-scope");
+        let extra = format!("scope {scope}\n    budget iterations=1\n    sandbox {{ }}");
+        let fixture = Fixture::new(&loop_kdl(&defs, true, &gates, &extra));
+        let run = fixture.apply();
+        run.expect_code(code);
+        let scoped: Vec<_> = run
+            .named("gate.finished")
+            .into_iter()
+            .filter(|e| e["detail"]["gate"] == "in-scope")
+            .collect();
+        assert_eq!(scoped.len(), 1, "{}", run.why());
+        let verdict = if code == 0 { "pass" } else { "fail" };
+        assert_eq!(scoped[0]["detail"]["verdict"], verdict, "{}", run.why());
+        if code != 0 {
+            let log =
+                std::fs::read_to_string(scoped[0]["detail"]["log"].as_str().expect("a log path"))
+                    .expect("read the gate's log");
+            assert!(log.contains("  src/calc.sh\n"), "{log}");
+        }
+    }
 }

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs the tools the stdlib gate tests (tests/integration/stdlib_gates.rs) run, pinned, quietly
-# and only when missing: pytest, ruff and mypy from PyPI; Debian's Go; cargo-nextest from
+# Installs the tools the tests run, pinned, quietly and only when missing: pytest, ruff and mypy
+# (the stdlib gate tests, tests/integration/stdlib_gates.rs) and the `mcp` SDK (the MCP server's
+# test, tests/integration/mcp.rs) from PyPI into a virtualenv; Debian's Go; cargo-nextest from
 # crates.io; vitest, jest, eslint and typescript from npm into $MVK_TEST_TOOLS/npm (default
 # ~/.cache/mvk-test-tools/npm), where the tests link a fixture's node_modules to.
-# .ci/run calls it; run it yourself before `cargo test` on a new machine.
+#
+# It prints one line on stdout: the virtualenv's bin directory, to put first on PATH (its
+# `python3` has the packages), as .ci/run does. On a new machine, before `cargo test`:
+#     export PATH="$(tests/tools/install.sh):$PATH"
+# A virtualenv because a stock Debian or Ubuntu python refuses `pip install` outside one
+# (PEP 668, "externally-managed-environment") and may have no pip at all.
 set -euo pipefail
 
 say() { echo "tests/tools/install.sh: $*" >&2; }
@@ -19,13 +25,31 @@ apt_install() {
     "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-python_pins=(pytest==9.2.0 ruff==0.17.6 mypy==2.4.1)
-if ! python3 - "${python_pins[@]}" <<'PY' 2>/dev/null; then
+tools=${MVK_TEST_TOOLS:-$HOME/.cache/mvk-test-tools}
+venv=$tools/venv
+python_pins=(pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 mcp==2.3.0)
+pins_met() {
+    "$venv/bin/python3" - "${python_pins[@]}" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
 sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
 PY
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${python_pins[@]}"
+}
+if ! pins_met; then
+    command -v python3 >/dev/null || apt_install python3
+    # A virtualenv that no longer runs (its python was removed or upgraded) is made again.
+    if ! "$venv/bin/python3" -c 'import pip' 2>/dev/null; then
+        rm -rf "$venv"
+        mkdir -p "$tools"
+        if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+            # Debian and Ubuntu ship venv's pip (ensurepip) in their own package.
+            rm -rf "$venv"
+            apt_install python3-venv
+            python3 -m venv "$venv" >/dev/null
+        fi
+    fi
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${python_pins[@]}" >/dev/null
+    pins_met || { say "the Python packages ${python_pins[*]} did not install into $venv"; exit 1; }
 fi
 
 if ! command -v go >/dev/null; then
@@ -39,7 +63,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install --quiet --locked cargo-nextest
 fi
 
-npm_dir=${MVK_TEST_TOOLS:-$HOME/.cache/mvk-test-tools}/npm
+npm_dir=$tools/npm
 # vitest 4 is the newest that runs on Node 20 (vitest 5 needs Node 22).
 manifest='{"private": true, "dependencies": {"vitest": "4.1.12", "jest": "30.5.2", "eslint": "10.16.0", "typescript": "5.9.3"}}'
 if [ "$(cat "$npm_dir/package.json" 2>/dev/null)" != "$manifest" ] || [ ! -x "$npm_dir/node_modules/.bin/vitest" ]; then
@@ -48,3 +72,5 @@ if [ "$(cat "$npm_dir/package.json" 2>/dev/null)" != "$manifest" ] || [ ! -x "$n
     mv "$npm_dir/package.json.new" "$npm_dir/package.json"
     (cd "$npm_dir" && npm install --silent --no-audit --no-fund --no-package-lock >/dev/null)
 fi
+
+echo "$venv/bin"
