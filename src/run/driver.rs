@@ -5,7 +5,8 @@
 //!
 //! Tasks of a flow run side by side, up to the flow's `parallel`, as [`schedule`] allows: each
 //! starts from the target's tip once the tasks it starts after have landed, so it sees their
-//! merged results; landings take turns.
+//! merged results; landings take turns, and changes accepted meanwhile land together
+//! ([`landing`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,14 +23,15 @@ use crate::ir::{Program, Rung, Task};
 use crate::ledger::{self, Ledger};
 use crate::run::attempt::{self, AttemptEnd, AttemptSpec, Failure, FailureKind};
 use crate::run::evidence::GateVerdict;
-use crate::run::gate::{self, GateContext, GateRun};
-use crate::run::land::{self, LandError, Prepared};
+use crate::run::gate::{self, GateRun};
+use crate::run::land::{self, LandError};
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
 use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
 use crate::run::worktree::{self, Lease, Pool};
 
-/// How often landing is retried when the target moves between preparing and publishing.
-const LAND_RETRIES: u32 = 3;
+mod landing;
+
+use landing::Landing;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -368,8 +370,10 @@ pub struct Runner<'a> {
     run_started: Mutex<Instant>,
     /// Each attempt's `(task, number, branch)` and its failure, for the handoff.
     history: Mutex<Vec<Tried>>,
-    /// Held while a task lands, so merges onto a target happen one at a time.
+    /// Held while changes land, so merges onto a target happen one batch at a time.
     landing: tokio::sync::Mutex<()>,
+    /// Accepted changes waiting for their turn to land (see [`landing`]).
+    queue: landing::Queue<'a>,
 }
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
@@ -649,6 +653,7 @@ impl<'a> Runner<'a> {
             run_started: Mutex::new(Instant::now()),
             history: Mutex::new(Vec::new()),
             landing: tokio::sync::Mutex::new(()),
+            queue: landing::Queue::default(),
         }
     }
 
@@ -1670,12 +1675,9 @@ impl<'a> Runner<'a> {
                         )?;
                         return Ok((r, None));
                     }
-                    // One landing at a time: each prepares on the tip the one before left.
-                    let landing = {
-                        let _turn = self.landing.lock().await;
-                        self.land(task, target, &spec, record.ledger_id, head)
-                            .await?
-                    };
+                    let landing = self
+                        .land(task, target, &spec, record.ledger_id, head)
+                        .await?;
                     match landing {
                         Landing::Landed(commit) => {
                             let reason = match commit {
@@ -1935,257 +1937,6 @@ impl<'a> Runner<'a> {
         Ok((s.input_tokens.saturating_add(s.output_tokens), s.usd_micros))
     }
 
-    /// Lands an accepted attempt: prepare the commit, gate it when the target moved or the loop
-    /// has after-merge gates, record the intent, publish.
-    async fn land(
-        &self,
-        task: &Task,
-        target: &str,
-        spec: &AttemptSpec<'_>,
-        attempt_id: i64,
-        head: Oid,
-    ) -> Result<Landing, RunError> {
-        let repo_root = self.opts.repo_root.clone();
-        let strategy = task.merge.strategy;
-        self.set_phase("merging", Some(&task.name), spec.number)?;
-        self.emit(
-            Some(&task.name),
-            Some(spec.number),
-            "merge.started",
-            json!({"into": target, "strategy": strategy.name()}),
-        )?;
-        let message = landing_message(task, &self.run_id, spec.number);
-        for _ in 0..LAND_RETRIES {
-            let prepared = {
-                let (root, into, base, message) = (
-                    repo_root.clone(),
-                    target.to_string(),
-                    spec.base,
-                    message.clone(),
-                );
-                blocking("prepare a landing", move || {
-                    land::prepare(&root, &into, strategy, base, head, &message)
-                })
-                .await?
-            };
-            let prepared = match prepared {
-                Ok(p) => p,
-                Err(LandError::Conflict { paths, .. }) => {
-                    return self.conflict(
-                        task,
-                        target,
-                        spec,
-                        paths,
-                        "the change conflicts with the target",
-                    );
-                }
-                Err(LandError::NotFastForward { .. }) => {
-                    return self.conflict(
-                        task,
-                        target,
-                        spec,
-                        Vec::new(),
-                        "the target moved, so a fast-forward is impossible",
-                    );
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let (tip, commit, moved) = match prepared {
-                Prepared::Nothing { .. } => {
-                    self.emit(
-                        Some(&task.name),
-                        Some(spec.number),
-                        "merge.empty",
-                        json!({"into": target}),
-                    )?;
-                    return Ok(Landing::Landed(None));
-                }
-                Prepared::Commit { tip, commit, moved } => (tip, commit, moved),
-            };
-            // Gate what will land: the task's gates again when the target moved (the merged
-            // tree is not what they saw), then the after-merge gates.
-            let mut to_run: Vec<(&crate::ir::Gate, bool)> = Vec::new();
-            if moved {
-                to_run.extend(task.gates.iter().map(|g| (g, true)));
-            }
-            to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
-            if !to_run.is_empty() {
-                let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
-                let lease = self.acquire(commit, &branch).await?;
-                let env = attempt::landing_env(
-                    &self.run_id,
-                    &task.name,
-                    spec.number,
-                    tip,
-                    &lease.path,
-                    &task.scope,
-                );
-                let dir = self.attempt_dir(&task.name, spec.number);
-                for (i, (g, regate)) in to_run.iter().enumerate() {
-                    let cx = GateContext {
-                        cwd: &lease.path,
-                        env: &env,
-                        log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
-                        timeout: g.timeout,
-                        sandbox: task.sandbox.as_ref(),
-                    };
-                    let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
-                    self.record_gate(attempt_id, &task.name, spec.number, "after-merge", i, &run)?;
-                    if run.verdict == GateVerdict::Pass {
-                        continue;
-                    }
-                    if *regate {
-                        // The change no longer holds on the moved target: retry from there.
-                        let mut f = attempt::gate_failure(spec.number, &run, &lease.path);
-                        f.kind = FailureKind::Merge;
-                        f.criterion = format!(
-                            "the change still passes after merging with the moved `{target}`: {}",
-                            f.criterion
-                        );
-                        return Ok(Landing::Retry(f, tip));
-                    }
-                    self.emit(
-                        Some(&task.name),
-                        Some(spec.number),
-                        "merge.failed",
-                        json!({"gate": run.gate, "reason": run.reason, "log": run.log.display().to_string()}),
-                    )?;
-                    let outcome = if run.verdict == GateVerdict::Unknown {
-                        Outcome::Unknown
-                    } else {
-                        Outcome::Rejected
-                    };
-                    return Ok(Landing::Rejected(
-                        outcome,
-                        format!(
-                            "after-merge gate `{}` did not pass on the merged result ({}); `{target}` was not moved, the change stays on its branch",
-                            run.gate, run.reason
-                        ),
-                    ));
-                }
-            }
-            let merge_id = self.ledger().begin_merge(&ledger::MergeStart {
-                run: &self.run_id,
-                task: &task.name,
-                attempt_id,
-                into: target,
-                strategy: strategy.name(),
-                old_tip: &tip.to_string(),
-                new_commit: &commit.to_string(),
-            })?;
-            crate::run::failpoint("merge-intent");
-            let reflog = format!("mvk: land {} of run {}", task.name, self.run_id);
-            let published = {
-                let (root, into) = (repo_root.clone(), target.to_string());
-                blocking("land a change", move || {
-                    land::publish(&root, &into, tip, commit, &reflog)
-                })
-                .await?
-            };
-            match published {
-                Ok(()) => {
-                    crate::run::failpoint("merge-published");
-                    self.ledger()
-                        .finish_merge(merge_id, "done", Some(&commit.to_string()), "")?;
-                    self.emit(
-                        Some(&task.name),
-                        Some(spec.number),
-                        "merge.done",
-                        json!({"commit": commit.to_string(), "into": target, "strategy": strategy.name()}),
-                    )?;
-                    return Ok(Landing::Landed(Some(commit)));
-                }
-                Err(LandError::Moved { .. }) => {
-                    self.ledger().finish_merge(
-                        merge_id,
-                        "aborted",
-                        None,
-                        "the target moved while landing",
-                    )?;
-                }
-                Err(LandError::Dirty { paths }) => {
-                    let detail =
-                        format!("local changes in the main checkout: {}", paths.join(", "));
-                    self.ledger()
-                        .finish_merge(merge_id, "aborted", None, &detail)?;
-                    self.emit(
-                        Some(&task.name),
-                        Some(spec.number),
-                        "merge.blocked",
-                        json!({"paths": paths}),
-                    )?;
-                    return Ok(Landing::Human(format!(
-                        "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `{}`",
-                        paths.join(", "),
-                        attempt::branch_name(&self.run_id, &task.name, spec.number)
-                    )));
-                }
-                Err(LandError::IndexLocked { lock }) => {
-                    let detail = format!("`{}` exists", lock.display());
-                    self.ledger()
-                        .finish_merge(merge_id, "aborted", None, &detail)?;
-                    return Ok(Landing::Human(format!(
-                        "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `{}`",
-                        attempt::branch_name(&self.run_id, &task.name, spec.number)
-                    )));
-                }
-                Err(LandError::CheckedOutElsewhere { path, .. }) => {
-                    let detail = format!("`{target}` is checked out in `{}`", path.display());
-                    self.ledger()
-                        .finish_merge(merge_id, "aborted", None, &detail)?;
-                    return Ok(Landing::Human(format!(
-                        "accepted, but {detail}, whose files landing would leave stale; land branch `{}` there",
-                        attempt::branch_name(&self.run_id, &task.name, spec.number)
-                    )));
-                }
-                Err(e) => {
-                    self.ledger()
-                        .finish_merge(merge_id, "failed", None, &e.to_string())?;
-                    return Err(e.into());
-                }
-            }
-        }
-        self.conflict(
-            task,
-            target,
-            spec,
-            Vec::new(),
-            "the target kept moving while the change was landed",
-        )
-    }
-
-    fn conflict(
-        &self,
-        task: &Task,
-        target: &str,
-        spec: &AttemptSpec<'_>,
-        paths: Vec<String>,
-        why: &str,
-    ) -> Result<Landing, RunError> {
-        let new_base = land::branch_tip(&self.opts.repo_root, target)?;
-        self.emit(
-            Some(&task.name),
-            Some(spec.number),
-            "merge.conflict",
-            json!({"paths": paths, "into": target, "reason": why, "target_tip": new_base.to_string()}),
-        )?;
-        let shown = if paths.is_empty() {
-            String::new()
-        } else {
-            format!(" at {}", paths.join(", "))
-        };
-        let mut f = Failure::new(
-            spec.number,
-            FailureKind::Merge,
-            format!(
-                "the change lands on `{target}`, but {why}{shown}; the next attempt starts from the new tip"
-            ),
-            &[why, &paths.join("\n")],
-        );
-        f.tail = paths.iter().map(|p| format!("conflict: {p}\n")).collect();
-        Ok(Landing::Retry(f, new_base))
-    }
-
     /// Stops `task` for a person: writes HANDOFF.md (what was tried and where the work is) and
     /// says so in a `human.handoff` event, with the reason and the reviewer's blockers when a
     /// rejection stopped it.
@@ -2267,30 +2018,6 @@ impl<'a> Runner<'a> {
         self.emit(Some(&task.name), None, "human.handoff", detail)?;
         Ok(path)
     }
-}
-
-/// How landing an accepted attempt ended.
-enum Landing {
-    Landed(Option<Oid>),
-    /// Not landed; try again from this base with this failure in the prompt.
-    Retry(Failure, Oid),
-    Rejected(Outcome, String),
-    Human(String),
-}
-
-fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
-    let first = task.goal.lines().next().unwrap_or("").trim();
-    let mut subject: String = first.chars().take(60).collect();
-    if subject.len() < first.len() {
-        subject.push('…');
-    }
-    format!(
-        "mvk: {}: {subject}\n\n{}\n\nMvk-Run: {run}\nMvk-Task: {}\nMvk-Attempt: {attempt}\nMvk-Digest: {}\n",
-        task.name,
-        task.goal.trim(),
-        task.name,
-        task.meta.digest
-    )
 }
 
 /// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection

@@ -100,17 +100,20 @@ pub enum Prepared {
     Commit { tip: Oid, commit: Oid, moved: bool },
 }
 
-/// Builds the commit that lands `head` (made from `base`) on `branch`, without moving any ref.
+/// Builds the commit that lands `head` (made from `base`) on `tip`, `branch`'s tip or a commit
+/// that is to become it (the change landing before it in the same batch), without moving any
+/// ref.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare(
     repo_root: &Path,
     branch: &str,
+    tip: Oid,
     strategy: Strategy,
     base: Oid,
     head: Oid,
     message: &str,
 ) -> Result<Prepared, LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
-    let tip = tip_of(&repo, branch, repo_root)?;
     let find = |id: Oid| {
         repo.find_commit(id)
             .map_err(git_err(format!("read commit `{id}`"), repo_root))
@@ -333,7 +336,16 @@ mod tests {
         let dir = repo_with(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
         let base = head(dir.path());
         let change = commit_on(dir.path(), "work", "main", "a.txt", "ONE\n");
-        let prepared = prepare(dir.path(), "main", Strategy::Squash, base, change, "m").unwrap();
+        let prepared = prepare(
+            dir.path(),
+            "main",
+            head(dir.path()),
+            Strategy::Squash,
+            base,
+            change,
+            "m",
+        )
+        .unwrap();
         let Prepared::Commit { tip, commit, moved } = prepared else {
             panic!("{prepared:?}")
         };
@@ -361,7 +373,16 @@ mod tests {
         std::fs::write(dir.path().join("b.txt"), "TWO\n").unwrap();
         git(dir.path(), &["commit", "-qam", "other"]);
         let other = head(dir.path());
-        let p = prepare(dir.path(), "main", Strategy::Merge, base, change, "m").unwrap();
+        let p = prepare(
+            dir.path(),
+            "main",
+            head(dir.path()),
+            Strategy::Merge,
+            base,
+            change,
+            "m",
+        )
+        .unwrap();
         let Prepared::Commit { commit, moved, .. } = p else {
             panic!("{p:?}")
         };
@@ -374,12 +395,30 @@ mod tests {
 
         // A second change to the same line now conflicts.
         let clash = commit_on(dir.path(), "work2", &base.to_string(), "a.txt", "uno\n");
-        let err = prepare(dir.path(), "main", Strategy::Squash, base, clash, "m").unwrap_err();
+        let err = prepare(
+            dir.path(),
+            "main",
+            head(dir.path()),
+            Strategy::Squash,
+            base,
+            clash,
+            "m",
+        )
+        .unwrap_err();
         assert!(
             matches!(&err, LandError::Conflict { paths, .. } if paths == &["a.txt".to_string()]),
             "{err:?}"
         );
-        let err = prepare(dir.path(), "main", Strategy::Ff, base, clash, "m").unwrap_err();
+        let err = prepare(
+            dir.path(),
+            "main",
+            head(dir.path()),
+            Strategy::Ff,
+            base,
+            clash,
+            "m",
+        )
+        .unwrap_err();
         assert!(matches!(err, LandError::NotFastForward { .. }), "{err:?}");
     }
 
@@ -388,9 +427,16 @@ mod tests {
         let dir = repo_with(&[("a.txt", "one\n")]);
         let base = head(dir.path());
         let change = commit_on(dir.path(), "work", "main", "a.txt", "ONE\n");
-        let Prepared::Commit { tip, commit, .. } =
-            prepare(dir.path(), "main", Strategy::Ff, base, change, "m").unwrap()
-        else {
+        let Prepared::Commit { tip, commit, .. } = prepare(
+            dir.path(),
+            "main",
+            head(dir.path()),
+            Strategy::Ff,
+            base,
+            change,
+            "m",
+        )
+        .unwrap() else {
             panic!()
         };
         assert_eq!(commit, change);

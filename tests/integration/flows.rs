@@ -489,3 +489,112 @@ fn a_task_may_not_wait_for_one_that_lands_on_another_branch() {
     );
     assert!(!fixture.state("log").exists(), "nothing ran");
 }
+
+/// Four tasks, whose after-merge gate logs what it sees: `a` is accepted first and holds its
+/// landing until the other three wait for theirs, so they land after it as one batch.
+fn batch_of_four(local_edit: Option<&str>) -> (Fixture, crate::apply::Run) {
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str("flow t {\n    parallel 4\n");
+    // MVK_BASE is what the change is merged onto: the diff from there is the change alone.
+    let gate = r#"merge { gate landed evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi; echo $MVK_TASK $(git rev-parse HEAD) $MVK_BASE $(git diff --name-only $MVK_BASE HEAD | tr '\\n' ,) >> @STATE/merges"; }; }"#;
+    for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
+        text.push_str(&task(name, agent, &format!("out/{name}.txt"), gate));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    if let Some(path) = local_edit {
+        // The file exists at the base; the main checkout holds an uncommitted edit of it.
+        let file = fixture.root().join(path);
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(&file, "committed\n").unwrap();
+        fixture.git(&["add", "-A"]);
+        fixture.git(&["commit", "-qm", "the file a local edit will touch"]);
+        fs::write(&file, "edited, not committed\n").unwrap();
+    }
+    let run = fixture.apply();
+    (fixture, run)
+}
+
+#[test]
+fn changes_accepted_together_land_as_one_batch_each_its_own_commit_gated_on_that_commit() {
+    let (fixture, run) = batch_of_four(None);
+    run.expect_code(0);
+    // The target moved twice: the first change alone, then the three that waited, at once.
+    let reflog = fixture.git(&["reflog", "--format=%gs", "main"]);
+    let moves: Vec<&str> = reflog
+        .lines()
+        .filter(|l| l.starts_with("mvk: land"))
+        .collect();
+    assert_eq!(moves.len(), 2, "{reflog}\n{}", run.why());
+    assert!(moves[0].contains(" and 2 more of run "), "{reflog}");
+    // Four commits, one per change, each holding its own file only.
+    let done: BTreeMap<String, String> = run
+        .named("merge.done")
+        .iter()
+        .map(|e| {
+            (
+                e["task"].as_str().unwrap().to_string(),
+                e["detail"]["commit"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(done.len(), 4, "{}", run.why());
+    let log = fixture.git(&["log", "--format=%H", &format!("{}..main", fixture.base)]);
+    let landed: Vec<&str> = log.lines().collect();
+    assert_eq!(landed.len(), 4, "{log}");
+    for (task, commit) in &done {
+        assert!(
+            landed.contains(&commit.as_str()),
+            "{task}'s {commit} not on main:\n{log}"
+        );
+        let files = fixture.git(&["diff-tree", "--no-commit-id", "--name-only", "-r", commit]);
+        assert_eq!(files.trim(), format!("out/{task}.txt"), "{task}");
+    }
+    // Each after-merge gate ran on the commit that landed its change, its base the one before.
+    let merges = fs::read_to_string(fixture.state("merges")).unwrap();
+    assert_eq!(merges.lines().count(), 4, "{merges}");
+    for line in merges.lines() {
+        let [task, head, base, diff] = line.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("bad line {line}")
+        };
+        assert_eq!(head, done[task], "{merges}");
+        let parent = fixture.git(&["rev-parse", &format!("{head}^")]);
+        assert_eq!(base, parent.trim(), "{merges}");
+        assert_eq!(diff, format!("out/{task}.txt,"), "{merges}");
+    }
+}
+
+#[test]
+fn a_batch_the_main_checkout_refuses_lands_again_one_change_at_a_time() {
+    // `c`'s file has a local edit in the main checkout: `c` stops for a person, the others land.
+    let (fixture, run) = batch_of_four(Some("out/c.txt"));
+    run.expect_code(4);
+    for name in ["a", "b", "d"] {
+        assert!(
+            fixture.show("main", &format!("out/{name}.txt")).is_some(),
+            "out/{name}.txt did not land\n{}",
+            run.why()
+        );
+    }
+    assert_eq!(
+        fixture.show("main", "out/c.txt").as_deref(),
+        Some("committed\n"),
+        "{}",
+        run.why()
+    );
+    let blocked = run.one("merge.blocked");
+    assert_eq!(blocked["task"], "c", "{}", run.why());
+    assert_eq!(blocked["detail"]["paths"][0], "out/c.txt", "{}", run.why());
+    // The edit is still there, and `c`'s work is on its branch.
+    assert_eq!(
+        fs::read_to_string(fixture.root().join("out/c.txt")).unwrap(),
+        "edited, not committed\n"
+    );
+    assert_eq!(
+        fixture
+            .show(&format!("mvk/{}/c/1", run.id), "out/c.txt")
+            .as_deref(),
+        Some("c\n")
+    );
+}

@@ -1,0 +1,572 @@
+//! Accepted changes in, landed commits out: the merge queue. A change accepted while others land
+//! waits in a queue; whoever lands next takes every waiting change bound for the same target and
+//! lands them as one batch. Each change becomes its own commit, merged onto the one before it in
+//! the order they were accepted, and is gated on exactly that commit when it is not what its
+//! gates saw; then the ledger records every intent and the target moves once, past all of them.
+//!
+//! A batch gives each change the guarantee landing it alone would (its gates passed on the
+//! commit that lands it), while a wide flow's tasks, which finish together, pay for one update
+//! of the main checkout instead of one each. A change that does not fit (a conflict, a gate
+//! failing on the merged result) leaves the batch and is answered once the rest has landed, so
+//! its next attempt starts from the new tip.
+
+use std::sync::Mutex;
+
+use git2::Oid;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::{Outcome, RunError, Runner, blocking, locked};
+use crate::ir::{Gate, Task};
+use crate::ledger;
+use crate::run::attempt::{self, AttemptSpec, Failure, FailureKind};
+use crate::run::evidence::GateVerdict;
+use crate::run::gate::{self, GateContext};
+use crate::run::land::{self, LandError, Prepared};
+use crate::run::worktree::{self, Lease};
+
+/// How often a change is landed again when the target moves between preparing and publishing
+/// (someone else pushed to it meanwhile).
+const LAND_RETRIES: u32 = 3;
+
+/// How landing an accepted attempt ended.
+pub(super) enum Landing {
+    Landed(Option<Oid>),
+    /// Not landed; try again from this base with this failure in the prompt.
+    Retry(Failure, Oid),
+    Rejected(Outcome, String),
+    Human(String),
+}
+
+/// The changes waiting to land, in the order they were accepted.
+pub(super) type Queue<'a> = Mutex<Vec<Request<'a>>>;
+
+/// An accepted attempt waiting to land, and where to send how it ended.
+pub(super) struct Request<'a> {
+    task: &'a Task,
+    target: String,
+    number: u32,
+    base: Oid,
+    attempt_id: i64,
+    head: Oid,
+    /// Land in a batch of its own: the batch it was in could not be published (a local change
+    /// in the main checkout, say), and only landing alone says which change that blocks.
+    alone: bool,
+    /// How often the target moved while it was being published.
+    moved: u32,
+    reply: oneshot::Sender<Result<Landing, RunError>>,
+}
+
+/// Why a change left its batch, answered once the batch has landed.
+enum Left {
+    /// It does not merge onto the target, or cannot fast-forward.
+    Conflict(Vec<String>, &'static str),
+    /// Its gates fail on the merged result.
+    Regated(Failure),
+    /// The target kept moving under it.
+    Moving,
+}
+
+/// A change of the batch whose commit is ready to publish.
+struct Ready<'a> {
+    request: Request<'a>,
+    /// The commit it was merged onto: the target's tip or the change before it.
+    parent: Oid,
+    commit: Oid,
+}
+
+impl<'a> Runner<'a> {
+    /// Lands an accepted attempt (`head`, made from `spec.base`) on `target`, in a batch with
+    /// whatever else waits, and says how it ended.
+    pub(super) async fn land(
+        &self,
+        task: &'a Task,
+        target: &str,
+        spec: &AttemptSpec<'_>,
+        attempt_id: i64,
+        head: Oid,
+    ) -> Result<Landing, RunError> {
+        self.set_phase("merging", Some(&task.name), spec.number)?;
+        self.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "merge.started",
+            json!({"into": target, "strategy": task.merge.strategy.name()}),
+        )?;
+        let (reply, mut answer) = oneshot::channel();
+        locked(&self.queue).push(Request {
+            task,
+            target: target.to_string(),
+            number: spec.number,
+            base: spec.base,
+            attempt_id,
+            head,
+            alone: false,
+            moved: 0,
+            reply,
+        });
+        // Whoever holds the turn lands every change waiting for the same target: ours may have
+        // landed by the time we get it.
+        let _turn = self.landing.lock().await;
+        loop {
+            match answer.try_recv() {
+                Ok(landing) => return landing,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    return Err(RunError::Config {
+                        message: format!(
+                            "the change of task `{}` was not landed: its batch stopped on an error of mvk's",
+                            task.name
+                        ),
+                    });
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            let batch = self.next_batch();
+            if batch.is_empty() {
+                // Ours is queued until answered, so this is a broken queue, not a wait.
+                return Err(RunError::Config {
+                    message: format!(
+                        "the change of task `{}` left the landing queue unanswered",
+                        task.name
+                    ),
+                });
+            }
+            self.land_batch(batch).await?;
+        }
+    }
+
+    /// Takes the next batch off the queue: the oldest waiting change and every other one bound
+    /// for the same target, in order (a change that must land alone goes alone).
+    fn next_batch(&self) -> Vec<Request<'a>> {
+        let mut queue = locked(&self.queue);
+        if queue.is_empty() {
+            return Vec::new();
+        }
+        let first = queue.remove(0);
+        if first.alone {
+            return vec![first];
+        }
+        let (mut batch, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *queue)
+            .into_iter()
+            .partition(|r| !r.alone && r.target == first.target);
+        *queue = rest;
+        batch.insert(0, first);
+        batch
+    }
+
+    /// Lands `batch` and answers each of its changes; a change to try again is queued again.
+    /// An `Err` is mvk's own (git, the ledger, the disk): the changes it leaves unanswered see
+    /// their replies closed, and fail too.
+    async fn land_batch(&self, batch: Vec<Request<'a>>) -> Result<(), RunError> {
+        let Some(target) = batch.first().map(|r| r.target.clone()) else {
+            return Ok(());
+        };
+        let repo_root = self.opts.repo_root.clone();
+        let tip = {
+            let (root, into) = (repo_root.clone(), target.clone());
+            blocking("read the target branch", move || {
+                land::branch_tip(&root, &into)
+            })
+            .await??
+        };
+        let mut onto = tip;
+        let mut ready: Vec<Ready<'a>> = Vec::new();
+        let mut left: Vec<(Request<'a>, Left)> = Vec::new();
+        // One worktree gates the whole batch, moved from commit to commit.
+        let mut gating: Option<(Lease, Oid)> = None;
+        for request in batch {
+            match self.fit(&request, &target, onto, &mut gating).await? {
+                Fit::Commit(commit) => {
+                    ready.push(Ready {
+                        request,
+                        parent: onto,
+                        commit,
+                    });
+                    onto = commit;
+                }
+                Fit::Answer(landing) => {
+                    let _ = request.reply.send(Ok(landing));
+                }
+                Fit::Leave(why) => left.push((request, why)),
+            }
+        }
+        drop(gating);
+        if !ready.is_empty() {
+            self.publish(&target, tip, ready, &mut left).await?;
+        }
+        // Answered after the batch moved the target, so their next attempts start from it.
+        for (request, why) in left {
+            let landing = self.left(&request, &target, why).await?;
+            let _ = request.reply.send(Ok(landing));
+        }
+        Ok(())
+    }
+
+    /// Merges `request`'s change onto `onto` and gates the result when it is not what the
+    /// change's gates saw, or the loop has after-merge gates, in the batch's `gating` worktree
+    /// (leased on first use; it holds a checkout of the commit beside it).
+    async fn fit(
+        &self,
+        request: &Request<'a>,
+        target: &str,
+        onto: Oid,
+        gating: &mut Option<(Lease, Oid)>,
+    ) -> Result<Fit, RunError> {
+        let task = request.task;
+        let strategy = task.merge.strategy;
+        let prepared = {
+            let (root, into) = (self.opts.repo_root.clone(), target.to_string());
+            let (base, head) = (request.base, request.head);
+            let message = landing_message(task, &self.run_id, request.number);
+            blocking("prepare a landing", move || {
+                land::prepare(&root, &into, onto, strategy, base, head, &message)
+            })
+            .await?
+        };
+        let (commit, moved) = match prepared {
+            Ok(Prepared::Commit { commit, moved, .. }) => (commit, moved),
+            Ok(Prepared::Nothing { .. }) => {
+                self.emit(
+                    Some(&task.name),
+                    Some(request.number),
+                    "merge.empty",
+                    json!({"into": target}),
+                )?;
+                return Ok(Fit::Answer(Landing::Landed(None)));
+            }
+            Err(LandError::Conflict { paths, .. }) => {
+                return Ok(Fit::Leave(Left::Conflict(
+                    paths,
+                    "the change conflicts with the target",
+                )));
+            }
+            Err(LandError::NotFastForward { .. }) => {
+                return Ok(Fit::Leave(Left::Conflict(
+                    Vec::new(),
+                    "the target moved, so a fast-forward is impossible",
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // Gate what will land: the task's gates again when the target moved (the merged tree
+        // is not what they saw), then the after-merge gates.
+        let mut to_run: Vec<(&Gate, bool)> = Vec::new();
+        if moved {
+            to_run.extend(task.gates.iter().map(|g| (g, true)));
+        }
+        to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
+        if to_run.is_empty() {
+            return Ok(Fit::Commit(commit));
+        }
+        let lease = match gating.take() {
+            None => {
+                let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
+                self.acquire(commit, &branch).await?
+            }
+            Some((lease, at)) => {
+                blocking("move the landing worktree", move || {
+                    worktree::advance(&lease, at, commit).map(|()| lease)
+                })
+                .await??
+            }
+        };
+        let lease = &gating.insert((lease, commit)).0;
+        let env = attempt::landing_env(
+            &self.run_id,
+            &task.name,
+            request.number,
+            onto,
+            &lease.path,
+            &task.scope,
+        );
+        let dir = self.attempt_dir(&task.name, request.number);
+        for (i, (g, regate)) in to_run.iter().enumerate() {
+            let cx = GateContext {
+                cwd: &lease.path,
+                env: &env,
+                log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
+                timeout: g.timeout,
+                sandbox: task.sandbox.as_ref(),
+            };
+            let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+            self.record_gate(
+                request.attempt_id,
+                &task.name,
+                request.number,
+                "after-merge",
+                i,
+                &run,
+            )?;
+            if run.verdict == GateVerdict::Pass {
+                continue;
+            }
+            if *regate {
+                // The change no longer holds on the moved target: retry from there.
+                let mut f = attempt::gate_failure(request.number, &run, &lease.path);
+                f.kind = FailureKind::Merge;
+                f.criterion = format!(
+                    "the change still passes after merging with the moved `{target}`: {}",
+                    f.criterion
+                );
+                return Ok(Fit::Leave(Left::Regated(f)));
+            }
+            self.emit(
+                Some(&task.name),
+                Some(request.number),
+                "merge.failed",
+                json!({"gate": run.gate, "reason": run.reason, "log": run.log.display().to_string()}),
+            )?;
+            let outcome = if run.verdict == GateVerdict::Unknown {
+                Outcome::Unknown
+            } else {
+                Outcome::Rejected
+            };
+            return Ok(Fit::Answer(Landing::Rejected(
+                outcome,
+                format!(
+                    "after-merge gate `{}` did not pass on the merged result ({}); `{target}` was not moved, the change stays on its branch",
+                    run.gate, run.reason
+                ),
+            )));
+        }
+        Ok(Fit::Commit(commit))
+    }
+
+    /// Records the intent to land every change in `ready`, moves `target` from `tip` past all
+    /// of them, and answers them; a batch that cannot be published is queued again (alone,
+    /// when the main checkout refused it), or leaves for `left` when the target keeps moving.
+    async fn publish(
+        &self,
+        target: &str,
+        tip: Oid,
+        ready: Vec<Ready<'a>>,
+        left: &mut Vec<(Request<'a>, Left)>,
+    ) -> Result<(), RunError> {
+        let mut intents = Vec::with_capacity(ready.len());
+        for r in &ready {
+            let task = r.request.task;
+            intents.push(self.ledger().begin_merge(&ledger::MergeStart {
+                run: &self.run_id,
+                task: &task.name,
+                attempt_id: r.request.attempt_id,
+                into: target,
+                strategy: task.merge.strategy.name(),
+                old_tip: &r.parent.to_string(),
+                new_commit: &r.commit.to_string(),
+            })?);
+        }
+        crate::run::failpoint("merge-intent");
+        let last = ready.last().map_or(tip, |r| r.commit);
+        let reflog = match ready.as_slice() {
+            [one] => format!("mvk: land {} of run {}", one.request.task.name, self.run_id),
+            [first, rest @ ..] => format!(
+                "mvk: land {} and {} more of run {}",
+                first.request.task.name,
+                rest.len(),
+                self.run_id
+            ),
+            [] => format!("mvk: land nothing of run {}", self.run_id),
+        };
+        let published = {
+            let (root, into) = (self.opts.repo_root.clone(), target.to_string());
+            blocking("land a change", move || {
+                land::publish(&root, &into, tip, last, &reflog)
+            })
+            .await?
+        };
+        let refused = match published {
+            Ok(()) => {
+                crate::run::failpoint("merge-published");
+                for (r, id) in ready.into_iter().zip(intents) {
+                    let task = r.request.task;
+                    self.ledger()
+                        .finish_merge(id, "done", Some(&r.commit.to_string()), "")?;
+                    self.emit(
+                        Some(&task.name),
+                        Some(r.request.number),
+                        "merge.done",
+                        json!({"commit": r.commit.to_string(), "into": target, "strategy": task.merge.strategy.name()}),
+                    )?;
+                    let _ = r.request.reply.send(Ok(Landing::Landed(Some(r.commit))));
+                }
+                return Ok(());
+            }
+            Err(LandError::Moved { .. }) => {
+                for id in intents {
+                    self.ledger().finish_merge(
+                        id,
+                        "aborted",
+                        None,
+                        "the target moved while landing",
+                    )?;
+                }
+                let mut again = Vec::new();
+                for mut r in ready {
+                    r.request.moved += 1;
+                    if r.request.moved >= LAND_RETRIES {
+                        left.push((r.request, Left::Moving));
+                    } else {
+                        again.push(r.request);
+                    }
+                }
+                self.requeue(again);
+                return Ok(());
+            }
+            Err(LandError::Dirty { paths }) => {
+                let detail = format!("local changes in the main checkout: {}", paths.join(", "));
+                Refused::Dirty(paths, detail)
+            }
+            Err(LandError::IndexLocked { lock }) => {
+                Refused::Locked(format!("`{}` exists", lock.display()))
+            }
+            Err(LandError::CheckedOutElsewhere { path, .. }) => {
+                Refused::Elsewhere(format!("`{target}` is checked out in `{}`", path.display()))
+            }
+            Err(e) => {
+                for id in intents {
+                    self.ledger()
+                        .finish_merge(id, "failed", None, &e.to_string())?;
+                }
+                return Err(e.into());
+            }
+        };
+        for id in intents {
+            self.ledger()
+                .finish_merge(id, "aborted", None, refused.detail())?;
+        }
+        if ready.len() > 1 {
+            // Which of them the main checkout refuses is for each alone to find out; the
+            // others land.
+            self.requeue(
+                ready
+                    .into_iter()
+                    .map(|r| Request {
+                        alone: true,
+                        ..r.request
+                    })
+                    .collect(),
+            );
+            return Ok(());
+        }
+        for r in ready {
+            let task = r.request.task;
+            let branch = attempt::branch_name(&self.run_id, &task.name, r.request.number);
+            let why = match &refused {
+                Refused::Dirty(paths, _) => {
+                    self.emit(
+                        Some(&task.name),
+                        Some(r.request.number),
+                        "merge.blocked",
+                        json!({"paths": paths}),
+                    )?;
+                    format!(
+                        "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `{branch}`",
+                        paths.join(", ")
+                    )
+                }
+                Refused::Locked(detail) => format!(
+                    "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `{branch}`"
+                ),
+                Refused::Elsewhere(detail) => format!(
+                    "accepted, but {detail}, whose files landing would leave stale; land branch `{branch}` there"
+                ),
+            };
+            let _ = r.request.reply.send(Ok(Landing::Human(why)));
+        }
+        Ok(())
+    }
+
+    /// Puts `requests` back at the head of the queue, in their order, for the next batch.
+    fn requeue(&self, requests: Vec<Request<'a>>) {
+        let mut queue = locked(&self.queue);
+        queue.splice(0..0, requests);
+    }
+
+    /// How a change that left its batch ended, now that the batch has landed: another attempt
+    /// from the target's new tip.
+    async fn left(
+        &self,
+        request: &Request<'a>,
+        target: &str,
+        why: Left,
+    ) -> Result<Landing, RunError> {
+        let task = request.task;
+        let new_base = {
+            let (root, into) = (self.opts.repo_root.clone(), target.to_string());
+            blocking("read the target branch", move || {
+                land::branch_tip(&root, &into)
+            })
+            .await??
+        };
+        let (paths, why) = match why {
+            Left::Regated(f) => return Ok(Landing::Retry(f, new_base)),
+            Left::Conflict(paths, why) => (paths, why),
+            Left::Moving => (
+                Vec::new(),
+                "the target kept moving while the change was landed",
+            ),
+        };
+        self.emit(
+            Some(&task.name),
+            Some(request.number),
+            "merge.conflict",
+            json!({"paths": paths, "into": target, "reason": why, "target_tip": new_base.to_string()}),
+        )?;
+        let shown = if paths.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", paths.join(", "))
+        };
+        let mut f = Failure::new(
+            request.number,
+            FailureKind::Merge,
+            format!(
+                "the change lands on `{target}`, but {why}{shown}; the next attempt starts from the new tip"
+            ),
+            &[why, &paths.join("\n")],
+        );
+        f.tail = paths.iter().map(|p| format!("conflict: {p}\n")).collect();
+        Ok(Landing::Retry(f, new_base))
+    }
+}
+
+/// What merging one change of a batch came to.
+enum Fit {
+    /// Its commit, gated where it had to be: it lands with the batch.
+    Commit(Oid),
+    /// It is settled without landing anything (empty, or refused by an after-merge gate).
+    Answer(Landing),
+    /// It leaves the batch, to be answered once the batch has landed.
+    Leave(Left),
+}
+
+/// Why the main checkout refused a batch.
+enum Refused {
+    Dirty(Vec<String>, String),
+    Locked(String),
+    Elsewhere(String),
+}
+
+impl Refused {
+    fn detail(&self) -> &str {
+        match self {
+            Refused::Dirty(_, d) | Refused::Locked(d) | Refused::Elsewhere(d) => d,
+        }
+    }
+}
+
+/// The landing commit's message: the goal, and trailers naming the run, task, attempt and digest.
+fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
+    let first = task.goal.lines().next().unwrap_or("").trim();
+    let mut subject: String = first.chars().take(60).collect();
+    if subject.len() < first.len() {
+        subject.push('…');
+    }
+    format!(
+        "mvk: {}: {subject}\n\n{}\n\nMvk-Run: {run}\nMvk-Task: {}\nMvk-Attempt: {attempt}\nMvk-Digest: {}\n",
+        task.name,
+        task.goal.trim(),
+        task.name,
+        task.meta.digest
+    )
+}
