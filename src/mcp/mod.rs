@@ -116,7 +116,7 @@ pub struct ApplyInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResumeInput {
-    /// The run (an id or a unique prefix; default: the latest run).
+    /// The run (an id or a unique prefix; default: the latest run of `apply`).
     pub run: Option<String>,
     /// Go on although the definition changed: the changed tasks and those after them are
     /// planned again (fresh budgets and ladder); recorded in the ledger.
