@@ -524,3 +524,73 @@ fn gc_removes_the_output_of_mcp_commands_under_either_name() {
         assert!(kept.exists(), "{} removed", kept.display());
     }
 }
+
+/// `mvk verify` in DIR (not the fixture's root): its exit code and what it printed.
+fn verify_in(f: &Fixture, dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = f
+        .mvk()
+        .current_dir(dir)
+        .args(["verify", "loops/t.kdl"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Regression: `verify` in a linked worktree (where an agent works) checked the main checkout,
+/// so a sealed file tampered with in the worktree was `untouched` — from the CLI and the tool.
+#[test]
+fn verify_in_a_linked_worktree_checks_that_worktree() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let outside = tempfile::tempdir().unwrap();
+    let wt = outside.path().join("agent");
+    f.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        "agent",
+        wt.to_str().unwrap(),
+        "main",
+    ]);
+    std::fs::write(wt.join("tests/test_calc.sh"), "exit 0\n").unwrap();
+    // The main checkout is clean: it is not what is judged.
+    assert_eq!(verify_in(&f, f.root(), &["--base", "main"]).0, 0);
+    let (code, out) = verify_in(&f, &wt, &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("sealed path `tests/test_calc.sh` modified"),
+        "{out}"
+    );
+    // `--repo` naming the worktree, from anywhere.
+    let out = f
+        .mvk()
+        .current_dir(outside.path())
+        .args(["--repo", wt.to_str().unwrap(), "verify", "--base", "main"])
+        .arg(wt.join("loops/t.kdl"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // Committed there, with no head named: the worktree's own HEAD.
+    f.git(&["-C", wt.to_str().unwrap(), "commit", "-q", "-am", "tamper"]);
+    let (code, out) = verify_in(&f, &wt, &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    let doc = client_in(
+        &f,
+        &wt,
+        &["mcp"],
+        &json!([
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main"}},
+        ]),
+    );
+    let verified = structured(&doc["steps"][0], "verify in the worktree");
+    assert_eq!(verified["verdict"], "changed", "{verified:#}");
+    assert_eq!(verified["head"], f.tip("agent").as_str(), "{verified:#}");
+}
