@@ -594,3 +594,53 @@ fn verify_in_a_linked_worktree_checks_that_worktree() {
     assert_eq!(verified["verdict"], "changed", "{verified:#}");
     assert_eq!(verified["head"], f.tip("agent").as_str(), "{verified:#}");
 }
+
+/// Regression: a sealed file marked `assume-unchanged` or `skip-worktree` in the index was
+/// reported unmodified whatever it held, so `verify` of uncommitted work said `untouched`.
+#[test]
+fn verify_sees_sealed_files_hidden_by_index_flags() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    for (flag, edit) in [
+        ("--assume-unchanged", "content"),
+        ("--skip-worktree", "content"),
+        ("--skip-worktree", "delete"),
+        ("--assume-unchanged", "mode"),
+    ] {
+        let file = f.root().join("tests/test_calc.sh");
+        f.git(&["update-index", flag, "tests/test_calc.sh"]);
+        match edit {
+            "content" => std::fs::write(&file, "exit 0\n").unwrap(),
+            "delete" => std::fs::remove_file(&file).unwrap(),
+            _ => {
+                use std::os::unix::fs::PermissionsExt as _;
+                let mode = std::fs::metadata(&file).unwrap().permissions().mode() ^ 0o111;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        let status = Command::new("git")
+            .args(["status", "--porcelain"])
+            .current_dir(f.root())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&status.stdout).trim(),
+            "",
+            "git itself sees nothing ({flag}, {edit})"
+        );
+        let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+        assert_eq!(code, 1, "{flag} {edit}: {out}");
+        assert!(out.contains("tests/test_calc.sh"), "{out}");
+        // Back as it was; the flag off again.
+        f.git(&[
+            "update-index",
+            &flag.replace("--", "--no-"),
+            "tests/test_calc.sh",
+        ]);
+        f.git(&["checkout", "-q", "--", "tests/test_calc.sh"]);
+        assert_eq!(
+            verify_in(&f, f.root(), &["--base", "main"]).0,
+            0,
+            "{flag} {edit} restored"
+        );
+    }
+}
