@@ -1,7 +1,7 @@
 //! `mvk apply FILE [--task NAME] [--json]`: compile FILE and run it to an end in its repository;
 //! the run id first on stdout, progress on stderr, the exit code per the contract.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -429,7 +429,7 @@ impl Progress {
         }
         match &self.bar {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => super::printer::err_line(text),
         }
     }
 }
@@ -442,7 +442,8 @@ impl Observer for Progress {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if !*printed {
-                println!("{}", e.run);
+                // Not `println!`: it panics when standard output is a closed pipe.
+                let _ = writeln!(std::io::stdout().lock(), "{}", e.run);
                 *printed = true;
             }
         }

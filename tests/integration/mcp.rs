@@ -644,3 +644,67 @@ fn verify_sees_sealed_files_hidden_by_index_flags() {
         );
     }
 }
+
+/// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
+/// pipes to the server. A client that left mid-call and killed the server's process group (as
+/// clients do on exit) killed the attempt with it; one that killed the server alone left the
+/// attempt to panic on its next line of progress (`eprintln!` on a closed pipe). Either way the
+/// attempt's run stayed `running`. Now it finishes on its own and is recorded.
+#[test]
+fn an_attempt_outlives_a_client_that_leaves_mid_call() {
+    use std::io::{BufRead as _, Write as _};
+    for kill_group in [true, false] {
+        let f = Fixture::new(&simple_loop("go_fix.sh", "budget iterations=1"));
+        // A client of its own, speaking MCP's JSON lines: it can leave when it likes.
+        let mut server = f
+            .mvk_std()
+            .arg("mcp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut to = server.stdin.take().unwrap();
+        let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
+        let mut send = |msg: Value| writeln!(to, "{msg}").unwrap();
+        send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        );
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        assert!(line.contains("\"mvk\""), "{line}");
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_attempt", "arguments": {"file": "loops/t.kdl"}}}),
+        );
+        let start = std::time::Instant::now();
+        while !f.state("started").exists() {
+            assert!(start.elapsed().as_secs() < 60, "the agent never started");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The client goes, mid-call.
+        let pid = server.id().to_string();
+        let target = if kill_group { format!("-{pid}") } else { pid };
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &target])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        server.wait().unwrap();
+        drop(from);
+        std::fs::write(f.state("go"), "").unwrap();
+        let status = finished_status(&f);
+        assert_eq!(
+            status["state"], "finished",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(
+            status["outcome"], "skipped",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(status["exit_code"], 0, "{status:#}");
+    }
+}
