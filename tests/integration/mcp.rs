@@ -708,3 +708,60 @@ fn an_attempt_outlives_a_client_that_leaves_mid_call() {
         assert_eq!(status["exit_code"], 0, "{status:#}");
     }
 }
+
+/// Regression: the tools took any path, so `/etc/passwd` or `../x` (or a link out of the
+/// repository) was read and shown in the diagnostics of a file that does not compile. Every
+/// file argument must now lie inside the repository once resolved.
+#[test]
+fn file_arguments_outside_the_repository_are_refused() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    // Outside the repository, next to it: what `../` reaches.
+    let outside = f.state("outside.kdl");
+    std::fs::write(&outside, "secret-outside-the-repository\n").unwrap();
+    let escape = format!(
+        "../{}/outside.kdl",
+        f.state.path().file_name().unwrap().to_str().unwrap()
+    );
+    assert!(f.root().join(&escape).exists(), "{escape}");
+    std::os::unix::fs::symlink("/etc/passwd", f.root().join("loops/link.kdl")).unwrap();
+    let doc = client(
+        &f,
+        &json!([
+            {"tool": "plan", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "plan", "arguments": {"file": escape}},
+            {"tool": "plan", "arguments": {"file": "loops/link.kdl"}},
+            {"tool": "verify", "arguments": {"file": "/etc/passwd", "base": "main"}},
+            {"tool": "verify", "arguments": {"file": escape, "base": "main"}},
+            {"tool": "run_attempt", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "run_attempt", "arguments": {"file": escape}},
+            {"tool": "apply", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "apply", "arguments": {"file": escape}},
+            // Inside the repository, by any spelling, still works.
+            {"tool": "plan", "arguments": {"file": "loops/../loops/t.kdl"}},
+            {"tool": "plan", "arguments": {"file": f.root().join("loops/t.kdl").to_str().unwrap()}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    for (i, step) in steps[..9].iter().enumerate() {
+        let refused = error(step, &format!("step {i}"));
+        assert!(
+            refused.contains("is outside the repository"),
+            "step {i}: {refused}"
+        );
+        assert!(
+            !refused.contains("root:x:0:0"),
+            "step {i} read /etc/passwd: {refused}"
+        );
+        assert!(
+            !refused.contains("secret-outside"),
+            "step {i} read outside: {refused}"
+        );
+        assert_eq!(step["error"]["data"]["exit_code"], 64, "step {i}");
+    }
+    for step in &steps[9..] {
+        assert_eq!(structured(step, "plan inside")["tasks"][0]["name"], "t");
+    }
+    // No command was started.
+    let started = std::fs::read_dir(f.root().join(".mvk/mcp")).map_or(0, Iterator::count);
+    assert_eq!(started, 0);
+}
