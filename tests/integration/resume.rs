@@ -813,6 +813,11 @@ fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
         status["waiting_for"]["command"], "mvk attempt loops/t.kdl",
         "{status:#}"
     );
+    // Not a `resume` (which it refuses): a kind of its own.
+    assert_eq!(
+        status["waiting_for"]["kind"], "another-attempt",
+        "{status:#}"
+    );
     // Were it resumed, the agent would now fix the bug and the run would land it.
     fs::write(f.state("go"), "").unwrap();
     // The first refusal closes the dead attempt (see
