@@ -145,7 +145,8 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
     for name in ["plan", "verify", "status"] {
         assert_eq!(hints(name)["read_only_hint"], true, "{name}");
     }
-    for name in ["apply", "resume", "approve"] {
+    // `reject` continues the run, whose next attempt may land: destructive too.
+    for name in ["apply", "resume", "approve", "reject"] {
         assert_eq!(hints(name)["destructive_hint"], true, "{name}");
     }
     assert_eq!(hints("run_attempt")["destructive_hint"], false);
@@ -398,11 +399,17 @@ fn session_of(pid: u64) -> Option<u64> {
     after.split_whitespace().nth(3)?.parse().ok()
 }
 
-/// `mvk status --json` of the latest run, polled until its state is `finished` (or a minute).
-fn finished_status(f: &Fixture) -> Value {
+/// `mvk status --json` of RUN (default: the latest run), polled until its state is `finished`
+/// (or a minute).
+fn finished_status(f: &Fixture, run: Option<&str>) -> Value {
     let start = std::time::Instant::now();
     loop {
-        let out = f.mvk().args(["status", "--json"]).output().unwrap();
+        let out = f
+            .mvk()
+            .args(["status", "--json"])
+            .args(run)
+            .output()
+            .unwrap();
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         if doc["state"] == "finished" || start.elapsed() > std::time::Duration::from_secs(60) {
             return doc;
@@ -463,7 +470,7 @@ fn files_are_the_repositorys_and_a_detached_run_outlives_the_server_and_its_clie
         "the detached run leads a session of its own"
     );
     std::fs::write(f.state("go"), "").unwrap();
-    let status = finished_status(&f);
+    let status = finished_status(&f, None);
     assert_eq!(status["run"], started["run"], "{status:#}");
     assert_eq!(status["state"], "finished", "{status:#}");
     assert_eq!(status["outcome"], "accepted", "{status:#}");
@@ -645,70 +652,6 @@ fn verify_sees_sealed_files_hidden_by_index_flags() {
     }
 }
 
-/// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
-/// pipes to the server. A client that left mid-call and killed the server's process group (as
-/// clients do on exit) killed the attempt with it; one that killed the server alone left the
-/// attempt to panic on its next line of progress (`eprintln!` on a closed pipe). Either way the
-/// attempt's run stayed `running`. Now it finishes on its own and is recorded.
-#[test]
-fn an_attempt_outlives_a_client_that_leaves_mid_call() {
-    use std::io::{BufRead as _, Write as _};
-    for kill_group in [true, false] {
-        let f = Fixture::new(&simple_loop("go_fix.sh", "budget iterations=1"));
-        // A client of its own, speaking MCP's JSON lines: it can leave when it likes.
-        let mut server = f
-            .mvk_std()
-            .arg("mcp")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut to = server.stdin.take().unwrap();
-        let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
-        let mut send = |msg: Value| writeln!(to, "{msg}").unwrap();
-        send(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}}),
-        );
-        let mut line = String::new();
-        from.read_line(&mut line).unwrap();
-        assert!(line.contains("\"mvk\""), "{line}");
-        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        send(
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "run_attempt", "arguments": {"file": "loops/t.kdl"}}}),
-        );
-        let start = std::time::Instant::now();
-        while !f.state("started").exists() {
-            assert!(start.elapsed().as_secs() < 60, "the agent never started");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        // The client goes, mid-call.
-        let pid = server.id().to_string();
-        let target = if kill_group { format!("-{pid}") } else { pid };
-        let killed = Command::new("kill")
-            .args(["-KILL", "--", &target])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        server.wait().unwrap();
-        drop(from);
-        std::fs::write(f.state("go"), "").unwrap();
-        let status = finished_status(&f);
-        assert_eq!(
-            status["state"], "finished",
-            "kill group {kill_group}: {status:#}"
-        );
-        assert_eq!(
-            status["outcome"], "skipped",
-            "kill group {kill_group}: {status:#}"
-        );
-        assert_eq!(status["exit_code"], 0, "{status:#}");
-    }
-}
-
 /// Regression: the tools took any path, so `/etc/passwd` or `../x` (or a link out of the
 /// repository) was read and shown in the diagnostics of a file that does not compile. Every
 /// file argument must now lie inside the repository once resolved.
@@ -764,4 +707,94 @@ fn file_arguments_outside_the_repository_are_refused() {
     // No command was started.
     let started = std::fs::read_dir(f.root().join(".mvk/mcp")).map_or(0, Iterator::count);
     assert_eq!(started, 0);
+}
+
+/// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
+/// pipes to the server. A client that left mid-call and killed the server's process group (as
+/// clients do on exit) killed the attempt with it; one that killed the server alone left the
+/// attempt to panic on its next line of progress (`eprintln!` on a closed pipe). Either way the
+/// attempt's run stayed `running`. Now it finishes on its own and is recorded.
+#[test]
+fn an_attempt_outlives_a_client_that_leaves_mid_call() {
+    use std::io::{BufRead as _, Write as _};
+    for kill_group in [true, false] {
+        let f = Fixture::new(&simple_loop("go_fix.sh", "budget iterations=1"));
+        // A client of its own, speaking MCP's JSON lines: it can leave when it likes.
+        let mut server = f
+            .mvk_std()
+            .arg("mcp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut to = server.stdin.take().unwrap();
+        let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
+        let mut send = |msg: Value| writeln!(to, "{msg}").unwrap();
+        send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        );
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        assert!(line.contains("\"mvk\""), "{line}");
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_attempt", "arguments": {"file": "loops/t.kdl"}}}),
+        );
+        let start = std::time::Instant::now();
+        while !f.state("started").exists() {
+            assert!(start.elapsed().as_secs() < 60, "the agent never started");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The client goes, mid-call.
+        let pid = server.id().to_string();
+        let target = if kill_group { format!("-{pid}") } else { pid };
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &target])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        server.wait().unwrap();
+        drop(from);
+        std::fs::write(f.state("go"), "").unwrap();
+        let status = finished_status(&f, None);
+        assert_eq!(
+            status["state"], "finished",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(
+            status["outcome"], "skipped",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(status["exit_code"], 0, "{status:#}");
+    }
+}
+
+/// Regression: `resume` without a run took the latest run, so an attempt made after an
+/// interrupted `mvk apply` hid that run (the resume was refused as the attempt's). Now it is
+/// the latest run of `mvk apply`, from the tool as from the command line.
+#[test]
+fn resume_without_a_run_continues_the_latest_apply_run_not_a_later_attempt() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut child = crate::resume::spawn_apply(&f, &[]);
+    crate::resume::wait_for(&f.state("started"), &mut child);
+    crate::resume::crash(&mut child, Some(&f.state("agent.pgid")));
+    let run = crate::resume::the_run(&f);
+    std::fs::write(f.state("go"), "").unwrap();
+    let attempt = f.mvk().args(["attempt", "loops/t.kdl"]).output().unwrap();
+    assert_eq!(
+        attempt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&attempt.stderr)
+    );
+    let doc = client(&f, &json!([{"tool": "resume", "arguments": {}}]));
+    let started = structured(&doc["steps"][0], "resume without a run");
+    assert_eq!(started["run"], run.as_str(), "{started:#}");
+    let status = finished_status(&f, Some(&run));
+    assert_eq!(status["outcome"], "accepted", "{status:#}");
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }
