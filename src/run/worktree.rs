@@ -505,6 +505,11 @@ impl Pool {
                 path: display_path(main),
             });
         }
+        // A branch that does not exist yet (each attempt's is new) is checked out nowhere:
+        // skip opening every registered worktree, which a wide flow would pay per attempt.
+        if main.find_reference(branch_ref).is_err() {
+            return Ok(());
+        }
         for (name, wt_path) in registrations(main)? {
             if except.is_some_and(|e| same_path(e, &wt_path)) {
                 continue;
