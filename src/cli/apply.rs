@@ -1,7 +1,7 @@
 //! `mvk apply FILE [--task NAME] [--json]`: compile FILE and run it to an end in its repository;
 //! the run id first on stdout, progress on stderr, the exit code per the contract.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -214,7 +214,22 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 
 /// The repository to work in: `--repo`, else the git repository holding the loop file.
 pub(crate) fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
-    let start = match &cli.repo {
+    repository_at(&start_of(cli, file))
+}
+
+/// The top of the checkout that holds `--repo` (or `file`): a linked worktree's own, not the
+/// main checkout — what `mvk verify` checks, since that is where the change being judged is.
+pub(crate) fn checkout(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
+    let (_, workdir) = discover(&start_of(cli, file))?;
+    workdir.canonicalize().map_err(|e| CliError::Usage {
+        message: format!("cannot resolve `{}`: {e}", workdir.display()),
+        hint: None,
+    })
+}
+
+/// Where a command about `file` looks for its repository: `--repo`, else the file's directory.
+fn start_of(cli: &Cli, file: &Path) -> PathBuf {
+    match &cli.repo {
         Some(r) => r.clone(),
         None => file
             .parent()
@@ -227,12 +242,25 @@ pub(crate) fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {
             })
             .unwrap_or(Path::new("."))
             .to_path_buf(),
-    };
-    repository_at(&start)
+    }
 }
 
 /// The main checkout of the git repository that holds `start`.
 pub(crate) fn repository_at(start: &Path) -> Result<PathBuf, CliError> {
+    let (repo, workdir) = discover(start)?;
+    // A linked worktree works too, but the pool and `.mvk/` belong to the main checkout.
+    let main = git2::Repository::open(repo.commondir())
+        .ok()
+        .and_then(|m| m.workdir().map(Path::to_path_buf))
+        .unwrap_or(workdir);
+    main.canonicalize().map_err(|e| CliError::Usage {
+        message: format!("cannot resolve `{}`: {e}", main.display()),
+        hint: None,
+    })
+}
+
+/// The repository that holds `start` and the top of its checkout (refused when bare).
+fn discover(start: &Path) -> Result<(git2::Repository, PathBuf), CliError> {
     let start = start.to_path_buf();
     let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
         message: format!(
@@ -253,15 +281,8 @@ pub(crate) fn repository_at(start: &Path) -> Result<PathBuf, CliError> {
             hint: None,
         });
     };
-    // A linked worktree works too, but the pool and `.mvk/` belong to the main checkout.
-    let main = git2::Repository::open(repo.commondir())
-        .ok()
-        .and_then(|m| m.workdir().map(Path::to_path_buf))
-        .unwrap_or_else(|| workdir.to_path_buf());
-    main.canonicalize().map_err(|e| CliError::Usage {
-        message: format!("cannot resolve `{}`: {e}", main.display()),
-        hint: None,
-    })
+    let workdir = workdir.to_path_buf();
+    Ok((repo, workdir))
 }
 
 pub(crate) fn shown_file(file: &Path, repo_root: &Path) -> String {
@@ -408,7 +429,7 @@ impl Progress {
         }
         match &self.bar {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => super::printer::err_line(text),
         }
     }
 }
@@ -421,7 +442,8 @@ impl Observer for Progress {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if !*printed {
-                println!("{}", e.run);
+                // Not `println!`: it panics when standard output is a closed pipe.
+                let _ = writeln!(std::io::stdout().lock(), "{}", e.run);
                 *printed = true;
             }
         }

@@ -55,7 +55,7 @@ pub fn run(args: &[OsString]) -> ExitCode {
 }
 
 fn refuse(why: &str) -> ExitCode {
-    eprintln!("mvk {HELPER}: {why}");
+    super::printer::err_line(&format!("mvk {HELPER}: {why}"));
     ExitCode::from(2)
 }
 

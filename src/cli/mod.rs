@@ -127,7 +127,7 @@ where
     let mut args = args;
     if args.get(1).is_some_and(|a| a == crate::mcp::SESSION) {
         if let Err(e) = crate::mcp::enter_session() {
-            eprintln!("error: {e}");
+            printer::err_line(&format!("error: {e}"));
             return Exit::Internal.into();
         }
         args.remove(1);

@@ -44,21 +44,21 @@ impl Printer {
     /// A progress or status line on standard error; silent with `--quiet`.
     pub fn status(&self, text: &str) {
         if !self.quiet {
-            eprintln!("{text}");
+            err_line(text);
         }
     }
 
     /// Something the user must know even when it does not stop the command; shown with `--quiet` too.
     pub fn warn(&self, text: &str) {
-        eprintln!("warning: {text}");
+        err_line(&format!("warning: {text}"));
     }
 
     pub fn error(&self, text: &str) {
-        eprintln!("error: {text}");
+        err_line(&format!("error: {text}"));
     }
 
     pub fn hint(&self, text: &str) {
-        eprintln!("  hint: {text}");
+        err_line(&format!("  hint: {text}"));
     }
 
     /// Renders diagnostics on standard error; warnings are hidden with `--quiet`.
@@ -81,4 +81,12 @@ impl Printer {
             let _ = err.write_all(b"\n");
         }
     }
+}
+
+/// One line on standard error. `eprintln!` panics when the write fails, and standard error may
+/// be a pipe whose reader is gone (the MCP server that started `mvk attempt`, a closed
+/// terminal): a line nobody can read is dropped, the command goes on and records its run.
+pub fn err_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{text}");
 }

@@ -14,7 +14,8 @@ use crate::run::driver::{self, ResumeFrom, RunOptions};
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// The run to continue (an id or a unique prefix of one; default: the latest run).
+    /// The run to continue (an id or a unique prefix of one; default: the latest run of `mvk
+    /// apply`).
     #[arg(value_name = "RUN")]
     pub run: Option<String>,
     /// Go on although the definition changed: the changed tasks and those after them are
@@ -31,9 +32,12 @@ pub struct ResumeArgs {
 
 pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
-    let run = find_run(cli, args.run.as_deref())?;
+    let run = match args.run.as_deref() {
+        Some(given) => find_run(cli, Some(given))?,
+        None => latest_apply_run(cli)?,
+    };
     refuse_finished(&run)?;
-    refuse_attempt(&run)?;
+    refuse_attempt(printer, &repo_root, &run)?;
     let _lock = lock(
         printer,
         &repo_root,
@@ -162,26 +166,74 @@ fn refuse_finished(run: &RunRow) -> Result<(), CliError> {
             run.outcome.as_deref().unwrap_or("?"),
             run.exit_code.unwrap_or(-1)
         ),
-        hint: Some(format!("start a new run with `mvk apply {}`", run.file)),
+        hint: Some(if run.command == "attempt" {
+            format!("make another attempt with `mvk attempt {}`", run.file)
+        } else {
+            format!("start a new run with `mvk apply {}`", run.file)
+        }),
     })
 }
 
 /// An interrupted `mvk attempt` is not continued: a resume goes on as a run, and would land work
-/// nobody asked to land (the attempt promised to land nothing).
-fn refuse_attempt(run: &RunRow) -> Result<(), CliError> {
+/// nobody asked to land (the attempt promised to land nothing). A dead one is closed instead:
+/// what it left running is killed and the run recorded as `interrupted`.
+fn refuse_attempt(printer: &Printer, repo_root: &Path, run: &RunRow) -> Result<(), CliError> {
     if run.command != "attempt" {
         return Ok(());
     }
+    let closed = close_dead_attempts(printer, repo_root, std::slice::from_ref(run))?;
     Err(CliError::Usage {
         message: format!(
-            "run `{}` is one attempt (`mvk attempt`), which lands nothing; `mvk resume` does not continue it",
-            run.id
+            "run `{}` is one attempt (`mvk attempt`), which lands nothing; `mvk resume` does not continue it{}",
+            run.id,
+            if closed > 0 {
+                "; its process was gone, so it is closed as `interrupted`"
+            } else {
+                ""
+            }
         ),
         hint: Some(format!(
             "make another attempt with `mvk attempt {}`, or run the loop with `mvk apply {}`",
             run.file, run.file
         )),
     })
+}
+
+/// Closes each of RUNS that is an `mvk attempt` whose process died (see
+/// [`crate::run::resume::close_dead_attempt`]), saying so; returns how many were closed.
+pub(crate) fn close_dead_attempts(
+    printer: &Printer,
+    repo_root: &Path,
+    runs: &[RunRow],
+) -> Result<usize, CliError> {
+    let mut closed = 0;
+    for run in runs {
+        if let Some(killed) =
+            crate::run::resume::close_dead_attempt(repo_root, run).map_err(run_error)?
+        {
+            closed += 1;
+            printer.status(&format!(
+                "closed attempt run `{}` as interrupted: its process was gone; {killed} process{} it left running killed",
+                run.id,
+                if killed == 1 { "" } else { "es" }
+            ));
+        }
+    }
+    Ok(closed)
+}
+
+/// The run `mvk resume` continues when none is named: the latest run of `mvk apply`, not an
+/// attempt made since. With no such run, the latest run, which is then refused as an attempt.
+fn latest_apply_run(cli: &Cli) -> Result<RunRow, CliError> {
+    let ledger = super::reading::open(cli)?;
+    let runs = ledger
+        .reader
+        .runs()
+        .map_err(|e| super::reading::internal(&e))?;
+    match runs.iter().find(|r| r.command == "apply") {
+        Some(run) => Ok(run.clone()),
+        None => super::reading::find_run(&ledger, None),
+    }
 }
 
 /// The repository of the command: `--repo`, else the one holding the working directory.

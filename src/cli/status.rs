@@ -139,6 +139,9 @@ fn waiting(w: &Waiting) -> String {
         }
         Waiting::Start { reason, .. } => reason.clone(),
         Waiting::Resume { command } => format!("`{command}` (the process died)"),
+        Waiting::AnotherAttempt { command } => {
+            format!("`{command}` (the attempt's process died; an attempt is not resumed)")
+        }
         Waiting::Decision {
             checkpoint,
             task,

@@ -47,7 +47,8 @@ pub fn verify(cli: &Cli, printer: &Printer, args: &VerifyArgs) -> Result<Exit, C
     Ok(Exit::from_code(v.verdict.exit_code()))
 }
 
-/// The oracle check of a compiled program in the repository of `file` (or `--repo`).
+/// The oracle check of a compiled program in the checkout of `file` (or `--repo`): a linked
+/// worktree's own (where an agent's change is), not the main checkout's.
 pub fn check(
     cli: &Cli,
     program: &crate::ir::Program,
@@ -55,7 +56,7 @@ pub fn check(
     (base, head): (&str, Option<&str>),
     task: Option<&str>,
 ) -> Result<Verification, CliError> {
-    let repo_root = super::apply::repository(cli, file)?;
+    let repo_root = super::apply::checkout(cli, file)?;
     let shown = super::apply::shown_file(file, &repo_root);
     verify::verify(&repo_root, program, &shown, task, base, head).map_err(|e| match e {
         VerifyError::Revision { .. } => CliError::Usage {

@@ -369,6 +369,44 @@ impl Ledger {
         })
     }
 
+    /// Closes a `running` run whose process died and that nothing will continue (an `mvk
+    /// attempt`): its attempts in flight `abandoned`, its unfinished tasks and the run itself
+    /// `finished` as `interrupted` with `exit_code`, all at once. False when the run was no longer
+    /// `running` (another process closed it first).
+    pub fn close_interrupted(&mut self, run: &str, exit_code: i32) -> Result<bool, LedgerError> {
+        let what = || format!("the close of interrupted run `{run}`");
+        self.write(&what, |tx, now| {
+            let sql = |source| LedgerError::Write {
+                what: what(),
+                source,
+            };
+            let closed = tx
+                .execute(
+                    "UPDATE runs SET state = 'finished', outcome = 'interrupted', exit_code = ?2,
+                            finished_at = ?3
+                         WHERE id = ?1 AND state = 'running'",
+                    params![run, exit_code, now],
+                )
+                .map_err(sql)?;
+            if closed == 0 {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE attempts SET state = 'abandoned', finished_at = ?2
+                     WHERE run = ?1 AND state IN ('running', 'agent-done')",
+                params![run, now],
+            )
+            .map_err(sql)?;
+            tx.execute(
+                "UPDATE tasks SET state = 'finished', outcome = 'interrupted', finished_at = ?2
+                     WHERE run = ?1 AND state <> 'finished'",
+                params![run, now],
+            )
+            .map_err(sql)?;
+            Ok(true)
+        })
+    }
+
     /// Re-plans a task after accepted drift: it runs again under its new digest, in a new
     /// epoch (fresh budgets and ladder); its earlier attempts and merges stay as they were.
     pub fn reset_task(&mut self, t: &TaskStart<'_>, epoch: u32) -> Result<(), LedgerError> {

@@ -17,6 +17,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_review.sql"),
     include_str!("migrations/0004_human_checkpoint.sql"),
     include_str!("migrations/0005_run_command.sql"),
+    include_str!("migrations/0006_interrupted.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.
@@ -74,6 +75,25 @@ fn migrate(path: &Path, mut conn: Connection) -> Result<Connection, LedgerError>
     if check_version(path, &conn, known).map_err(|e| err(known, e))?? == known {
         return Ok(conn);
     }
+    // Off while migrating, as SQLite requires for rebuilding a table others reference (a
+    // transaction cannot change it); each migration's result is checked before its commit
+    // instead, and the keys are on again before the connection is handed out.
+    conn.pragma_update(None, "foreign_keys", false)
+        .map_err(|e| err(known, e))?;
+    let migrated = apply_migrations(path, &mut conn, known);
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(|e| err(known, e))?;
+    migrated?;
+    Ok(conn)
+}
+
+/// [`migrate`]'s loop: each migration in its own transaction, checked for broken keys.
+fn apply_migrations(path: &Path, conn: &mut Connection, known: i64) -> Result<(), LedgerError> {
+    let err = |version, source| LedgerError::Migrate {
+        path: path.to_path_buf(),
+        version,
+        source,
+    };
     loop {
         // IMMEDIATE takes the write lock before the version is read again: two mvk processes
         // opening a new ledger at once cannot both apply the same migration.
@@ -83,7 +103,7 @@ fn migrate(path: &Path, mut conn: Connection) -> Result<Connection, LedgerError>
         let found = check_version(path, &tx, known).map_err(|e| err(known, e))??;
         if found == known {
             tx.commit().map_err(|e| err(known, e))?;
-            return Ok(conn);
+            return Ok(());
         }
         let next = found + 1;
         let script = usize::try_from(found)
@@ -94,6 +114,21 @@ fn migrate(path: &Path, mut conn: Connection) -> Result<Connection, LedgerError>
                 found,
             })?;
         tx.execute_batch(script).map_err(|e| err(next, e))?;
+        let broken: i64 = tx
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| err(next, e))?;
+        if broken > 0 {
+            // Rolled back when `tx` drops: the ledger stays at the version before.
+            return Err(err(
+                next,
+                rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+                    Some(format!("{broken} rows would break a foreign key")),
+                ),
+            ));
+        }
         tx.pragma_update(None, "user_version", next)
             .map_err(|e| err(next, e))?;
         tx.commit().map_err(|e| err(next, e))?;

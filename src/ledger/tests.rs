@@ -974,6 +974,7 @@ fn shipped_migrations_never_change() {
         "7ca37649db6c457b1164ef6394317205fd3ad4d6528fcdd3a519ecb9a2e86aa3",
         "2bb3895e55293b59e457e0a71d3be30d753333b17b03abf6b011d90e81774f9a",
         "75d9fa6d6eda88578ab2cb18ef2d0386e2c65560c457637edb5f5113682c9495",
+        "89390a7422475a5c130e23467e9b6505ba37f29e53d4500dcc88c880e6477878",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()
@@ -1141,4 +1142,71 @@ fn migration_5_tells_attempts_from_runs_in_an_older_ledger_and_readers_migrate_i
     assert_eq!(commands, [("r-apply", "apply"), ("r-attempt", "attempt")]);
     let conn = Connection::open(&path).expect("reopen raw");
     assert_eq!(user_version(&conn), schema::known_version());
+}
+
+/// Migration 6 rebuilds `runs` and `tasks` (for the `interrupted` outcome) on a ledger with
+/// rows that reference them: every row is kept, the keys hold again afterwards, and a dead
+/// attempt run closes with its task and attempt in flight.
+#[test]
+fn migration_6_keeps_every_row_and_key_and_closes_interrupted_runs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("ledger.db");
+    {
+        let mut conn = Connection::open(&path).expect("create");
+        let tx = conn.transaction().expect("tx");
+        for m in &schema::MIGRATIONS[..5] {
+            tx.execute_batch(m).expect("an older migration");
+        }
+        tx.pragma_update(None, "user_version", 5)
+            .expect("version 5");
+        tx.execute_batch(
+            "INSERT INTO programs (digest, ir_json, created_at) VALUES ('d', '{}', 0);
+             INSERT INTO runs (id, file, program, kind, program_digest, repo_root, base_commit,
+                target_branch, mode, pid, host, state, started_at, heartbeat_at, command)
+             VALUES ('r1', 'loops/t.kdl', 't', 'loop', 'd', '/r', 'b', 'main', 'step', 1, 'h',
+                'running', 0, 0, 'attempt');
+             INSERT INTO tasks (run, name, digest, state, started_at, base)
+             VALUES ('r1', 't', 'x', 'running', 0, 'b');
+             INSERT INTO task_fields (run, task, field, digest) VALUES ('r1', 't', 'goal', 'g');
+             INSERT INTO attempts (run, task, number, rung, agent, branch, worktree, base, state,
+                started_at)
+             VALUES ('r1', 't', 1, 1, 'bot', 'mvk/r1/t/1', '/w', 'b', 'running', 0);",
+        )
+        .expect("rows");
+        tx.commit().expect("commit");
+    }
+    let mut ledger = Ledger::open(&path).expect("migrates");
+    assert!(ledger.close_interrupted("r1", 130).expect("close"));
+    assert!(
+        !ledger.close_interrupted("r1", 130).expect("again"),
+        "closed once"
+    );
+    let conn = Connection::open(&path).expect("reopen raw");
+    assert_eq!(user_version(&conn), schema::known_version());
+    let row: (String, String, i64, String, String) = conn
+        .query_row(
+            "SELECT r.state, r.outcome, r.exit_code, t.outcome, a.state
+               FROM runs r JOIN tasks t ON t.run = r.id JOIN attempts a ON a.run = r.id",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .expect("rows kept");
+    assert_eq!(
+        row,
+        (
+            "finished".into(),
+            "interrupted".into(),
+            130,
+            "interrupted".into(),
+            "abandoned".into()
+        )
+    );
+    let fields: i64 = conn
+        .query_row("SELECT count(*) FROM task_fields", [], |r| r.get(0))
+        .expect("fields");
+    assert_eq!(fields, 1);
+    // The keys hold on the rebuilt tables: a run others reference cannot go.
+    conn.pragma_update(None, "foreign_keys", true)
+        .expect("keys");
+    assert!(conn.execute("DELETE FROM runs", []).is_err());
 }

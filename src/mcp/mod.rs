@@ -63,7 +63,7 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanInput {
-    /// The loop or flow file (relative to the repository's top directory, or absolute).
+    /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
     pub file: String,
 }
 
@@ -71,7 +71,7 @@ pub struct PlanInput {
 #[serde(deny_unknown_fields)]
 pub struct VerifyInput {
     /// The loop or flow file whose seal is the oracle (relative to the repository's top
-    /// directory, or absolute).
+    /// directory, or absolute; inside the repository).
     pub file: String,
     /// The revision the change starts from (a commit, branch or tag).
     pub base: String,
@@ -84,7 +84,7 @@ pub struct VerifyInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttemptInput {
-    /// The loop or flow file (relative to the repository's top directory, or absolute).
+    /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
     pub file: String,
     /// The task to attempt (needed when the file has several).
     pub task: Option<String>,
@@ -105,7 +105,7 @@ pub enum Mode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyInput {
-    /// The loop or flow file (relative to the repository's top directory, or absolute).
+    /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
     pub file: String,
     /// Run only this task of a flow.
     pub task: Option<String>,
@@ -116,7 +116,7 @@ pub struct ApplyInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResumeInput {
-    /// The run (an id or a unique prefix; default: the latest run).
+    /// The run (an id or a unique prefix; default: the latest run of `apply`).
     pub run: Option<String>,
     /// Go on although the definition changed: the changed tasks and those after them are
     /// planned again (fresh budgets and ladder); recorded in the ledger.
@@ -192,7 +192,7 @@ impl Server {
         Parameters(input): Parameters<PlanInput>,
     ) -> Result<Json<Document>, ErrorData> {
         let cli = self.cli();
-        let program = compile(&cli, &self.file(&input.file))?;
+        let program = compile(&cli, &self.file(&input.file)?)?;
         let plan = crate::plan::plan(&program);
         Ok(Json(Document(crate::cli::plan::to_json(&program, &plan))))
     }
@@ -206,7 +206,7 @@ impl Server {
         Parameters(input): Parameters<VerifyInput>,
     ) -> Result<Json<Verification>, ErrorData> {
         let cli = self.cli();
-        let file = self.file(&input.file);
+        let file = self.file(&input.file)?;
         let program = compile(&cli, &file)?;
         crate::cli::verify::check(
             &cli,
@@ -231,7 +231,11 @@ impl Server {
         &self,
         Parameters(input): Parameters<AttemptInput>,
     ) -> Result<Json<AttemptResult>, ErrorData> {
-        let mut args = vec!["attempt".to_string(), file_arg(input.file), "--json".into()];
+        let mut args = vec![
+            "attempt".to_string(),
+            self.file_arg(&input.file)?,
+            "--json".into(),
+        ];
         if let Some(t) = input.task {
             args.extend(["--task".into(), t]);
         }
@@ -263,9 +267,9 @@ impl Server {
         Parameters(input): Parameters<ApplyInput>,
     ) -> Result<Json<Started>, ErrorData> {
         let cli = self.cli();
-        let repo_root = crate::cli::apply::repository(&cli, &self.file(&input.file))
+        let repo_root = crate::cli::apply::repository(&cli, &self.file(&input.file)?)
             .map_err(|e| cli_error(&e))?;
-        let mut args = vec!["apply".to_string(), file_arg(input.file)];
+        let mut args = vec!["apply".to_string(), self.file_arg(&input.file)?];
         if let Some(t) = input.task {
             args.extend(["--task".into(), t]);
         }
@@ -375,9 +379,54 @@ impl Server {
     }
 
     /// A file a tool call names: relative to the repository's top directory (what an agent
-    /// working in the repository means), never to wherever the server happened to start.
-    fn file(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
+    /// working in the repository means), never to wherever the server happened to start; and
+    /// inside it once `..` and symbolic links are resolved, else refused: a tool reads the file
+    /// it is given and shows it in diagnostics, so `/etc/passwd` or `../secret` would hand a
+    /// caller any file this process can read. Returns the resolved path.
+    fn file(&self, file: &str) -> Result<PathBuf, ErrorData> {
+        let refused = |why: String| {
+            ErrorData::invalid_params(
+                format!("`{file}` {why}; a tool reads files of its repository only"),
+                Some(json!({"exit_code": crate::cli::Exit::Usage.code()})),
+            )
+        };
+        let root = self
+            .dir
+            .canonicalize()
+            .map_err(|e| refused(format!("cannot be checked: `{}`: {e}", self.dir.display())))?;
+        let path = self.dir.join(file);
+        // A file that does not exist (yet) is resolved through its directory, so the command
+        // still reports it missing in its own words.
+        let resolved = match path.canonicalize() {
+            Ok(p) => p,
+            Err(_) => match (path.parent(), path.file_name()) {
+                (Some(dir), Some(name)) => dir
+                    .canonicalize()
+                    .map(|d| d.join(name))
+                    .map_err(|e| refused(format!("cannot be resolved: {e}")))?,
+                _ => return Err(refused("names no file".into())),
+            },
+        };
+        if resolved.starts_with(&root) && resolved != root {
+            Ok(resolved)
+        } else {
+            Err(refused(format!(
+                "is outside the repository `{}`",
+                root.display()
+            )))
+        }
+    }
+
+    /// FILE as an argument of a command started in the server's `dir`: relative to it, once
+    /// [`Self::file`] has confined it to the repository.
+    fn file_arg(&self, file: &str) -> Result<String, ErrorData> {
+        let resolved = self.file(file)?;
+        let root = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
+        let rel = resolved
+            .strip_prefix(&root)
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| resolved.to_string_lossy().into_owned());
+        Ok(file_arg(rel))
     }
 
     /// Starts a command that continues a run of this repository.

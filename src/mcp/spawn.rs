@@ -1,5 +1,6 @@
 //! A command line for this very executable in; the command started out: [`wait`] runs it to its
-//! end and hands back what it printed, [`detached`] starts it in a session of its own (so a long
+//! end (in a session of its own, so it outlives a client that leaves mid-call) and hands back
+//! what it printed, [`detached`] starts it in a session of its own (so a long
 //! run outlives the request, the server and its client, whose signals and hang-ups do not reach
 //! it), its output in files under `.mvk/mcp/` (named by the run once it is known), and answers
 //! with the run id the command prints first.
@@ -63,9 +64,13 @@ pub fn enter_session() -> Result<(), String> {
         .map_err(|e| format!("cannot start a session of its own (setsid): {e}"))
 }
 
-/// Runs `mvk GLOBAL ARGS` in DIR to its end.
+/// Runs `mvk GLOBAL ARGS` in DIR to its end, in a session of its own (as [`detached`] does): a
+/// client that goes away mid-call, and kills the server's process group or session as it goes,
+/// leaves the command to finish and record its run. Once the server is gone its pipes are closed;
+/// the command drops what it can no longer print (it never panics on a closed pipe) and goes on.
 pub async fn wait(dir: &Path, global: &[String], args: &[String]) -> Result<Finished, ErrorData> {
     let out = tokio::process::Command::new(exe()?)
+        .arg(SESSION)
         .args(global)
         .args(args)
         .current_dir(dir)

@@ -91,6 +91,9 @@ pub enum Waiting {
     Start { on: String, reason: String },
     /// The process died: `mvk resume RUN`.
     Resume { command: String },
+    /// The process of an `mvk attempt` died: such a run is never resumed (it would go on as a
+    /// landing run), so `mvk attempt FILE` again, which also closes this one as interrupted.
+    AnotherAttempt { command: String },
     /// A person's decision at a checkpoint (the run is paused): `mvk approve` or `mvk reject`.
     Decision {
         /// `review`, `step` or `batch`.
@@ -130,12 +133,15 @@ pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, L
     let waiting_for = if matches!(live, Liveness::Interrupted { .. }) {
         // An interrupted attempt is not resumed (it would go on as a landing run): another
         // attempt is the way on.
-        let command = if run.command == "attempt" {
-            format!("mvk attempt {}", run.file)
+        Some(if run.command == "attempt" {
+            Waiting::AnotherAttempt {
+                command: format!("mvk attempt {}", run.file),
+            }
         } else {
-            format!("mvk resume {}", run.id)
-        };
-        Some(Waiting::Resume { command })
+            Waiting::Resume {
+                command: format!("mvk resume {}", run.id),
+            }
+        })
     } else {
         decisions.first().cloned()
     };

@@ -690,3 +690,45 @@ pub fn drift(
     }
     Ok(report)
 }
+
+/// The exit code recorded for a run closed as `interrupted`: a process ended by a signal.
+pub const INTERRUPTED_EXIT: i32 = 130;
+
+/// A run of `mvk attempt` in, as the ledger of `repo_root` has it; when its process is dead (an
+/// attempt is never resumed), what it left running is killed (the agent and gate groups it
+/// recorded, wherever they wandered) and the run is closed as `interrupted` — so it does not
+/// look alive forever and `mvk gc` removes its branches. Out: how many processes were killed,
+/// or `None` when there was nothing to close (not an attempt, still alive, on another host, or
+/// closed by another process first).
+pub fn close_dead_attempt(repo_root: &Path, run: &RunRow) -> Result<Option<usize>, RunError> {
+    if run.command != "attempt" {
+        return Ok(None);
+    }
+    let mvk_dir = repo_root.join(".mvk");
+    if !matches!(
+        ledger::read::liveness(&mvk_dir, run),
+        ledger::read::Liveness::Interrupted { .. }
+    ) {
+        return Ok(None);
+    }
+    let killed = crate::run::reaper::kill_orphans(&mvk_dir.join("runs").join(&run.id), &run.id);
+    let mut ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
+    if !ledger.close_interrupted(&run.id, INTERRUPTED_EXIT)? {
+        return Ok(None);
+    }
+    ledger.event(
+        &run.id,
+        None,
+        None,
+        crate::run::trail::now().1,
+        "run.closed",
+        &json!({
+            "outcome": "interrupted",
+            "exit_code": INTERRUPTED_EXIT,
+            "reason": "the attempt's process died; an attempt is not resumed",
+            "orphans_killed": killed,
+        })
+        .to_string(),
+    )?;
+    Ok(Some(killed))
+}

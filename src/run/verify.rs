@@ -143,18 +143,31 @@ pub fn verify(
             found
         }
     };
+    // As in an attempt: mvk's own directory is sealed in every loop.
+    let seals = tasks
+        .iter()
+        .map(|t| {
+            let mut patterns = t.seal.clone();
+            patterns.push(".mvk".into());
+            Seal::new(&patterns)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let dirty = if head.is_none() {
-        uncommitted(&repo)?
+        let mut dirty = uncommitted(&repo)?;
+        let hidden = hidden_edits(&repo, &|p| seals.iter().any(|s| s.is_sealed(p)))?;
+        dirty.extend(
+            hidden
+                .into_iter()
+                .filter(|b| !dirty.contains(b))
+                .collect::<Vec<_>>(),
+        );
+        dirty
     } else {
         Vec::new()
     };
     let mut verdict = Verdict::Untouched;
     let mut out = Vec::new();
-    for t in tasks {
-        // As in an attempt: mvk's own directory is sealed in every loop.
-        let mut patterns = t.seal.clone();
-        patterns.push(".mvk".into());
-        let sealed = Seal::new(&patterns)?;
+    for (t, sealed) in tasks.into_iter().zip(seals) {
         let checked = if t.seal.is_empty() {
             TaskVerification {
                 task: t.name.clone(),
@@ -295,6 +308,74 @@ fn uncommitted(repo: &Repository) -> Result<Vec<Breach>, VerifyError> {
         };
         out.push(Breach {
             path: path.to_string(),
+            kind,
+            commit: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Index entry flags that make git take a file in the checkout as unmodified without reading it:
+/// `assume-unchanged` (in `flags`) and `skip-worktree` (in `flags_extended`).
+const ASSUME_VALID: u16 = 0x8000;
+const SKIP_WORKTREE: u16 = 0x4000;
+
+/// Sealed files whose content in the checkout differs from the index, found by reading them.
+/// `git update-index --assume-unchanged` or `--skip-worktree` make git's status (and libgit2's)
+/// report a file unmodified whatever it holds, and a restored mtime and size fool the stat
+/// cache, so for sealed paths neither is trusted: a copy of the index (never written back) with
+/// those flags and the stat data cleared is compared with the checkout, which hashes each file.
+fn hidden_edits(
+    repo: &Repository,
+    sealed: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Breach>, VerifyError> {
+    let mut index = git2::Index::open(&repo.path().join("index")).map_err(VerifyError::Status)?;
+    let entries: Vec<git2::IndexEntry> = index
+        .iter()
+        // Stage 0 only: a conflicted path is reported by the status already.
+        .filter(|e| (e.flags >> 12) & 0x3 == 0)
+        .filter(|e| sealed(&String::from_utf8_lossy(&e.path)))
+        .collect();
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    for mut e in entries {
+        e.flags &= !ASSUME_VALID;
+        e.flags_extended &= !SKIP_WORKTREE;
+        e.ctime = git2::IndexTime::new(0, 0);
+        e.mtime = git2::IndexTime::new(0, 0);
+        e.file_size = 0;
+        index.add(&e).map_err(VerifyError::Status)?;
+    }
+    let mut opts = git2::DiffOptions::new();
+    opts.include_typechange(true);
+    let diff = repo
+        .diff_index_to_workdir(Some(&index), Some(&mut opts))
+        .map_err(VerifyError::Status)?;
+    let mut out = Vec::new();
+    for delta in diff.deltas() {
+        let path = path_of(delta.old_file().path());
+        if !sealed(&path) {
+            continue;
+        }
+        let (old, new) = (delta.old_file(), delta.new_file());
+        let kind = match delta.status() {
+            git2::Delta::Deleted => BreachKind::Deleted,
+            git2::Delta::Typechange => BreachKind::SymlinkReplaced,
+            git2::Delta::Modified
+                if u32::from(old.mode()) != u32::from(new.mode())
+                    && (new.id() == old.id() || new.id().is_zero()) =>
+            {
+                BreachKind::ModeChanged {
+                    old: u32::from(old.mode()),
+                    new: u32::from(new.mode()),
+                }
+            }
+            git2::Delta::Modified => BreachKind::Modified,
+            _ => continue,
+        };
+        out.push(Breach {
+            path,
             kind,
             commit: None,
         });

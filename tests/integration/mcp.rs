@@ -145,7 +145,8 @@ fn a_real_client_lists_the_tools_plans_verifies_and_makes_one_attempt_that_lands
     for name in ["plan", "verify", "status"] {
         assert_eq!(hints(name)["read_only_hint"], true, "{name}");
     }
-    for name in ["apply", "resume", "approve"] {
+    // `reject` continues the run, whose next attempt may land: destructive too.
+    for name in ["apply", "resume", "approve", "reject"] {
         assert_eq!(hints(name)["destructive_hint"], true, "{name}");
     }
     assert_eq!(hints("run_attempt")["destructive_hint"], false);
@@ -398,11 +399,17 @@ fn session_of(pid: u64) -> Option<u64> {
     after.split_whitespace().nth(3)?.parse().ok()
 }
 
-/// `mvk status --json` of the latest run, polled until its state is `finished` (or a minute).
-fn finished_status(f: &Fixture) -> Value {
+/// `mvk status --json` of RUN (default: the latest run), polled until its state is `finished`
+/// (or a minute).
+fn finished_status(f: &Fixture, run: Option<&str>) -> Value {
     let start = std::time::Instant::now();
     loop {
-        let out = f.mvk().args(["status", "--json"]).output().unwrap();
+        let out = f
+            .mvk()
+            .args(["status", "--json"])
+            .args(run)
+            .output()
+            .unwrap();
         let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         if doc["state"] == "finished" || start.elapsed() > std::time::Duration::from_secs(60) {
             return doc;
@@ -463,7 +470,7 @@ fn files_are_the_repositorys_and_a_detached_run_outlives_the_server_and_its_clie
         "the detached run leads a session of its own"
     );
     std::fs::write(f.state("go"), "").unwrap();
-    let status = finished_status(&f);
+    let status = finished_status(&f, None);
     assert_eq!(status["run"], started["run"], "{status:#}");
     assert_eq!(status["state"], "finished", "{status:#}");
     assert_eq!(status["outcome"], "accepted", "{status:#}");
@@ -523,4 +530,271 @@ fn gc_removes_the_output_of_mcp_commands_under_either_name() {
     for kept in [&fresh, &unknown] {
         assert!(kept.exists(), "{} removed", kept.display());
     }
+}
+
+/// `mvk verify` in DIR (not the fixture's root): its exit code and what it printed.
+fn verify_in(f: &Fixture, dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = f
+        .mvk()
+        .current_dir(dir)
+        .args(["verify", "loops/t.kdl"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Regression: `verify` in a linked worktree (where an agent works) checked the main checkout,
+/// so a sealed file tampered with in the worktree was `untouched` — from the CLI and the tool.
+#[test]
+fn verify_in_a_linked_worktree_checks_that_worktree() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let outside = tempfile::tempdir().unwrap();
+    let wt = outside.path().join("agent");
+    f.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        "agent",
+        wt.to_str().unwrap(),
+        "main",
+    ]);
+    std::fs::write(wt.join("tests/test_calc.sh"), "exit 0\n").unwrap();
+    // The main checkout is clean: it is not what is judged.
+    assert_eq!(verify_in(&f, f.root(), &["--base", "main"]).0, 0);
+    let (code, out) = verify_in(&f, &wt, &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("sealed path `tests/test_calc.sh` modified"),
+        "{out}"
+    );
+    // `--repo` naming the worktree, from anywhere.
+    let out = f
+        .mvk()
+        .current_dir(outside.path())
+        .args(["--repo", wt.to_str().unwrap(), "verify", "--base", "main"])
+        .arg(wt.join("loops/t.kdl"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // Committed there, with no head named: the worktree's own HEAD.
+    f.git(&["-C", wt.to_str().unwrap(), "commit", "-q", "-am", "tamper"]);
+    let (code, out) = verify_in(&f, &wt, &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    let doc = client_in(
+        &f,
+        &wt,
+        &["mcp"],
+        &json!([
+            {"tool": "verify", "arguments": {"file": "loops/t.kdl", "base": "main"}},
+        ]),
+    );
+    let verified = structured(&doc["steps"][0], "verify in the worktree");
+    assert_eq!(verified["verdict"], "changed", "{verified:#}");
+    assert_eq!(verified["head"], f.tip("agent").as_str(), "{verified:#}");
+}
+
+/// Regression: a sealed file marked `assume-unchanged` or `skip-worktree` in the index was
+/// reported unmodified whatever it held, so `verify` of uncommitted work said `untouched`.
+#[test]
+fn verify_sees_sealed_files_hidden_by_index_flags() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    for (flag, edit) in [
+        ("--assume-unchanged", "content"),
+        ("--skip-worktree", "content"),
+        ("--skip-worktree", "delete"),
+        ("--assume-unchanged", "mode"),
+    ] {
+        let file = f.root().join("tests/test_calc.sh");
+        f.git(&["update-index", flag, "tests/test_calc.sh"]);
+        match edit {
+            "content" => std::fs::write(&file, "exit 0\n").unwrap(),
+            "delete" => std::fs::remove_file(&file).unwrap(),
+            _ => {
+                use std::os::unix::fs::PermissionsExt as _;
+                let mode = std::fs::metadata(&file).unwrap().permissions().mode() ^ 0o111;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        let status = Command::new("git")
+            .args(["status", "--porcelain"])
+            .current_dir(f.root())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&status.stdout).trim(),
+            "",
+            "git itself sees nothing ({flag}, {edit})"
+        );
+        let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+        assert_eq!(code, 1, "{flag} {edit}: {out}");
+        assert!(out.contains("tests/test_calc.sh"), "{out}");
+        // Back as it was; the flag off again.
+        f.git(&[
+            "update-index",
+            &flag.replace("--", "--no-"),
+            "tests/test_calc.sh",
+        ]);
+        f.git(&["checkout", "-q", "--", "tests/test_calc.sh"]);
+        assert_eq!(
+            verify_in(&f, f.root(), &["--base", "main"]).0,
+            0,
+            "{flag} {edit} restored"
+        );
+    }
+}
+
+/// Regression: the tools took any path, so `/etc/passwd` or `../x` (or a link out of the
+/// repository) was read and shown in the diagnostics of a file that does not compile. Every
+/// file argument must now lie inside the repository once resolved.
+#[test]
+fn file_arguments_outside_the_repository_are_refused() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    // Outside the repository, next to it: what `../` reaches.
+    let outside = f.state("outside.kdl");
+    std::fs::write(&outside, "secret-outside-the-repository\n").unwrap();
+    let escape = format!(
+        "../{}/outside.kdl",
+        f.state.path().file_name().unwrap().to_str().unwrap()
+    );
+    assert!(f.root().join(&escape).exists(), "{escape}");
+    std::os::unix::fs::symlink("/etc/passwd", f.root().join("loops/link.kdl")).unwrap();
+    let doc = client(
+        &f,
+        &json!([
+            {"tool": "plan", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "plan", "arguments": {"file": escape}},
+            {"tool": "plan", "arguments": {"file": "loops/link.kdl"}},
+            {"tool": "verify", "arguments": {"file": "/etc/passwd", "base": "main"}},
+            {"tool": "verify", "arguments": {"file": escape, "base": "main"}},
+            {"tool": "run_attempt", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "run_attempt", "arguments": {"file": escape}},
+            {"tool": "apply", "arguments": {"file": "/etc/passwd"}},
+            {"tool": "apply", "arguments": {"file": escape}},
+            // Inside the repository, by any spelling, still works.
+            {"tool": "plan", "arguments": {"file": "loops/../loops/t.kdl"}},
+            {"tool": "plan", "arguments": {"file": f.root().join("loops/t.kdl").to_str().unwrap()}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    for (i, step) in steps[..9].iter().enumerate() {
+        let refused = error(step, &format!("step {i}"));
+        assert!(
+            refused.contains("is outside the repository"),
+            "step {i}: {refused}"
+        );
+        assert!(
+            !refused.contains("root:x:0:0"),
+            "step {i} read /etc/passwd: {refused}"
+        );
+        assert!(
+            !refused.contains("secret-outside"),
+            "step {i} read outside: {refused}"
+        );
+        assert_eq!(step["error"]["data"]["exit_code"], 64, "step {i}");
+    }
+    for step in &steps[9..] {
+        assert_eq!(structured(step, "plan inside")["tasks"][0]["name"], "t");
+    }
+    // No command was started.
+    let started = std::fs::read_dir(f.root().join(".mvk/mcp")).map_or(0, Iterator::count);
+    assert_eq!(started, 0);
+}
+
+/// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
+/// pipes to the server. A client that left mid-call and killed the server's process group (as
+/// clients do on exit) killed the attempt with it; one that killed the server alone left the
+/// attempt to panic on its next line of progress (`eprintln!` on a closed pipe). Either way the
+/// attempt's run stayed `running`. Now it finishes on its own and is recorded.
+#[test]
+fn an_attempt_outlives_a_client_that_leaves_mid_call() {
+    use std::io::{BufRead as _, Write as _};
+    for kill_group in [true, false] {
+        let f = Fixture::new(&simple_loop("go_fix.sh", "budget iterations=1"));
+        // A client of its own, speaking MCP's JSON lines: it can leave when it likes.
+        let mut server = f
+            .mvk_std()
+            .arg("mcp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut to = server.stdin.take().unwrap();
+        let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
+        let mut send = |msg: Value| writeln!(to, "{msg}").unwrap();
+        send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        );
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        assert!(line.contains("\"mvk\""), "{line}");
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_attempt", "arguments": {"file": "loops/t.kdl"}}}),
+        );
+        let start = std::time::Instant::now();
+        while !f.state("started").exists() {
+            assert!(start.elapsed().as_secs() < 60, "the agent never started");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The client goes, mid-call.
+        let pid = server.id().to_string();
+        let target = if kill_group { format!("-{pid}") } else { pid };
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &target])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        server.wait().unwrap();
+        drop(from);
+        std::fs::write(f.state("go"), "").unwrap();
+        let status = finished_status(&f, None);
+        assert_eq!(
+            status["state"], "finished",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(
+            status["outcome"], "skipped",
+            "kill group {kill_group}: {status:#}"
+        );
+        assert_eq!(status["exit_code"], 0, "{status:#}");
+    }
+}
+
+/// Regression: `resume` without a run took the latest run, so an attempt made after an
+/// interrupted `mvk apply` hid that run (the resume was refused as the attempt's). Now it is
+/// the latest run of `mvk apply`, from the tool as from the command line.
+#[test]
+fn resume_without_a_run_continues_the_latest_apply_run_not_a_later_attempt() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let mut child = crate::resume::spawn_apply(&f, &[]);
+    crate::resume::wait_for(&f.state("started"), &mut child);
+    crate::resume::crash(&mut child, Some(&f.state("agent.pgid")));
+    let run = crate::resume::the_run(&f);
+    std::fs::write(f.state("go"), "").unwrap();
+    let attempt = f.mvk().args(["attempt", "loops/t.kdl"]).output().unwrap();
+    assert_eq!(
+        attempt.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&attempt.stderr)
+    );
+    let doc = client(&f, &json!([{"tool": "resume", "arguments": {}}]));
+    let started = structured(&doc["steps"][0], "resume without a run");
+    assert_eq!(started["run"], run.as_str(), "{started:#}");
+    let status = finished_status(&f, Some(&run));
+    assert_eq!(status["outcome"], "accepted", "{status:#}");
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }

@@ -797,12 +797,7 @@ fn a_batch_run_killed_before_its_checkpoint_still_asks_a_person_after_resume() {
 #[test]
 fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
     let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
-    let mut cmd = f.mvk_std();
-    cmd.args(["attempt", "loops/t.kdl"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    wait_for(&f.state("started"), &mut child);
+    let mut child = attempt_started(&f);
     crash(&mut child, Some(&f.state("agent.pgid")));
     let run = the_run(&f);
     let command: String = ledger(&f)
@@ -818,18 +813,30 @@ fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
         status["waiting_for"]["command"], "mvk attempt loops/t.kdl",
         "{status:#}"
     );
+    // Not a `resume` (which it refuses): a kind of its own.
+    assert_eq!(
+        status["waiting_for"]["kind"], "another-attempt",
+        "{status:#}"
+    );
     // Were it resumed, the agent would now fix the bug and the run would land it.
     fs::write(f.state("go"), "").unwrap();
-    for args in [&["resume"][..], &["resume", run.as_str()][..]] {
+    // The first refusal closes the dead attempt (see
+    // `resume_of_a_dead_attempt_kills_what_it_left_and_closes_it_as_interrupted`); the second
+    // finds it finished.
+    for (args, says) in [
+        (
+            &["resume"][..],
+            format!("run `{run}` is one attempt (`mvk attempt`), which lands nothing"),
+        ),
+        (
+            &["resume", run.as_str()][..],
+            format!("run `{run}` already finished: interrupted (exit 130)"),
+        ),
+    ] {
         let out = f.mvk().args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{stderr}");
-        assert!(
-            stderr.contains(&format!(
-                "run `{run}` is one attempt (`mvk attempt`), which lands nothing"
-            )),
-            "{stderr}"
-        );
+        assert!(stderr.contains(&says), "{stderr}");
         assert!(stderr.contains("mvk attempt loops/t.kdl"), "{stderr}");
     }
     assert_eq!(f.tip("main"), f.base, "nothing landed");
@@ -839,4 +846,120 @@ fn an_interrupted_attempt_is_not_resumed_as_a_run_and_lands_nothing() {
         .unwrap();
     assert_eq!(merges, 0);
     assert_eq!(count(&f, "calls"), 1, "no agent ran again");
+}
+
+/// `mvk attempt` of the loop, once its (hanging) agent runs.
+fn attempt_started(f: &Fixture) -> Child {
+    let mut cmd = f.mvk_std();
+    cmd.args(["attempt", "loops/t.kdl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for(&f.state("started"), &mut child);
+    child
+}
+
+/// Starts `mvk attempt` with the hanging agent, waits until the agent runs and kills mvk alone
+/// (SIGKILL, as when its MCP server dies): its agent and the agent's writer live on. Returns the
+/// run and the agent's process group and writer.
+fn attempt_killed_alone(f: &Fixture) -> (String, u32, u32) {
+    let mut child = attempt_started(f);
+    crash(&mut child, None);
+    let pid = |name: &str| -> u32 {
+        fs::read_to_string(f.state(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (agent, writer) = (pid("agent.pgid"), pid("writer.pid"));
+    assert!(alive(agent) && alive(writer), "the agent outlived mvk");
+    (the_run(f), agent, writer)
+}
+
+fn run_end(f: &Fixture, run: &str) -> (String, Option<String>, Option<i64>) {
+    ledger(f)
+        .query_row(
+            "SELECT state, outcome, exit_code FROM runs WHERE id = ?1",
+            [run],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+}
+
+/// Regression: an `mvk attempt` killed alone left its agents running (only a resume killed
+/// orphans, and resume refuses attempts) and its run `running` forever, so `mvk gc` never
+/// removed its branch. `mvk resume RUN` now kills them and closes the run as `interrupted`.
+#[test]
+fn resume_of_a_dead_attempt_kills_what_it_left_and_closes_it_as_interrupted() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let (run, agent, writer) = attempt_killed_alone(&f);
+    let out = f.mvk().args(["resume", &run]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("closed as `interrupted`"), "{stderr}");
+    assert!(!alive(agent), "the orphaned agent was killed");
+    assert!(!alive(writer), "and its child that had left the worktree");
+    assert_eq!(
+        run_end(&f, &run),
+        ("finished".into(), Some("interrupted".into()), Some(130))
+    );
+    let states: Vec<(String, Option<String>)> = {
+        let db = ledger(&f);
+        let mut stmt = db
+            .prepare("SELECT state, outcome FROM tasks WHERE run = ?1")
+            .unwrap();
+        stmt.query_map([&run], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(states, [("finished".into(), Some("interrupted".into()))]);
+    assert_eq!(attempts(&f, &run), [(1, "abandoned".into(), None)]);
+    let status = f.mvk().args(["status", "--json", &run]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["outcome"], "interrupted", "{status:#}");
+    // Finished, so `mvk gc` takes its branch like any other finished run's.
+    let gc = f.mvk().args(["gc"]).output().unwrap();
+    assert_eq!(
+        gc.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    let branches = std::process::Command::new("git")
+        .args(["branch", "--list", &format!("*{run}*")])
+        .current_dir(f.root())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&branches.stdout).trim(),
+        "",
+        "gc removed its branch"
+    );
+    assert_eq!(f.tip("main"), f.base, "nothing landed");
+}
+
+/// The same for the next `mvk attempt` of the loop: it closes the dead attempt before it makes
+/// its own, so the two agents never work side by side.
+#[test]
+fn the_next_attempt_closes_a_dead_attempt_of_its_loop() {
+    let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+    let (run, agent, writer) = attempt_killed_alone(&f);
+    fs::write(f.state("go"), "").unwrap();
+    let out = f.mvk().args(["attempt", "loops/t.kdl"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("closed attempt run `{run}` as interrupted")),
+        "{stderr}"
+    );
+    assert!(
+        !alive(agent) && !alive(writer),
+        "what it left running was killed"
+    );
+    assert_eq!(
+        run_end(&f, &run),
+        ("finished".into(), Some("interrupted".into()), Some(130))
+    );
 }

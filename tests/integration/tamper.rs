@@ -215,3 +215,24 @@ fn a_signal_from_outside_still_stops_mvk() {
         assert!(status.success());
     });
 }
+
+/// An agent that hides its edit of a sealed test from git (`git update-index --assume-unchanged`
+/// or `--skip-worktree`) and fixes nothing: the hidden edit is not what is judged. Either the
+/// capture commits it and the seal refuses it, or it is left out and the gate runs the real test
+/// on a clean checkout, which fails; the attempt never passes and nothing lands.
+#[test]
+fn a_sealed_edit_hidden_by_index_flags_does_not_pass() {
+    for flag in ["assume-unchanged", "skip-worktree"] {
+        let defs = agent_def("bot", "hide_tamper.sh", &[flag]);
+        let f = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
+        let run = f.apply();
+        run.none("attempt.passed");
+        assert_ne!(run.code, 0, "{flag}: {}", run.why());
+        assert_main_unchanged(&f, &run);
+        assert_eq!(
+            f.show("main", "tests/test_calc.sh").as_deref(),
+            Some(TEST_CALC),
+            "{flag}"
+        );
+    }
+}
