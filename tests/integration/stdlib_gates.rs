@@ -956,7 +956,9 @@ fn diff_gates_ignore_the_users_git_configuration() {
 
 /// Through `mvk apply`, in a sandbox: mvk names itself to the gates (`MVK_EXE`), so the generic
 /// gates' matcher runs in a real loop; a `{a,b}` scope that covers the fix lands it, one that
-/// does not fails the one attempt allowed (the budget ran out: exit 3), naming the file.
+/// does not fails the one attempt allowed (the budget ran out: exit 3), naming the file. The
+/// sandbox is required, as in `sandbox.rs`: on a kernel that cannot confine, mvk refuses to run
+/// and this fails, rather than passing unconfined.
 #[test]
 fn scope_gate_under_mvk_apply_in_a_sandbox() {
     use crate::apply::{Fixture, TESTS_GATE, agent_def, loop_kdl};
@@ -966,7 +968,8 @@ fn scope_gate_under_mvk_apply_in_a_sandbox() {
             agent_def("bot", "fix.sh", &["@STATE"])
         );
         let gates = format!("{TESTS_GATE}\n    gate in-scope use=no-changes-outside-scope");
-        let extra = format!("scope {scope}\n    budget iterations=1\n    sandbox {{ }}");
+        let extra =
+            format!("scope {scope}\n    budget iterations=1\n    sandbox required=#true {{ }}");
         let fixture = Fixture::new(&loop_kdl(&defs, true, &gates, &extra));
         let run = fixture.apply();
         run.expect_code(code);
