@@ -123,6 +123,8 @@ where
     if args.get(1).is_some_and(|a| a == glob_match::HELPER) {
         return glob_match::run(&args[2..]);
     }
+    // Where this executable is, found before a long run gives a rebuild the time to replace it.
+    let _ = crate::run::attempt::mvk_exe();
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;
     if args.get(1).is_some_and(|a| a == crate::mcp::SESSION) {

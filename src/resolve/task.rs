@@ -183,6 +183,18 @@ fn repo_path(
         );
         return None;
     }
+    // The rules the seal, and the generic gates' matcher (`mvk __glob-match`), compile it by at
+    // run time: what they refuse would fail every attempt.
+    if let Err(crate::run::seal::SealError::InvalidPattern { reason, .. }) =
+        crate::run::seal::check_pattern(&text)
+    {
+        world.diags.push(
+            Diagnostic::error("mvk::bad-glob", format!("`{text}` is not a path mvk can match: {reason}"))
+                .at(s.span, "not a path from the repository root")
+                .help("write each path from the repository root, with no `.` component and no `//`, e.g. \"src/**\"; `\"**\"` is the whole repository"),
+        );
+        return None;
+    }
     Some(text.trim_end_matches('/').to_string())
 }
 

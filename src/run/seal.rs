@@ -64,31 +64,14 @@ impl Seal {
         let mut literals = BTreeSet::new();
         let mut globs = GlobSetBuilder::new();
         for raw in patterns {
-            let invalid = |reason: &str| SealError::InvalidPattern {
-                pattern: raw.clone(),
-                reason: reason.to_string(),
-            };
-            let pattern = normalize(raw);
-            if pattern.is_empty() {
-                return Err(invalid("it names no path"));
-            }
-            if pattern
-                .split('/')
-                .any(|c| c == "." || c == ".." || c.is_empty())
-            {
-                return Err(invalid(
-                    "`.`, `..` and empty components are not allowed; use a path from the repository root",
-                ));
-            }
-            if pattern.contains(['*', '?', '[', '{', '\\']) {
-                let glob = GlobBuilder::new(pattern)
-                    .literal_separator(true)
-                    .backslash_escape(true)
-                    .build()
-                    .map_err(|e| invalid(&e.kind().to_string()))?;
-                globs.add(glob);
-            } else {
-                literals.insert(pattern.to_string());
+            let (pattern, glob) = compile_pattern(raw)?;
+            match glob {
+                Some(glob) => {
+                    globs.add(glob);
+                }
+                None => {
+                    literals.insert(pattern.to_string());
+                }
             }
             normalized.push(pattern.to_string());
         }
@@ -161,6 +144,42 @@ fn normalize(path: &str) -> &str {
         }
     }
     p.trim_end_matches('/')
+}
+
+/// Whether `raw` is a pattern [`Seal::new`] accepts (the rules in the module docs): `mvk check`
+/// holds `scope` and `seal` to it, so that no loop compiles whose globs the seal or the generic
+/// gates' matcher (`mvk __glob-match`) would refuse at run time. Err is why not.
+pub fn check_pattern(raw: &str) -> Result<(), SealError> {
+    compile_pattern(raw).map(|_| ())
+}
+
+/// `raw` normalized, and compiled when it is a glob rather than a literal path.
+fn compile_pattern(raw: &str) -> Result<(&str, Option<globset::Glob>), SealError> {
+    let invalid = |reason: &str| SealError::InvalidPattern {
+        pattern: raw.to_string(),
+        reason: reason.to_string(),
+    };
+    let pattern = normalize(raw);
+    if pattern.is_empty() {
+        return Err(invalid("it names no path"));
+    }
+    if pattern
+        .split('/')
+        .any(|c| c == "." || c == ".." || c.is_empty())
+    {
+        return Err(invalid(
+            "`.`, `..` and empty components are not allowed; use a path from the repository root",
+        ));
+    }
+    if !pattern.contains(['*', '?', '[', '{', '\\']) {
+        return Ok((pattern, None));
+    }
+    let glob = GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map_err(|e| invalid(&e.kind().to_string()))?;
+    Ok((pattern, Some(glob)))
 }
 
 /// How a sealed path was touched.
@@ -546,6 +565,19 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use std::path::PathBuf;
+
+    /// `mvk check` holds `scope` and `seal` to this (regression: it once let `.` through, which
+    /// the generic gates' matcher then refused at every attempt).
+    #[test]
+    fn check_pattern_refuses_what_the_seal_refuses() {
+        for bad in [".", "./", "src/./x", "a//b", "", "src/[ab.rs", "src/.."] {
+            assert!(check_pattern(bad).is_err(), "{bad:?} is refused");
+            assert!(Seal::new(&[bad.to_string()]).is_err(), "{bad:?} is refused");
+        }
+        for good in ["src/**", "./src/**", "src/", "{a,b}/*.rs", "Cargo.lock"] {
+            assert!(check_pattern(good).is_ok(), "{good:?} is accepted");
+        }
+    }
 
     use crate::run::testing::git;
 

@@ -800,9 +800,165 @@ fn generic_gates_match_brace_alternatives_as_scope_does() {
     );
 }
 
+/// Writes an executable shell script with BODY at PATH.
+fn write_script(path: &Path, body: &str) {
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).expect("write");
+    let mut perms = std::fs::metadata(path).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(path, perms).expect("chmod");
+}
+
+/// Regression: git takes a file's attributes from the worktree, which the change controls, so a
+/// `.gitattributes` saying `* -diff` (committed in the change, or left untracked in the root by an
+/// earlier gate running the agent's code) made every file binary: `max-diff-lines` counted no
+/// line and `no-new-todos` saw none. The gates take attributes from the base now (git 2.40+),
+/// or, on an older git, force text.
+#[test]
+fn diff_gates_see_through_gitattributes_the_change_writes() {
+    // A git without `--attr-source` (before 2.40): a wrapper that refuses it, as git then did.
+    let old_git = tempfile::tempdir().expect("tempdir");
+    let real = Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .expect("sh runs");
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_owned();
+    let wrapper = old_git.path().join("git");
+    write_script(
+        &wrapper,
+        &format!(
+            "case \"$1\" in --attr-source*) echo \"unknown option: $1\" >&2; exit 129 ;; esac\n\
+             exec '{real}' \"$@\"\n"
+        ),
+    );
+    let path = format!(
+        "{}:{}",
+        old_git.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // Both gates fail: `max-diff-lines` at MAX counts LINES, `no-new-todos` with PATHS finds FOUND.
+    let sees = |p: &Project, max: &str, lines: &str, paths: &str, found: &str| {
+        let run = p.gate("generic", &format!("use=max-diff-lines max=\"{max}\""), ALL);
+        expect(&run, GateVerdict::Fail, None);
+        assert!(run.tail.contains(lines), "{:?}\n{}", p.env, run.tail);
+        let run = p.gate("generic", &format!("use=no-new-todos {paths}"), ALL);
+        expect(&run, GateVerdict::Fail, None);
+        assert!(
+            run.tail.contains(&format!("  {found}\n")),
+            "{:?}\n{}",
+            p.env,
+            run.tail
+        );
+    };
+    for old in [false, true] {
+        let with = |mut p: Project| {
+            if old {
+                p.env.push(("PATH".into(), path.clone()));
+            }
+            p
+        };
+        // Committed inside the scope: three lines in b.rs, one in the attributes file.
+        let p = with(Project::new(&[("src/a.rs", "fn a() {}\n")]));
+        p.write(&[
+            ("src/.gitattributes", "* -diff\n"),
+            ("src/b.rs", "// TODO: hidden\nfn b() {}\nfn c() {}\n"),
+        ]);
+        p.commit("blind the diff");
+        sees(
+            &p,
+            "3",
+            "is 4 lines",
+            "paths=\"src/**\"",
+            "src/b.rs:1: // TODO: hidden",
+        );
+
+        // Untracked in the root: not in the change, but in the worktree git reads attributes from.
+        let p = with(Project::new(&[("src/a.rs", "fn a() {}\n")]));
+        p.write(&[("src/b.rs", "// FIXME: hidden\nfn b() {}\n")]);
+        p.commit("change");
+        p.write(&[(".gitattributes", "* -diff\n")]);
+        sees(&p, "1", "is 2 lines", "", "src/b.rs:1: // FIXME: hidden");
+    }
+
+    // A file binary by its content still counts no line, where git can take the base's
+    // attributes; and the base's own attributes, which the user wrote, still hold.
+    let p = Project::new(&[("Cargo.lock", "x\n"), (".gitattributes", "*.lock -diff\n")]);
+    p.write(&[
+        ("logo.bin", "\0\u{1}\n\0\n\0\n"),
+        ("Cargo.lock", "y\nz\n"),
+        ("a.txt", "a\n"),
+    ]);
+    p.commit("binaries");
+    let run = p.gate("generic", "use=max-diff-lines max=\"1\"", ALL);
+    expect(&run, GateVerdict::Pass, None);
+    assert!(run.tail.contains("is 1 lines"), "{}", run.tail);
+}
+
+/// Regression: common user git settings made `no-new-todos` pass silently and could skew
+/// `max-diff-lines`: `diff.noprefix` broke the file names it reads from the patch (with `paths`,
+/// every file was skipped), `diff.external` replaced the patch with a tool's output, colour
+/// wrapped lines in escapes. The gates pin git's options now.
+#[test]
+fn diff_gates_ignore_the_users_git_configuration() {
+    let config = tempfile::tempdir().expect("tempdir");
+    let external = config.path().join("difftool.sh");
+    write_script(&external, "echo \"a difftastic view of $1\"\n");
+    let gitconfig = config.path().join("gitconfig");
+    std::fs::write(
+        &gitconfig,
+        format!(
+            "[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n\texternal = {}\n\
+             \tinterHunkContext = 10\n\tcontext = 5\n\trenames = copies\n\
+             [color]\n\tui = always\n\tdiff = always\n",
+            external.display()
+        ),
+    )
+    .expect("write");
+    let mut p = Project::new(&[
+        ("src/a.rs", "fn a() {}\n1\n2\n3\n4\n"),
+        ("docs/guide.md", "guide\n"),
+    ]);
+    p.env
+        .push(("GIT_CONFIG_GLOBAL".into(), gitconfig.display().to_string()));
+    p.write(&[
+        (
+            "src/a.rs",
+            "// TODO: one\nfn a() {}\n1\n2\n3\n4\n// XXX: two\n",
+        ),
+        ("docs/guide.md", "guide\nmore\n"),
+    ]);
+    p.commit("change");
+    let run = p.gate("generic", "use=no-new-todos paths=\"src/**\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains("  src/a.rs:1: // TODO: one\n")
+            && run.tail.contains("  src/a.rs:7: // XXX: two\n")
+            && !run.tail.contains("guide"),
+        "{}",
+        run.tail
+    );
+    let run = p.gate("generic", "use=max-diff-lines max=\"2\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains("is 3 lines"), "{}", run.tail);
+    expect(
+        &p.gate(
+            "generic",
+            "use=max-diff-lines max=\"2\" exclude=\"docs/**\"",
+            ALL,
+        ),
+        GateVerdict::Pass,
+        None,
+    );
+    let run = p.gate("generic", "use=no-changes-outside-scope", "\"src/**\"");
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains("  docs/guide.md\n"), "{}", run.tail);
+}
+
 /// Through `mvk apply`, in a sandbox: mvk names itself to the gates (`MVK_EXE`), so the generic
 /// gates' matcher runs in a real loop; a `{a,b}` scope that covers the fix lands it, one that
-/// does not fails the one attempt allowed (the budget ran out: exit 3), naming the file.
+/// does not fails the one attempt allowed (the budget ran out: exit 3), naming the file. The
+/// sandbox is required, as in `sandbox.rs`: on a kernel that cannot confine, mvk refuses to run
+/// and this fails, rather than passing unconfined.
 #[test]
 fn scope_gate_under_mvk_apply_in_a_sandbox() {
     use crate::apply::{Fixture, TESTS_GATE, agent_def, loop_kdl};
@@ -812,7 +968,8 @@ fn scope_gate_under_mvk_apply_in_a_sandbox() {
             agent_def("bot", "fix.sh", &["@STATE"])
         );
         let gates = format!("{TESTS_GATE}\n    gate in-scope use=no-changes-outside-scope");
-        let extra = format!("scope {scope}\n    budget iterations=1\n    sandbox {{ }}");
+        let extra =
+            format!("scope {scope}\n    budget iterations=1\n    sandbox required=#true {{ }}");
         let fixture = Fixture::new(&loop_kdl(&defs, true, &gates, &extra));
         let run = fixture.apply();
         run.expect_code(code);
