@@ -423,11 +423,14 @@ fn a_sandboxed_agent_commits_but_cannot_touch_the_shared_objects_or_other_attemp
 
 #[test]
 fn a_gate_without_network_reaches_loopback_and_nothing_else() {
+    // The test's own namespace is mvk's: the gate must be in another one.
+    let host = fs::read_link("/proc/self/ns/net").unwrap();
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "fix.sh", &[]),
         true,
         &format!(
-            "{TESTS_GATE}\n    gate loopback evidence=none {{ run \"sh\" \"@AGENTS/hardening/loopback.sh\"; }}"
+            "{TESTS_GATE}\n    gate loopback evidence=none {{ run \"sh\" \"@AGENTS/hardening/loopback.sh\" \"{}\"; }}",
+            host.display()
         ),
         "sandbox network=#false required=#true\n    budget iterations=1",
     ));
@@ -435,6 +438,7 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
     let log = fs::read_to_string(run.attempt_dir(1).join("gate-loopback.log")).unwrap_or_default();
     run.expect_code(0);
     assert!(log.contains("loopback: ping"), "{log}\n{}", run.why());
+    assert!(log.contains("netns: own"), "{log}");
     assert!(log.contains("outside: unreachable"), "{log}");
 }
 

@@ -1,9 +1,17 @@
 #!/bin/sh
 # A gate in a sandbox without network: a server on 127.0.0.1 must answer a client there, and an
-# address off the machine must be unreachable. Prints what it saw; exits 0 only if both hold.
-exec python3 - <<'PY'
-import socket, sys
+# address off the machine must be unreachable, and the gate's network namespace must not be the
+# one named by $1 (mvk's, as `readlink /proc/self/ns/net` shows it): an unreachable address
+# alone proves nothing on a machine without a route. Prints what it saw; exits 0 only if all hold.
+exec python3 - "$1" <<'PY'
+import os, socket, sys
 ok = True
+mine = os.readlink("/proc/self/ns/net")
+if mine == sys.argv[1]:
+    print("netns: shared", mine)
+    ok = False
+else:
+    print("netns: own", mine)
 try:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
