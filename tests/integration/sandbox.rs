@@ -4,6 +4,7 @@
 //! the kernel cannot confine, a warning, or for `required=#true` a refusal before anything runs.
 
 use std::fs;
+use std::path::Path;
 
 use super::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl};
 
@@ -466,4 +467,43 @@ fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touch
     assert_eq!(f.tip("main"), f.base);
     assert_eq!(f.git(&["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
     assert_eq!(f.git(&["status", "--porcelain"]), "", "{}", run.why());
+}
+
+#[test]
+fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back() {
+    // The worktree's `gitdir` file (in its own git directory, which the agent may write) says
+    // where the worktree is: named the main checkout, mvk would stage and commit that.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/relink_gitdir.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    fs::write(f.root().join("private.txt"), "not for the branch").unwrap();
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("leaves its worktree's git links alone"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    let listed = f.git(&["ls-tree", "-r", "--name-only", &run.branch(1)]);
+    assert!(!listed.contains("private.txt"), "{listed}");
+    // The registration leads to the slot again, not to the main checkout.
+    let list = f.git(&["worktree", "list", "--porcelain"]);
+    let main = fs::canonicalize(f.root()).unwrap();
+    let worktrees: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .collect();
+    assert_eq!(
+        worktrees.iter().filter(|w| Path::new(w) == main).count(),
+        1,
+        "{list}"
+    );
 }
