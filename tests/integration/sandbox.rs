@@ -507,3 +507,56 @@ fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back()
         "{list}"
     );
 }
+
+#[test]
+fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    fs::create_dir_all(f.state("victim")).unwrap();
+    fs::write(f.state("victim/alternates"), "keep me").unwrap();
+    let run = f.apply();
+    run.expect_code(0);
+    assert_eq!(
+        fs::read_to_string(f.state("victim/alternates")).unwrap(),
+        "keep me"
+    );
+    // The agent's own commit still landed.
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert!(!run.attempt_dir(1).join("agent.objects").exists());
+}
+
+#[test]
+fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
+    // A zip bomb: mvk reads each object's size from its header before inflating it.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/object_bomb.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits") && criterion.contains("104857601 bytes"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // Nothing of it reached the shared store.
+    let id = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "head -c 104857601 /dev/zero | git hash-object --stdin",
+        ])
+        .output()
+        .unwrap();
+    let id = String::from_utf8(id.stdout).unwrap();
+    let there = super::apply::git_output(f.root(), &["cat-file", "-e", id.trim()]);
+    assert!(!there.status.success(), "{id}");
+}
