@@ -1935,6 +1935,35 @@ impl<'a> Runner<'a> {
         Ok((s.input_tokens.saturating_add(s.output_tokens), s.usd_micros))
     }
 
+    /// A landing gate whose processes sent mvk stop signals: the change does not land,
+    /// whatever the gate's verdict (as an attempt's gate that does is rejected).
+    async fn landing_signalled(
+        &self,
+        task: &Task,
+        spec: &AttemptSpec<'_>,
+        run: &gate::GateRun,
+        window: &crate::run::signals::Window,
+    ) -> Result<Option<Landing>, RunError> {
+        crate::run::signals::settle().await;
+        let signals = window.signals();
+        if signals == 0 {
+            return Ok(None);
+        }
+        self.emit(
+            Some(&task.name),
+            Some(spec.number),
+            "gate.signalled-mvk",
+            json!({ "gate": run.gate, "signals": signals, "landing": true }),
+        )?;
+        Ok(Some(Landing::Rejected(
+            Outcome::Rejected,
+            format!(
+                "after-merge gate `{}` sent mvk {signals} stop signal(s); the change was not landed, it stays on its branch",
+                run.gate
+            ),
+        )))
+    }
+
     /// Lands an accepted attempt: prepare the commit, gate it when the target moved or the loop
     /// has after-merge gates, record the intent, publish.
     async fn land(
@@ -2021,6 +2050,8 @@ impl<'a> Runner<'a> {
                     &task.scope,
                 );
                 let dir = self.attempt_dir(&task.name, spec.number);
+                // The landing gates run the change's code: its signals to mvk are its own.
+                let window = crate::run::signals::Window::new();
                 for (i, (g, regate)) in to_run.iter().enumerate() {
                     let cx = GateContext {
                         cwd: &lease.path,
@@ -2029,8 +2060,14 @@ impl<'a> Runner<'a> {
                         timeout: g.timeout,
                         sandbox: task.sandbox.as_ref(),
                     };
-                    let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+                    let run = gate::run_gate_counted(g, &cx, Some(&window))
+                        .await
+                        .map_err(RunError::Gate)?;
                     self.record_gate(attempt_id, &task.name, spec.number, "after-merge", i, &run)?;
+                    if let Some(refused) = self.landing_signalled(task, spec, &run, &window).await?
+                    {
+                        return Ok(refused);
+                    }
                     if run.verdict == GateVerdict::Pass {
                         continue;
                     }
