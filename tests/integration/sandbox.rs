@@ -440,6 +440,7 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
     run.expect_code(0);
     assert!(log.contains("loopback: ping"), "{log}\n{}", run.why());
     assert!(log.contains("netns: own"), "{log}");
+    assert!(log.contains("interfaces: lo\n"), "{log}");
     assert!(log.contains("outside: unreachable"), "{log}");
 }
 
