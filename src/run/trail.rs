@@ -145,10 +145,14 @@ impl Trail {
             what: "the loop state",
             source,
         })?;
-        write_atomic(&self.mvk_dir.join("loop_state.json"), &json)?;
-        write_atomic(
+        // Rewritten at every step of every task (a wide flow: thousands of times), and only a
+        // view of the ledger, which is what a crash is recovered from: replaced by rename, so a
+        // reader never sees half a file, but not synced to disk each time.
+        write_replacing(&self.mvk_dir.join("loop_state.json"), &json, false)?;
+        write_replacing(
             &self.mvk_dir.join("STATUS.md"),
             render_status(state).as_bytes(),
+            false,
         )
     }
 
@@ -230,13 +234,21 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Writes `bytes` to a sibling temporary file and renames it over `path`.
+/// Writes `bytes` to a sibling temporary file, syncs it, and renames it over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrailError> {
+    write_replacing(path, bytes, true)
+}
+
+/// Writes `bytes` to a sibling temporary file (synced to disk first when SYNC) and renames it
+/// over `path`.
+fn write_replacing(path: &Path, bytes: &[u8], sync: bool) -> Result<(), TrailError> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let write = || -> io::Result<()> {
         let mut f = File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_data()?;
+        if sync {
+            f.sync_data()?;
+        }
         fs::rename(&tmp, path)
     };
     write().map_err(|e| {

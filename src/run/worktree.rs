@@ -508,14 +508,19 @@ impl Pool {
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
         let branch_ref = format!("refs/heads/{branch}");
+        // Refused before the branch is moved, if a lease holds it.
         self.free_branch(main, &branch_ref, branch, None)?;
         let commit = main
             .find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        let created = main
-            .branch(branch, &commit, true)
+        // A reference, not `branch()`: libgit2 refuses to move a branch a HEAD names.
+        let reference = main
+            .reference(&branch_ref, commit.id(), true, "mvk: create attempt branch")
             .map_err(git_err(format!("create branch `{branch}`"), &shown))?;
-        let reference = created.into_reference();
+        // Again now that it exists: a neighbour's agent may have named the new branch in its
+        // HEAD (names are predictable), and libgit2 will not add a worktree on a branch a HEAD
+        // names.
+        self.free_branch(main, &branch_ref, branch, None)?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(&reference));
         if let Err(source) = main.worktree(&name, &path, Some(&opts)) {
@@ -615,6 +620,13 @@ impl Pool {
                 branch: branch.to_string(),
                 path: display_path(main),
             });
+        }
+        // A branch that does not exist yet (each attempt's is new) is checked out by no one
+        // mvk must wait for: skip reading every registered worktree, which a wide flow would
+        // pay per attempt. (An agent's HEAD may name it all the same: `create_slot` frees the
+        // branch again once it exists, before adding the worktree.)
+        if main.find_reference(branch_ref).is_err() {
+            return Ok(());
         }
         let except_slot = except.and_then(|e| self.slot_of_path(e));
         for (name, wt_path) in registrations(main)? {
