@@ -396,16 +396,17 @@ pub async fn run_attempt(
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
     // Every signal delivered while the agent ran is decided before its count is read.
-    crate::run::signals::settle().await;
-    let signalled = window.signals();
+    let signalled = runner
+        .signals_sent(
+            &window,
+            &task.name,
+            spec.number,
+            "agent.signalled-mvk",
+            json!({}),
+        )
+        .await?;
     drop(window);
     if signalled > 0 {
-        runner.emit(
-            Some(&task.name),
-            Some(spec.number),
-            "agent.signalled-mvk",
-            json!({ "signals": signalled }),
-        )?;
         let f = agent_failure(
             spec.number,
             format!(

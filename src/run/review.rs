@@ -336,17 +336,16 @@ pub async fn review(
         Termination::Exited(code) => Some(code),
         _ => None,
     };
-    crate::run::signals::settle().await;
-    let signalled = window.signals();
-    drop(window);
-    if signalled > 0 {
-        runner.emit(
-            Some(&task.name),
-            Some(spec.number),
+    let signalled = runner
+        .signals_sent(
+            &window,
+            &task.name,
+            spec.number,
             "review.signalled-mvk",
-            json!({ "signals": signalled }),
-        )?;
-    }
+            json!({}),
+        )
+        .await?;
+    drop(window);
     let verdict = match outcome.termination {
         _ if signalled > 0 => unknown(&format!(
             "the reviewer (or what it ran) sent mvk {signalled} stop signal(s); its verdict is not taken"
