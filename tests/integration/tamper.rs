@@ -293,3 +293,33 @@ fn an_after_merge_gate_that_signals_mvk_keeps_main_where_it_was() {
     run.expect_code(1);
     assert_eq!(f.tip("main"), f.base);
 }
+
+#[test]
+fn a_head_naming_a_siblings_branch_keeps_no_one_from_it() {
+    // Task `a`'s agent writes its worktree's HEAD to name the branch of task `b`'s second
+    // attempt: mvk reads who holds a branch from its own lease records, so that attempt gets
+    // its branch, is captured and lands; `a` ends on what it did (nothing: its gate fails).
+    let mut text = String::new();
+    for role in ["attack", "honest"] {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/plant_head.sh\" \"@STATE\" \"{role}\"; }}\n"
+        ));
+    }
+    text.push_str("flow t {\n    parallel 2\n");
+    for (name, agent, tries) in [("a", "attack", 1), ("b", "honest", 2)] {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations={tries}\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    assert!(f.state("planted").exists(), "{}", run.why());
+    assert_eq!(
+        f.show("main", "out/b.txt").as_deref(),
+        Some("done\n"),
+        "{}",
+        run.why()
+    );
+    run.expect_code(3);
+}
