@@ -561,3 +561,52 @@ fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
     let there = super::apply::git_output(f.root(), &["cat-file", "-e", id.trim()]);
     assert!(!there.status.success(), "{id}");
 }
+
+#[test]
+fn the_sandbox_scopes_abstract_sockets_but_not_socket_files() {
+    // What the book says the sandbox does not confine: a socket file outside is reachable (the
+    // systemd bus, tmux, Docker's socket are such files); an abstract socket is not (Landlock's
+    // scope, ABI 6). The network is left on: abstract sockets belong to the network namespace,
+    // and a new one would hide this one whatever Landlock does.
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("server.sock");
+    let _by_file = UnixListener::bind(&file).unwrap();
+    let name = format!("mvk-test-{}", std::process::id());
+    let _abstract =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    let probe = format!(
+        r#"
+import socket
+for label, addr in (("file", "{}"), ("abstract", "\0{name}")):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(addr)
+        print(label, "reached")
+    except OSError as e:
+        print(label, "refused", e.errno)
+"#,
+        file.display()
+    );
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("mvk"))
+        .args([
+            "__sandbox",
+            r#"{"write":[],"network":true,"required":true}"#,
+            "--",
+            "python3",
+            "-c",
+            &probe,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "file reached", "{text}");
+    assert!(lines[1].starts_with("abstract refused"), "{text}");
+}
