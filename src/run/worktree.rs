@@ -1185,6 +1185,37 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_whose_registration_names_the_main_checkout_is_rebuilt_and_the_registration_dropped() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/x").expect("acquire");
+        let (slot, gitdir) = (lease.slot(), lease.admin.join("gitdir"));
+        drop(lease);
+        wait_free(&pool, slot);
+        // Rewritten after the lease ended (a process that outlived its agent, or mvk killed).
+        fs::write(&gitdir, format!("{}\n", f.repo.join(".git").display())).expect("relink");
+        fs::write(f.repo.join("mine.txt"), "main's own").expect("write");
+        let again = pool.acquire(f.c2, "mvk/y").expect("acquire again");
+        assert_eq!(again.slot(), slot);
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        let main = fs::canonicalize(&f.repo).expect("canonical");
+        let listed: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree "))
+            .collect();
+        assert_eq!(
+            listed.iter().filter(|w| Path::new(w) == main).count(),
+            1,
+            "{list}"
+        );
+        assert_eq!(
+            fs::read_to_string(f.repo.join("mine.txt")).expect("main untouched"),
+            "main's own"
+        );
+    }
+
+    #[test]
     fn a_rewritten_gitdir_is_refused_and_put_back_before_anything_is_staged() {
         let f = fixture();
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
