@@ -238,6 +238,8 @@ pub async fn run_attempt(
     let mut retries = 0u32;
     let mut escaped = 0usize;
     let mut backoff = FIRST_BACKOFF;
+    // Why the agent's objects were refused (too large), which fails the attempt.
+    let mut refused: Option<String>;
     let (outcome, started) = loop {
         let Some(limit) = budgets.time_left(runner.started(&task.name)) else {
             return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
@@ -259,14 +261,14 @@ pub async fn run_attempt(
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
         escaped += crate::run::reaper::kill_adopted(&task.name);
-        absorb_agent_objects(runner, &dir).await?;
+        refused = absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
             usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
             usage.absorb(&u);
         }
         let limited = rate_limited(&matcher, &outcome);
-        let Some(limit_hit) = limited else {
+        let Some(limit_hit) = limited.filter(|_| refused.is_none()) else {
             break (outcome, started);
         };
         retries += 1;
@@ -308,27 +310,36 @@ pub async fn run_attempt(
     };
     let duration = started.elapsed();
 
-    // Whatever the agent left is kept on the attempt's branch.
-    let (lease, captured) = capture(
-        lease,
-        format!(
-            "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
-            spec.number,
-            task.name,
-            runner.run_id(),
-            task.name,
-            spec.number
-        ),
-    )
-    .await?;
-    // The agent destroyed its own worktree, or pointed its git links elsewhere: its attempt
-    // fails; mvk and the pool go on (the next lease rebuilds the slot).
-    let wrecked = match &captured {
-        Err(_) if !lease.path.join(".git").exists() => Some((
+    // Whatever the agent left is kept on the attempt's branch (unless its objects were
+    // refused: its commits cannot be read then).
+    let (lease, captured) = match &refused {
+        Some(_) => (lease, None),
+        None => {
+            let message = format!(
+                "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
+                spec.number,
+                task.name,
+                runner.run_id(),
+                task.name,
+                spec.number
+            );
+            let (lease, captured) = capture(lease, message).await?;
+            (lease, Some(captured))
+        }
+    };
+    // The agent committed more than mvk reads, destroyed its own worktree, or pointed its git
+    // links elsewhere: its attempt fails; mvk and the pool go on (the next lease rebuilds the
+    // slot).
+    let wrecked = match (&refused, &captured) {
+        (Some(why), _) => Some((
+            format!("the agent commits objects within mvk's limits ({why})"),
+            "objects-too-large",
+        )),
+        (_, Some(Err(_))) if !lease.path.join(".git").exists() => Some((
             "the agent leaves its worktree in place (it deleted it)".to_string(),
             "worktree-deleted",
         )),
-        Err(worktree::WorktreeError::Relinked { found, .. }) => Some((
+        (_, Some(Err(worktree::WorktreeError::Relinked { found, .. }))) => Some((
             format!(
                 "the agent leaves its worktree's git links alone (they now lead to `{}`)",
                 found.display()
@@ -338,8 +349,9 @@ pub async fn run_attempt(
         _ => None,
     };
     let head = match captured {
-        Ok(head) => head,
-        Err(_) if wrecked.is_some() => {
+        Some(Ok(head)) => head,
+        Some(Err(e)) if wrecked.is_none() => return Err(e.into()),
+        _ => {
             runner.ledger_agent_done(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
@@ -355,7 +367,6 @@ pub async fn run_attempt(
                 end: AttemptEnd::Failed(f),
             });
         }
-        Err(e) => return Err(e.into()),
     };
     crate::run::failpoint("agent-captured");
     runner.ledger_agent_done(
@@ -385,16 +396,17 @@ pub async fn run_attempt(
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
     // Every signal delivered while the agent ran is decided before its count is read.
-    crate::run::signals::settle().await;
-    let signalled = window.signals();
+    let signalled = runner
+        .signals_sent(
+            &window,
+            &task.name,
+            spec.number,
+            "agent.signalled-mvk",
+            json!({}),
+        )
+        .await?;
     drop(window);
     if signalled > 0 {
-        runner.emit(
-            Some(&task.name),
-            Some(spec.number),
-            "agent.signalled-mvk",
-            json!({ "signals": signalled }),
-        )?;
         let f = agent_failure(
             spec.number,
             format!(
@@ -710,18 +722,24 @@ pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
 
 /// Adds the objects a sandboxed agent committed (`dir/agent.objects`) to the repository's
 /// store, so that its commits can be read and kept; nothing when it ran unconfined.
-async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<(), RunError> {
+/// Out comes why they were refused, when the agent committed more than mvk reads (its fault:
+/// the attempt fails, not the run).
+async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<Option<String>, RunError> {
+    use crate::run::sandbox::AbsorbError;
     let root = runner.repo_root().to_path_buf();
     let objects = objects_dir(dir, "agent");
-    blocking("add the agent's objects to the repository", move || {
+    let absorbed = blocking("add the agent's objects to the repository", move || {
         crate::run::sandbox::absorb_objects(&root, &objects)
     })
-    .await?
-    .map(|_| ())
-    .map_err(|source| RunError::Git {
-        action: "add the objects the agent committed to the repository".into(),
-        source,
-    })
+    .await?;
+    match absorbed {
+        Ok(_) => Ok(None),
+        Err(AbsorbError::Git(source)) => Err(RunError::Git {
+            action: "add the objects the agent committed to the repository".into(),
+            source,
+        }),
+        Err(too_large) => Ok(Some(too_large.to_string())),
+    }
 }
 
 /// What one call of `agent` spent, as its adapter reads it from its standard output `log`.

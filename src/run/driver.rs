@@ -1118,6 +1118,26 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
+    /// How many stop signals the processes counted in `window` sent mvk, once every signal
+    /// delivered so far is decided; recorded as `event` (with `signals` added to `detail`) when
+    /// there were any.
+    pub async fn signals_sent(
+        &self,
+        window: &crate::run::signals::Window,
+        task: &str,
+        attempt: u32,
+        event: &str,
+        mut detail: Value,
+    ) -> Result<u64, RunError> {
+        crate::run::signals::settle().await;
+        let signals = window.signals();
+        if signals > 0 {
+            detail["signals"] = json!(signals);
+            self.emit(Some(task), Some(attempt), event, detail)?;
+        }
+        Ok(signals)
+    }
+
     pub fn set_phase(&self, phase: &str, task: Option<&str>, attempt: u32) -> Result<(), RunError> {
         {
             let mut state = self.state();

@@ -280,6 +280,9 @@ pub async fn review(
     let mut retries = 0u32;
     // A usage or rate limit is not a verdict: the review is made again after a wait, within
     // the wall budget; a reviewer still limited past it has given no verdict.
+    // The reviewer may run the change's code: a stop signal from its processes is theirs,
+    // never a stop of the run nor a count against another task's attempt.
+    let window = crate::run::signals::Window::new();
     let (outcome, ps, gave_up) = loop {
         let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
@@ -293,6 +296,7 @@ pub async fn review(
             .time_left(runner.started(&task.name))
             .unwrap_or(std::time::Duration::ZERO);
         ps.timeout = Some(review.agent.timeout.min(left));
+        ps.signals = Some(window.clone());
         let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
             agent: review.agent.name.clone(),
             source,
@@ -332,7 +336,20 @@ pub async fn review(
         Termination::Exited(code) => Some(code),
         _ => None,
     };
+    let signalled = runner
+        .signals_sent(
+            &window,
+            &task.name,
+            spec.number,
+            "review.signalled-mvk",
+            json!({}),
+        )
+        .await?;
+    drop(window);
     let verdict = match outcome.termination {
+        _ if signalled > 0 => unknown(&format!(
+            "the reviewer (or what it ran) sent mvk {signalled} stop signal(s); its verdict is not taken"
+        )),
         _ if gave_up.is_some() => unknown(gave_up.as_deref().unwrap_or_default()),
         Termination::Exited(0) => {
             let out = gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(|source| {

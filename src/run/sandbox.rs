@@ -348,18 +348,77 @@ fn prepare_commit(cwd: &Path, objects: &Path) -> io::Result<Option<CommitGrant>>
     }))
 }
 
+/// The most mvk reads from an agent's object directory: one object (GitHub refuses files over
+/// 100 MB too), and all of them together. An object compresses a thousandfold or more (a zip
+/// bomb), so sizes are read from the headers before anything is inflated.
+pub const OBJECT_LIMITS: Limits = Limits {
+    object: 100 << 20,
+    total: 1 << 30,
+};
+
+/// Bytes of inflated objects: per object, and all an attempt's together.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub object: usize,
+    pub total: usize,
+}
+
+/// Why an agent's objects were not added to the repository.
+#[derive(Debug, thiserror::Error)]
+pub enum AbsorbError {
+    /// The agent's fault: its attempt fails, the run goes on.
+    #[error(
+        "object {id} holds {size} bytes, more than the {limit} bytes mvk accepts from an agent"
+    )]
+    ObjectTooLarge {
+        id: git2::Oid,
+        size: usize,
+        limit: usize,
+    },
+    #[error("the agent's objects hold more than the {limit} bytes mvk accepts from one attempt")]
+    TooMuch { limit: usize },
+    /// The repository's (or mvk's) fault.
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+}
+
 /// Copies what a sandboxed agent committed into the shared object store of the repository at
 /// `repo`, from the attempt's own `objects` directory (loose objects and packs), then removes
 /// that directory. Each object is read, hashed and written by mvk: one whose content does not
 /// match its name is left out, and nothing already in the store is rewritten. Out comes how
-/// many objects were added; nothing when there is no such directory.
-pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, git2::Error> {
-    if !objects.is_dir() {
+/// many objects were added; nothing when there is no such directory. Sizes are checked against
+/// [`OBJECT_LIMITS`] before any object is read whole; over them, nothing is added.
+pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, AbsorbError> {
+    absorb_objects_within(repo, objects, OBJECT_LIMITS)
+}
+
+/// [`absorb_objects`] with the given limits.
+pub fn absorb_objects_within(
+    repo: &Path,
+    objects: &Path,
+    limits: Limits,
+) -> Result<usize, AbsorbError> {
+    // The directory is mvk's (its parent is out of the agent's reach), but never follow one
+    // that is not a directory itself.
+    if !std::fs::symlink_metadata(objects).is_ok_and(|m| m.is_dir()) {
         return Ok(0);
     }
-    // Only the agent's own objects: an `alternates` file it wrote there would make mvk list
-    // objects from elsewhere.
-    let _ = std::fs::remove_file(objects.join("info").join("alternates"));
+    // Only the agent's own objects: an `alternates` file it wrote would make mvk list objects
+    // from elsewhere. `info` is the agent's, so it goes whole, and what it is is not followed:
+    // a symlink is unlinked itself (a directory's removal never follows symlinks either).
+    let info = objects.join("info");
+    let _ = match std::fs::symlink_metadata(&info) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&info),
+        Ok(_) => std::fs::remove_file(&info),
+        Err(e) => Err(e),
+    };
+    let added = absorb_checked(repo, objects, limits);
+    // Best effort: the directory is the attempt's own, and a leftover is only space.
+    let _ = std::fs::remove_dir_all(objects);
+    added
+}
+
+fn absorb_checked(repo: &Path, objects: &Path, limits: Limits) -> Result<usize, AbsorbError> {
     let main = git2::Repository::open(repo)?;
     let shared = main.odb()?;
     let theirs = git2::Odb::new()?;
@@ -374,22 +433,50 @@ pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, git2::Error>
         ids.push(*id);
         true
     })?;
-    let mut added = 0;
+    // Every size first, from the headers: nothing is inflated when the whole is too big.
+    let mut new = Vec::new();
+    let mut total = 0usize;
     for id in ids {
         if shared.exists(id) {
             continue;
         }
+        let Ok((size, _)) = both.read_header(id) else {
+            continue;
+        };
+        if size > limits.object {
+            return Err(AbsorbError::ObjectTooLarge {
+                id,
+                size,
+                limit: limits.object,
+            });
+        }
+        total = total.saturating_add(size);
+        if total > limits.total {
+            return Err(AbsorbError::TooMuch {
+                limit: limits.total,
+            });
+        }
+        new.push(id);
+    }
+    let mut added = 0;
+    for id in new {
         let Ok(object) = both.read(id) else {
             continue;
         };
+        // The header may lie (a loose object's size field): what was inflated counts.
+        if object.len() > limits.object {
+            return Err(AbsorbError::ObjectTooLarge {
+                id,
+                size: object.len(),
+                limit: limits.object,
+            });
+        }
         if git2::Oid::hash_object(object.kind(), object.data())? != id {
             continue;
         }
         shared.write(object.kind(), object.data())?;
         added += 1;
     }
-    // Best effort: the directory is the attempt's own, and a leftover is only space.
-    let _ = std::fs::remove_dir_all(objects);
     Ok(added)
 }
 
@@ -617,6 +704,87 @@ mod tests {
             Some(dir.path().join("bin/tool"))
         );
         assert_eq!(find_program("tool", dir.path(), None), None);
+    }
+
+    /// A repository with one commit, and blobs of LENS bytes written by git into an object
+    /// directory of their own, as a sandboxed agent's would be. Out: (tempdir, repo, objects).
+    fn agent_objects(lens: &[usize]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        use crate::run::testing::git;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("a"), "a").unwrap();
+        git(&repo, &["add", "a"]);
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "a",
+            ],
+        );
+        let objects = tmp.path().join("agent.objects");
+        std::fs::create_dir_all(objects.join("info")).unwrap();
+        for (n, len) in lens.iter().enumerate() {
+            let file = tmp.path().join(format!("blob{n}"));
+            std::fs::write(&file, vec![b'0' + n as u8; *len]).unwrap();
+            let out = std::process::Command::new("git")
+                .args(["hash-object", "-w"])
+                .arg(&file)
+                .current_dir(&repo)
+                .env("GIT_OBJECT_DIRECTORY", &objects)
+                .env(
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                    repo.join(".git/objects"),
+                )
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        }
+        (tmp, repo, objects)
+    }
+
+    #[test]
+    fn objects_over_the_limits_are_refused_before_they_are_inflated() {
+        let limits = Limits {
+            object: 1000,
+            total: 1500,
+        };
+        let (_tmp, repo, objects) = agent_objects(&[1001]);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(
+            matches!(err, AbsorbError::ObjectTooLarge { size: 1001, .. }),
+            "{err:?}"
+        );
+        assert!(!objects.exists(), "the directory is removed all the same");
+        let (_tmp, repo, objects) = agent_objects(&[800, 800]);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(matches!(err, AbsorbError::TooMuch { .. }), "{err:?}");
+        let count = crate::run::testing::git(&repo, &["count-objects", "-v"]);
+        assert!(count.contains("count: 3\n"), "nothing added: {count}");
+        let (_tmp, repo, objects) = agent_objects(&[700, 700]);
+        assert_eq!(absorb_objects_within(&repo, &objects, limits).unwrap(), 2);
+    }
+
+    #[test]
+    fn nothing_is_deleted_through_a_symlinked_info_directory() {
+        let (tmp, repo, objects) = agent_objects(&[10]);
+        let victim = tmp.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("alternates"), "keep").unwrap();
+        std::fs::remove_dir(objects.join("info")).unwrap();
+        std::os::unix::fs::symlink(&victim, objects.join("info")).unwrap();
+        assert_eq!(absorb_objects(&repo, &objects).unwrap(), 1);
+        assert_eq!(
+            std::fs::read_to_string(victim.join("alternates")).unwrap(),
+            "keep"
+        );
+        assert!(!objects.exists());
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //! registered in its window at spawn, and the record outlives the process) is that window's; a
 //! sender still in `/proc` is placed by its group and its parents; a sender already gone cannot
 //! be placed, and is *not* obeyed once mvk has started anything (an agent's `kill -TERM -$PGID;
-//! exit` must not stop the run): it counts against every attempt open at the time, and mvk says
-//! on standard error how to stop it instead.
+//! exit` must not stop the run): it counts against the attempt open at the time when there is
+//! only one (against none when several are: a task must not get its siblings rejected), and
+//! mvk says on standard error how to stop it instead.
 //!
 //! An attempt reads its count only after [`settle`]: mvk signals itself a marker and waits until
 //! the reading thread has seen it, so every signal delivered before is decided by then.
@@ -98,7 +99,7 @@ enum Sender {
     /// A process of the group mvk started with this id.
     Group(i32),
     /// One of mvk's descendants outside any group it started (an escapee adopted by mvk), or a
-    /// sender already gone: not obeyed, counted against every open window.
+    /// sender already gone: not obeyed, counted against the open window if it is the only one.
     Unplaced,
     /// mvk itself: the marker.
     Me,
@@ -158,10 +159,13 @@ fn place(pid: Option<i32>, me: i32, ancestors: &[i32], started: bool) -> Sender 
     Sender::Outside
 }
 
-/// Counts one signal against the window that owns `group`, or against every open window.
-fn count(sender: Sender) {
+/// Counts one signal against the window that owns `group`; an unplaced one only against the
+/// open window when there is exactly one (it can be no one else's), never against several:
+/// otherwise one task's agent could get every sibling's honest attempt rejected. Out comes
+/// whether it was counted.
+fn count(sender: Sender) -> bool {
     let groups = GROUPS.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut counted: Vec<*const WindowState> = Vec::new();
+    let mut open: Vec<Arc<WindowState>> = Vec::new();
     for (g, w) in groups.iter() {
         if let Sender::Group(sent) = sender
             && sent != *g
@@ -169,12 +173,18 @@ fn count(sender: Sender) {
             continue;
         }
         if let Some(w) = w.upgrade()
-            && !counted.contains(&Arc::as_ptr(&w))
+            && !open.iter().any(|o| Arc::ptr_eq(o, &w))
         {
-            w.signals.fetch_add(1, Ordering::SeqCst);
-            counted.push(Arc::as_ptr(&w));
+            open.push(w);
         }
     }
+    if open.len() > 1 && sender == Sender::Unplaced {
+        return false;
+    }
+    for w in &open {
+        w.signals.fetch_add(1, Ordering::SeqCst);
+    }
+    !open.is_empty()
 }
 
 /// A thread reading mvk's stop signals; dropping it stops and joins the thread, which removes
@@ -225,7 +235,7 @@ pub fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
                     }
                 }
                 Sender::Group(_) => {
-                    count(placed);
+                    let _ = count(placed);
                     tracing::warn!(
                         signal = origin.signal,
                         ?sender,
@@ -233,9 +243,13 @@ pub fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
                     );
                 }
                 Sender::Unplaced => {
-                    count(placed);
+                    let counted = if count(placed) {
+                        "counted against the one attempt running"
+                    } else {
+                        "counted against no attempt, as several were running"
+                    };
                     warn(format!(
-                        "ignored signal {} from process {}, which mvk cannot tell from one of its own agents or gates (it is gone, or is a descendant outside the agent's group); to stop the run, press Ctrl-C or send the signal from a process that stays alive (a shell's `kill`)",
+                        "ignored signal {} from process {}, which mvk cannot tell from one of its own agents or gates (it is gone, or is a descendant outside the agent's group), {counted}; to stop the run, press Ctrl-C or send the signal from a process that stays alive (a shell's `kill`)",
                         origin.signal,
                         sender.unwrap_or(0)
                     ));
@@ -345,7 +359,7 @@ mod tests {
         window.adopt(pid);
         child.wait().unwrap();
         assert_eq!(place(Some(pid), me(), &ancestors, true), Sender::Group(pid));
-        count(Sender::Group(pid));
+        assert!(count(Sender::Group(pid)));
         assert_eq!(window.signals(), 1);
         drop(window);
         // A sender that is gone cannot be placed once mvk has started something.
@@ -372,6 +386,27 @@ mod tests {
         );
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
+    }
+
+    #[test]
+    fn an_unplaced_sender_is_counted_only_when_one_window_is_open() {
+        // Windows of other tests may be open too: count through windows of this test only
+        // when no other is (GROUPS is shared by the test process), so compare before and after.
+        let a = Window::new();
+        let b = Window::new();
+        let spawn = || {
+            let mut c = std::process::Command::new("true").spawn().unwrap();
+            let pid = i32::try_from(c.id()).unwrap();
+            c.wait().unwrap();
+            pid
+        };
+        a.adopt(spawn());
+        b.adopt(spawn());
+        assert!(!count(Sender::Unplaced), "two windows open: nobody's");
+        assert_eq!((a.signals(), b.signals()), (0, 0));
+        drop(b);
+        let counted = count(Sender::Unplaced);
+        assert_eq!(a.signals(), u64::from(counted));
     }
 
     /// Run in a child process by the test below: two watches in turn, then SIGTERM to itself.

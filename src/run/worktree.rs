@@ -126,6 +126,9 @@ pub struct Lease {
     /// [`capture`] refuses a worktree whose links now lead elsewhere.
     admin: PathBuf,
     common: PathBuf,
+    /// The bytes of the git links as mvk made them (`.git`, `gitdir`, `commondir`): put back
+    /// before mvk opens the worktree, so a registration the agent rewrote never outlives it.
+    links: Vec<(PathBuf, Vec<u8>)>,
     /// Held open for its lock; closing the file releases it.
     _lock: File,
 }
@@ -154,11 +157,23 @@ impl Lease {
     /// The worktree's repository, if its git links still lead where mvk made them. The agent
     /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
     /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
-    /// index and HEAD, another slot's).
+    /// index and HEAD, another slot's). Links found rewritten are put back first (so the
+    /// repository's registration of the worktree is whole again), and the lease is refused.
     fn open(&self) -> Result<Repository, WorktreeError> {
         let path = &self.path;
+        if let Some(found) = self.restore_links()? {
+            return Err(WorktreeError::Relinked {
+                path: path.clone(),
+                found,
+            });
+        }
         let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
-        for (found, made) in [(repo.path(), &self.admin), (repo.commondir(), &self.common)] {
+        let workdir = repo.workdir().unwrap_or_else(|| repo.path());
+        for (found, made) in [
+            (repo.path(), &self.admin),
+            (repo.commondir(), &self.common),
+            (workdir, path),
+        ] {
             if !same_path(found, made) {
                 return Err(WorktreeError::Relinked {
                     path: path.clone(),
@@ -168,6 +183,59 @@ impl Lease {
         }
         Ok(repo)
     }
+
+    /// Rewrites every git link that no longer holds what mvk wrote; out comes where the first
+    /// rewritten one led (`None`: all intact). A link replaced by a symlink or a directory is
+    /// removed, never written through.
+    fn restore_links(&self) -> Result<Option<PathBuf>, WorktreeError> {
+        let mut found = None;
+        for (file, made) in &self.links {
+            let intact = is_plain_file(file) && fs::read(file).is_ok_and(|now| now == *made);
+            if intact {
+                continue;
+            }
+            if found.is_none() {
+                let said = fs::read_to_string(file).unwrap_or_default();
+                let said = said.trim();
+                found = Some(PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said)));
+            }
+            replace_file(file, made)?;
+        }
+        Ok(found)
+    }
+}
+
+/// Puts `bytes` at `file` without following whatever is there (a symlink, a directory): the
+/// new content is written beside it and renamed over it.
+fn replace_file(file: &Path, bytes: &[u8]) -> Result<(), WorktreeError> {
+    if fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_dir()) {
+        fs::remove_dir_all(file).map_err(io_err("remove", file))?;
+    }
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(".mvk-new");
+    let new = file.with_file_name(name);
+    match fs::remove_file(&new) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(io_err("remove", &new)(e));
+        }
+        _ => {}
+    }
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&new)
+        .map_err(io_err("create", &new))?;
+    io::Write::write_all(&mut out, bytes).map_err(io_err("write", &new))?;
+    fs::rename(&new, file).map_err(io_err("replace", file))
+}
+
+/// The files that link the worktree at `path` and its git directory `admin` to each other.
+fn link_files(path: &Path, admin: &Path) -> [PathBuf; 3] {
+    [
+        path.join(".git"),
+        admin.join("gitdir"),
+        admin.join("commondir"),
+    ]
 }
 
 impl Pool {
@@ -236,6 +304,10 @@ impl Pool {
             });
         }
         let (slot, lock) = self.lock_slot()?;
+        // The branch this lease holds, for neighbours to read (see `free_branch`).
+        lock.set_len(0)
+            .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&lock, branch.as_bytes(), 0))
+            .map_err(io_err("record the lease in", &self.lock_path(slot)))?;
         let path = self.slot_path(slot);
         let reused = if self.slot_is_healthy(&main, &path) {
             match self.reset_slot(&main, &path, base, branch) {
@@ -256,6 +328,11 @@ impl Pool {
         let admin = Repository::open(&path)
             .map_err(git_err("open worktree", &path))
             .and_then(|r| canonical(r.path()))?;
+        let mut links = Vec::new();
+        for file in link_files(&path, &admin) {
+            let bytes = fs::read(&file).map_err(io_err("read git link", &file))?;
+            links.push((file, bytes));
+        }
         Ok(Lease {
             path,
             branch: branch.to_string(),
@@ -263,6 +340,7 @@ impl Pool {
             slot,
             admin,
             common: self.git_dir.clone(),
+            links,
             _lock: lock,
         })
     }
@@ -285,6 +363,7 @@ impl Pool {
             };
             let path = self.slot_path(n);
             let existed = path.exists();
+            self.forget_relinked(&main, n)?;
             let pruned = self.remove_registrations(&main, &path)?;
             if path.exists() {
                 fs::remove_dir_all(&path).map_err(io_err("remove worktree slot", &path))?;
@@ -397,7 +476,17 @@ impl Pool {
         let registered = git2::Worktree::open_from_repository(&slot)
             .and_then(|wt| wt.validate())
             .is_ok();
-        slot.is_worktree() && workdir_ok && registered && same_path(&common, main.commondir())
+        // The registration must name this slot: `validate` only asks that what it names
+        // exists, and an agent can point it at the main checkout.
+        let gitdir = slot.path().join("gitdir");
+        let registered_here = is_plain_file(&gitdir)
+            && fs::read_to_string(&gitdir)
+                .is_ok_and(|said| same_path(Path::new(said.trim_end()), &path.join(".git")));
+        slot.is_worktree()
+            && workdir_ok
+            && registered
+            && registered_here
+            && same_path(&common, main.commondir())
     }
 
     /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree on
@@ -412,20 +501,26 @@ impl Pool {
         let path = self.slot_path(n);
         let _registry = self.lock_registry()?;
         self.remove_registrations(main, &path)?;
+        self.forget_relinked(main, n)?;
         if fs::symlink_metadata(&path).is_ok() {
             fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
         }
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
         let branch_ref = format!("refs/heads/{branch}");
+        // Refused before the branch is moved, if a lease holds it.
         self.free_branch(main, &branch_ref, branch, None)?;
         let commit = main
             .find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        let created = main
-            .branch(branch, &commit, true)
+        // A reference, not `branch()`: libgit2 refuses to move a branch a HEAD names.
+        let reference = main
+            .reference(&branch_ref, commit.id(), true, "mvk: create attempt branch")
             .map_err(git_err(format!("create branch `{branch}`"), &shown))?;
-        let reference = created.into_reference();
+        // Again now that it exists: a neighbour's agent may have named the new branch in its
+        // HEAD (names are predictable), and libgit2 will not add a worktree on a branch a HEAD
+        // names.
+        self.free_branch(main, &branch_ref, branch, None)?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(&reference));
         if let Err(source) = main.worktree(&name, &path, Some(&opts)) {
@@ -466,6 +561,24 @@ impl Pool {
         })
     }
 
+    /// Drops the git directories of this slot's registrations (by name, which mvk chose) that
+    /// now name another worktree: an agent rewrote their `gitdir`. Only the git directory goes;
+    /// a prune would delete the working tree it names, which may be the main checkout.
+    fn forget_relinked(&self, main: &Repository, n: usize) -> Result<(), WorktreeError> {
+        let path = self.slot_path(n);
+        for (name, wt_path) in registrations(main)? {
+            if self.slot_of_name(&name) != Some(n) || same_path(&wt_path, &path) {
+                continue;
+            }
+            let admin = main.commondir().join("worktrees").join(&name);
+            if fs::symlink_metadata(&admin).is_ok_and(|m| m.is_dir()) {
+                fs::remove_dir_all(&admin)
+                    .map_err(io_err("remove worktree registration", &admin))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Prunes every worktree registration of the repository that points at `path`.
     /// Returns whether one was pruned.
     fn remove_registrations(&self, main: &Repository, path: &Path) -> Result<bool, WorktreeError> {
@@ -490,8 +603,11 @@ impl Pool {
     }
 
     /// Makes sure no other worktree has `branch_ref` checked out, so it can be force-moved.
-    /// An idle slot of this pool holding it gets a detached HEAD instead; the main worktree or
-    /// a leased slot holding it is an error.
+    /// A slot of this pool holding it gets a detached HEAD instead, unless it is leased *for*
+    /// that branch (mvk's own record, in the slot's lock file): a HEAD the slot's agent wrote
+    /// naming a neighbour's branch is no reason to refuse. The main worktree or a worktree
+    /// outside the pool holding it is an error. HEAD files are read and written in the
+    /// repository's own git directory, never through the links a worktree's agent can rewrite.
     fn free_branch(
         &self,
         main: &Repository,
@@ -505,47 +621,62 @@ impl Pool {
                 path: display_path(main),
             });
         }
-        // A branch that does not exist yet (each attempt's is new) is checked out nowhere:
-        // skip opening every registered worktree, which a wide flow would pay per attempt.
+        // A branch that does not exist yet (each attempt's is new) is checked out by no one
+        // mvk must wait for: skip reading every registered worktree, which a wide flow would
+        // pay per attempt. (An agent's HEAD may name it all the same: `create_slot` frees the
+        // branch again once it exists, before adding the worktree.)
         if main.find_reference(branch_ref).is_err() {
             return Ok(());
         }
+        let except_slot = except.and_then(|e| self.slot_of_path(e));
         for (name, wt_path) in registrations(main)? {
-            if except.is_some_and(|e| same_path(e, &wt_path)) {
+            let slot = self.slot_of_name(&name);
+            let skip = match slot {
+                Some(n) => except_slot == Some(n),
+                None => except.is_some_and(|e| same_path(e, &wt_path)),
+            };
+            if skip {
                 continue;
             }
-            let Ok(wt) = main.find_worktree(&name) else {
-                continue;
-            };
-            if wt.validate().is_err() {
+            let head = main.commondir().join("worktrees").join(&name).join("HEAD");
+            if !is_plain_file(&head) {
                 continue;
             }
-            let Ok(other) = Repository::open_from_worktree(&wt) else {
-                continue;
-            };
-            if head_target(&other).as_deref() != Some(branch_ref) {
+            let said = fs::read_to_string(&head).unwrap_or_default();
+            if said.trim().strip_prefix("ref: ") != Some(branch_ref) {
                 continue;
             }
             let busy = || WorktreeError::BranchCheckedOut {
                 branch: branch.to_string(),
                 path: wt_path.clone(),
             };
-            let Some(n) = self.slot_of_path(&wt_path) else {
+            let Some(n) = slot else {
                 return Err(busy());
             };
-            let Some(_lock) = self.try_lock_slot(n)? else {
+            if self.try_lock_slot(n)?.is_none()
+                && fs::read_to_string(self.lock_path(n)).is_ok_and(|held| held == branch)
+            {
                 return Err(busy());
-            };
-            let at = other
-                .head()
-                .and_then(|h| h.peel_to_commit())
-                .map_err(git_err("read HEAD", &wt_path))?
-                .id();
-            other
-                .set_head_detached(at)
-                .map_err(git_err("detach HEAD", &wt_path))?;
+            }
+            // Detached where the branch points now (what that HEAD resolved to).
+            let at = main
+                .refname_to_id(branch_ref)
+                .or_else(|_| main.head().and_then(|h| h.peel_to_commit()).map(|c| c.id()))
+                .map_err(git_err("read HEAD", &display_path(main)))?;
+            replace_file(&head, format!("{at}\n").as_bytes())?;
         }
         Ok(())
+    }
+
+    /// The slot number of a worktree this pool registered, from its name (`mvk-<tag>-N`, or
+    /// `mvk-<tag>-N-K`): mvk chose it, unlike the path its `gitdir` file says.
+    fn slot_of_name(&self, name: &str) -> Option<usize> {
+        let rest = name.strip_prefix(&format!("mvk-{}-", self.root_tag))?;
+        let digits = rest.split('-').next()?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
     }
 
     /// Turns the healthy slot at `path` into a clean checkout of `base` on `branch`.
@@ -568,7 +699,9 @@ impl Pool {
                 .map_err(git_err("detach HEAD", path))?;
             let branch_ref = format!("refs/heads/{branch}");
             self.free_branch(main, &branch_ref, branch, Some(path))?;
-            slot.branch(branch, &commit, true)
+            // A reference, not `branch()`: libgit2 refuses to move a branch that a neighbour's
+            // HEAD names, and an agent can write its HEAD to name any branch.
+            slot.reference(&branch_ref, commit.id(), true, "mvk: reset attempt branch")
                 .map_err(git_err(format!("reset branch `{branch}`"), path))?;
             slot.set_head(&branch_ref)
                 .map_err(git_err(format!("check out branch `{branch}`"), path))?;
@@ -688,6 +821,10 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
         }
     };
     let branch_ref = format!("refs/heads/{}", lease.branch);
+    // Detached first: libgit2 refuses to check out a branch another worktree's HEAD names
+    // when HEAD is on a branch, and a neighbour's agent may have written its HEAD so.
+    repo.set_head_detached(final_id)
+        .map_err(git_err("detach HEAD", path))?;
     repo.reference(&branch_ref, final_id, true, "mvk: capture attempt")
         .map_err(git_err(format!("move branch `{}`", lease.branch), path))?;
     repo.set_head(&branch_ref).map_err(git_err(
@@ -742,6 +879,11 @@ fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// Whether `path` is a regular file itself (not a symlink to one).
+fn is_plain_file(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
 }
 
 fn canonical(path: &Path) -> Result<PathBuf, WorktreeError> {
@@ -1096,6 +1238,91 @@ mod tests {
     }
 
     #[test]
+    fn a_head_planted_by_a_leased_neighbour_does_not_keep_a_branch_from_its_attempt() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let a = pool.acquire(f.c1, "mvk/a").expect("a");
+        // A's agent names the next attempt's branch in its HEAD (names are predictable).
+        let planted = "ref: refs/heads/mvk/c\n";
+        fs::write(a.admin.join("HEAD"), planted).expect("plant");
+        let c = pool.acquire(f.c2, "mvk/c").expect("c is not refused");
+        assert_eq!(branch_tip(&f.repo, "mvk/c"), f.c2);
+        fs::write(a.admin.join("HEAD"), planted).expect("plant again");
+        fs::write(c.path.join("x"), "x").expect("write");
+        let id = capture(&c, "m").expect("capture despite the planted HEAD");
+        assert_eq!(branch_tip(&f.repo, "mvk/c"), id);
+        // A slot leased for the branch itself is still refused.
+        assert!(matches!(
+            pool.acquire(f.c1, "mvk/c"),
+            Err(WorktreeError::BranchCheckedOut { .. })
+        ));
+    }
+
+    #[test]
+    fn a_slot_whose_registration_names_the_main_checkout_is_rebuilt_and_the_registration_dropped() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/x").expect("acquire");
+        let (slot, gitdir) = (lease.slot(), lease.admin.join("gitdir"));
+        drop(lease);
+        wait_free(&pool, slot);
+        // Rewritten after the lease ended (a process that outlived its agent, or mvk killed).
+        fs::write(&gitdir, format!("{}\n", f.repo.join(".git").display())).expect("relink");
+        fs::write(f.repo.join("mine.txt"), "main's own").expect("write");
+        let again = pool.acquire(f.c2, "mvk/y").expect("acquire again");
+        assert_eq!(again.slot(), slot);
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        let main = fs::canonicalize(&f.repo).expect("canonical");
+        let listed: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree "))
+            .collect();
+        assert_eq!(
+            listed.iter().filter(|w| Path::new(w) == main).count(),
+            1,
+            "{list}"
+        );
+        assert_eq!(
+            fs::read_to_string(f.repo.join("mine.txt")).expect("main untouched"),
+            "main's own"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_gitdir_is_refused_and_put_back_before_anything_is_staged() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/r").expect("acquire");
+        let gitdir = lease.admin.join("gitdir");
+        let made = fs::read(&gitdir).expect("read gitdir");
+        fs::write(f.repo.join("untracked.txt"), "main's own").expect("write");
+        fs::write(&gitdir, format!("{}\n", f.repo.join(".git").display())).expect("relink");
+        let err = capture(&lease, "m").expect_err("relinked");
+        assert!(matches!(err, WorktreeError::Relinked { .. }), "{err:?}");
+        assert_eq!(
+            fs::read(&gitdir).expect("read"),
+            made,
+            "registration put back"
+        );
+        assert_eq!(branch_tip(&f.repo, "mvk/r"), f.c1, "nothing committed");
+        // A link replaced by a symlink is removed, not written through.
+        let victim = f.root.parent().expect("tmp").join("victim");
+        fs::write(&victim, "keep").expect("victim");
+        let commondir = lease.admin.join("commondir");
+        let made = fs::read(&commondir).expect("read commondir");
+        fs::remove_file(&commondir).expect("rm");
+        std::os::unix::fs::symlink(&victim, &commondir).expect("symlink");
+        assert!(head_of(&lease).is_err());
+        assert_eq!(fs::read_to_string(&victim).expect("victim"), "keep");
+        assert_eq!(fs::read(&commondir).expect("read"), made);
+        // Intact again: the lease works.
+        assert_eq!(head_of(&lease).expect("head"), f.c1);
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert!(list.contains(&lease.path.display().to_string()), "{list}");
+    }
+
+    #[test]
     fn slot_deleted_behind_our_back_is_recreated() {
         let f = fixture();
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
@@ -1362,7 +1589,9 @@ mod tests {
         assert!(!list.contains(&idle_path.display().to_string()), "{list}");
         assert!(list.contains(&kept.path.display().to_string()), "{list}");
         assert_eq!(branch_tip(&f.repo, "mvk/i"), f.c1, "branches stay");
+        let kept_slot = kept.slot();
         drop(kept);
+        wait_free(&pool, kept_slot);
         assert_eq!(pool.gc().expect("gc").len(), 1);
         assert!(pool.gc().expect("gc again").is_empty());
         // The pool still works after a full gc.

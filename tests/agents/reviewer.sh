@@ -5,6 +5,7 @@
 #   always-reject        rejects every time, a different blocker each call
 #   garbage              answers in prose, with no verdict line
 #   limited-then-approve hits a rate limit on its first call, then approves
+#   signal-then-approve  sends SIGTERM to mvk's process group, then approves
 # It fails loudly (exit 97, no verdict) when it sees the maker's marker anywhere it can look:
 # its prompt, its environment, the files of its working directory, every commit its repository
 # holds (all refs and the objects git can find), and the files beside its prompt.
@@ -48,6 +49,10 @@ always-reject)
     blocker "add() is still wrong (review $n)" "note $n"
     ;;
 limited-then-approve)
+    echo '{"verdict":"approve"}'
+    ;;
+signal-then-approve)
+    kill -TERM -"$(cut -d' ' -f5 /proc/$PPID/stat)"
     echo '{"verdict":"approve"}'
     ;;
 garbage)

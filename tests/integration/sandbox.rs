@@ -4,6 +4,7 @@
 //! the kernel cannot confine, a warning, or for `required=#true` a refusal before anything runs.
 
 use std::fs;
+use std::path::Path;
 
 use super::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl};
 
@@ -423,11 +424,14 @@ fn a_sandboxed_agent_commits_but_cannot_touch_the_shared_objects_or_other_attemp
 
 #[test]
 fn a_gate_without_network_reaches_loopback_and_nothing_else() {
+    // The test's own namespace is mvk's: the gate must be in another one.
+    let host = fs::read_link("/proc/self/ns/net").unwrap();
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "fix.sh", &[]),
         true,
         &format!(
-            "{TESTS_GATE}\n    gate loopback evidence=none {{ run \"sh\" \"@AGENTS/hardening/loopback.sh\"; }}"
+            "{TESTS_GATE}\n    gate loopback evidence=none {{ run \"sh\" \"@AGENTS/hardening/loopback.sh\" \"{}\"; }}",
+            host.display()
         ),
         "sandbox network=#false required=#true\n    budget iterations=1",
     ));
@@ -435,6 +439,8 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
     let log = fs::read_to_string(run.attempt_dir(1).join("gate-loopback.log")).unwrap_or_default();
     run.expect_code(0);
     assert!(log.contains("loopback: ping"), "{log}\n{}", run.why());
+    assert!(log.contains("netns: own"), "{log}");
+    assert!(log.contains("interfaces: lo\n"), "{log}");
     assert!(log.contains("outside: unreachable"), "{log}");
 }
 
@@ -462,4 +468,145 @@ fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touch
     assert_eq!(f.tip("main"), f.base);
     assert_eq!(f.git(&["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
     assert_eq!(f.git(&["status", "--porcelain"]), "", "{}", run.why());
+}
+
+#[test]
+fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back() {
+    // The worktree's `gitdir` file (in its own git directory, which the agent may write) says
+    // where the worktree is: named the main checkout, mvk would stage and commit that.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/relink_gitdir.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    fs::write(f.root().join("private.txt"), "not for the branch").unwrap();
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("leaves its worktree's git links alone"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    let listed = f.git(&["ls-tree", "-r", "--name-only", &run.branch(1)]);
+    assert!(!listed.contains("private.txt"), "{listed}");
+    // The registration leads to the slot again, not to the main checkout.
+    let list = f.git(&["worktree", "list", "--porcelain"]);
+    let main = fs::canonicalize(f.root()).unwrap();
+    let worktrees: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .collect();
+    assert_eq!(
+        worktrees.iter().filter(|w| Path::new(w) == main).count(),
+        1,
+        "{list}"
+    );
+}
+
+#[test]
+fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    fs::create_dir_all(f.state("victim")).unwrap();
+    fs::write(f.state("victim/alternates"), "keep me").unwrap();
+    let run = f.apply();
+    run.expect_code(0);
+    assert_eq!(
+        fs::read_to_string(f.state("victim/alternates")).unwrap(),
+        "keep me"
+    );
+    // The agent's own commit still landed.
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert!(!run.attempt_dir(1).join("agent.objects").exists());
+}
+
+#[test]
+fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
+    // A zip bomb: mvk reads each object's size from its header before inflating it.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/object_bomb.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits") && criterion.contains("104857601 bytes"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // Nothing of it reached the shared store.
+    let id = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "head -c 104857601 /dev/zero | git hash-object --stdin",
+        ])
+        .output()
+        .unwrap();
+    let id = String::from_utf8(id.stdout).unwrap();
+    let there = super::apply::git_output(f.root(), &["cat-file", "-e", id.trim()]);
+    assert!(!there.status.success(), "{id}");
+}
+
+#[test]
+fn the_sandbox_scopes_abstract_sockets_but_not_socket_files() {
+    // What the book says the sandbox does not confine: a socket file outside is reachable (the
+    // systemd bus, tmux, Docker's socket are such files); an abstract socket is not (Landlock's
+    // scope, ABI 6). The network is left on: abstract sockets belong to the network namespace,
+    // and a new one would hide this one whatever Landlock does.
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("server.sock");
+    let _by_file = UnixListener::bind(&file).unwrap();
+    let name = format!("mvk-test-{}", std::process::id());
+    let _abstract =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    let probe = format!(
+        r#"
+import socket
+for label, addr in (("file", "{}"), ("abstract", "\0{name}")):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(addr)
+        print(label, "reached")
+    except OSError as e:
+        print(label, "refused", e.errno)
+"#,
+        file.display()
+    );
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("mvk"))
+        .args([
+            "__sandbox",
+            r#"{"write":[],"network":true,"required":true}"#,
+            "--",
+            "python3",
+            "-c",
+            &probe,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "file reached", "{text}");
+    assert!(lines[1].starts_with("abstract refused"), "{text}");
 }

@@ -236,3 +236,111 @@ fn a_sealed_edit_hidden_by_index_flags_does_not_pass() {
         );
     }
 }
+
+#[test]
+fn a_signal_mvk_cannot_place_rejects_no_sibling_tasks_attempt() {
+    // Task `a`'s agent has a process mvk cannot place signal mvk while task `b`'s honest agent
+    // runs: with two attempts open it is no one's, so `b` is not rejected for it (and the run,
+    // not stopped, lands both).
+    let mut text = String::new();
+    for role in ["attack", "honest"] {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/signal_sibling.sh\" \"@STATE\" \"{role}\"; }}\n"
+        ));
+    }
+    text.push_str("flow t {\n    parallel 2\n");
+    for (name, agent) in [("a", "attack"), ("b", "honest")] {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations=1\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    assert!(
+        f.state("sent").exists(),
+        "the signal was sent\n{}",
+        run.why()
+    );
+    run.none("agent.signalled-mvk");
+    run.expect_code(0);
+    assert_eq!(f.show("main", "out/b.txt").as_deref(), Some("done\n"));
+}
+
+#[test]
+fn a_reviewer_that_signals_mvk_gives_no_verdict_and_nothing_lands() {
+    // The reviewer may run the change's code: its signals are counted in a window of its own,
+    // and its approval is not taken (before, they were no one's and the approval landed).
+    let defs = format!(
+        "{}{}",
+        agent_def("bot", "fix.sh", &[]),
+        agent_def("rev", "reviewer.sh", &["@STATE", "signal-then-approve"])
+    );
+    let f = Fixture::new(&loop_kdl(
+        &defs,
+        true,
+        TESTS_GATE,
+        "review agent=rev rounds=0\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    assert_eq!(
+        run.one("review.signalled-mvk")["detail"]["signals"],
+        1,
+        "{}",
+        run.why()
+    );
+    assert_eq!(run.one("review.finished")["detail"]["verdict"], "unknown");
+    run.none("agent.signalled-mvk");
+    assert_ne!(run.code, 130, "{}", run.why());
+    assert_eq!(f.tip("main"), f.base);
+}
+
+#[test]
+fn an_after_merge_gate_that_signals_mvk_keeps_main_where_it_was() {
+    // The landing gates run the merged code: a gate that signals mvk is counted in the
+    // landing's own window, and its green verdict does not land the change.
+    let merge =
+        "merge {\n        gate post { run \"sh\" \"@AGENTS/hardening/signal_gate.sh\"; }\n    }";
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        TESTS_GATE,
+        merge,
+    ));
+    let run = f.apply();
+    let signalled = run.one("gate.signalled-mvk");
+    assert_eq!(signalled["detail"]["gate"], "post", "{}", run.why());
+    assert_eq!(signalled["detail"]["landing"], true);
+    run.expect_code(1);
+    assert_eq!(f.tip("main"), f.base);
+}
+
+#[test]
+fn a_head_naming_a_siblings_branch_keeps_no_one_from_it() {
+    // Task `a`'s agent writes its worktree's HEAD to name the branch of task `b`'s second
+    // attempt: mvk reads who holds a branch from its own lease records, so that attempt gets
+    // its branch, is captured and lands; `a` ends on what it did (nothing: its gate fails).
+    let mut text = String::new();
+    for role in ["attack", "honest"] {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/plant_head.sh\" \"@STATE\" \"{role}\"; }}\n"
+        ));
+    }
+    text.push_str("flow t {\n    parallel 2\n");
+    for (name, agent, tries) in [("a", "attack", 1), ("b", "honest", 2)] {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations={tries}\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    assert!(f.state("planted").exists(), "{}", run.why());
+    assert_eq!(
+        f.show("main", "out/b.txt").as_deref(),
+        Some("done\n"),
+        "{}",
+        run.why()
+    );
+    run.expect_code(3);
+}

@@ -280,6 +280,8 @@ impl<'a> Runner<'a> {
             &task.scope,
         );
         let dir = self.attempt_dir(&task.name, request.number);
+        // The landing gates run the change's code: its signals to mvk are its own.
+        let window = crate::run::signals::Window::new();
         for (i, (g, regate)) in to_run.iter().enumerate() {
             let cx = GateContext {
                 cwd: &lease.path,
@@ -288,7 +290,9 @@ impl<'a> Runner<'a> {
                 timeout: g.timeout,
                 sandbox: task.sandbox.as_ref(),
             };
-            let run = gate::run_gate(g, &cx).await.map_err(RunError::Gate)?;
+            let run = gate::run_gate_counted(g, &cx, Some(&window))
+                .await
+                .map_err(RunError::Gate)?;
             self.record_gate(
                 request.attempt_id,
                 &task.name,
@@ -297,6 +301,27 @@ impl<'a> Runner<'a> {
                 i,
                 &run,
             )?;
+            // A landing gate whose processes sent mvk stop signals: the change does not land,
+            // whatever the gate's verdict (as an attempt's gate that does is rejected).
+            let detail = json!({ "gate": run.gate, "landing": true });
+            let signals = self
+                .signals_sent(
+                    &window,
+                    &task.name,
+                    request.number,
+                    "gate.signalled-mvk",
+                    detail,
+                )
+                .await?;
+            if signals > 0 {
+                return Ok(Fit::Answer(Landing::Rejected(
+                    Outcome::Rejected,
+                    format!(
+                        "after-merge gate `{}` sent mvk {signals} stop signal(s); the change was not landed, it stays on its branch",
+                        run.gate
+                    ),
+                )));
+            }
             if run.verdict == GateVerdict::Pass {
                 continue;
             }

@@ -10,7 +10,11 @@ try() {
 }
 blob=$(git -C "$REPO" rev-parse main:src/calc.sh)
 object="$GIT_DIR_MAIN/objects/$(echo "$blob" | cut -c1-2)/$(echo "$blob" | cut -c3-)"
-[ -f "$object" ] || echo "no loose object $object" >&2
+# A packed blob would make "delete" and "rewrite" fail for want of a file, not for the sandbox.
+if [ ! -f "$object" ]; then
+    echo "no loose object $object: the attack would prove nothing" >&2
+    exit 3
+fi
 try delete-object "rm -f '$object' && [ ! -e '$object' ]"
 try rewrite-object "chmod u+w '$object' && printf x > '$object'"
 try plant-object "mkdir -p '$GIT_DIR_MAIN/objects/ee' && echo x > '$GIT_DIR_MAIN/objects/ee/planted'"
