@@ -211,7 +211,8 @@ pub struct AttemptEnd<'a> {
     pub failure_json: Option<&'a str>,
 }
 
-/// A merge about to move `into` from `old_tip` to `new_commit`.
+/// A merge about to land `new_commit` on `into`: its parent `old_tip` is the target's tip, or
+/// the commit of the change before it in the same landing batch.
 pub struct MergeStart<'a> {
     pub run: &'a str,
     pub task: &'a str,
@@ -622,7 +623,7 @@ impl Ledger {
         })
     }
 
-    /// Records the intent to move `into` from `old_tip` to `new_commit`, before it happens;
+    /// Records the intent to land `new_commit` (made on `old_tip`) on `into`, before it happens;
     /// returns the merge's id.
     pub fn begin_merge(&mut self, m: &MergeStart<'_>) -> Result<i64, LedgerError> {
         let what = || format!("the intent to merge task `{}` into `{}`", m.task, m.into);

@@ -737,52 +737,6 @@ pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
     Ok(head.id())
 }
 
-/// Moves the lease's worktree, a checkout of `from`, to the commit `to`: the lease's branch
-/// forced there and only the paths the two commits' trees differ in rewritten (and their index
-/// entries), so that a landing batch gates each of its commits in turn without walking the
-/// whole tree each time. Untracked files (what a gate left) stay.
-pub fn advance(lease: &Lease, from: Oid, to: Oid) -> Result<(), WorktreeError> {
-    let path = &lease.path;
-    let repo = lease.open()?;
-    let tree_of = |id: Oid| {
-        repo.find_commit(id)
-            .and_then(|c| c.tree())
-            .map_err(git_err(format!("read the tree of `{id}`"), path))
-    };
-    let (old, new) = (tree_of(from)?, tree_of(to)?);
-    let diff = repo
-        .diff_tree_to_tree(Some(&old), Some(&new), None)
-        .map_err(git_err("compare the batch's commits", path))?;
-    let mut paths: Vec<PathBuf> = Vec::new();
-    for delta in diff.deltas() {
-        for file in [delta.old_file(), delta.new_file()] {
-            if let Some(p) = file.path() {
-                paths.push(p.to_path_buf());
-            }
-        }
-    }
-    paths.sort();
-    paths.dedup();
-    if !paths.is_empty() {
-        // Before HEAD moves: HEAD's tree (`from`) is the checkout's baseline, which is how a
-        // file `to` deletes is known to be mvk's to remove rather than untracked.
-        let mut checkout = CheckoutBuilder::new();
-        checkout.force().disable_pathspec_match(true);
-        for p in &paths {
-            checkout.path(p);
-        }
-        repo.checkout_tree(new.as_object(), Some(&mut checkout))
-            .map_err(git_err(format!("check out `{to}`"), path))?;
-    }
-    let branch_ref = format!("refs/heads/{}", lease.branch);
-    repo.reference(&branch_ref, to, true, "mvk: next change of a landing batch")
-        .map_err(git_err(format!("move branch `{}`", lease.branch), path))?;
-    repo.set_head(&branch_ref).map_err(git_err(
-        format!("check out branch `{}`", lease.branch),
-        path,
-    ))
-}
-
 /// Records the worktree's whole state as one commit on the lease's branch and returns it.
 ///
 /// Commits the agent made stay as history (the capture commit's parent is whatever HEAD
@@ -1061,34 +1015,6 @@ mod tests {
         let lease = pool.acquire(f.c1, "mvk/att-x").expect("acquire");
         assert_eq!(branch_tip(&f.repo, "mvk/att-x"), f.c1);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c1));
-    }
-
-    #[test]
-    fn advance_rewrites_only_what_the_commits_differ_in() {
-        let f = fixture();
-        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
-        let lease = pool.acquire(f.c1, "mvk/batch").expect("acquire");
-        // What a gate leaves behind stays; the files c1 and c2 differ in follow c2.
-        fs::write(lease.path.join("gate-output.txt"), "left").expect("write");
-        advance(&lease, f.c1, f.c2).expect("advance");
-        let mut expected = tree_files(&f.repo, f.c2);
-        expected.push(("gate-output.txt".into(), b"left".to_vec()));
-        expected.sort();
-        assert_eq!(files(&lease.path), expected);
-        assert_eq!(head_of(&lease).expect("head"), f.c2);
-        assert_eq!(branch_tip(&f.repo, "mvk/batch"), f.c2);
-        // The index is c2's: nothing staged, only the untracked file.
-        assert_eq!(
-            git(&lease.path, &["status", "--porcelain"]),
-            "?? gate-output.txt\n"
-        );
-        // And back: the deleted file returns.
-        advance(&lease, f.c2, f.c1).expect("advance back");
-        assert_eq!(
-            fs::read_to_string(lease.path.join("src/lib.rs")).expect("read"),
-            "// lib\n"
-        );
-        assert!(!lease.path.join("b.txt").exists());
     }
 
     #[test]

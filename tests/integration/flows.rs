@@ -497,7 +497,9 @@ fn batch_of_four(local_edit: Option<&str>) -> (Fixture, crate::apply::Run) {
     text.push_str(&worker("slow", "1.5", &[]));
     text.push_str("flow t {\n    parallel 4\n");
     // MVK_BASE is what the change is merged onto: the diff from there is the change alone.
-    let gate = r#"merge { gate landed evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi; echo $MVK_TASK $(git rev-parse HEAD) $MVK_BASE $(git diff --name-only $MVK_BASE HEAD | tr '\\n' ,) >> @STATE/merges"; }; }"#;
+    // Each gate starts on a clean checkout of its commit, then leaves a mess behind: an edited
+    // tracked file, an untracked and an ignored one.
+    let gate = r#"merge { gate landed evidence=none timeout="60s" { run "sh" "-c" "test -z \"$(git status --porcelain --ignored)\" || { git status --porcelain --ignored >&2; exit 1; }; if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi; echo $MVK_TASK $(git rev-parse HEAD) $MVK_BASE $(git diff --name-only $MVK_BASE HEAD | tr '\\n' ,) $(git hash-object out/$MVK_TASK.txt) >> @STATE/merges; echo mess >> src/calc.sh; echo x > left-behind.txt; mkdir -p target; echo x > target/built"; }; }"#;
     for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
         text.push_str(&task(name, agent, &format!("out/{name}.txt"), gate));
     }
@@ -555,10 +557,13 @@ fn changes_accepted_together_land_as_one_batch_each_its_own_commit_gated_on_that
     let merges = fs::read_to_string(fixture.state("merges")).unwrap();
     assert_eq!(merges.lines().count(), 4, "{merges}");
     for line in merges.lines() {
-        let [task, head, base, diff] = line.split(' ').collect::<Vec<_>>()[..] else {
+        let [task, head, base, diff, file] = line.split(' ').collect::<Vec<_>>()[..] else {
             panic!("bad line {line}")
         };
         assert_eq!(head, done[task], "{merges}");
+        // What the gate read is what the commit holds.
+        let held = fixture.git(&["rev-parse", &format!("{head}:out/{task}.txt")]);
+        assert_eq!(file, held.trim(), "{merges}");
         let parent = fixture.git(&["rev-parse", &format!("{head}^")]);
         assert_eq!(base, parent.trim(), "{merges}");
         assert_eq!(diff, format!("out/{task}.txt,"), "{merges}");
@@ -597,4 +602,41 @@ fn a_batch_the_main_checkout_refuses_lands_again_one_change_at_a_time() {
             .as_deref(),
         Some("c\n")
     );
+}
+
+#[test]
+fn a_change_that_left_a_batch_which_did_not_land_tries_again_with_the_rest() {
+    // `a` lands first, alone, holding its landing until `b` and `c` wait. Then `b` and `c` are
+    // a batch: `c`'s gate fails once `b`'s change is merged in, so `c` leaves it; but the main
+    // checkout refuses `b` (a local edit of its file). `c` is not charged for a change that
+    // never landed: it lands, and `b` waits for a person.
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str(&worker("slower", "2.5", &[]));
+    text.push_str("flow t {\n    parallel 3\n");
+    let hold = r#"merge { gate held evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 3 ]; do sleep 0.05; done; fi"; }; }"#;
+    text.push_str(&task("a", "quick", "out/a.txt", hold));
+    text.push_str(&task("b", "slow", "out/b.txt", hold));
+    let without_b = r#"gate without-b evidence=none { run "sh" "-c" "! grep -qx b out/b.txt"; }"#;
+    text.push_str(&task(
+        "c",
+        "slower",
+        "out/c.txt",
+        &format!("{hold}\n        {without_b}"),
+    ));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let file = fixture.root().join("out/b.txt");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, "committed\n").unwrap();
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-qm", "the file a local edit will touch"]);
+    fs::write(&file, "edited, not committed\n").unwrap();
+    let run = fixture.apply();
+    run.expect_code(4);
+    assert!(fixture.show("main", "out/a.txt").is_some(), "{}", run.why());
+    assert!(fixture.show("main", "out/c.txt").is_some(), "{}", run.why());
+    assert_eq!(run.one("merge.blocked")["task"], "b", "{}", run.why());
+    assert_eq!(starts(&fixture)["c"], 1, "`c` ran once: {}", run.why());
+    run.none("merge.conflict");
 }

@@ -11,6 +11,7 @@
 //! its next attempt starts from the new tip.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use git2::Oid;
 use serde_json::json;
@@ -23,7 +24,10 @@ use crate::run::attempt::{self, AttemptSpec, Failure, FailureKind};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateContext};
 use crate::run::land::{self, LandError, Prepared};
-use crate::run::worktree::{self, Lease};
+use crate::run::worktree::Lease;
+
+/// Numbers the changes in the order they were accepted.
+static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 
 /// How often a change is landed again when the target moves between preparing and publishing
 /// (someone else pushed to it meanwhile).
@@ -43,6 +47,8 @@ pub(super) type Queue<'a> = Mutex<Vec<Request<'a>>>;
 
 /// An accepted attempt waiting to land, and where to send how it ended.
 pub(super) struct Request<'a> {
+    /// Its place in the order changes were accepted, kept when it is queued again.
+    seq: u64,
     task: &'a Task,
     target: String,
     number: u32,
@@ -95,6 +101,7 @@ impl<'a> Runner<'a> {
         )?;
         let (reply, mut answer) = oneshot::channel();
         locked(&self.queue).push(Request {
+            seq: ACCEPTED.fetch_add(1, Ordering::Relaxed),
             task,
             target: target.to_string(),
             number: spec.number,
@@ -172,10 +179,8 @@ impl<'a> Runner<'a> {
         let mut onto = tip;
         let mut ready: Vec<Ready<'a>> = Vec::new();
         let mut left: Vec<(Request<'a>, Left)> = Vec::new();
-        // One worktree gates the whole batch, moved from commit to commit.
-        let mut gating: Option<(Lease, Oid)> = None;
         for request in batch {
-            match self.fit(&request, &target, onto, &mut gating).await? {
+            match self.fit(&request, &target, onto).await? {
                 Fit::Commit(commit) => {
                     ready.push(Ready {
                         request,
@@ -190,9 +195,12 @@ impl<'a> Runner<'a> {
                 Fit::Leave(why) => left.push((request, why)),
             }
         }
-        drop(gating);
-        if !ready.is_empty() {
-            self.publish(&target, tip, ready, &mut left).await?;
+        let landed = ready.is_empty() || self.publish(&target, tip, ready).await?;
+        if !landed {
+            // What they left over (a conflict with, or a gate failing after, a change before
+            // them) did not land: they try again with the rest.
+            self.requeue(left.into_iter().map(|(request, _)| request).collect());
+            return Ok(());
         }
         // Answered after the batch moved the target, so their next attempts start from it.
         for (request, why) in left {
@@ -203,15 +211,10 @@ impl<'a> Runner<'a> {
     }
 
     /// Merges `request`'s change onto `onto` and gates the result when it is not what the
-    /// change's gates saw, or the loop has after-merge gates, in the batch's `gating` worktree
-    /// (leased on first use; it holds a checkout of the commit beside it).
-    async fn fit(
-        &self,
-        request: &Request<'a>,
-        target: &str,
-        onto: Oid,
-        gating: &mut Option<(Lease, Oid)>,
-    ) -> Result<Fit, RunError> {
+    /// change's gates saw, or the loop has after-merge gates, in a worktree of its own: a clean
+    /// checkout of that commit, so nothing an earlier change's gates left behind (edited or
+    /// untracked files, a lock) reaches its gates.
+    async fn fit(&self, request: &Request<'a>, target: &str, onto: Oid) -> Result<Fit, RunError> {
         let task = request.task;
         let strategy = task.merge.strategy;
         let prepared = {
@@ -258,19 +261,8 @@ impl<'a> Runner<'a> {
         if to_run.is_empty() {
             return Ok(Fit::Commit(commit));
         }
-        let lease = match gating.take() {
-            None => {
-                let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
-                self.acquire(commit, &branch).await?
-            }
-            Some((lease, at)) => {
-                blocking("move the landing worktree", move || {
-                    worktree::advance(&lease, at, commit).map(|()| lease)
-                })
-                .await??
-            }
-        };
-        let lease = &gating.insert((lease, commit)).0;
+        let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
+        let lease: Lease = self.acquire(commit, &branch).await?;
         let env = attempt::landing_env(
             &self.run_id,
             &task.name,
@@ -359,14 +351,14 @@ impl<'a> Runner<'a> {
 
     /// Records the intent to land every change in `ready`, moves `target` from `tip` past all
     /// of them, and answers them; a batch that cannot be published is queued again (alone,
-    /// when the main checkout refused it), or leaves for `left` when the target keeps moving.
+    /// when the main checkout refused it) or, when the target keeps moving, retried from its
+    /// new tip. Out comes whether the batch landed.
     async fn publish(
         &self,
         target: &str,
         tip: Oid,
         ready: Vec<Ready<'a>>,
-        left: &mut Vec<(Request<'a>, Left)>,
-    ) -> Result<(), RunError> {
+    ) -> Result<bool, RunError> {
         let mut intents = Vec::with_capacity(ready.len());
         for r in &ready {
             let task = r.request.task;
@@ -414,7 +406,7 @@ impl<'a> Runner<'a> {
                     )?;
                     let _ = r.request.reply.send(Ok(Landing::Landed(Some(r.commit))));
                 }
-                return Ok(());
+                return Ok(true);
             }
             Err(LandError::Moved { .. }) => {
                 for id in intents {
@@ -429,13 +421,14 @@ impl<'a> Runner<'a> {
                 for mut r in ready {
                     r.request.moved += 1;
                     if r.request.moved >= LAND_RETRIES {
-                        left.push((r.request, Left::Moving));
+                        let landing = self.left(&r.request, target, Left::Moving).await?;
+                        let _ = r.request.reply.send(Ok(landing));
                     } else {
                         again.push(r.request);
                     }
                 }
                 self.requeue(again);
-                return Ok(());
+                return Ok(false);
             }
             Err(LandError::Dirty { paths }) => {
                 let detail = format!("local changes in the main checkout: {}", paths.join(", "));
@@ -471,7 +464,7 @@ impl<'a> Runner<'a> {
                     })
                     .collect(),
             );
-            return Ok(());
+            return Ok(false);
         }
         for r in ready {
             let task = r.request.task;
@@ -498,13 +491,14 @@ impl<'a> Runner<'a> {
             };
             let _ = r.request.reply.send(Ok(Landing::Human(why)));
         }
-        Ok(())
+        Ok(false)
     }
 
-    /// Puts `requests` back at the head of the queue, in their order, for the next batch.
+    /// Puts `requests` back in the queue, in the order they were accepted, for the next batch.
     fn requeue(&self, requests: Vec<Request<'a>>) {
         let mut queue = locked(&self.queue);
-        queue.splice(0..0, requests);
+        queue.extend(requests);
+        queue.sort_by_key(|r| r.seq);
     }
 
     /// How a change that left its batch ended, now that the batch has landed: another attempt
