@@ -98,6 +98,7 @@ pub fn restore(
         .map(|t| (t.name.clone(), t))
         .collect();
     let mut out = BTreeMap::new();
+    finish_interrupted_publish(runner, rows.keys())?;
     for &i in selected {
         let task = &program.tasks[i];
         let Some(row) = rows.get(&task.name) else {
@@ -153,6 +154,84 @@ pub fn restore(
         out.insert(task.name.clone(), restored);
     }
     Ok(out)
+}
+
+/// Carries out a landing cut short between bringing the main checkout to the landing's commit
+/// and moving the branch: the checkout's index holds exactly the tree of a recorded intent's
+/// commit, which descends from the checked-out branch's tip. The branch is moved there with a
+/// compare-and-swap, as the landing would have, instead of the checkout's new files being taken
+/// for a person's local changes (which would stop every change of the batch). Runs before any
+/// intent is settled, so that the settling sees them landed.
+fn finish_interrupted_publish<'t>(
+    runner: &Runner<'_>,
+    tasks: impl Iterator<Item = &'t String>,
+) -> Result<(), RunError> {
+    let run = runner.run_id().to_string();
+    let mut intents = Vec::new();
+    for task in tasks {
+        let rows = runner.ledger().merge_rows(&run, task)?;
+        intents.extend(
+            rows.into_iter()
+                .filter(|m| m.state == "intent")
+                .map(|m| (task, m)),
+        );
+    }
+    if intents.is_empty() {
+        return Ok(());
+    }
+    let git = |action: &str| {
+        let action = action.to_string();
+        move |source| RunError::Git { action, source }
+    };
+    let repo = Repository::open(runner.repo_root()).map_err(git("open the repository"))?;
+    if repo.is_bare() {
+        return Ok(());
+    }
+    let Some(head_ref) = repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|h| h.symbolic_target().ok().flatten().map(str::to_string))
+    else {
+        return Ok(());
+    };
+    let Ok(tip) = repo.head().and_then(|h| h.peel_to_commit()) else {
+        return Ok(());
+    };
+    // An index with conflicts has no tree: nothing mvk left half-published.
+    let Ok(staged) = repo.index().and_then(|mut i| i.write_tree()) else {
+        return Ok(());
+    };
+    if staged == tip.tree_id() {
+        return Ok(());
+    }
+    for (task, m) in intents {
+        if head_ref != format!("refs/heads/{}", m.into) {
+            continue;
+        }
+        let Ok(new) = Oid::from_str(&m.new_commit) else {
+            continue;
+        };
+        let holds = repo.find_commit(new).is_ok_and(|c| c.tree_id() == staged);
+        if !holds || !repo.graph_descendant_of(new, tip.id()).unwrap_or(false) {
+            continue;
+        }
+        let reflog = format!("mvk: resume of run {run} finishes an interrupted landing");
+        match repo.reference_matching(&head_ref, new, true, tip.id(), &reflog) {
+            Ok(_) => {
+                runner.emit(
+                    Some(task),
+                    None,
+                    "merge.finished-by-resume",
+                    json!({"merge": m.id, "commit": m.new_commit, "into": m.into}),
+                )?;
+            }
+            // Moved meanwhile: settling finds out which intents it holds.
+            Err(e) if e.code() == git2::ErrorCode::Modified => {}
+            Err(e) => return Err(git("move the branch an interrupted landing was moving")(e)),
+        }
+        break;
+    }
+    Ok(())
 }
 
 /// Settles a task's merge intents against git: done when the target holds the commit, aborted

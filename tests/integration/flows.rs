@@ -640,3 +640,51 @@ fn a_change_that_left_a_batch_which_did_not_land_tries_again_with_the_rest() {
     assert_eq!(starts(&fixture)["c"], 1, "`c` ran once: {}", run.why());
     run.none("merge.conflict");
 }
+
+#[test]
+fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_resume() {
+    use super::resume::{resume, task_outcomes};
+    // `z` holds the landing turn until `a` and `b` wait, then its after-merge gate refuses it,
+    // so `a` and `b` land as one batch of new files, and mvk is killed between bringing the
+    // main checkout to the batch's commit and moving `main`.
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str("flow t {\n    parallel 3\n");
+    let refuse = r#"merge { gate refuse evidence=none timeout="60s" { run "sh" "-c" "until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 3 ]; do sleep 0.05; done; exit 1"; }; }"#;
+    text.push_str(&task("z", "quick", "out/z.txt", refuse));
+    text.push_str(&task("a", "slow", "out/a.txt", ""));
+    text.push_str(&task("b", "slow", "out/b.txt", ""));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let crashed = fixture.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "merge-checkout")],
+    );
+    assert_eq!(
+        crashed.code,
+        -1,
+        "killed at the checkout\n{}",
+        crashed.why()
+    );
+    assert_eq!(fixture.tip("main"), fixture.base, "main did not move yet");
+    let r = resume(&fixture, &[]);
+    assert!(
+        fixture.show("main", "out/a.txt").is_some() && fixture.show("main", "out/b.txt").is_some(),
+        "{}",
+        r.why()
+    );
+    let landed = fixture.git(&["log", "--format=%s", &format!("{}..main", fixture.base)]);
+    assert_eq!(
+        landed.lines().count(),
+        2,
+        "one commit per change:\n{landed}"
+    );
+    assert_eq!(fixture.git(&["status", "--porcelain"]), "", "{}", r.why());
+    r.one("merge.finished-by-resume");
+    let outcomes = task_outcomes(&fixture, &r.id);
+    assert!(
+        outcomes.contains(&("a".into(), "accepted".into()))
+            && outcomes.contains(&("b".into(), "accepted".into())),
+        "{outcomes:?}"
+    );
+}
