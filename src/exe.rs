@@ -51,4 +51,35 @@ mod tests {
         let live = dir.path().join("mvk");
         assert_eq!(undeleted(live.clone(), |p| p.exists()), live);
     }
+
+    /// Regression: the sandbox's trampoline and probe and the commands `mvk mcp` runs asked the
+    /// system for the path themselves (`std::env::current_exe()`), ` (deleted)` and all. Every
+    /// process mvk starts of itself takes the path from here: outside this module and tests, no
+    /// code asks the system.
+    #[test]
+    fn no_other_code_asks_the_system_for_the_path() {
+        fn scan(dir: &Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    scan(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("src/exe.rs")
+                {
+                    let text = std::fs::read_to_string(&path).expect("a source file");
+                    // Tests re-run their own binary, which nothing replaces.
+                    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                    if code.contains("current_exe") {
+                        found.push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        let mut found = Vec::new();
+        scan(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut found,
+        );
+        assert!(found.is_empty(), "use `crate::exe::path()` in {found:?}");
+    }
 }
