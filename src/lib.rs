@@ -41,6 +41,7 @@ pub mod diag;
 pub mod digest;
 pub mod drift;
 pub mod env;
+pub mod exe;
 pub mod ir;
 pub mod ledger;
 pub mod mcp;

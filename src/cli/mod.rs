@@ -124,7 +124,7 @@ where
         return glob_match::run(&args[2..]);
     }
     // Where this executable is, found before a long run gives a rebuild the time to replace it.
-    let _ = crate::run::attempt::mvk_exe();
+    let _ = crate::exe::path();
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;
     if args.get(1).is_some_and(|a| a == crate::mcp::SESSION) {

@@ -45,8 +45,8 @@ pub struct Finished {
     pub stderr: String,
 }
 
-fn exe() -> Result<PathBuf, ErrorData> {
-    std::env::current_exe().map_err(|e| {
+fn exe() -> Result<&'static Path, ErrorData> {
+    crate::exe::path().map_err(|e| {
         ErrorData::internal_error(format!("cannot find mvk's own executable: {e}"), None)
     })
 }

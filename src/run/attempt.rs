@@ -1073,35 +1073,10 @@ fn gate_env(
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
         (SCOPE_VAR.to_string(), scope.join("\n")),
     ];
-    if let Some(exe) = mvk_exe() {
+    if let Ok(exe) = crate::exe::path() {
         env.push((crate::env::MVK_EXE.to_string(), exe.display().to_string()));
     }
     env
-}
-
-/// This executable's path, found once (`cli::run` asks first, at startup). Linux reads it from
-/// `/proc/self/exe`, which says `… (deleted)` once the file has been replaced (a `cargo install`
-/// or build during a long run), a path that runs nothing; the replacement does.
-pub fn mvk_exe() -> Option<&'static Path> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| {
-        std::env::current_exe()
-            .ok()
-            .map(|exe| undeleted(exe, |p| p.exists()))
-    })
-    .as_deref()
-}
-
-/// `exe` without the ` (deleted)` Linux appends to a replaced executable's path, when a file is
-/// at the path without it.
-fn undeleted(exe: PathBuf, exists: impl Fn(&Path) -> bool) -> PathBuf {
-    let Some(text) = exe.to_str() else {
-        return exe;
-    };
-    match text.strip_suffix(" (deleted)") {
-        Some(live) if exists(Path::new(live)) => PathBuf::from(live),
-        _ => exe,
-    }
 }
 
 /// The gate environment for gates run on a landing candidate.
@@ -1203,20 +1178,6 @@ mod tests {
         assert!(git2::Reference::is_valid_name(&format!(
             "refs/heads/mvk/r/{a}/1"
         )));
-    }
-
-    /// Regression: a binary replaced during a run (`cargo install`) named itself to its gates as
-    /// `…/mvk (deleted)`, so `"$MVK_EXE" __glob-match` failed every attempt.
-    #[test]
-    fn a_replaced_executable_is_named_by_its_live_path() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let deleted = dir.path().join("mvk (deleted)");
-        // The replacement is not there (yet): the path stays as the system gave it.
-        assert_eq!(undeleted(deleted.clone(), |p| p.exists()), deleted);
-        std::fs::write(dir.path().join("mvk"), "").expect("write");
-        assert_eq!(undeleted(deleted, |p| p.exists()), dir.path().join("mvk"));
-        let live = dir.path().join("mvk");
-        assert_eq!(undeleted(live.clone(), |p| p.exists()), live);
     }
 
     #[test]

@@ -128,7 +128,7 @@ pub struct Support {
 
 /// Asks a child trampoline what the kernel allows.
 pub fn probe() -> Result<Support, SandboxError> {
-    let exe = std::env::current_exe().map_err(|source| SandboxError::Probe { source })?;
+    let exe = crate::exe::path().map_err(|source| SandboxError::Probe { source })?;
     let mut args = vec![TRAMPOLINE, PROBE];
     if pretend_unsupported() {
         args.push(PRETEND_FLAG);
@@ -288,7 +288,7 @@ pub fn confine(
         pretend: pretend_unsupported(),
     };
     let policy = serde_json::to_string(&policy).map_err(|e| fail(io::Error::other(e)))?;
-    let exe = std::env::current_exe().map_err(fail)?;
+    let exe = crate::exe::path().map_err(fail)?;
     let mut args = vec![
         TRAMPOLINE.to_string(),
         policy,

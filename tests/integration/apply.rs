@@ -216,7 +216,12 @@ impl Fixture {
 
     /// `mvk` in the repository, hermetic, as a plain command (to run in the background).
     pub(crate) fn mvk_std(&self) -> StdCommand {
-        let mut cmd = StdCommand::new(assert_cmd::cargo::cargo_bin("mvk"));
+        self.mvk_at(&assert_cmd::cargo::cargo_bin("mvk"))
+    }
+
+    /// As [`Fixture::mvk_std`], with the mvk executable at EXE (a copy the test replaces).
+    pub(crate) fn mvk_at(&self, exe: &Path) -> StdCommand {
+        let mut cmd = StdCommand::new(exe);
         cmd.current_dir(self.root())
             .env("MVK_WORKTREE_ROOT", self.worktrees.path())
             .env("GIT_CONFIG_GLOBAL", "/dev/null")

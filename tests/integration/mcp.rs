@@ -19,10 +19,21 @@ fn client(f: &Fixture, steps: &Value) -> Value {
 /// Runs the Python client against `mvk SERVER_ARGS…` started in DIR with STEPS; once it
 /// returns, the client has ended and so has the server (the SDK kills its process group).
 fn client_in(f: &Fixture, dir: &Path, server_args: &[&str], steps: &Value) -> Value {
+    client_of(
+        &assert_cmd::cargo::cargo_bin("mvk"),
+        f,
+        dir,
+        server_args,
+        steps,
+    )
+}
+
+/// As [`client_in`], with the server run from the mvk executable at EXE.
+fn client_of(exe: &Path, f: &Fixture, dir: &Path, server_args: &[&str], steps: &Value) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
     let mut cmd = Command::new("python3");
     cmd.arg(&script)
-        .arg(assert_cmd::cargo::cargo_bin("mvk"))
+        .arg(exe)
         .arg(dir)
         .args(server_args)
         .current_dir(dir)
@@ -797,4 +808,38 @@ fn resume_without_a_run_continues_the_latest_apply_run_not_a_later_attempt() {
     let status = finished_status(&f, Some(&run));
     assert_eq!(status["outcome"], "accepted", "{status:#}");
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+/// Regression: `mvk mcp` started every command it runs from `std::env::current_exe()`, which on
+/// Linux reads `…/mvk (deleted)` once the binary has been replaced (a `cargo install` while the
+/// server lives, as an editor keeps it for hours): every tool that runs a command failed. It
+/// uses the path found at startup now, which runs the replacement.
+#[test]
+fn the_server_outlives_the_replacement_of_its_mvk_binary() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let bin = tempfile::tempdir().unwrap();
+    let exe = bin.path().join("mvk");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("mvk"), &exe).unwrap();
+    let new = bin.path().join("mvk.new");
+    // A new binary put in its place, as `cargo install` does; the server's file is gone.
+    let replace = format!(
+        "cp '{}' '{new}' && mv '{new}' '{exe}'",
+        assert_cmd::cargo::cargo_bin("mvk").display(),
+        new = new.display(),
+        exe = exe.display()
+    );
+    let doc = client_of(
+        &exe,
+        &f,
+        f.root(),
+        &["mcp"],
+        &json!([
+            {"shell": replace},
+            {"tool": "run_attempt", "arguments": {"file": "loops/t.kdl"}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["code"], 0, "{doc:#}");
+    let a = structured(&steps[1], "run_attempt after the replacement");
+    assert_eq!(a["verdict"], "passed", "{a:#}");
 }

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use super::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl};
+use super::apply::{FIXED, Fixture, TESTS_GATE, agent_def, agent_def_timeout, loop_kdl};
 
 /// Loop `t` whose agent runs `hardening/reach.sh STATE REPO`, with SANDBOX and EXTRA gates.
 fn reach_loop(sandbox: &str, gates: &str) -> String {
@@ -609,4 +609,62 @@ for label, addr in (("file", "{}"), ("abstract", "\0{name}")):
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "file reached", "{text}");
     assert!(lines[1].starts_with("abstract refused"), "{text}");
+}
+
+/// Regression: a binary replaced during a run (`cargo install`, a rebuild) is `…/mvk (deleted)`
+/// to `/proc/self/exe`, and mvk started its sandbox's trampoline (`EXE __sandbox …`) from that
+/// path, which runs nothing: every agent and gate started after the replacement failed. mvk uses
+/// the path it found at startup now, which runs the replacement, here for the gate after the
+/// agent.
+#[test]
+fn a_sandboxed_run_outlives_the_replacement_of_its_mvk_binary() {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "wait_fix.sh", &["@STATE"], "2m"),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true { write \"@STATE\"; }\n    budget iterations=1",
+    ));
+    let bin = tempfile::tempdir().unwrap();
+    let exe = bin.path().join("mvk");
+    fs::copy(assert_cmd::cargo::cargo_bin("mvk"), &exe).unwrap();
+    let mut child = f
+        .mvk_at(&exe)
+        .args(["apply", "loops/t.kdl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !f.state("agent-started").exists() {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the agent did not start\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A new binary put in its place, as `cargo install` does: the running one's file is gone.
+    let new = bin.path().join("mvk.new");
+    fs::copy(assert_cmd::cargo::cargo_bin("mvk"), &new).unwrap();
+    fs::rename(&new, &exe).unwrap();
+    let seen = fs::read_link(format!("/proc/{}/exe", child.id())).unwrap();
+    assert!(
+        seen.to_string_lossy().ends_with(" (deleted)"),
+        "{}",
+        seen.display()
+    );
+    fs::write(f.state("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }

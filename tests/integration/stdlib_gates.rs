@@ -808,23 +808,18 @@ fn write_script(path: &Path, body: &str) {
     std::fs::set_permissions(path, perms).expect("chmod");
 }
 
-/// Regression: git takes a file's attributes from the worktree, which the change controls, so a
-/// `.gitattributes` saying `* -diff` (committed in the change, or left untracked in the root by an
-/// earlier gate running the agent's code) made every file binary: `max-diff-lines` counted no
-/// line and `no-new-todos` saw none. The gates take attributes from the base now (git 2.40+),
-/// or, on an older git, force text.
-#[test]
-fn diff_gates_see_through_gitattributes_the_change_writes() {
-    // A git without `--attr-source` (before 2.40): a wrapper that refuses it, as git then did.
+/// Runs TEST twice, handing it how to make a project: once with this machine's git, once with a
+/// git without `--attr-source` (before 2.40), a wrapper first on `PATH` that refuses the option,
+/// as git then did, and runs the real one otherwise.
+fn on_each_git(test: impl Fn(&dyn Fn(&[(&str, &str)]) -> Project)) {
     let old_git = tempfile::tempdir().expect("tempdir");
     let real = Command::new("sh")
         .args(["-c", "command -v git"])
         .output()
         .expect("sh runs");
     let real = String::from_utf8_lossy(&real.stdout).trim().to_owned();
-    let wrapper = old_git.path().join("git");
     write_script(
-        &wrapper,
+        &old_git.path().join("git"),
         &format!(
             "case \"$1\" in --attr-source*) echo \"unknown option: $1\" >&2; exit 129 ;; esac\n\
              exec '{real}' \"$@\"\n"
@@ -835,36 +830,47 @@ fn diff_gates_see_through_gitattributes_the_change_writes() {
         old_git.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    test(&|files| Project::new(files));
+    test(&|files| {
+        let mut p = Project::new(files);
+        p.env.push(("PATH".into(), path.clone()));
+        p
+    });
+}
 
-    // Both gates fail: `max-diff-lines` at MAX counts LINES, `no-new-todos` with PATHS finds FOUND.
-    let sees = |p: &Project, max: &str, lines: &str, paths: &str, found: &str| {
-        let run = p.gate("generic", &format!("use=max-diff-lines max=\"{max}\""), ALL);
-        expect(&run, GateVerdict::Fail, None);
-        assert!(run.tail.contains(lines), "{:?}\n{}", p.env, run.tail);
-        let run = p.gate("generic", &format!("use=no-new-todos {paths}"), ALL);
-        expect(&run, GateVerdict::Fail, None);
-        assert!(
-            run.tail.contains(&format!("  {found}\n")),
-            "{:?}\n{}",
-            p.env,
-            run.tail
-        );
-    };
-    for old in [false, true] {
-        let with = |mut p: Project| {
-            if old {
-                p.env.push(("PATH".into(), path.clone()));
-            }
-            p
-        };
+/// Asserts that both diff gates see the change and fail: `max-diff-lines` at MAX, counting
+/// LINES (`is N lines`), and `no-new-todos` with PATHS, naming FOUND (`path:line: text`).
+#[track_caller]
+fn diff_gates_see(p: &Project, max: &str, lines: &str, paths: &str, found: &str) {
+    let run = p.gate("generic", &format!("use=max-diff-lines max=\"{max}\""), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains(lines), "{:?}\n{}", p.env, run.tail);
+    let run = p.gate("generic", &format!("use=no-new-todos {paths}"), ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(
+        run.tail.contains(&format!("  {found}\n")),
+        "{:?}\n{}",
+        p.env,
+        run.tail
+    );
+}
+
+/// Regression: git takes a file's attributes from the worktree, which the change controls, so a
+/// `.gitattributes` saying `* -diff` (committed in the change, or left untracked in the root by an
+/// earlier gate running the agent's code) made every file binary: `max-diff-lines` counted no
+/// line and `no-new-todos` saw none. The gates take attributes from the base now (git 2.40+) and
+/// read every file as text on any git.
+#[test]
+fn diff_gates_see_through_gitattributes_the_change_writes() {
+    on_each_git(|project| {
         // Committed inside the scope: three lines in b.rs, one in the attributes file.
-        let p = with(Project::new(&[("src/a.rs", "fn a() {}\n")]));
+        let p = project(&[("src/a.rs", "fn a() {}\n")]);
         p.write(&[
             ("src/.gitattributes", "* -diff\n"),
             ("src/b.rs", "// TODO: hidden\nfn b() {}\nfn c() {}\n"),
         ]);
         p.commit("blind the diff");
-        sees(
+        diff_gates_see(
             &p,
             "3",
             "is 4 lines",
@@ -873,15 +879,65 @@ fn diff_gates_see_through_gitattributes_the_change_writes() {
         );
 
         // Untracked in the root: not in the change, but in the worktree git reads attributes from.
-        let p = with(Project::new(&[("src/a.rs", "fn a() {}\n")]));
+        let p = project(&[("src/a.rs", "fn a() {}\n")]);
         p.write(&[("src/b.rs", "// FIXME: hidden\nfn b() {}\n")]);
         p.commit("change");
         p.write(&[(".gitattributes", "* -diff\n")]);
-        sees(&p, "1", "is 2 lines", "", "src/b.rs:1: // FIXME: hidden");
-    }
+        diff_gates_see(&p, "1", "is 2 lines", "", "src/b.rs:1: // FIXME: hidden");
+    });
+}
 
-    // A file binary by its content still counts no line, where git can take the base's
-    // attributes; and the base's own attributes, which the user wrote, still hold.
+/// Regression: with `--attr-source` (git 2.40+) the gates still let git decide what is binary,
+/// so a NUL byte hid a file's lines (git judges by content), and so did `* -diff` in the
+/// repository's own `info/attributes` or in a `core.attributesFile` its configuration names:
+/// `--attr-source` replaces only the worktree's and index's `.gitattributes`, and an earlier gate
+/// running the agent's code could write either. The gates read every file as text now, on any
+/// git, so every line counts; the way to leave a file out is `exclude`.
+#[test]
+fn diff_gates_read_every_file_as_text() {
+    on_each_git(|project| {
+        // A NUL byte makes the file binary to git, the TODO before it unseen.
+        let p = project(&[("a.txt", "a\n")]);
+        p.write(&[("a.txt", "a\n// TODO: x\n\0\n")]);
+        p.commit("nul");
+        diff_gates_see(&p, "1", "is 2 lines", "", "a.txt:2: // TODO: x");
+
+        // A new file of 1000 lines that starts with one.
+        let p = project(&[("a.txt", "a\n")]);
+        p.write(&[("big.txt", &format!("\0{}", "x\n".repeat(1000)))]);
+        p.commit("big");
+        let run = p.gate("generic", "use=max-diff-lines max=\"999\"", ALL);
+        expect(&run, GateVerdict::Fail, None);
+        assert!(
+            run.tail.contains("is 1000 lines"),
+            "{:?}\n{}",
+            p.env,
+            run.tail
+        );
+
+        // `* -diff` where `--attr-source` does not reach: the common directory's
+        // `info/attributes`, then a `core.attributesFile` the repository's configuration names.
+        let p = project(&[("src/a.rs", "fn a() {}\n")]);
+        p.write(&[("src/b.rs", "// FIXME: hidden\nfn b() {}\n")]);
+        p.commit("change");
+        let common = p.path().join(p.git(&["rev-parse", "--git-common-dir"]));
+        let info = common.join("info/attributes");
+        std::fs::create_dir_all(common.join("info")).expect("mkdir");
+        std::fs::write(&info, "* -diff\n").expect("write");
+        diff_gates_see(&p, "1", "is 2 lines", "", "src/b.rs:1: // FIXME: hidden");
+        std::fs::remove_file(&info).expect("rm");
+        let attributes = common.join("blind");
+        std::fs::write(&attributes, "* -diff\n").expect("write");
+        p.git(&[
+            "config",
+            "core.attributesFile",
+            &attributes.display().to_string(),
+        ]);
+        diff_gates_see(&p, "1", "is 2 lines", "", "src/b.rs:1: // FIXME: hidden");
+    });
+
+    // Whatever the base's own attributes say, a binary file's lines count, as git splits them at
+    // newlines: three in logo.bin, three in the lock file (`-diff` in the base), one in a.txt.
     let p = Project::new(&[("Cargo.lock", "x\n"), (".gitattributes", "*.lock -diff\n")]);
     p.write(&[
         ("logo.bin", "\0\u{1}\n\0\n\0\n"),
@@ -889,9 +945,16 @@ fn diff_gates_see_through_gitattributes_the_change_writes() {
         ("a.txt", "a\n"),
     ]);
     p.commit("binaries");
-    let run = p.gate("generic", "use=max-diff-lines max=\"1\"", ALL);
+    let run = p.gate("generic", "use=max-diff-lines max=\"6\"", ALL);
+    expect(&run, GateVerdict::Fail, None);
+    assert!(run.tail.contains("is 7 lines"), "{}", run.tail);
+    let run = p.gate(
+        "generic",
+        "use=max-diff-lines max=\"4\" exclude=\"Cargo.lock\"",
+        ALL,
+    );
     expect(&run, GateVerdict::Pass, None);
-    assert!(run.tail.contains("is 1 lines"), "{}", run.tail);
+    assert!(run.tail.contains("is 4 lines"), "{}", run.tail);
 }
 
 /// Regression: common user git settings made `no-new-todos` pass silently and could skew

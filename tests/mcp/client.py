@@ -9,6 +9,8 @@ JSON document: the server's name and, per step, what came back. A step is
   {"tool": "status", "arguments": {...}, "until": ["paused", "finished"], "seconds": 60}
                                                    the call again until the result's `state` is
                                                    one of those (or the time is up)
+  {"shell": "COMMAND"}                             `sh -c COMMAND` here, between calls, its exit
+                                                   code back (`{"code": N}`)
 In arguments, the string "@RUN" stands for the run the last `apply` named.
 The test that runs it (tests/integration/mcp.rs) asserts on the document.
 """
@@ -16,6 +18,7 @@ The test that runs it (tests/integration/mcp.rs) asserts on the document.
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -49,6 +52,10 @@ async def main():
             out["server"] = init.server_info.name
             out["instructions"] = init.instructions
             for step in steps:
+                if "shell" in step:
+                    done = subprocess.run(["sh", "-c", step["shell"]])
+                    out["steps"].append({"code": done.returncode})
+                    continue
                 if step.get("list"):
                     tools = await session.list_tools()
                     out["steps"].append(
