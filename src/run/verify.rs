@@ -441,6 +441,7 @@ flow f {
                 repo_root: Some(root.to_path_buf()),
                 lock: crate::resolve::lock::Mode::Verify,
                 cache_dir: None,
+                confine: None,
             },
         );
         let program = compiled.program.unwrap_or_else(|| {

@@ -709,6 +709,86 @@ fn file_arguments_outside_the_repository_are_refused() {
     assert_eq!(started, 0);
 }
 
+/// Regression: only the file argument was checked, but the compiler follows whatever that file
+/// names, so a repository file importing `/etc/passwd` or `../outside.kdl` had those lines
+/// rendered into the diagnostics handed to the caller, by the server (`plan`, `verify`) and by
+/// the `mvk attempt` it starts (`run_attempt`); and `.git/config`, inside the repository, handed
+/// out the remote's URL with its token. Now every file a served compile reads is fenced in the
+/// checkout, outside its git directory.
+#[test]
+fn what_a_file_imports_is_fenced_in_the_repository_too() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let outside = f.state("outside.kdl");
+    std::fs::write(&outside, "secret-outside-the-repository {\n").unwrap();
+    let state = f.state.path().file_name().unwrap().to_str().unwrap();
+    let honest = std::fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
+    for (name, import) in [
+        ("etc", "/etc/passwd".to_string()),
+        ("up", format!("../../{state}/outside.kdl")),
+        ("git", "../.git/config".to_string()),
+    ] {
+        std::fs::write(
+            f.root().join(format!("loops/{name}.kdl")),
+            format!("import \"{import}\"\n{honest}"),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        f.root().join("loops/tpl.kdl"),
+        honest.replace("seal ", "prompt \"/etc/passwd\"\n    seal "),
+    )
+    .unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "loops that reach out"]);
+    f.git(&[
+        "config",
+        "remote.origin.url",
+        "https://me:token-SECRET-42@example.com/x.git",
+    ]);
+    let doc = client(
+        &f,
+        &json!([
+            {"tool": "plan", "arguments": {"file": "loops/etc.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/up.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/git.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/tpl.kdl"}},
+            {"tool": "verify", "arguments": {"file": "loops/etc.kdl", "base": "main"}},
+            {"tool": "run_attempt", "arguments": {"file": "loops/etc.kdl"}},
+            {"tool": "run_attempt", "arguments": {"file": "loops/up.kdl"}},
+            {"tool": "plan", "arguments": {"file": ".git/config"}},
+            {"tool": "plan", "arguments": {"file": "loops/../.git/config"}},
+            {"tool": "verify", "arguments": {"file": ".git/config", "base": "main"}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    for (i, step) in steps.iter().enumerate() {
+        let refused = error(step, &format!("step {i}"));
+        for secret in [
+            "root:x:0:0",
+            "secret-outside",
+            "SECRET-42",
+            "repositoryformatversion",
+        ] {
+            assert!(
+                !refused.contains(secret),
+                "step {i} leaked {secret}: {refused}"
+            );
+        }
+        assert!(
+            refused.contains("outside the repository") || refused.contains("git directory"),
+            "step {i}: {refused}"
+        );
+    }
+    // The command line itself is not fenced: the same import still works there.
+    let own = f.mvk().args(["plan", "loops/tpl.kdl"]).output().unwrap();
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+}
+
 /// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
 /// pipes to the server. A client that left mid-call and killed the server's process group (as
 /// clients do on exit) killed the attempt with it; one that killed the server alone left the
