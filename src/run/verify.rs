@@ -301,6 +301,13 @@ fn uncommitted(repo: &Repository) -> Result<Vec<Breach>, VerifyError> {
             BreachKind::Deleted
         } else if status.intersects(Status::WT_TYPECHANGE | Status::INDEX_TYPECHANGE) {
             BreachKind::SymlinkReplaced
+        } else if status.contains(Status::WT_MODIFIED)
+            && !status.contains(Status::INDEX_MODIFIED)
+            && filtered(repo, path)
+            && index_id(repo, path).is_some_and(|id| git_hash(repo, path) == Some(id))
+        {
+            // libgit2 hashed the file unfiltered; through its filter it is the index's blob.
+            continue;
         } else if status.intersects(Status::WT_MODIFIED | Status::INDEX_MODIFIED) {
             BreachKind::Modified
         } else {
@@ -359,12 +366,24 @@ fn hidden_edits(
             continue;
         }
         let (old, new) = (delta.old_file(), delta.new_file());
+        // libgit2 hashed the file as it is; git stores what a configured filter makes of it.
+        let new_id = match delta.status() {
+            git2::Delta::Modified if filtered(repo, &path) => {
+                git_hash(repo, &path).unwrap_or_else(|| new.id())
+            }
+            _ => new.id(),
+        };
         let kind = match delta.status() {
             git2::Delta::Deleted => BreachKind::Deleted,
             git2::Delta::Typechange => BreachKind::SymlinkReplaced,
             git2::Delta::Modified
+                if u32::from(old.mode()) == u32::from(new.mode()) && new_id == old.id() =>
+            {
+                continue;
+            }
+            git2::Delta::Modified
                 if u32::from(old.mode()) != u32::from(new.mode())
-                    && (new.id() == old.id() || new.id().is_zero()) =>
+                    && (new_id == old.id() || new_id.is_zero()) =>
             {
                 BreachKind::ModeChanged {
                     old: u32::from(old.mode()),
@@ -381,6 +400,45 @@ fn hidden_edits(
         });
     }
     Ok(out)
+}
+
+/// Whether git would pass PATH through a filter before hashing it: a `filter` driver or a
+/// `working-tree-encoding`, which libgit2 cannot apply (it applies `text`/`eol` and `ident`
+/// itself).
+fn filtered(repo: &Repository, path: &str) -> bool {
+    ["filter", "working-tree-encoding"].iter().any(|attr| {
+        let value = repo
+            .get_attr(Path::new(path), attr, git2::AttrCheckFlags::FILE_THEN_INDEX)
+            .ok()
+            .flatten();
+        matches!(
+            git2::AttrValue::from_string(value),
+            git2::AttrValue::String(_) | git2::AttrValue::True
+        )
+    })
+}
+
+/// The blob the index holds for PATH (stage 0).
+fn index_id(repo: &Repository, path: &str) -> Option<Oid> {
+    let index = repo.index().ok()?;
+    index.get_path(Path::new(path), 0).map(|e| e.id)
+}
+
+/// The blob id git gives the checkout's PATH, filters applied (`git hash-object --path`), or
+/// `None` when git cannot say (the file is then judged by libgit2's hash: changed).
+fn git_hash(repo: &Repository, path: &str) -> Option<Oid> {
+    let workdir = repo.workdir()?;
+    let out = std::process::Command::new("git")
+        .current_dir(workdir)
+        .args(["hash-object", &format!("--path={path}"), "--", path])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Oid::from_str(String::from_utf8_lossy(&out.stdout).trim()).ok()
 }
 
 fn path_of(p: Option<&Path>) -> String {

@@ -878,3 +878,43 @@ fn resume_without_a_run_continues_the_latest_apply_run_not_a_later_attempt() {
     assert_eq!(status["outcome"], "accepted", "{status:#}");
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }
+
+/// Regression: `verify` clears the stat data of sealed index entries so that every sealed file
+/// is hashed again, but libgit2 cannot run a configured clean filter, so a sealed file whose
+/// blob is its cleaned content looked modified in a clean checkout. Such files are now hashed by
+/// git, which applies the filter; a real edit is still seen.
+#[test]
+fn verify_hashes_sealed_files_through_their_clean_filter() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    f.git(&["config", "filter.up.clean", "tr a-z A-Z"]);
+    f.git(&["config", "filter.up.smudge", "cat"]);
+    std::fs::write(f.root().join(".gitattributes"), "*.dat filter=up\n").unwrap();
+    std::fs::write(f.root().join("tests/data.dat"), "hello\n").unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "filtered data"]);
+    assert_eq!(f.show("main", "tests/data.dat").as_deref(), Some("HELLO\n"));
+    assert_eq!(
+        f.git(&["status", "--porcelain"]),
+        "",
+        "git sees a clean checkout"
+    );
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 0, "{out}");
+    // The same content by another spelling the filter maps to the blob, or written again (its
+    // stat data no longer the index's): still untouched.
+    for same in ["HELLO\n", "hello\n", "Hello\n"] {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        std::fs::write(f.root().join("tests/data.dat"), same).unwrap();
+        let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+        assert_eq!(code, 0, "{same}: {out}");
+    }
+    // A real edit, hidden from git's status by a flag, is seen.
+    std::fs::write(f.root().join("tests/data.dat"), "bye\n").unwrap();
+    f.git(&["update-index", "--assume-unchanged", "tests/data.dat"]);
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("sealed path `tests/data.dat` modified"),
+        "{out}"
+    );
+}
