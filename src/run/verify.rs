@@ -35,6 +35,12 @@ pub enum VerifyError {
     },
     #[error("cannot read the checkout's uncommitted changes")]
     Status(#[source] git2::Error),
+    #[error("cannot write the base commit's ignore rules to `{}`", path.display())]
+    Scratch {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Seal(#[from] SealError),
 }
@@ -154,7 +160,9 @@ pub fn verify(
         .collect::<Result<Vec<_>, _>>()?;
     let dirty = if head.is_none() {
         let mut dirty = uncommitted(&repo)?;
-        let hidden = hidden_edits(&repo, &|p| seals.iter().any(|s| s.is_sealed(p)))?;
+        let is_sealed = |p: &str| seals.iter().any(|s| s.is_sealed(p));
+        let mut hidden = hidden_edits(&repo, &is_sealed)?;
+        hidden.extend(ignored_new(&repo, base_id, &is_sealed)?);
         dirty.extend(
             hidden
                 .into_iter()
@@ -400,6 +408,114 @@ fn hidden_edits(
         });
     }
     Ok(out)
+}
+
+/// New files in sealed paths that git ignores although the base commit's own `.gitignore`
+/// files do not: `.git/info/exclude`, a global excludes file or an edited `.gitignore` would
+/// otherwise hide a file added to the oracle. (mvk's own `.mvk/`, excluded by mvk, is not
+/// judged here.)
+fn ignored_new(
+    repo: &Repository,
+    base: Oid,
+    sealed: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Breach>, VerifyError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(VerifyError::Status)?;
+    let found: Vec<String> = statuses
+        .iter()
+        .filter(|e| e.status().contains(Status::IGNORED))
+        .filter_map(|e| e.path().ok().map(str::to_string))
+        .filter(|p| p != ".mvk" && !p.starts_with(".mvk/") && sealed(p))
+        .collect();
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let committed = committed_ignores(repo, base)?;
+    let mut out = Vec::new();
+    for path in found {
+        if committed
+            .is_path_ignored(&path)
+            .map_err(VerifyError::Status)?
+        {
+            continue;
+        }
+        out.push(Breach {
+            path,
+            kind: BreachKind::Added,
+            commit: None,
+        });
+    }
+    Ok(out)
+}
+
+/// A scratch repository holding only the `.gitignore` files of commit BASE, with no excludes
+/// file: what it ignores is what BASE's committed rules ignore.
+fn committed_ignores(repo: &Repository, base: Oid) -> Result<Scratch, VerifyError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("mvk-verify-ignores-{}-{nanos}", std::process::id()));
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| VerifyError::Scratch { path, source }
+    };
+    std::fs::create_dir(&dir).map_err(io(&dir))?;
+    // Removed when dropped, whatever happens next.
+    let mut scratch = Scratch { repo: None, dir };
+    let tree = repo
+        .find_commit(base)
+        .and_then(|c| c.tree())
+        .map_err(VerifyError::Status)?;
+    let mut files = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        if entry.name().ok() == Some(".gitignore") && entry.kind() == Some(git2::ObjectType::Blob) {
+            files.push((format!("{root}.gitignore"), entry.id()));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(VerifyError::Status)?;
+    for (path, id) in files {
+        let blob = repo.find_blob(id).map_err(VerifyError::Status)?;
+        let to = scratch.dir.join(&path);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&to, blob.content()).map_err(io(&to))?;
+    }
+    let r = Repository::init(&scratch.dir).map_err(VerifyError::Status)?;
+    r.config()
+        .and_then(|mut c| c.set_str("core.excludesfile", "/dev/null"))
+        .map_err(VerifyError::Status)?;
+    scratch.repo = Some(r);
+    Ok(scratch)
+}
+
+/// A scratch repository and its directory, removed when dropped.
+struct Scratch {
+    repo: Option<Repository>,
+    dir: std::path::PathBuf,
+}
+
+impl Scratch {
+    fn is_path_ignored(&self, path: &str) -> Result<bool, git2::Error> {
+        match &self.repo {
+            Some(r) => r.is_path_ignored(path),
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.repo = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Whether git would pass PATH through a filter before hashing it: a `filter` driver or a

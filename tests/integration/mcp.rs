@@ -918,3 +918,40 @@ fn verify_hashes_sealed_files_through_their_clean_filter() {
         "{out}"
     );
 }
+
+/// Regression: `verify` listed the checkout's new files without those git ignores, so a new
+/// file in a sealed path was invisible once named in `.git/info/exclude`, or in a `.gitignore`
+/// the agent may edit. Ignored files in sealed paths now count, except those the base commit's
+/// own committed `.gitignore` rules ignore.
+#[test]
+fn verify_sees_new_sealed_files_that_git_is_told_to_ignore() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    std::fs::write(f.root().join(".gitignore"), "tests/*.log\n").unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "ignore logs"]);
+    // Ignored by the committed rules: a test run's log, not a change to the oracle.
+    std::fs::write(f.root().join("tests/run.log"), "ran\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 0, "{out}");
+    // Hidden by `.git/info/exclude`.
+    let exclude = f.root().join(".git/info/exclude");
+    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+    text.push_str("tests/extra_test.sh\n");
+    std::fs::write(&exclude, text).unwrap();
+    std::fs::write(f.root().join("tests/extra_test.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tests/extra_test.sh"), "{out}");
+    std::fs::remove_file(f.root().join("tests/extra_test.sh")).unwrap();
+    assert_eq!(verify_in(&f, f.root(), &["--base", "main"]).0, 0);
+    // Hidden by an edit to the (unsealed) `.gitignore`.
+    std::fs::write(
+        f.root().join(".gitignore"),
+        "tests/*.log\ntests/sneaky.sh\n",
+    )
+    .unwrap();
+    std::fs::write(f.root().join("tests/sneaky.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tests/sneaky.sh"), "{out}");
+}
