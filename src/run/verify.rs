@@ -149,12 +149,16 @@ pub fn verify(
             found
         }
     };
-    // As in an attempt: mvk's own directory is sealed in every loop.
+    // As in an attempt: mvk's own directory is sealed in every loop. And the loop's own files:
+    // the program was compiled from the checkout being judged, so an edit that loosened the
+    // seal must itself be a breach, not the rule it is judged by.
+    let own = own_sources(&repo, program);
     let seals = tasks
         .iter()
         .map(|t| {
             let mut patterns = t.seal.clone();
             patterns.push(".mvk".into());
+            patterns.extend(own.iter().cloned());
             Seal::new(&patterns)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -516,6 +520,27 @@ impl Drop for Scratch {
         self.repo = None;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The program's own files in the checkout (the loop or flow file, task loop files, local
+/// imports), as literal seal patterns relative to the checkout's top.
+fn own_sources(repo: &Repository, program: &Program) -> Vec<String> {
+    let Some(top) = repo.workdir().and_then(|w| w.canonicalize().ok()) else {
+        return Vec::new();
+    };
+    program
+        .sources
+        .iter()
+        .filter_map(|(_, f)| match &f.origin {
+            crate::source::Origin::Disk(p) => p.canonicalize().ok(),
+            _ => None,
+        })
+        .filter_map(|p| {
+            p.strip_prefix(&top)
+                .ok()
+                .map(|r| globset::escape(&r.to_string_lossy()))
+        })
+        .collect()
 }
 
 /// Whether git would pass PATH through a filter before hashing it: a `filter` driver or a

@@ -955,3 +955,28 @@ fn verify_sees_new_sealed_files_that_git_is_told_to_ignore() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("tests/sneaky.sh"), "{out}");
 }
+
+/// Regression: `verify` compiles the loop file from the checkout it judges, so an agent that
+/// loosened the seal in the loop file and then edited what it had sealed was `untouched`. The
+/// loop's own files are now sealed too.
+#[test]
+fn verify_counts_an_edit_to_the_loop_file_itself() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let path = f.root().join("loops/t.kdl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("seal \"tests/**\"", "seal \"nothing/**\""),
+    )
+    .unwrap();
+    std::fs::write(f.root().join("tests/test_calc.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("sealed path `loops/t.kdl` modified"), "{out}");
+    // Committed on a branch: the same.
+    f.git(&["checkout", "-q", "-b", "loosened"]);
+    f.git(&["commit", "-q", "-am", "loosen the seal"]);
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main", "--head", "loosened"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("loops/t.kdl"), "{out}");
+}
