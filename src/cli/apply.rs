@@ -49,6 +49,7 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
     refuse_library(&program, &args.file)?;
     sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
+    super::resume::close_all_dead_attempts(printer, &repo_root)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
     let _lock = lock(
         printer,

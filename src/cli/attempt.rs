@@ -115,7 +115,7 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
     let program = super::compile(cli, printer, &args.file)?;
     super::apply::refuse_library(&program, &args.file)?;
     let repo_root = repository(cli, &args.file)?;
-    close_dead(printer, &repo_root, &program.name)?;
+    super::resume::close_all_dead_attempts(printer, &repo_root)?;
     let opts = RunOptions {
         file: shown_file(&args.file, &repo_root),
         repo_root: repo_root.clone(),
@@ -144,28 +144,6 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         printer.out(&text(&result));
     }
     Ok(Exit::from_code(result.exit_code))
-}
-
-/// Closes the earlier attempts of PROGRAM whose process died (killed, their MCP server gone):
-/// what they left running could otherwise edit files beside this attempt forever.
-fn close_dead(
-    printer: &Printer,
-    repo_root: &std::path::Path,
-    program: &str,
-) -> Result<(), CliError> {
-    let db = repo_root.join(".mvk").join("ledger.db");
-    if !db.exists() {
-        return Ok(());
-    }
-    let reader = Reader::open(&db).map_err(super::reading::read_error)?;
-    let dead: Vec<_> = reader
-        .runs()
-        .map_err(|e| super::reading::internal(&e))?
-        .into_iter()
-        .filter(|r| r.command == "attempt" && r.program == program && r.state == "running")
-        .collect();
-    drop(reader);
-    super::resume::close_dead_attempts(printer, repo_root, &dead).map(|_| ())
 }
 
 /// The attempt's result, its gates and events read back from the ledger.

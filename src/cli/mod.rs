@@ -127,7 +127,8 @@ where
     let _ = crate::exe::path();
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;
-    if args.get(1).is_some_and(|a| a == crate::mcp::SESSION) {
+    let served = args.get(1).is_some_and(|a| a == crate::mcp::SESSION);
+    if served {
         if let Err(e) = crate::mcp::enter_session() {
             printer::err_line(&format!("error: {e}"));
             return Exit::Internal.into();
@@ -147,6 +148,11 @@ where
             return code.into();
         }
     };
+    // A command `mvk mcp` started reads files as the server does: its repository's only.
+    if served && let Err(e) = crate::mcp::fence(cli.repo.as_deref()) {
+        printer::err_line(&format!("error: {e}"));
+        return Exit::Internal.into();
+    }
     let printer = Printer::new(cli.quiet, cli.verbose);
     let result = match &cli.command {
         Command::Init(args) => init::init(&cli, &printer, args),
@@ -230,6 +236,7 @@ pub fn compile_with(
             repo_root: Some(repo_root),
             lock,
             cache_dir: None,
+            confine: None,
         },
     )
 }

@@ -38,6 +38,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     };
     refuse_finished(&run)?;
     refuse_attempt(printer, &repo_root, &run)?;
+    close_all_dead_attempts(printer, &repo_root)?;
     let _lock = lock(
         printer,
         &repo_root,
@@ -197,6 +198,27 @@ fn refuse_attempt(printer: &Printer, repo_root: &Path, run: &RunRow) -> Result<(
             run.file, run.file
         )),
     })
+}
+
+/// Closes every `mvk attempt` of the repository whose process died (killed, its MCP server
+/// gone), whatever its loop, before a command leases a worktree: the pool's slot lock died with
+/// the killed mvk, so its orphaned agent could otherwise go on writing into the slot the next
+/// run leases. (A dead `mvk apply` run is not closed: `mvk resume` continues it, and kills its
+/// orphans first.)
+pub(crate) fn close_all_dead_attempts(printer: &Printer, repo_root: &Path) -> Result<(), CliError> {
+    let db = repo_root.join(".mvk").join("ledger.db");
+    if !db.exists() {
+        return Ok(());
+    }
+    let reader = crate::ledger::read::Reader::open(&db).map_err(super::reading::read_error)?;
+    let dead: Vec<_> = reader
+        .runs()
+        .map_err(|e| super::reading::internal(&e))?
+        .into_iter()
+        .filter(|r| r.command == "attempt" && r.state == "running")
+        .collect();
+    drop(reader);
+    close_dead_attempts(printer, repo_root, &dead).map(|_| ())
 }
 
 /// Closes each of RUNS that is an `mvk attempt` whose process died (see

@@ -45,7 +45,7 @@ pub struct Server {
 pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
     let cwd = std::env::current_dir()?;
     let repo = repo.map(|r| cwd.join(r));
-    let dir = files_dir(repo.as_deref().unwrap_or(&cwd));
+    let dir = fence(repo.as_deref()).map_err(std::io::Error::other)?;
     let server = Server {
         repo,
         dir,
@@ -380,40 +380,23 @@ impl Server {
 
     /// A file a tool call names: relative to the repository's top directory (what an agent
     /// working in the repository means), never to wherever the server happened to start; and
-    /// inside it once `..` and symbolic links are resolved, else refused: a tool reads the file
-    /// it is given and shows it in diagnostics, so `/etc/passwd` or `../secret` would hand a
-    /// caller any file this process can read. Returns the resolved path.
+    /// inside it once `..` and symbolic links are resolved, and outside its git directory, else
+    /// refused: a tool reads the file it is given and shows it in diagnostics, so `/etc/passwd`,
+    /// `../secret` or `.git/config` would hand a caller what this process can read. (What the
+    /// file imports is fenced the same way, by [`fence`].) Returns the resolved path.
     fn file(&self, file: &str) -> Result<PathBuf, ErrorData> {
         let refused = |why: String| {
             ErrorData::invalid_params(
-                format!("`{file}` {why}; a tool reads files of its repository only"),
+                format!("refused: {why}; a tool reads files of its repository only"),
                 Some(json!({"exit_code": crate::cli::Exit::Usage.code()})),
             )
         };
-        let root = self
-            .dir
-            .canonicalize()
-            .map_err(|e| refused(format!("cannot be checked: `{}`: {e}", self.dir.display())))?;
-        let path = self.dir.join(file);
-        // A file that does not exist (yet) is resolved through its directory, so the command
-        // still reports it missing in its own words.
-        let resolved = match path.canonicalize() {
-            Ok(p) => p,
-            Err(_) => match (path.parent(), path.file_name()) {
-                (Some(dir), Some(name)) => dir
-                    .canonicalize()
-                    .map(|d| d.join(name))
-                    .map_err(|e| refused(format!("cannot be resolved: {e}")))?,
-                _ => return Err(refused("names no file".into())),
-            },
-        };
-        if resolved.starts_with(&root) && resolved != root {
-            Ok(resolved)
-        } else {
-            Err(refused(format!(
-                "is outside the repository `{}`",
-                root.display()
-            )))
+        let fence = crate::resolve::confine::Confine::for_checkout(&self.dir)
+            .map_err(|e| refused(format!("`{file}` cannot be checked: {e}")))?;
+        match fence.check(&self.dir.join(file)) {
+            Ok(resolved) if resolved != fence.root() => Ok(resolved),
+            Ok(_) => Err(refused(format!("`{file}` names no file"))),
+            Err(why) => Err(refused(why)),
         }
     }
 
@@ -447,6 +430,17 @@ impl ServerHandler for Server {
                 "mvk runs coding agents in loops declared in KDL: every attempt in a clean worktree, checked against a seal (the agent must not touch the oracle), then gates with nonce-bound evidence that tests ran, then an independent reviewer, then merged; budgets and a ladder bound it. `plan` compiles a loop file, `verify` is the oracle check between two revisions, `run_attempt` makes one judged attempt without landing it, `apply` and `resume` start or continue a run and return its id at once, `status` says where a run stands, `approve` and `reject` answer a paused run's checkpoint. {HOLDS}"
             ))
     }
+}
+
+/// Fences this process's compilations in the checkout that `repo` (else the working
+/// directory) is in, as the server and the commands it starts do; returns its top directory.
+pub fn fence(repo: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
+    let dir = files_dir(&cwd.join(repo.unwrap_or(&cwd)));
+    let confine = crate::resolve::confine::Confine::for_checkout(&dir)?;
+    crate::resolve::confine::confine_process(confine);
+    Ok(dir)
 }
 
 /// The top of the checkout that holds `start` (a linked worktree's own, not the main one's), or

@@ -6,6 +6,7 @@
 //! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches;
 //! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`.
 
+pub mod confine;
 pub mod defs;
 pub mod git;
 pub mod interp;
@@ -31,6 +32,9 @@ pub struct Options {
     pub lock: lock::Mode,
     /// mvk's cache directory for git imports (`None`: [`git::default_root`]).
     pub cache_dir: Option<PathBuf>,
+    /// Where every file read must lie (`None`: this process's fence, [`confine::current`],
+    /// if it has one).
+    pub confine: Option<confine::Confine>,
 }
 
 /// The result of a compilation: a program when there were no errors, and every diagnostic.
@@ -129,7 +133,10 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(options: Options) -> World {
+    pub fn new(mut options: Options) -> World {
+        if options.confine.is_none() {
+            options.confine = confine::current();
+        }
         World {
             sources: Sources::default(),
             modules: Vec::new(),
@@ -156,6 +163,10 @@ impl World {
         if !matches!(self.options.lock, lock::Mode::Verify | lock::Mode::Refresh) {
             return;
         }
+        if let Err(why) = self.confined(&self.lock_path.clone(), None) {
+            self.diags.push(*why);
+            return;
+        }
         match lock::read(&self.lock_path) {
             Ok(found) => self.lock = found,
             Err(e) => self.diags.push(
@@ -165,6 +176,22 @@ impl World {
                 )),
             ),
         }
+    }
+
+    /// `path` resolved when this compilation may read it (it is fenced in a repository, see
+    /// [`confine`]), else the error saying why not; nothing of the file is read.
+    pub fn confined(&self, path: &Path, via: Option<Span>) -> Result<PathBuf, Box<Diagnostic>> {
+        let Some(fence) = &self.options.confine else {
+            return Ok(path.to_path_buf());
+        };
+        fence.check(path).map_err(|why| {
+            let d = Diagnostic::error("mvk::outside-repository", format!("refused to read: {why}"));
+            let d = match via {
+                Some(via) => d.at(via, "names a file outside the repository"),
+                None => d,
+            };
+            Box::new(d.help("this mvk was started by `mvk mcp`, which reads the files of its repository only, never its git directory"))
+        })
     }
 
     pub fn file_of(&self, module: usize) -> &SourceFile {
@@ -242,31 +269,13 @@ impl World {
                     return None;
                 }
             },
-            Origin::Disk(p) => match std::fs::read_to_string(p) {
+            Origin::Disk(p) => match self.confined(p, via).and_then(|p| {
+                std::fs::read_to_string(p)
+                    .map_err(|e| Box::new(unreadable(&e, &name, load_as, via)))
+            }) {
                 Ok(t) => t,
-                Err(e) => {
-                    let what = match load_as {
-                        LoadAs::Entry => "loop file",
-                        LoadAs::LoopFile => "task's loop file",
-                        LoadAs::Import => "import",
-                    };
-                    let mut d = Diagnostic::error(
-                        if load_as == LoadAs::Import {
-                            "mvk::missing-import"
-                        } else {
-                            "mvk::missing-file"
-                        },
-                        format!("cannot read {what} `{name}`: {}", io_reason(&e)),
-                    );
-                    if let Some(via) = via {
-                        d = d.at(via, "named here");
-                    }
-                    let help = if load_as == LoadAs::Entry {
-                        "check the path; it is relative to the current directory".to_string()
-                    } else {
-                        "paths are relative to the file that names them; `std/…` names the standard library".to_string()
-                    };
-                    self.diags.push(d.help(help));
+                Err(d) => {
+                    self.diags.push(*d);
                     return None;
                 }
             },
@@ -376,6 +385,16 @@ impl World {
             return Some(self.origin_for(module, &import.path.node));
         };
         let url = &src.url.node;
+        if let Some(fence) = &self.options.confine
+            && let Err(why) = fence.check_url(url)
+        {
+            self.diags.push(
+                Diagnostic::error("mvk::outside-repository", format!("refused to read: {why}"))
+                    .at(src.url.span, "names a repository outside this one")
+                    .help("this mvk was started by `mvk mcp`, which reads the files of its repository only, never its git directory"),
+            );
+            return None;
+        }
         let rev = src.rev.as_ref().map(|r| r.node.clone());
         let path = crate::source::join_in_repo("", &import.path.node);
         let original = lock::Original {
@@ -619,6 +638,33 @@ fn suggest_among(what: &str, name: &str, items: &[String], none: &str) -> String
     }
     let items: Vec<&str> = items.iter().map(String::as_str).collect();
     suggest(what, name, &items)
+}
+
+/// A loop file or import that cannot be read, as the error naming it.
+fn unreadable(e: &std::io::Error, name: &str, load_as: LoadAs, via: Option<Span>) -> Diagnostic {
+    let what = match load_as {
+        LoadAs::Entry => "loop file",
+        LoadAs::LoopFile => "task's loop file",
+        LoadAs::Import => "import",
+    };
+    let mut d = Diagnostic::error(
+        if load_as == LoadAs::Import {
+            "mvk::missing-import"
+        } else {
+            "mvk::missing-file"
+        },
+        format!("cannot read {what} `{name}`: {}", io_reason(e)),
+    );
+    if let Some(via) = via {
+        d = d.at(via, "named here");
+    }
+    let help = if load_as == LoadAs::Entry {
+        "check the path; it is relative to the current directory".to_string()
+    } else {
+        "paths are relative to the file that names them; `std/…` names the standard library"
+            .to_string()
+    };
+    d.help(help)
 }
 
 fn io_reason(e: &std::io::Error) -> String {

@@ -247,13 +247,22 @@ fn template(
                         .read(&g.url, g.commit, &g.path)
                         .map_err(|e| e.to_string()),
                 ),
-                crate::source::Origin::Disk(d) => (
-                    crate::source::display_path(d),
-                    std::fs::read_to_string(d).map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => "no such file".to_string(),
-                        _ => e.to_string(),
-                    }),
-                ),
+                crate::source::Origin::Disk(d) => {
+                    let resolved = match world.confined(d, Some(p.span)) {
+                        Ok(r) => r,
+                        Err(refused) => {
+                            world.diags.push(*refused);
+                            return None;
+                        }
+                    };
+                    (
+                        crate::source::display_path(d),
+                        std::fs::read_to_string(&resolved).map_err(|e| match e.kind() {
+                            std::io::ErrorKind::NotFound => "no such file".to_string(),
+                            _ => e.to_string(),
+                        }),
+                    )
+                }
             };
             match text {
                 Ok(t) => (name, t, Some(p.span)),

@@ -35,6 +35,12 @@ pub enum VerifyError {
     },
     #[error("cannot read the checkout's uncommitted changes")]
     Status(#[source] git2::Error),
+    #[error("cannot write the base commit's ignore rules to `{}`", path.display())]
+    Scratch {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Seal(#[from] SealError),
 }
@@ -143,18 +149,24 @@ pub fn verify(
             found
         }
     };
-    // As in an attempt: mvk's own directory is sealed in every loop.
+    // As in an attempt: mvk's own directory is sealed in every loop. And the loop's own files:
+    // the program was compiled from the checkout being judged, so an edit that loosened the
+    // seal must itself be a breach, not the rule it is judged by.
+    let own = own_sources(&repo, program);
     let seals = tasks
         .iter()
         .map(|t| {
             let mut patterns = t.seal.clone();
             patterns.push(".mvk".into());
+            patterns.extend(own.iter().cloned());
             Seal::new(&patterns)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let dirty = if head.is_none() {
         let mut dirty = uncommitted(&repo)?;
-        let hidden = hidden_edits(&repo, &|p| seals.iter().any(|s| s.is_sealed(p)))?;
+        let is_sealed = |p: &str| seals.iter().any(|s| s.is_sealed(p));
+        let mut hidden = hidden_edits(&repo, &is_sealed)?;
+        hidden.extend(ignored_new(&repo, base_id, &is_sealed)?);
         dirty.extend(
             hidden
                 .into_iter()
@@ -301,6 +313,13 @@ fn uncommitted(repo: &Repository) -> Result<Vec<Breach>, VerifyError> {
             BreachKind::Deleted
         } else if status.intersects(Status::WT_TYPECHANGE | Status::INDEX_TYPECHANGE) {
             BreachKind::SymlinkReplaced
+        } else if status.contains(Status::WT_MODIFIED)
+            && !status.contains(Status::INDEX_MODIFIED)
+            && filtered(repo, path)
+            && index_id(repo, path).is_some_and(|id| git_hash(repo, path) == Some(id))
+        {
+            // libgit2 hashed the file unfiltered; through its filter it is the index's blob.
+            continue;
         } else if status.intersects(Status::WT_MODIFIED | Status::INDEX_MODIFIED) {
             BreachKind::Modified
         } else {
@@ -359,12 +378,24 @@ fn hidden_edits(
             continue;
         }
         let (old, new) = (delta.old_file(), delta.new_file());
+        // libgit2 hashed the file as it is; git stores what a configured filter makes of it.
+        let new_id = match delta.status() {
+            git2::Delta::Modified if filtered(repo, &path) => {
+                git_hash(repo, &path).unwrap_or_else(|| new.id())
+            }
+            _ => new.id(),
+        };
         let kind = match delta.status() {
             git2::Delta::Deleted => BreachKind::Deleted,
             git2::Delta::Typechange => BreachKind::SymlinkReplaced,
             git2::Delta::Modified
+                if u32::from(old.mode()) == u32::from(new.mode()) && new_id == old.id() =>
+            {
+                continue;
+            }
+            git2::Delta::Modified
                 if u32::from(old.mode()) != u32::from(new.mode())
-                    && (new.id() == old.id() || new.id().is_zero()) =>
+                    && (new_id == old.id() || new_id.is_zero()) =>
             {
                 BreachKind::ModeChanged {
                     old: u32::from(old.mode()),
@@ -381,6 +412,174 @@ fn hidden_edits(
         });
     }
     Ok(out)
+}
+
+/// New files in sealed paths that git ignores although the base commit's own `.gitignore`
+/// files do not: `.git/info/exclude`, a global excludes file or an edited `.gitignore` would
+/// otherwise hide a file added to the oracle. (mvk's own `.mvk/`, excluded by mvk, is not
+/// judged here.)
+fn ignored_new(
+    repo: &Repository,
+    base: Oid,
+    sealed: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Breach>, VerifyError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(VerifyError::Status)?;
+    let found: Vec<String> = statuses
+        .iter()
+        .filter(|e| e.status().contains(Status::IGNORED))
+        .filter_map(|e| e.path().ok().map(str::to_string))
+        .filter(|p| p != ".mvk" && !p.starts_with(".mvk/") && sealed(p))
+        .collect();
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let committed = committed_ignores(repo, base)?;
+    let mut out = Vec::new();
+    for path in found {
+        if committed
+            .is_path_ignored(&path)
+            .map_err(VerifyError::Status)?
+        {
+            continue;
+        }
+        out.push(Breach {
+            path,
+            kind: BreachKind::Added,
+            commit: None,
+        });
+    }
+    Ok(out)
+}
+
+/// A scratch repository holding only the `.gitignore` files of commit BASE, with no excludes
+/// file: what it ignores is what BASE's committed rules ignore.
+fn committed_ignores(repo: &Repository, base: Oid) -> Result<Scratch, VerifyError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("mvk-verify-ignores-{}-{nanos}", std::process::id()));
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| VerifyError::Scratch { path, source }
+    };
+    std::fs::create_dir(&dir).map_err(io(&dir))?;
+    // Removed when dropped, whatever happens next.
+    let mut scratch = Scratch { repo: None, dir };
+    let tree = repo
+        .find_commit(base)
+        .and_then(|c| c.tree())
+        .map_err(VerifyError::Status)?;
+    let mut files = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        if entry.name().ok() == Some(".gitignore") && entry.kind() == Some(git2::ObjectType::Blob) {
+            files.push((format!("{root}.gitignore"), entry.id()));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(VerifyError::Status)?;
+    for (path, id) in files {
+        let blob = repo.find_blob(id).map_err(VerifyError::Status)?;
+        let to = scratch.dir.join(&path);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&to, blob.content()).map_err(io(&to))?;
+    }
+    let r = Repository::init(&scratch.dir).map_err(VerifyError::Status)?;
+    r.config()
+        .and_then(|mut c| c.set_str("core.excludesfile", "/dev/null"))
+        .map_err(VerifyError::Status)?;
+    scratch.repo = Some(r);
+    Ok(scratch)
+}
+
+/// A scratch repository and its directory, removed when dropped.
+struct Scratch {
+    repo: Option<Repository>,
+    dir: std::path::PathBuf,
+}
+
+impl Scratch {
+    fn is_path_ignored(&self, path: &str) -> Result<bool, git2::Error> {
+        match &self.repo {
+            Some(r) => r.is_path_ignored(path),
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.repo = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The program's own files in the checkout (the loop or flow file, task loop files, local
+/// imports), as literal seal patterns relative to the checkout's top.
+fn own_sources(repo: &Repository, program: &Program) -> Vec<String> {
+    let Some(top) = repo.workdir().and_then(|w| w.canonicalize().ok()) else {
+        return Vec::new();
+    };
+    program
+        .sources
+        .iter()
+        .filter_map(|(_, f)| match &f.origin {
+            crate::source::Origin::Disk(p) => p.canonicalize().ok(),
+            _ => None,
+        })
+        .filter_map(|p| {
+            p.strip_prefix(&top)
+                .ok()
+                .map(|r| globset::escape(&r.to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Whether git would pass PATH through a filter before hashing it: a `filter` driver or a
+/// `working-tree-encoding`, which libgit2 cannot apply (it applies `text`/`eol` and `ident`
+/// itself).
+fn filtered(repo: &Repository, path: &str) -> bool {
+    ["filter", "working-tree-encoding"].iter().any(|attr| {
+        let value = repo
+            .get_attr(Path::new(path), attr, git2::AttrCheckFlags::FILE_THEN_INDEX)
+            .ok()
+            .flatten();
+        matches!(
+            git2::AttrValue::from_string(value),
+            git2::AttrValue::String(_) | git2::AttrValue::True
+        )
+    })
+}
+
+/// The blob the index holds for PATH (stage 0).
+fn index_id(repo: &Repository, path: &str) -> Option<Oid> {
+    let index = repo.index().ok()?;
+    index.get_path(Path::new(path), 0).map(|e| e.id)
+}
+
+/// The blob id git gives the checkout's PATH, filters applied (`git hash-object --path`), or
+/// `None` when git cannot say (the file is then judged by libgit2's hash: changed).
+fn git_hash(repo: &Repository, path: &str) -> Option<Oid> {
+    let workdir = repo.workdir()?;
+    let out = std::process::Command::new("git")
+        .current_dir(workdir)
+        .args(["hash-object", &format!("--path={path}"), "--", path])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Oid::from_str(String::from_utf8_lossy(&out.stdout).trim()).ok()
 }
 
 fn path_of(p: Option<&Path>) -> String {
@@ -441,6 +640,7 @@ flow f {
                 repo_root: Some(root.to_path_buf()),
                 lock: crate::resolve::lock::Mode::Verify,
                 cache_dir: None,
+                confine: None,
             },
         );
         let program = compiled.program.unwrap_or_else(|| {

@@ -720,6 +720,86 @@ fn file_arguments_outside_the_repository_are_refused() {
     assert_eq!(started, 0);
 }
 
+/// Regression: only the file argument was checked, but the compiler follows whatever that file
+/// names, so a repository file importing `/etc/passwd` or `../outside.kdl` had those lines
+/// rendered into the diagnostics handed to the caller, by the server (`plan`, `verify`) and by
+/// the `mvk attempt` it starts (`run_attempt`); and `.git/config`, inside the repository, handed
+/// out the remote's URL with its token. Now every file a served compile reads is fenced in the
+/// checkout, outside its git directory.
+#[test]
+fn what_a_file_imports_is_fenced_in_the_repository_too() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let outside = f.state("outside.kdl");
+    std::fs::write(&outside, "secret-outside-the-repository {\n").unwrap();
+    let state = f.state.path().file_name().unwrap().to_str().unwrap();
+    let honest = std::fs::read_to_string(f.root().join("loops/t.kdl")).unwrap();
+    for (name, import) in [
+        ("etc", "/etc/passwd".to_string()),
+        ("up", format!("../../{state}/outside.kdl")),
+        ("git", "../.git/config".to_string()),
+    ] {
+        std::fs::write(
+            f.root().join(format!("loops/{name}.kdl")),
+            format!("import \"{import}\"\n{honest}"),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        f.root().join("loops/tpl.kdl"),
+        honest.replace("seal ", "prompt \"/etc/passwd\"\n    seal "),
+    )
+    .unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "loops that reach out"]);
+    f.git(&[
+        "config",
+        "remote.origin.url",
+        "https://me:token-SECRET-42@example.com/x.git",
+    ]);
+    let doc = client(
+        &f,
+        &json!([
+            {"tool": "plan", "arguments": {"file": "loops/etc.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/up.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/git.kdl"}},
+            {"tool": "plan", "arguments": {"file": "loops/tpl.kdl"}},
+            {"tool": "verify", "arguments": {"file": "loops/etc.kdl", "base": "main"}},
+            {"tool": "run_attempt", "arguments": {"file": "loops/etc.kdl"}},
+            {"tool": "run_attempt", "arguments": {"file": "loops/up.kdl"}},
+            {"tool": "plan", "arguments": {"file": ".git/config"}},
+            {"tool": "plan", "arguments": {"file": "loops/../.git/config"}},
+            {"tool": "verify", "arguments": {"file": ".git/config", "base": "main"}},
+        ]),
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    for (i, step) in steps.iter().enumerate() {
+        let refused = error(step, &format!("step {i}"));
+        for secret in [
+            "root:x:0:0",
+            "secret-outside",
+            "SECRET-42",
+            "repositoryformatversion",
+        ] {
+            assert!(
+                !refused.contains(secret),
+                "step {i} leaked {secret}: {refused}"
+            );
+        }
+        assert!(
+            refused.contains("outside the repository") || refused.contains("git directory"),
+            "step {i}: {refused}"
+        );
+    }
+    // The command line itself is not fenced: the same import still works there.
+    let own = f.mvk().args(["plan", "loops/tpl.kdl"]).output().unwrap();
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+}
+
 /// Regression: `run_attempt` ran `mvk attempt` in the server's process group with its output on
 /// pipes to the server. A client that left mid-call and killed the server's process group (as
 /// clients do on exit) killed the attempt with it; one that killed the server alone left the
@@ -842,4 +922,106 @@ fn the_server_outlives_the_replacement_of_its_mvk_binary() {
     assert_eq!(steps[0]["code"], 0, "{doc:#}");
     let a = structured(&steps[1], "run_attempt after the replacement");
     assert_eq!(a["verdict"], "passed", "{a:#}");
+}
+
+/// Regression: `verify` clears the stat data of sealed index entries so that every sealed file
+/// is hashed again, but libgit2 cannot run a configured clean filter, so a sealed file whose
+/// blob is its cleaned content looked modified in a clean checkout. Such files are now hashed by
+/// git, which applies the filter; a real edit is still seen.
+#[test]
+fn verify_hashes_sealed_files_through_their_clean_filter() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    f.git(&["config", "filter.up.clean", "tr a-z A-Z"]);
+    f.git(&["config", "filter.up.smudge", "cat"]);
+    std::fs::write(f.root().join(".gitattributes"), "*.dat filter=up\n").unwrap();
+    std::fs::write(f.root().join("tests/data.dat"), "hello\n").unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "filtered data"]);
+    assert_eq!(f.show("main", "tests/data.dat").as_deref(), Some("HELLO\n"));
+    assert_eq!(
+        f.git(&["status", "--porcelain"]),
+        "",
+        "git sees a clean checkout"
+    );
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 0, "{out}");
+    // The same content by another spelling the filter maps to the blob, or written again (its
+    // stat data no longer the index's): still untouched.
+    for same in ["HELLO\n", "hello\n", "Hello\n"] {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        std::fs::write(f.root().join("tests/data.dat"), same).unwrap();
+        let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+        assert_eq!(code, 0, "{same}: {out}");
+    }
+    // A real edit, hidden from git's status by a flag, is seen.
+    std::fs::write(f.root().join("tests/data.dat"), "bye\n").unwrap();
+    f.git(&["update-index", "--assume-unchanged", "tests/data.dat"]);
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("sealed path `tests/data.dat` modified"),
+        "{out}"
+    );
+}
+
+/// Regression: `verify` listed the checkout's new files without those git ignores, so a new
+/// file in a sealed path was invisible once named in `.git/info/exclude`, or in a `.gitignore`
+/// the agent may edit. Ignored files in sealed paths now count, except those the base commit's
+/// own committed `.gitignore` rules ignore.
+#[test]
+fn verify_sees_new_sealed_files_that_git_is_told_to_ignore() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    std::fs::write(f.root().join(".gitignore"), "tests/*.log\n").unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "ignore logs"]);
+    // Ignored by the committed rules: a test run's log, not a change to the oracle.
+    std::fs::write(f.root().join("tests/run.log"), "ran\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 0, "{out}");
+    // Hidden by `.git/info/exclude`.
+    let exclude = f.root().join(".git/info/exclude");
+    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+    text.push_str("tests/extra_test.sh\n");
+    std::fs::write(&exclude, text).unwrap();
+    std::fs::write(f.root().join("tests/extra_test.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tests/extra_test.sh"), "{out}");
+    std::fs::remove_file(f.root().join("tests/extra_test.sh")).unwrap();
+    assert_eq!(verify_in(&f, f.root(), &["--base", "main"]).0, 0);
+    // Hidden by an edit to the (unsealed) `.gitignore`.
+    std::fs::write(
+        f.root().join(".gitignore"),
+        "tests/*.log\ntests/sneaky.sh\n",
+    )
+    .unwrap();
+    std::fs::write(f.root().join("tests/sneaky.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tests/sneaky.sh"), "{out}");
+}
+
+/// Regression: `verify` compiles the loop file from the checkout it judges, so an agent that
+/// loosened the seal in the loop file and then edited what it had sealed was `untouched`. The
+/// loop's own files are now sealed too.
+#[test]
+fn verify_counts_an_edit_to_the_loop_file_itself() {
+    let f = Fixture::new(&simple_loop("fix.sh", ""));
+    let path = f.root().join("loops/t.kdl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("seal \"tests/**\"", "seal \"nothing/**\""),
+    )
+    .unwrap();
+    std::fs::write(f.root().join("tests/test_calc.sh"), "exit 0\n").unwrap();
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("sealed path `loops/t.kdl` modified"), "{out}");
+    // Committed on a branch: the same.
+    f.git(&["checkout", "-q", "-b", "loosened"]);
+    f.git(&["commit", "-q", "-am", "loosen the seal"]);
+    let (code, out) = verify_in(&f, f.root(), &["--base", "main", "--head", "loosened"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("loops/t.kdl"), "{out}");
 }

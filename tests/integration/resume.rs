@@ -963,3 +963,60 @@ fn the_next_attempt_closes_a_dead_attempt_of_its_loop() {
         ("finished".into(), Some("interrupted".into()), Some(130))
     );
 }
+
+/// Regression: only the next attempt of the same loop closed a dead attempt, and `mvk apply`
+/// closed none; the pool slot's lock died with the killed mvk, so the next run of another loop
+/// leased the slot while the dead attempt's orphaned writer went on writing into it, and its
+/// junk was committed as that run's work. Every command that leases a slot now closes every
+/// dead attempt of the repository first.
+#[test]
+fn a_run_of_another_loop_closes_a_dead_attempt_before_it_leases_its_slot() {
+    for command in ["attempt", "apply"] {
+        let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
+        let other = simple_loop("fix.sh", "")
+            .replace("loop t", "loop other")
+            .replace("@AGENTS", crate::apply::agents_dir().to_str().unwrap())
+            .replace("@STATE", f.state.path().to_str().unwrap());
+        fs::write(f.root().join("loops/other.kdl"), other).unwrap();
+        f.git(&["add", "-A"]);
+        f.git(&["commit", "-q", "-m", "another loop"]);
+        let (run, agent, writer) = attempt_killed_alone(&f);
+        let out = f
+            .mvk()
+            .args([command, "loops/other.kdl"])
+            .args((command == "attempt").then_some("--json"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let head = if command == "attempt" {
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            doc["head"].as_str().unwrap().to_string()
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            f.tip("main")
+        };
+        assert_eq!(
+            f.show(&head, "src/calc.sh").as_deref(),
+            Some(crate::apply::FIXED),
+            "{command}"
+        );
+        assert_eq!(
+            f.show(&head, "junk.txt"),
+            None,
+            "{command}: the dead attempt's writer wrote into the new run's slot"
+        );
+        assert!(
+            stderr.contains(&format!("closed attempt run `{run}` as interrupted")),
+            "{command}: {stderr}"
+        );
+        assert!(
+            !alive(agent) && !alive(writer),
+            "{command}: the dead attempt's orphans were killed"
+        );
+        assert_eq!(
+            run_end(&f, &run),
+            ("finished".into(), Some("interrupted".into()), Some(130))
+        );
+    }
+}
