@@ -1,16 +1,14 @@
 //! Accepted changes in, landed commits out: the merge queue. A change accepted while others land
 //! waits in a queue; whoever lands next takes every waiting change bound for the same target and
 //! lands them as one batch. Each change becomes its own commit, merged onto the one before it in
-//! the order they were accepted, and is gated on exactly that commit (in a clean checkout of its
-//! own; the batch's gates run at once) when it is not what its gates saw; then the ledger records
-//! every intent and the target moves once, past all of them.
+//! the order they were accepted, and is gated on exactly that commit when it is not what its
+//! gates saw; then the ledger records every intent and the target moves once, past all of them.
 //!
 //! A batch gives each change the guarantee landing it alone would (its gates passed on the
 //! commit that lands it), while a wide flow's tasks, which finish together, pay for one update
 //! of the main checkout instead of one each. A change that does not fit (a conflict, a gate
 //! failing on the merged result) leaves the batch and is answered once the rest has landed, so
-//! its next attempt starts from the new tip; the changes after it, merged onto its commit, go
-//! back to the queue.
+//! its next attempt starts from the new tip.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
