@@ -177,18 +177,16 @@ impl<'a> Runner<'a> {
             .await??
         };
         let mut onto = tip;
-        let mut merged: Vec<Ready<'a>> = Vec::new();
-        let mut moved = Vec::new();
+        let mut ready: Vec<Ready<'a>> = Vec::new();
         let mut left: Vec<(Request<'a>, Left)> = Vec::new();
         for request in batch {
-            match self.merge_one(&request, &target, onto).await? {
-                Fit::Commit { commit, moved: m } => {
-                    merged.push(Ready {
+            match self.fit(&request, &target, onto).await? {
+                Fit::Commit(commit) => {
+                    ready.push(Ready {
                         request,
                         parent: onto,
                         commit,
                     });
-                    moved.push(m);
                     onto = commit;
                 }
                 Fit::Answer(landing) => {
@@ -197,39 +195,6 @@ impl<'a> Runner<'a> {
                 Fit::Leave(why) => left.push((request, why)),
             }
         }
-        // Each commit's gates run at once, in checkouts of their own; a change's verdict counts
-        // only while every change before it in the batch passed too, since its commit holds
-        // theirs.
-        let verdicts = futures_util::future::join_all(
-            merged
-                .iter()
-                .zip(&moved)
-                .map(|(r, &m)| self.gate_one(&r.request, &target, r.parent, r.commit, m)),
-        )
-        .await;
-        let mut ready: Vec<Ready<'a>> = Vec::new();
-        // The changes after one that did not pass: merged onto a commit that will not land,
-        // they are merged and gated again in the next batch.
-        let mut again: Vec<Request<'a>> = Vec::new();
-        let mut broken = false;
-        for (r, verdict) in merged.into_iter().zip(verdicts) {
-            if broken {
-                again.push(r.request);
-                continue;
-            }
-            match verdict? {
-                Fit::Commit { .. } => ready.push(r),
-                Fit::Answer(landing) => {
-                    let _ = r.request.reply.send(Ok(landing));
-                    broken = true;
-                }
-                Fit::Leave(why) => {
-                    left.push((r.request, why));
-                    broken = true;
-                }
-            }
-        }
-        self.requeue(again);
         let landed = ready.is_empty() || self.publish(&target, tip, ready).await?;
         if !landed {
             // What they left over (a conflict with, or a gate failing after, a change before
@@ -245,13 +210,11 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Merges `request`'s change onto `onto`, without gating it.
-    async fn merge_one(
-        &self,
-        request: &Request<'a>,
-        target: &str,
-        onto: Oid,
-    ) -> Result<Fit, RunError> {
+    /// Merges `request`'s change onto `onto` and gates the result when it is not what the
+    /// change's gates saw, or the loop has after-merge gates, in a worktree of its own: a clean
+    /// checkout of that commit, so nothing an earlier change's gates left behind (edited or
+    /// untracked files, a lock) reaches its gates.
+    async fn fit(&self, request: &Request<'a>, target: &str, onto: Oid) -> Result<Fit, RunError> {
         let task = request.task;
         let strategy = task.merge.strategy;
         let prepared = {
@@ -263,8 +226,8 @@ impl<'a> Runner<'a> {
             })
             .await?
         };
-        match prepared {
-            Ok(Prepared::Commit { commit, moved, .. }) => Ok(Fit::Commit { commit, moved }),
+        let (commit, moved) = match prepared {
+            Ok(Prepared::Commit { commit, moved, .. }) => (commit, moved),
             Ok(Prepared::Nothing { .. }) => {
                 self.emit(
                     Some(&task.name),
@@ -272,32 +235,22 @@ impl<'a> Runner<'a> {
                     "merge.empty",
                     json!({"into": target}),
                 )?;
-                Ok(Fit::Answer(Landing::Landed(None)))
+                return Ok(Fit::Answer(Landing::Landed(None)));
             }
-            Err(LandError::Conflict { paths, .. }) => Ok(Fit::Leave(Left::Conflict(
-                paths,
-                "the change conflicts with the target",
-            ))),
-            Err(LandError::NotFastForward { .. }) => Ok(Fit::Leave(Left::Conflict(
-                Vec::new(),
-                "the target moved, so a fast-forward is impossible",
-            ))),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Gates `commit`, `request`'s change merged onto `onto`, when it is not what the change's
-    /// gates saw (`moved`) or the loop has after-merge gates: in a worktree of its own, a clean
-    /// checkout of that commit, so nothing another change's gates leave behind reaches them.
-    async fn gate_one(
-        &self,
-        request: &Request<'a>,
-        target: &str,
-        onto: Oid,
-        commit: Oid,
-        moved: bool,
-    ) -> Result<Fit, RunError> {
-        let task = request.task;
+            Err(LandError::Conflict { paths, .. }) => {
+                return Ok(Fit::Leave(Left::Conflict(
+                    paths,
+                    "the change conflicts with the target",
+                )));
+            }
+            Err(LandError::NotFastForward { .. }) => {
+                return Ok(Fit::Leave(Left::Conflict(
+                    Vec::new(),
+                    "the target moved, so a fast-forward is impossible",
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Gate what will land: the task's gates again when the target moved (the merged tree
         // is not what they saw), then the after-merge gates.
         let mut to_run: Vec<(&Gate, bool)> = Vec::new();
@@ -306,7 +259,7 @@ impl<'a> Runner<'a> {
         }
         to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
         if to_run.is_empty() {
-            return Ok(Fit::Commit { commit, moved });
+            return Ok(Fit::Commit(commit));
         }
         let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
         let lease: Lease = self.acquire(commit, &branch).await?;
@@ -393,7 +346,7 @@ impl<'a> Runner<'a> {
                 ),
             )));
         }
-        Ok(Fit::Commit { commit, moved })
+        Ok(Fit::Commit(commit))
     }
 
     /// Records the intent to land every change in `ready`, moves `target` from `tip` past all
@@ -598,9 +551,8 @@ impl<'a> Runner<'a> {
 
 /// What merging one change of a batch came to.
 enum Fit {
-    /// Its commit (and whether the target had moved from its base): it lands with the batch
-    /// once gated where it had to be.
-    Commit { commit: Oid, moved: bool },
+    /// Its commit, gated where it had to be: it lands with the batch.
+    Commit(Oid),
     /// It is settled without landing anything (empty, or refused by an after-merge gate).
     Answer(Landing),
     /// It leaves the batch, to be answered once the batch has landed.
