@@ -204,15 +204,33 @@ fn finish_interrupted_publish<'t>(
     if staged == tip.tree_id() {
         return Ok(());
     }
+    // Each recorded landing commit of the checked-out branch, and the commit it was made on.
+    let parents: BTreeMap<String, String> = intents
+        .iter()
+        .filter(|(_, m)| head_ref == format!("refs/heads/{}", m.into))
+        .map(|(_, m)| (m.new_commit.clone(), m.old_tip.clone()))
+        .collect();
+    // Only a batch built on the tip as it stands: recorded intents all the way down to it (a
+    // tip a person reset meanwhile, keeping the index, is theirs, not mvk's to move).
+    let built_on_tip = |commit: &str| {
+        let mut at = commit;
+        for _ in 0..parents.len() {
+            match parents.get(at) {
+                Some(parent) if *parent == tip.id().to_string() => return true,
+                Some(parent) => at = parent,
+                None => return false,
+            }
+        }
+        false
+    };
     for (task, m) in intents {
-        if head_ref != format!("refs/heads/{}", m.into) {
+        if head_ref != format!("refs/heads/{}", m.into) || !built_on_tip(&m.new_commit) {
             continue;
         }
         let Ok(new) = Oid::from_str(&m.new_commit) else {
             continue;
         };
-        let holds = repo.find_commit(new).is_ok_and(|c| c.tree_id() == staged);
-        if !holds || !repo.graph_descendant_of(new, tip.id()).unwrap_or(false) {
+        if !repo.find_commit(new).is_ok_and(|c| c.tree_id() == staged) {
             continue;
         }
         let reflog = format!("mvk: resume of run {run} finishes an interrupted landing");

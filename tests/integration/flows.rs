@@ -639,14 +639,21 @@ fn a_change_that_left_a_batch_which_did_not_land_tries_again_with_the_rest() {
     assert_eq!(run.one("merge.blocked")["task"], "b", "{}", run.why());
     assert_eq!(starts(&fixture)["c"], 1, "`c` ran once: {}", run.why());
     run.none("merge.conflict");
+    // `c` did leave the batch: its gate failed on the commit holding `b`'s change.
+    assert!(
+        run.named("gate.finished").iter().any(|e| e["task"] == "c"
+            && e["detail"]["gate"] == "without-b"
+            && e["detail"]["exit_code"] != 0),
+        "{}",
+        run.why()
+    );
 }
 
-#[test]
-fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_resume() {
-    use super::resume::{resume, task_outcomes};
-    // `z` holds the landing turn until `a` and `b` wait, then its after-merge gate refuses it,
-    // so `a` and `b` land as one batch of new files, and mvk is killed between bringing the
-    // main checkout to the batch's commit and moving `main`.
+/// `z` holds the landing turn until `a` and `b` wait, then its after-merge gate refuses it, so
+/// `a` and `b` land as one batch of new files; mvk is killed between bringing the main checkout
+/// to the batch's commit and moving `main`. With `mine`, `main` holds a person's commit beyond
+/// the fixture's base when the run starts.
+fn batch_cut_short(mine: bool) -> Fixture {
     let mut text = worker("quick", "0.3", &[]);
     text.push_str(&worker("slow", "1.5", &[]));
     text.push_str("flow t {\n    parallel 3\n");
@@ -656,6 +663,11 @@ fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_res
     text.push_str(&task("b", "slow", "out/b.txt", ""));
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
+    if mine {
+        fs::write(fixture.root().join("mine.txt"), "mine\n").unwrap();
+        fixture.git(&["add", "mine.txt"]);
+        fixture.git(&["commit", "-qm", "mine"]);
+    }
     let crashed = fixture.run_mvk(
         &["apply", "loops/t.kdl"],
         &[("MVK_FAILPOINT", "merge-checkout")],
@@ -666,6 +678,13 @@ fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_res
         "killed at the checkout\n{}",
         crashed.why()
     );
+    fixture
+}
+
+#[test]
+fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_resume() {
+    use super::resume::{resume, task_outcomes};
+    let fixture = batch_cut_short(false);
     assert_eq!(fixture.tip("main"), fixture.base, "main did not move yet");
     let r = resume(&fixture, &[]);
     assert!(
@@ -686,5 +705,22 @@ fn a_batch_cut_short_between_the_checkout_and_the_branch_move_is_finished_by_res
         outcomes.contains(&("a".into(), "accepted".into()))
             && outcomes.contains(&("b".into(), "accepted".into())),
         "{outcomes:?}"
+    );
+}
+
+#[test]
+fn resume_leaves_a_cut_short_landing_alone_when_a_person_reset_the_tip_behind_it() {
+    use super::resume::resume;
+    let fixture = batch_cut_short(true);
+    // The person takes their commit back off `main`, keeping the index (`reset --soft`): the
+    // batch was built on a tip that is no longer there, so resume must not move `main` onto it.
+    fixture.git(&["reset", "-q", "--soft", &fixture.base]);
+    let r = resume(&fixture, &[]);
+    r.none("merge.finished-by-resume");
+    let log = fixture.git(&["log", "--format=%s", "main"]);
+    assert!(
+        !log.lines().any(|l| l == "mine"),
+        "the reset commit came back:\n{log}\n{}",
+        r.why()
     );
 }
