@@ -374,6 +374,34 @@ pub struct Runner<'a> {
     landing: tokio::sync::Mutex<()>,
     /// Accepted changes waiting for their turn to land (see [`landing`]).
     queue: landing::Queue<'a>,
+    /// Which running tasks hold a slot of the flow's `parallel` (see [`Slots`]).
+    slots: SlotBoard,
+    /// Woken when a task starts landing, or a slot may have come free.
+    slots_changed: tokio::sync::Notify,
+}
+
+/// The running tasks of a flow that hold no slot of its `parallel`: those waiting for their
+/// change to land, and, among them, those that must make another attempt and wait for a slot.
+#[derive(Default)]
+struct Slots {
+    /// Tasks whose change waits to land (or is landing).
+    landing: std::collections::BTreeSet<String>,
+    /// Tasks back from landing for another attempt, waiting for a slot; new tasks leave them
+    /// room, so they are not starved by a long queue.
+    rejoining: usize,
+    /// How many tasks run (their futures), kept by `drive`.
+    running: usize,
+    /// The flow's `parallel`.
+    parallel: usize,
+}
+
+#[derive(Default)]
+struct SlotBoard(Mutex<Slots>);
+
+impl SlotBoard {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        locked(&self.0)
+    }
 }
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
@@ -654,6 +682,8 @@ impl<'a> Runner<'a> {
             history: Mutex::new(Vec::new()),
             landing: tokio::sync::Mutex::new(()),
             queue: landing::Queue::default(),
+            slots: SlotBoard::default(),
+            slots_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -712,6 +742,7 @@ impl<'a> Runner<'a> {
             let mut running = FuturesUnordered::new();
             let mut running_idx: Vec<usize> = Vec::new();
             let mut told: BTreeMap<usize, Wait> = BTreeMap::new();
+            self.slots.lock().parallel = parallel;
             loop {
                 // Start, skip or hold each queued task; a skip can free the tasks after it, so
                 // go round again until nothing changes.
@@ -722,22 +753,33 @@ impl<'a> Runner<'a> {
                     while k < queue.len() {
                         let i = queue[k].0;
                         let task = &program.tasks[i];
-                        let entries: Vec<Entry<'_>> = running_idx
-                            .iter()
-                            .map(|&j| Entry::from(&program.tasks[j]))
-                            .collect();
-                        let holding: Vec<Entry<'_>> = selected
+                        let (landing, rejoining) = {
+                            let slots = self.slots.lock();
+                            (slots.landing.clone(), slots.rejoining)
+                        };
+                        // A task waiting to land holds its scope but no slot.
+                        let (working, waiting): (Vec<&Task>, Vec<&Task>) = running_idx
                             .iter()
                             .map(|&j| &program.tasks[j])
-                            .filter(|t| done.get(&t.name) == Some(&Outcome::Waiting))
-                            .map(Entry::from)
-                            .collect();
+                            .partition(|t| !landing.contains(&t.name));
+                        let entries: Vec<Entry<'_>> =
+                            working.into_iter().map(Entry::from).collect();
+                        let mut holding: Vec<Entry<'_>> =
+                            waiting.into_iter().map(Entry::from).collect();
+                        holding.extend(
+                            selected
+                                .iter()
+                                .map(|&j| &program.tasks[j])
+                                .filter(|t| done.get(&t.name) == Some(&Outcome::Waiting))
+                                .map(Entry::from),
+                        );
                         let board = Board {
                             done: &done,
                             selected: &names,
                             running: &entries,
                             holding: &holding,
-                            parallel,
+                            // Room is left for tasks back from landing for another attempt.
+                            parallel: parallel.saturating_sub(rejoining).max(1),
                             continue_on_failure,
                         };
                         match schedule::decide(Entry::from(task), &board) {
@@ -760,6 +802,7 @@ impl<'a> Runner<'a> {
                                 let (_, restore) = queue.remove(k);
                                 told.remove(&i);
                                 running_idx.push(i);
+                                self.slots.lock().running = running_idx.len();
                                 let target = targets.get(&i).cloned().unwrap_or_default();
                                 running.push(async move {
                                     let r = self.run_task(task, &target, restore.map(|r| *r)).await;
@@ -770,10 +813,19 @@ impl<'a> Runner<'a> {
                         }
                     }
                 }
-                let Some((i, result)) = running.next().await else {
+                let changed = self.slots_changed.notified();
+                let next = tokio::select! {
+                    next = running.next() => next,
+                    // A task started landing: its slot may take a task that waits.
+                    () = changed => continue,
+                };
+                let Some((i, result)) = next else {
                     break;
                 };
                 running_idx.retain(|&j| j != i);
+                self.slots.lock().running = running_idx.len();
+                // A task back from landing may take the slot this one held.
+                self.slots_changed.notify_waiters();
                 // mvk's own failure ends the run; the other tasks' futures are dropped with
                 // it, which kills their agents and gates (their process groups die with them).
                 let (report, h) = result?;
@@ -1695,9 +1747,18 @@ impl<'a> Runner<'a> {
                         )?;
                         return Ok((r, None));
                     }
+                    // While its change waits to land the task holds its scope, not a slot of
+                    // `parallel`: mvk's landing work is not an agent's or a gate's.
+                    self.slots.lock().landing.insert(task.name.clone());
+                    self.slots_changed.notify_waiters();
                     let landing = self
                         .land(task, target, &spec, record.ledger_id, head)
                         .await?;
+                    if let Landing::Retry(..) = landing {
+                        self.rejoin(&task.name).await;
+                    } else {
+                        self.slots.lock().landing.remove(&task.name);
+                    }
                     match landing {
                         Landing::Landed(commit) => {
                             let reason = match commit {
@@ -1949,6 +2010,25 @@ impl<'a> Runner<'a> {
         });
         self.task_state(&task.name, |s| s.note = Some(f.criterion.clone()));
         self.write_state()
+    }
+
+    /// Waits until `task`, back from landing for another attempt, may take a slot of the flow's
+    /// `parallel` again, and takes it.
+    async fn rejoin(&self, task: &str) {
+        self.slots.lock().rejoining += 1;
+        loop {
+            let changed = self.slots_changed.notified();
+            {
+                let mut slots = self.slots.lock();
+                let working = slots.running.saturating_sub(slots.landing.len());
+                if working < slots.parallel.max(1) {
+                    slots.landing.remove(task);
+                    slots.rejoining = slots.rejoining.saturating_sub(1);
+                    return;
+                }
+            }
+            changed.await;
+        }
     }
 
     /// Tokens and micro-dollars spent by the whole run so far.

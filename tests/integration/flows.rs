@@ -724,3 +724,41 @@ fn resume_leaves_a_cut_short_landing_alone_when_a_person_reset_the_tip_behind_it
         r.why()
     );
 }
+
+#[test]
+fn a_task_waiting_to_land_gives_its_slot_to_the_next_task_and_never_more_run_at_once() {
+    // `z`'s after-merge gate lands it only once `x` has started: with `parallel 2` and `y` still
+    // working, `x` (planned last) can only start on the slot `z` gave up when it went to land.
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "3", &[]));
+    text.push_str("flow t {\n    parallel 2\n");
+    let wait_for_x = r#"merge { gate x-started evidence=none timeout="20s" { run "sh" "-c" "until grep -q '^start x ' @STATE/log; do sleep 0.05; done"; }; }"#;
+    // Independent tasks are planned in the reverse of the order they are written in.
+    text.push_str(&task("x", "quick", "out/x.txt", ""));
+    text.push_str(&task("y", "slow", "out/y.txt", ""));
+    text.push_str(&task("z", "quick", "out/z.txt", wait_for_x));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    let planned: Vec<String> = run.one("run.started")["detail"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(planned.last().map(String::as_str), Some("x"), "{planned:?}");
+    for name in ["x", "y", "z"] {
+        assert!(
+            fixture.show("main", &format!("out/{name}.txt")).is_some(),
+            "out/{name}.txt did not land\n{}",
+            run.why()
+        );
+    }
+    let iv = intervals(&fixture);
+    assert!(
+        iv["x"].0 < iv["y"].1,
+        "`x` started while `y` worked: {iv:?}"
+    );
+    assert_eq!(peak(&iv), 2, "never more than 2 agents at once: {iv:?}");
+}
