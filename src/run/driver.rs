@@ -798,6 +798,8 @@ impl<'a> Runner<'a> {
                                 reports.insert(i, report);
                                 changed = true;
                             }
+                            // Every slot is promised to tasks back from landing.
+                            Decision::Start if rejoining >= parallel.max(1) => k += 1,
                             Decision::Start => {
                                 let (_, restore) = queue.remove(k);
                                 told.remove(&i);
@@ -2024,6 +2026,9 @@ impl<'a> Runner<'a> {
                 if working < slots.parallel.max(1) {
                     slots.landing.remove(task);
                     slots.rejoining = slots.rejoining.saturating_sub(1);
+                    drop(slots);
+                    // The room kept for it is no longer needed: a waiting task may fit.
+                    self.slots_changed.notify_waiters();
                     return;
                 }
             }
