@@ -377,6 +377,9 @@ pub enum AbsorbError {
     },
     #[error("the agent's objects hold more than the {limit} bytes mvk accepts from one attempt")]
     TooMuch { limit: usize },
+    /// A pack whose reading mvk cannot bound: its deltas' bases are counted too.
+    #[error("the agent's pack {pack} {why}")]
+    Pack { pack: String, why: String },
     /// The repository's (or mvk's) fault.
     #[error(transparent)]
     Git(#[from] git2::Error),
@@ -412,6 +415,7 @@ pub fn absorb_objects_within(
         Ok(_) => std::fs::remove_file(&info),
         Err(e) => Err(e),
     };
+    crate::run::agent_pack::tidy(&objects.join("pack"));
     let added = absorb_checked(repo, objects, limits);
     // Best effort: the directory is the attempt's own, and a leftover is only space.
     let _ = std::fs::remove_dir_all(objects);
@@ -428,6 +432,8 @@ fn absorb_checked(repo: &Path, objects: &Path, limits: Limits) -> Result<usize, 
     let again = git2::Repository::open(repo)?;
     let both = again.odb()?;
     both.add_disk_alternate(&path_text(objects))?;
+    // A delta's header gives only what it makes, not the bases its read inflates.
+    crate::run::agent_pack::check(&objects.join("pack"), &shared, limits)?;
     let mut ids = Vec::new();
     theirs.foreach(|id| {
         ids.push(*id);
@@ -769,6 +775,74 @@ mod tests {
         assert!(count.contains("count: 3\n"), "nothing added: {count}");
         let (_tmp, repo, objects) = agent_objects(&[700, 700]);
         assert_eq!(absorb_objects_within(&repo, &objects, limits).unwrap(), 2);
+    }
+
+    /// Packs the agent's loose objects in `objects` (deltas where git finds them), and drops
+    /// the loose copies.
+    fn pack_agent_objects(repo: &Path, objects: &Path) {
+        let git = |args: &[&str], input: Option<&str>| {
+            use std::io::Write;
+            let mut child = std::process::Command::new("git")
+                .args(args)
+                .current_dir(repo)
+                .env("GIT_OBJECT_DIRECTORY", objects)
+                .env(
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                    repo.join(".git/objects"),
+                )
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.unwrap_or("").as_bytes()).unwrap();
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let mut ids = String::new();
+        for dir in std::fs::read_dir(objects).unwrap().flatten() {
+            let name = dir.file_name().to_string_lossy().into_owned();
+            if name.len() != 2 {
+                continue;
+            }
+            for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                ids += &format!("{name}{}\n", file.file_name().to_string_lossy());
+            }
+        }
+        let pack = objects.join("pack/pack");
+        git(&["pack-objects", "-q", &path_text(&pack)], Some(&ids));
+        git(&["prune-packed"], None);
+    }
+
+    #[test]
+    fn a_packed_delta_counts_the_bases_its_read_inflates() {
+        // Three blobs of 1000 bytes that differ in their last byte: packed, two are deltas,
+        // each of whose reads inflates a base of 1000 bytes as well.
+        let limits = Limits {
+            object: 2000,
+            total: 3000,
+        };
+        let (tmp, repo, objects) = agent_objects(&[]);
+        for n in 0..3u8 {
+            let mut blob = vec![b'x'; 1000];
+            blob[999] = b'0' + n;
+            let file = tmp.path().join(format!("similar{n}"));
+            std::fs::write(&file, blob).unwrap();
+            let out = std::process::Command::new("git")
+                .args(["hash-object", "-w"])
+                .arg(&file)
+                .current_dir(&repo)
+                .env("GIT_OBJECT_DIRECTORY", &objects)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        }
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        pack_agent_objects(&repo, &objects);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(matches!(err, AbsorbError::TooMuch { .. }), "{err:?}");
     }
 
     #[test]

@@ -563,6 +563,36 @@ fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
 }
 
 #[test]
+fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
+    // Regression: mvk checked each listed object's size from its header, which for a delta is
+    // the size of what it makes, and then let libgit2 inflate the delta's 150 MiB base, which
+    // the pack's index does not list, to make six bytes.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/delta_bomb.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits")
+            && criterion.contains("157286400 bytes, more than"),
+        "{criterion}\n{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // The delta's result reached no store.
+    let there = super::apply::git_output(
+        f.root(),
+        &["cat-file", "-e", "ac790413e2d7a26c3767e78c57bb28716686eebc"],
+    );
+    assert!(!there.status.success());
+}
+
+#[test]
 fn the_sandbox_scopes_abstract_sockets_but_not_socket_files() {
     // What the book says the sandbox does not confine: a socket file outside is reachable (the
     // systemd bus, tmux, Docker's socket are such files); an abstract socket is not (Landlock's
