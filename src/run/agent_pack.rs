@@ -69,6 +69,11 @@ pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), 
             why,
         };
         let listed = read_index(&idx).map_err(refuse)?;
+        if listed.len() > limits.count {
+            return Err(AbsorbError::TooMany {
+                limit: limits.count,
+            });
+        }
         let pack = File::open(idx.with_extension("pack"))
             .map_err(|e| refuse(format!("has no pack mvk can read ({e})")))?;
         let mut walk = Walk {
