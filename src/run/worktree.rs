@@ -353,7 +353,7 @@ impl Pool {
             false
         };
         if !reused {
-            self.create_slot(&main, slot, base, branch)?;
+            self.create_slot(&main, slot, base)?;
             self.reset_slot(&main, &path, base, branch)?;
         }
         let admin = Repository::open(&path)
@@ -520,15 +520,9 @@ impl Pool {
             && same_path(&common, main.commondir())
     }
 
-    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree on
-    /// `branch` at `base`.
-    fn create_slot(
-        &self,
-        main: &Repository,
-        n: usize,
-        base: Oid,
-        branch: &str,
-    ) -> Result<(), WorktreeError> {
+    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree at
+    /// `base`, detached (`reset_slot` puts it on its branch).
+    fn create_slot(&self, main: &Repository, n: usize, base: Oid) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
         let _registry = self.lock_registry()?;
         self.remove_registrations(main, n)?;
@@ -538,33 +532,56 @@ impl Pool {
         }
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
-        let branch_ref = format!("refs/heads/{branch}");
-        // Refused before the branch is moved, if a lease holds it.
-        self.free_branch(main, &branch_ref, branch, None)?;
         let commit = main
             .find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        // A reference, not `branch()`: libgit2 refuses to move a branch a HEAD names.
-        let reference = main
-            .reference(&branch_ref, commit.id(), true, "mvk: create attempt branch")
-            .map_err(git_err(format!("create branch `{branch}`"), &shown))?;
-        // Again now that it exists: a neighbour's agent may have named the new branch in its
-        // HEAD (names are predictable), and libgit2 will not add a worktree on a branch a HEAD
-        // names.
-        self.free_branch(main, &branch_ref, branch, None)?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(&reference));
-        if let Err(source) = main.worktree(&name, &path, Some(&opts)) {
-            // A failed add may leave an admin directory and a half-written checkout behind.
-            let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
-            let _ = fs::remove_dir_all(&path);
-            return Err(WorktreeError::Git {
-                action: format!("add worktree `{name}`"),
+        // libgit2 adds a worktree only on a branch no HEAD names, and a neighbour's agent can
+        // keep rewriting its HEAD to name the attempt's (names are predictable): the worktree
+        // is added on a scratch branch of a name no one can guess, detached, and the scratch
+        // branch dropped. `reset_slot` then moves HEAD onto the attempt's branch from a
+        // detached HEAD, which libgit2 does not refuse.
+        let scratch_ref = format!(
+            "refs/heads/mvk-scratch/{}-{n}-{:016x}",
+            self.root_tag,
+            unguessable()
+        );
+        let mut scratch = main
+            .reference(
+                &scratch_ref,
+                commit.id(),
+                false,
+                "mvk: scratch branch of a new slot",
+            )
+            .map_err(git_err(format!("create branch `{scratch_ref}`"), &shown))?;
+        let added = {
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&scratch));
+            main.worktree(&name, &path, Some(&opts)).map(drop)
+        };
+        let detached = match added {
+            Ok(()) => Repository::open(&path).and_then(|wt| wt.set_head_detached(commit.id())),
+            Err(_) => Ok(()),
+        };
+        // Best effort: a leftover scratch branch is only a name.
+        let _ = scratch.delete();
+        match (added, detached) {
+            (Err(source), _) => {
+                // A failed add may leave an admin directory and a half-written checkout behind.
+                let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
+                let _ = fs::remove_dir_all(&path);
+                Err(WorktreeError::Git {
+                    action: format!("add worktree `{name}`"),
+                    path,
+                    source,
+                })
+            }
+            (Ok(()), Err(source)) => Err(WorktreeError::Git {
+                action: format!("detach the HEAD of worktree `{name}`"),
                 path,
                 source,
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
@@ -1305,6 +1322,47 @@ mod tests {
         let err = head_of(&first).expect_err("relinked");
         assert!(matches!(err, WorktreeError::Relinked { .. }), "{err:?}");
         assert_eq!(fs::read(&gitdir).expect("read"), made, "put back");
+    }
+
+    #[test]
+    fn a_head_planted_without_pause_keeps_no_new_slot_from_its_branch() {
+        // A leased neighbour's agent rewrites its HEAD to name the branch over and over: the
+        // slot built for that branch must still be added (mvk adds it detached, off a scratch
+        // branch no one can name).
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("acquire");
+        let head = neighbour.admin.join("HEAD");
+        let planted = neighbour.admin.join("HEAD.planted");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let planter = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Whole files only (write, then rename), as a careful agent would.
+                    let _ = fs::write(&planted, "ref: refs/heads/mvk/p\n");
+                    let _ = fs::rename(&planted, &head);
+                }
+            })
+        };
+        let mut failed = Vec::new();
+        for _ in 0..20 {
+            match pool.acquire(f.c1, "mvk/p") {
+                Ok(lease) => {
+                    let (path, slot) = (lease.path.clone(), lease.slot());
+                    drop(lease);
+                    wait_free(&pool, slot);
+                    // Built again next time, not reset.
+                    fs::remove_dir_all(&path).expect("rm slot");
+                }
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        planter.join().expect("planter");
+        assert!(failed.is_empty(), "{failed:?}");
+        let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert_eq!(branches, "", "no scratch branch left");
     }
 
     #[test]
