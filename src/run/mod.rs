@@ -10,6 +10,7 @@
 //! writes the events, the heartbeat and the status files.
 
 pub mod adapter;
+pub mod agent_pack;
 pub mod attempt;
 pub mod driver;
 pub mod evidence;

@@ -349,18 +349,20 @@ fn prepare_commit(cwd: &Path, objects: &Path) -> io::Result<Option<CommitGrant>>
 }
 
 /// The most mvk reads from an agent's object directory: one object (GitHub refuses files over
-/// 100 MB too), and all of them together. An object compresses a thousandfold or more (a zip
+/// 100 MB too), all of them together, and how many there are (each costs a read and a write). An object compresses a thousandfold or more (a zip
 /// bomb), so sizes are read from the headers before anything is inflated.
 pub const OBJECT_LIMITS: Limits = Limits {
     object: 100 << 20,
     total: 1 << 30,
+    count: 100_000,
 };
 
-/// Bytes of inflated objects: per object, and all an attempt's together.
+/// Bytes of inflated objects: per object, and all an attempt's together; and objects listed.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub object: usize,
     pub total: usize,
+    pub count: usize,
 }
 
 /// Why an agent's objects were not added to the repository.
@@ -377,6 +379,11 @@ pub enum AbsorbError {
     },
     #[error("the agent's objects hold more than the {limit} bytes mvk accepts from one attempt")]
     TooMuch { limit: usize },
+    #[error("the agent wrote more than the {limit} objects mvk accepts from one attempt")]
+    TooMany { limit: usize },
+    /// A pack whose reading mvk cannot bound: its deltas' bases are counted too.
+    #[error("the agent's pack {pack} {why}")]
+    Pack { pack: String, why: String },
     /// The repository's (or mvk's) fault.
     #[error(transparent)]
     Git(#[from] git2::Error),
@@ -412,6 +419,7 @@ pub fn absorb_objects_within(
         Ok(_) => std::fs::remove_file(&info),
         Err(e) => Err(e),
     };
+    crate::run::agent_pack::tidy(&objects.join("pack"));
     let added = absorb_checked(repo, objects, limits);
     // Best effort: the directory is the attempt's own, and a leftover is only space.
     let _ = std::fs::remove_dir_all(objects);
@@ -428,11 +436,20 @@ fn absorb_checked(repo: &Path, objects: &Path, limits: Limits) -> Result<usize, 
     let again = git2::Repository::open(repo)?;
     let both = again.odb()?;
     both.add_disk_alternate(&path_text(objects))?;
+    // A delta's header gives only what it makes, not the bases its read inflates.
+    crate::run::agent_pack::check(&objects.join("pack"), &shared, limits)?;
     let mut ids = Vec::new();
-    theirs.foreach(|id| {
+    // Stop listing past the limit: the list itself is mvk's memory.
+    let listed = theirs.foreach(|id| {
         ids.push(*id);
-        true
-    })?;
+        ids.len() <= limits.count
+    });
+    if ids.len() > limits.count {
+        return Err(AbsorbError::TooMany {
+            limit: limits.count,
+        });
+    }
+    listed?;
     // Every size first, from the headers: nothing is inflated when the whole is too big.
     let mut new = Vec::new();
     let mut total = 0usize;
@@ -754,6 +771,7 @@ mod tests {
         let limits = Limits {
             object: 1000,
             total: 1500,
+            count: 10,
         };
         let (_tmp, repo, objects) = agent_objects(&[1001]);
         let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
@@ -769,6 +787,97 @@ mod tests {
         assert!(count.contains("count: 3\n"), "nothing added: {count}");
         let (_tmp, repo, objects) = agent_objects(&[700, 700]);
         assert_eq!(absorb_objects_within(&repo, &objects, limits).unwrap(), 2);
+    }
+
+    /// Packs the agent's loose objects in `objects` (deltas where git finds them), and drops
+    /// the loose copies.
+    fn pack_agent_objects(repo: &Path, objects: &Path) {
+        let git = |args: &[&str], input: Option<&str>| {
+            use std::io::Write;
+            let mut child = std::process::Command::new("git")
+                .args(args)
+                .current_dir(repo)
+                .env("GIT_OBJECT_DIRECTORY", objects)
+                .env(
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                    repo.join(".git/objects"),
+                )
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.unwrap_or("").as_bytes()).unwrap();
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let mut ids = String::new();
+        for dir in std::fs::read_dir(objects).unwrap().flatten() {
+            let name = dir.file_name().to_string_lossy().into_owned();
+            if name.len() != 2 {
+                continue;
+            }
+            for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                ids += &format!("{name}{}\n", file.file_name().to_string_lossy());
+            }
+        }
+        let pack = objects.join("pack/pack");
+        git(&["pack-objects", "-q", &path_text(&pack)], Some(&ids));
+        git(&["prune-packed"], None);
+    }
+
+    #[test]
+    fn a_packed_delta_counts_the_bases_its_read_inflates() {
+        // Three blobs of 1000 bytes that differ in their last byte: packed, two are deltas,
+        // each of whose reads inflates a base of 1000 bytes as well.
+        let limits = Limits {
+            object: 2000,
+            total: 3000,
+            count: 10,
+        };
+        let (tmp, repo, objects) = agent_objects(&[]);
+        for n in 0..3u8 {
+            let mut blob = vec![b'x'; 1000];
+            blob[999] = b'0' + n;
+            let file = tmp.path().join(format!("similar{n}"));
+            std::fs::write(&file, blob).unwrap();
+            let out = std::process::Command::new("git")
+                .args(["hash-object", "-w"])
+                .arg(&file)
+                .current_dir(&repo)
+                .env("GIT_OBJECT_DIRECTORY", &objects)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        }
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        pack_agent_objects(&repo, &objects);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(matches!(err, AbsorbError::TooMuch { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn more_objects_than_the_count_limit_are_refused() {
+        let limits = Limits {
+            object: 1000,
+            total: 100_000,
+            count: 3,
+        };
+        let (_tmp, repo, objects) = agent_objects(&[1, 2, 3, 4]);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(matches!(err, AbsorbError::TooMany { limit: 3 }), "{err:?}");
+        let count = crate::run::testing::git(&repo, &["count-objects", "-v"]);
+        assert!(count.contains("count: 3\n"), "nothing added: {count}");
+        // Packed, the index's list is refused before any entry is walked.
+        let (_tmp, repo, objects) = agent_objects(&[1, 2, 3, 4]);
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        pack_agent_objects(&repo, &objects);
+        let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
+        assert!(matches!(err, AbsorbError::TooMany { limit: 3 }), "{err:?}");
+        let (_tmp, repo, objects) = agent_objects(&[1, 2, 3]);
+        assert_eq!(absorb_objects_within(&repo, &objects, limits).unwrap(), 3);
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl Lease {
     /// repository's registration of the worktree is whole again), and the lease is refused.
     fn open(&self) -> Result<Repository, WorktreeError> {
         let path = &self.path;
-        if let Some(found) = self.restore_links()? {
+        if let Some(found) = self.restore_links() {
             return Err(WorktreeError::Relinked {
                 path: path.clone(),
                 found,
@@ -186,8 +186,10 @@ impl Lease {
 
     /// Rewrites every git link that no longer holds what mvk wrote; out comes where the first
     /// rewritten one led (`None`: all intact). A link replaced by a symlink or a directory is
-    /// removed, never written through.
-    fn restore_links(&self) -> Result<Option<PathBuf>, WorktreeError> {
+    /// removed, never written through. A link mvk cannot put back (the agent stood in the way)
+    /// is the agent's doing like any other: the lease is refused all the same, and the slot,
+    /// not healthy, is rebuilt before its next use.
+    fn restore_links(&self) -> Option<PathBuf> {
         let mut found = None;
         for (file, made) in &self.links {
             let intact = is_plain_file(file) && fs::read(file).is_ok_and(|now| now == *made);
@@ -199,34 +201,63 @@ impl Lease {
                 let said = said.trim();
                 found = Some(PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said)));
             }
-            replace_file(file, made)?;
+            if let Err(e) = replace_file(file, made) {
+                tracing::warn!("could not put back the git link {}: {e}", file.display());
+            }
         }
-        Ok(found)
+        found
     }
 }
 
 /// Puts `bytes` at `file` without following whatever is there (a symlink, a directory): the
-/// new content is written beside it and renamed over it.
+/// new content is written beside it, under a name no one can guess, and renamed over it. The
+/// directory is made writable first: an agent may have taken its own git directory's write
+/// permission away.
 fn replace_file(file: &Path, bytes: &[u8]) -> Result<(), WorktreeError> {
+    if let Some(dir) = file.parent()
+        && let Ok(meta) = fs::symlink_metadata(dir)
+        && meta.is_dir()
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o700 != 0o700 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700))
+                .map_err(io_err("make writable", dir))?;
+        }
+    }
     if fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_dir()) {
         fs::remove_dir_all(file).map_err(io_err("remove", file))?;
     }
-    let mut name = file.file_name().unwrap_or_default().to_os_string();
-    name.push(".mvk-new");
-    let new = file.with_file_name(name);
-    match fs::remove_file(&new) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-            return Err(io_err("remove", &new)(e));
+    let mut tries = 0;
+    let (new, mut out) = loop {
+        let mut name = file.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".mvk-{:016x}", unguessable()));
+        let new = file.with_file_name(name);
+        match OpenOptions::new().write(true).create_new(true).open(&new) {
+            Ok(out) => break (new, out),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(io_err("create", &new)(e)),
         }
-        _ => {}
+    };
+    let written = io::Write::write_all(&mut out, bytes)
+        .map_err(io_err("write", &new))
+        .and_then(|()| fs::rename(&new, file).map_err(io_err("replace", file)));
+    if written.is_err() {
+        let _ = fs::remove_file(&new);
     }
-    let mut out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&new)
-        .map_err(io_err("create", &new))?;
-    io::Write::write_all(&mut out, bytes).map_err(io_err("write", &new))?;
-    fs::rename(&new, file).map_err(io_err("replace", file))
+    written
+}
+
+/// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
+fn unguessable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// The files that link the worktree at `path` and its git directory `admin` to each other.
@@ -322,7 +353,7 @@ impl Pool {
             false
         };
         if !reused {
-            self.create_slot(&main, slot, base, branch)?;
+            self.create_slot(&main, slot, base)?;
             self.reset_slot(&main, &path, base, branch)?;
         }
         let admin = Repository::open(&path)
@@ -364,7 +395,7 @@ impl Pool {
             let path = self.slot_path(n);
             let existed = path.exists();
             self.forget_relinked(&main, n)?;
-            let pruned = self.remove_registrations(&main, &path)?;
+            let pruned = self.remove_registrations(&main, n)?;
             if path.exists() {
                 fs::remove_dir_all(&path).map_err(io_err("remove worktree slot", &path))?;
             }
@@ -489,51 +520,68 @@ impl Pool {
             && same_path(&common, main.commondir())
     }
 
-    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree on
-    /// `branch` at `base`.
-    fn create_slot(
-        &self,
-        main: &Repository,
-        n: usize,
-        base: Oid,
-        branch: &str,
-    ) -> Result<(), WorktreeError> {
+    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree at
+    /// `base`, detached (`reset_slot` puts it on its branch).
+    fn create_slot(&self, main: &Repository, n: usize, base: Oid) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
         let _registry = self.lock_registry()?;
-        self.remove_registrations(main, &path)?;
+        self.remove_registrations(main, n)?;
         self.forget_relinked(main, n)?;
         if fs::symlink_metadata(&path).is_ok() {
             fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
         }
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
-        let branch_ref = format!("refs/heads/{branch}");
-        // Refused before the branch is moved, if a lease holds it.
-        self.free_branch(main, &branch_ref, branch, None)?;
         let commit = main
             .find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        // A reference, not `branch()`: libgit2 refuses to move a branch a HEAD names.
-        let reference = main
-            .reference(&branch_ref, commit.id(), true, "mvk: create attempt branch")
-            .map_err(git_err(format!("create branch `{branch}`"), &shown))?;
-        // Again now that it exists: a neighbour's agent may have named the new branch in its
-        // HEAD (names are predictable), and libgit2 will not add a worktree on a branch a HEAD
-        // names.
-        self.free_branch(main, &branch_ref, branch, None)?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(&reference));
-        if let Err(source) = main.worktree(&name, &path, Some(&opts)) {
-            // A failed add may leave an admin directory and a half-written checkout behind.
-            let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
-            let _ = fs::remove_dir_all(&path);
-            return Err(WorktreeError::Git {
-                action: format!("add worktree `{name}`"),
+        // libgit2 adds a worktree only on a branch no HEAD names, and a neighbour's agent can
+        // keep rewriting its HEAD to name the attempt's (names are predictable): the worktree
+        // is added on a scratch branch of a name no one can guess, detached, and the scratch
+        // branch dropped. `reset_slot` then moves HEAD onto the attempt's branch from a
+        // detached HEAD, which libgit2 does not refuse.
+        let scratch_ref = format!(
+            "refs/heads/mvk-scratch/{}-{n}-{:016x}",
+            self.root_tag,
+            unguessable()
+        );
+        let mut scratch = main
+            .reference(
+                &scratch_ref,
+                commit.id(),
+                false,
+                "mvk: scratch branch of a new slot",
+            )
+            .map_err(git_err(format!("create branch `{scratch_ref}`"), &shown))?;
+        let added = {
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&scratch));
+            main.worktree(&name, &path, Some(&opts)).map(drop)
+        };
+        let detached = match added {
+            Ok(()) => Repository::open(&path).and_then(|wt| wt.set_head_detached(commit.id())),
+            Err(_) => Ok(()),
+        };
+        // Best effort: a leftover scratch branch is only a name.
+        let _ = scratch.delete();
+        match (added, detached) {
+            (Err(source), _) => {
+                // A failed add may leave an admin directory and a half-written checkout behind.
+                let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
+                let _ = fs::remove_dir_all(&path);
+                Err(WorktreeError::Git {
+                    action: format!("add worktree `{name}`"),
+                    path,
+                    source,
+                })
+            }
+            (Ok(()), Err(source)) => Err(WorktreeError::Git {
+                action: format!("detach the HEAD of worktree `{name}`"),
                 path,
                 source,
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
@@ -579,12 +627,15 @@ impl Pool {
         Ok(())
     }
 
-    /// Prunes every worktree registration of the repository that points at `path`.
-    /// Returns whether one was pruned.
-    fn remove_registrations(&self, main: &Repository, path: &Path) -> Result<bool, WorktreeError> {
+    /// Prunes this slot's worktree registrations (by name, which mvk chose) that point at the
+    /// slot. Returns whether one was pruned. Never by the path alone: another slot's agent can
+    /// make its registration name this slot, and pruning it would pull its git directory from
+    /// under that attempt.
+    fn remove_registrations(&self, main: &Repository, n: usize) -> Result<bool, WorktreeError> {
+        let path = self.slot_path(n);
         let mut pruned = false;
         for (name, wt_path) in registrations(main)? {
-            if !same_path(&wt_path, path) {
+            if self.slot_of_name(&name) != Some(n) || !same_path(&wt_path, &path) {
                 continue;
             }
             let wt = main.find_worktree(&name).map_err(git_err(
@@ -1246,6 +1297,72 @@ mod tests {
         assert_eq!(head_of(&lease).expect("head"), f.c1);
         let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
         assert!(list.contains(&lease.path.display().to_string()), "{list}");
+    }
+
+    #[test]
+    fn a_registration_naming_a_future_slot_is_not_pruned_when_that_slot_is_made() {
+        // Slot 0's agent makes its registration name slot 1's path: building slot 1 must not
+        // prune slot 0's git directory from under its attempt.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let first = pool.acquire(f.c1, "mvk/f0").expect("acquire");
+        let gitdir = first.admin.join("gitdir");
+        let made = fs::read(&gitdir).expect("read gitdir");
+        let next = f
+            .root
+            .join(format!("slot-{}", first.slot() + 1))
+            .join(".git");
+        fs::write(&gitdir, format!("{}\n", next.display())).expect("relink");
+        let second = pool.acquire(f.c1, "mvk/f1").expect("acquire a second slot");
+        assert_ne!(second.slot(), first.slot());
+        assert!(
+            first.admin.is_dir(),
+            "slot 0's git directory is still there"
+        );
+        let err = head_of(&first).expect_err("relinked");
+        assert!(matches!(err, WorktreeError::Relinked { .. }), "{err:?}");
+        assert_eq!(fs::read(&gitdir).expect("read"), made, "put back");
+    }
+
+    #[test]
+    fn a_head_planted_without_pause_keeps_no_new_slot_from_its_branch() {
+        // A leased neighbour's agent rewrites its HEAD to name the branch over and over: the
+        // slot built for that branch must still be added (mvk adds it detached, off a scratch
+        // branch no one can name).
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("acquire");
+        let head = neighbour.admin.join("HEAD");
+        let planted = neighbour.admin.join("HEAD.planted");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let planter = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Whole files only (write, then rename), as a careful agent would.
+                    let _ = fs::write(&planted, "ref: refs/heads/mvk/p\n");
+                    let _ = fs::rename(&planted, &head);
+                }
+            })
+        };
+        let mut failed = Vec::new();
+        for _ in 0..20 {
+            match pool.acquire(f.c1, "mvk/p") {
+                Ok(lease) => {
+                    let (path, slot) = (lease.path.clone(), lease.slot());
+                    drop(lease);
+                    wait_free(&pool, slot);
+                    // Built again next time, not reset.
+                    fs::remove_dir_all(&path).expect("rm slot");
+                }
+                Err(e) => failed.push(e.to_string()),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        planter.join().expect("planter");
+        assert!(failed.is_empty(), "{failed:?}");
+        let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert_eq!(branches, "", "no scratch branch left");
     }
 
     #[test]

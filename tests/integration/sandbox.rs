@@ -510,6 +510,33 @@ fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back()
 }
 
 #[test]
+fn an_agent_that_blocks_the_restore_of_its_links_fails_its_attempt_not_the_run() {
+    // Regression: a directory where mvk wrote the restored link first (`gitdir.mvk-new`), or a
+    // read-only git directory, made the restore an I/O error that ended the run (exit 70).
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/relink_blocked.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("leaves its worktree's git links alone"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // The slot is whole again: a second run uses it.
+    let again = f.apply();
+    again.expect_code(3);
+}
+
+#[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
@@ -560,6 +587,36 @@ fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
     let id = String::from_utf8(id.stdout).unwrap();
     let there = super::apply::git_output(f.root(), &["cat-file", "-e", id.trim()]);
     assert!(!there.status.success(), "{id}");
+}
+
+#[test]
+fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
+    // Regression: mvk checked each listed object's size from its header, which for a delta is
+    // the size of what it makes, and then let libgit2 inflate the delta's 150 MiB base, which
+    // the pack's index does not list, to make six bytes.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/delta_bomb.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits")
+            && criterion.contains("157286400 bytes, more than"),
+        "{criterion}\n{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // The delta's result reached no store.
+    let there = super::apply::git_output(
+        f.root(),
+        &["cat-file", "-e", "ac790413e2d7a26c3767e78c57bb28716686eebc"],
+    );
+    assert!(!there.status.success());
 }
 
 #[test]
