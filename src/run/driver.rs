@@ -778,11 +778,17 @@ impl<'a> Runner<'a> {
                             selected: &names,
                             running: &entries,
                             holding: &holding,
-                            // Room is left for tasks back from landing for another attempt.
-                            parallel: parallel.saturating_sub(rejoining).max(1),
+                            parallel,
                             continue_on_failure,
                         };
-                        match schedule::decide(Entry::from(task), &board) {
+                        let mut decision = schedule::decide(Entry::from(task), &board);
+                        // Room is left for tasks back from landing for another attempt.
+                        if decision == Decision::Start
+                            && entries.len() + rejoining >= parallel.max(1)
+                        {
+                            decision = Decision::Wait(Wait::Parallel { limit: parallel });
+                        }
+                        match decision {
                             Decision::Wait(wait) => {
                                 if told.get(&i) != Some(&wait) {
                                     self.announce_wait(task, &wait)?;
@@ -798,8 +804,6 @@ impl<'a> Runner<'a> {
                                 reports.insert(i, report);
                                 changed = true;
                             }
-                            // Every slot is promised to tasks back from landing.
-                            Decision::Start if rejoining >= parallel.max(1) => k += 1,
                             Decision::Start => {
                                 let (_, restore) = queue.remove(k);
                                 told.remove(&i);
@@ -1756,9 +1760,7 @@ impl<'a> Runner<'a> {
                     let landing = self
                         .land(task, target, &spec, record.ledger_id, head)
                         .await?;
-                    if let Landing::Retry(..) = landing {
-                        self.rejoin(&task.name).await;
-                    } else {
+                    if !matches!(landing, Landing::Retry(..)) {
                         self.slots.lock().landing.remove(&task.name);
                     }
                     match landing {
@@ -1778,7 +1780,10 @@ impl<'a> Runner<'a> {
                         }
                         Landing::Retry(f, new_base) => {
                             base = new_base;
+                            // Recorded before it waits for a slot: a crash meanwhile resumes
+                            // from the failure, not by landing the change again.
                             self.fail(task, number, &f)?;
+                            self.rejoin(&task.name).await;
                             f
                         }
                         Landing::Rejected(outcome, reason) => {
