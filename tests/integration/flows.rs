@@ -762,3 +762,90 @@ fn a_task_waiting_to_land_gives_its_slot_to_the_next_task_and_never_more_run_at_
     );
     assert_eq!(peak(&iv), 2, "never more than 2 agents at once: {iv:?}");
 }
+
+/// Every `(start, end)` the agents logged, per task, in order: a task that ran twice has two.
+fn all_intervals(fixture: &Fixture) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let text = fs::read_to_string(fixture.state("log")).unwrap();
+    let mut out: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let [what, task, ms] = parts[..] else {
+            panic!("bad log line {line}")
+        };
+        let ms: u64 = ms.parse().unwrap();
+        let runs = out.entry(task.to_string()).or_default();
+        if what == "start" {
+            runs.push((ms, 0));
+        } else if let Some(last) = runs.last_mut() {
+            last.1 = ms;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_task_sent_back_from_landing_takes_the_next_free_slot_before_tasks_not_started() {
+    // `a`'s change is re-gated on a target that `b` moved, fails there once and is sent back for
+    // a second attempt; by then `c` and `d` hold both slots. When `c` ends (its gate fails, so it
+    // frees its slot by ending, not by going to land), `a` takes the slot before `e`, which has
+    // not started, and never more than 2 agents work at once.
+    let mut text = worker("one", "1", &[]);
+    text.push_str(&worker("tenth", "0.1", &[]));
+    text.push_str(&worker("three", "3", &[]));
+    text.push_str("flow t {\n    parallel 2\n");
+    // Independent tasks are planned in the reverse of the order they are written in.
+    text.push_str(&task("e", "tenth", "out/e.txt", ""));
+    text.push_str(&task("d", "three", "out/d.txt", ""));
+    text.push_str(&task(
+        "c",
+        "three",
+        "out/c.txt",
+        r#"gate never evidence=none { run "false"; }"#,
+    ));
+    text.push_str(&task("b", "tenth", "out/b.txt", ""));
+    text.push_str(
+        r#"    task a {
+        goal "Write out/a.txt."
+        agent one
+        scope "out/a.txt"
+        gate made evidence=none { run "sh" "-c" "test -f out/a.txt"; }
+        gate first-without-b evidence=none { run "sh" "-c" "[ $MVK_ATTEMPT -gt 1 ] || ! test -f out/b.txt"; }
+        budget iterations=2
+    }
+"#,
+    );
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    for name in ["a", "b", "d", "e"] {
+        assert!(
+            fixture.show("main", &format!("out/{name}.txt")).is_some(),
+            "out/{name}.txt did not land\n{}",
+            run.why()
+        );
+    }
+    assert!(fixture.show("main", "out/c.txt").is_none(), "{}", run.why());
+    let runs = all_intervals(&fixture);
+    assert_eq!(
+        runs["a"].len(),
+        2,
+        "`a` was sent back once: {runs:?}\n{}",
+        run.why()
+    );
+    assert!(
+        runs["a"][1].0 <= runs["e"][0].0,
+        "`a` took a slot before `e` started: {runs:?}"
+    );
+    let mut points: Vec<(u64, i32)> = runs
+        .values()
+        .flatten()
+        .flat_map(|&(s, e)| [(s, 1), (e, -1)])
+        .collect();
+    points.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in points {
+        now += d;
+        most = most.max(now);
+    }
+    assert!(most <= 2, "never more than 2 agents at once: {runs:?}");
+}
