@@ -25,24 +25,13 @@ fn worker(name: &str, secs: &str, needs: &[&str]) -> String {
     format!("agent {name} timeout=\"60s\" {{ run \"sh\" {args}; }}\n")
 }
 
-/// Each task's `(start, end)` in epoch milliseconds, from the agents' log.
+/// Each task's `(start, end)` in epoch milliseconds, from the agents' log (its last run's, for a
+/// task that ran more than once; [`all_intervals`] has them all).
 fn intervals(fixture: &Fixture) -> BTreeMap<String, (u64, u64)> {
-    let text = fs::read_to_string(fixture.state("log")).unwrap();
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for line in text.lines() {
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let [what, task, ms] = parts[..] else {
-            panic!("bad log line {line}")
-        };
-        let ms: u64 = ms.parse().unwrap();
-        let e = out.entry(task.to_string()).or_insert((0, 0));
-        if what == "start" {
-            e.0 = ms;
-        } else {
-            e.1 = ms;
-        }
-    }
-    out
+    all_intervals(fixture)
+        .into_iter()
+        .filter_map(|(task, runs)| Some((task, *runs.last()?)))
+        .collect()
 }
 
 /// The most intervals open at one instant.
