@@ -375,7 +375,7 @@ pub struct Runner<'a> {
     /// Accepted changes waiting for their turn to land (see [`landing`]).
     queue: landing::Queue<'a>,
     /// Which running tasks hold a slot of the flow's `parallel` (see [`Slots`]).
-    slots: SlotBoard,
+    slots: Mutex<Slots>,
     /// Woken when a task starts landing, or a slot may have come free.
     slots_changed: tokio::sync::Notify,
 }
@@ -393,15 +393,6 @@ struct Slots {
     running: usize,
     /// The flow's `parallel`.
     parallel: usize,
-}
-
-#[derive(Default)]
-struct SlotBoard(Mutex<Slots>);
-
-impl SlotBoard {
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        locked(&self.0)
-    }
 }
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
@@ -682,7 +673,7 @@ impl<'a> Runner<'a> {
             history: Mutex::new(Vec::new()),
             landing: tokio::sync::Mutex::new(()),
             queue: landing::Queue::default(),
-            slots: SlotBoard::default(),
+            slots: Mutex::new(Slots::default()),
             slots_changed: tokio::sync::Notify::new(),
         }
     }
@@ -742,7 +733,7 @@ impl<'a> Runner<'a> {
             let mut running = FuturesUnordered::new();
             let mut running_idx: Vec<usize> = Vec::new();
             let mut told: BTreeMap<usize, Wait> = BTreeMap::new();
-            self.slots.lock().parallel = parallel;
+            locked(&self.slots).parallel = parallel;
             loop {
                 // Start, skip or hold each queued task; a skip can free the tasks after it, so
                 // go round again until nothing changes.
@@ -754,7 +745,7 @@ impl<'a> Runner<'a> {
                         let i = queue[k].0;
                         let task = &program.tasks[i];
                         let (landing, rejoining) = {
-                            let slots = self.slots.lock();
+                            let slots = locked(&self.slots);
                             (slots.landing.clone(), slots.rejoining)
                         };
                         // A task waiting to land holds its scope but no slot.
@@ -808,7 +799,7 @@ impl<'a> Runner<'a> {
                                 let (_, restore) = queue.remove(k);
                                 told.remove(&i);
                                 running_idx.push(i);
-                                self.slots.lock().running = running_idx.len();
+                                locked(&self.slots).running = running_idx.len();
                                 let target = targets.get(&i).cloned().unwrap_or_default();
                                 running.push(async move {
                                     let r = self.run_task(task, &target, restore.map(|r| *r)).await;
@@ -829,7 +820,7 @@ impl<'a> Runner<'a> {
                     break;
                 };
                 running_idx.retain(|&j| j != i);
-                self.slots.lock().running = running_idx.len();
+                locked(&self.slots).running = running_idx.len();
                 // A task back from landing may take the slot this one held.
                 self.slots_changed.notify_waiters();
                 // mvk's own failure ends the run; the other tasks' futures are dropped with
@@ -1755,13 +1746,13 @@ impl<'a> Runner<'a> {
                     }
                     // While its change waits to land the task holds its scope, not a slot of
                     // `parallel`: mvk's landing work is not an agent's or a gate's.
-                    self.slots.lock().landing.insert(task.name.clone());
+                    locked(&self.slots).landing.insert(task.name.clone());
                     self.slots_changed.notify_waiters();
                     let landing = self
                         .land(task, target, &spec, record.ledger_id, head)
                         .await?;
                     if !matches!(landing, Landing::Retry(..)) {
-                        self.slots.lock().landing.remove(&task.name);
+                        locked(&self.slots).landing.remove(&task.name);
                     }
                     match landing {
                         Landing::Landed(commit) => {
@@ -2022,11 +2013,11 @@ impl<'a> Runner<'a> {
     /// Waits until `task`, back from landing for another attempt, may take a slot of the flow's
     /// `parallel` again, and takes it.
     async fn rejoin(&self, task: &str) {
-        self.slots.lock().rejoining += 1;
+        locked(&self.slots).rejoining += 1;
         loop {
             let changed = self.slots_changed.notified();
             {
-                let mut slots = self.slots.lock();
+                let mut slots = locked(&self.slots);
                 let working = slots.running.saturating_sub(slots.landing.len());
                 if working < slots.parallel.max(1) {
                     slots.landing.remove(task);

@@ -25,6 +25,17 @@ fn worker(name: &str, secs: &str, needs: &[&str]) -> String {
     format!("agent {name} timeout=\"60s\" {{ run \"sh\" {args}; }}\n")
 }
 
+/// Asserts that each of `names` landed its `out/NAME.txt` on main.
+fn landed(fixture: &Fixture, run: &crate::apply::Run, names: &[&str]) {
+    for name in names {
+        assert!(
+            fixture.show("main", &format!("out/{name}.txt")).is_some(),
+            "out/{name}.txt did not land\n{}",
+            run.why()
+        );
+    }
+}
+
 /// Each task's `(start, end)` in epoch milliseconds, from the agents' log (its last run's, for a
 /// task that ran more than once; [`all_intervals`] has them all).
 fn intervals(fixture: &Fixture) -> BTreeMap<String, (u64, u64)> {
@@ -64,13 +75,7 @@ fn a_wide_flow_fills_every_slot_and_never_more_and_a_join_sees_what_its_branches
     let fixture = Fixture::new(&text);
     let run = fixture.apply();
     run.expect_code(0);
-    for name in ["a", "b", "c", "d", "e", "f"] {
-        assert!(
-            fixture.show("main", &format!("out/{name}.txt")).is_some(),
-            "out/{name}.txt did not land\n{}",
-            run.why()
-        );
-    }
+    landed(&fixture, &run, &["a", "b", "c", "d", "e", "f"]);
     let iv = intervals(&fixture);
     assert_eq!(peak(&iv), 3, "at most and at least 3 at once: {iv:?}");
     let d_start = iv["d"].0;
@@ -344,13 +349,7 @@ fn a_parallel_flow_killed_midway_resumes_without_running_or_landing_anything_twi
     let r = resume(&fixture, &[]);
     r.expect_code(0);
     assert_eq!(r.id, run);
-    for name in ["a", "b", "c", "d"] {
-        assert!(
-            fixture.show("main", &format!("out/{name}.txt")).is_some(),
-            "out/{name}.txt did not land\n{}",
-            r.why()
-        );
-    }
+    landed(&fixture, &r, &["a", "b", "c", "d"]);
     let runs = starts(&fixture);
     assert_eq!(runs["a"], 1, "{runs:?}");
     assert_eq!(runs["d"], 1, "{runs:?}");
@@ -564,13 +563,7 @@ fn a_batch_the_main_checkout_refuses_lands_again_one_change_at_a_time() {
     // `c`'s file has a local edit in the main checkout: `c` stops for a person, the others land.
     let (fixture, run) = batch_of_four(Some("out/c.txt"));
     run.expect_code(4);
-    for name in ["a", "b", "d"] {
-        assert!(
-            fixture.show("main", &format!("out/{name}.txt")).is_some(),
-            "out/{name}.txt did not land\n{}",
-            run.why()
-        );
-    }
+    landed(&fixture, &run, &["a", "b", "d"]);
     assert_eq!(
         fixture.show("main", "out/c.txt").as_deref(),
         Some("committed\n"),
@@ -737,13 +730,7 @@ fn a_task_waiting_to_land_gives_its_slot_to_the_next_task_and_never_more_run_at_
         .map(|t| t.as_str().unwrap().to_string())
         .collect();
     assert_eq!(planned.last().map(String::as_str), Some("x"), "{planned:?}");
-    for name in ["x", "y", "z"] {
-        assert!(
-            fixture.show("main", &format!("out/{name}.txt")).is_some(),
-            "out/{name}.txt did not land\n{}",
-            run.why()
-        );
-    }
+    landed(&fixture, &run, &["x", "y", "z"]);
     let iv = intervals(&fixture);
     assert!(
         iv["x"].0 < iv["y"].1,
@@ -806,13 +793,7 @@ fn a_task_sent_back_from_landing_takes_the_next_free_slot_before_tasks_not_start
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
     let run = fixture.apply();
-    for name in ["a", "b", "d", "e"] {
-        assert!(
-            fixture.show("main", &format!("out/{name}.txt")).is_some(),
-            "out/{name}.txt did not land\n{}",
-            run.why()
-        );
-    }
+    landed(&fixture, &run, &["a", "b", "d", "e"]);
     assert!(fixture.show("main", "out/c.txt").is_none(), "{}", run.why());
     let runs = all_intervals(&fixture);
     assert_eq!(

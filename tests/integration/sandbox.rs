@@ -444,16 +444,16 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
     assert!(log.contains("outside: unreachable"), "{log}");
 }
 
-#[test]
-fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touches_nothing_there() {
-    // The worktree's `.git` file is the agent's to write; mvk, unconfined, must not follow it
-    // into the main checkout's index and HEAD when it records the attempt.
+/// Runs a loop whose agent (tests/agents/hardening/SCRIPT) tampers with its worktree's git
+/// links, after BEFORE prepared the fixture: the attempt fails for it and main does not move.
+fn relinked(script: &str, before: impl FnOnce(&Fixture)) -> (Fixture, super::apply::Run) {
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/relink.sh", &["@STATE", "@REPO"]),
+        &agent_def("bot", &format!("hardening/{script}"), &["@STATE", "@REPO"]),
         true,
         TESTS_GATE,
         "sandbox required=#true\n    budget iterations=1",
     ));
+    before(&f);
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
@@ -466,6 +466,14 @@ fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touch
         run.why()
     );
     assert_eq!(f.tip("main"), f.base);
+    (f, run)
+}
+
+#[test]
+fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touches_nothing_there() {
+    // The worktree's `.git` file is the agent's to write; mvk, unconfined, must not follow it
+    // into the main checkout's index and HEAD when it records the attempt.
+    let (f, run) = relinked("relink.sh", |_| {});
     assert_eq!(f.git(&["symbolic-ref", "HEAD"]).trim(), "refs/heads/main");
     assert_eq!(f.git(&["status", "--porcelain"]), "", "{}", run.why());
 }
@@ -474,25 +482,9 @@ fn an_agent_that_relinks_its_worktree_to_the_main_repository_fails_and_mvk_touch
 fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back() {
     // The worktree's `gitdir` file (in its own git directory, which the agent may write) says
     // where the worktree is: named the main checkout, mvk would stage and commit that.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/relink_gitdir.sh", &["@STATE", "@REPO"]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
-    fs::write(f.root().join("private.txt"), "not for the branch").unwrap();
-    let run = f.apply();
-    run.expect_code(3);
-    let failed = run.one("attempt.failed");
-    assert!(
-        failed["detail"]["criterion"]
-            .as_str()
-            .unwrap()
-            .contains("leaves its worktree's git links alone"),
-        "{}",
-        run.why()
-    );
-    assert_eq!(f.tip("main"), f.base);
+    let (f, run) = relinked("relink_gitdir.sh", |f| {
+        fs::write(f.root().join("private.txt"), "not for the branch").unwrap();
+    });
     let listed = f.git(&["ls-tree", "-r", "--name-only", &run.branch(1)]);
     assert!(!listed.contains("private.txt"), "{listed}");
     // The registration leads to the slot again, not to the main checkout.
@@ -513,24 +505,7 @@ fn an_agent_that_rewrites_its_worktree_registration_fails_and_mvk_puts_it_back()
 fn an_agent_that_blocks_the_restore_of_its_links_fails_its_attempt_not_the_run() {
     // Regression: a directory where mvk wrote the restored link first (`gitdir.mvk-new`), or a
     // read-only git directory, made the restore an I/O error that ended the run (exit 70).
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/relink_blocked.sh", &["@STATE", "@REPO"]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
-    let run = f.apply();
-    run.expect_code(3);
-    let failed = run.one("attempt.failed");
-    assert!(
-        failed["detail"]["criterion"]
-            .as_str()
-            .unwrap()
-            .contains("leaves its worktree's git links alone"),
-        "{}",
-        run.why()
-    );
-    assert_eq!(f.tip("main"), f.base);
+    let (f, _) = relinked("relink_blocked.sh", |_| {});
     // The slot is whole again: a second run uses it.
     let again = f.apply();
     again.expect_code(3);
