@@ -60,12 +60,13 @@ git -C "$repo" commit -q -m init
 
 # mvk ---------------------------------------------------------------------------------------
 echo "mvk apply: $N tasks, parallel $P, agents of ${T}s ..." >&2
-(cd "$repo" && MVK_WORKTREE_ROOT=$work/pool /usr/bin/time -f "%e %M" -o "$work/time" \
+(cd "$repo" && MVK_WORKTREE_ROOT=$work/pool /usr/bin/time -f "%e %M %U %S" -o "$work/time" \
     "$mvk" --quiet apply loops/flow.kdl >"$work/apply.out" 2>"$work/apply.err") || {
     cat "$work/apply.err" >&2
     exit 1
 }
-read -r wall rss_kb <"$work/time"
+read -r wall rss_kb cpu_user cpu_sys <"$work/time"
+echo "mvk cpu: user ${cpu_user}s sys ${cpu_sys}s" >&2
 run=$(head -n1 "$work/apply.out")
 events=$repo/.mvk/runs/$run/events.jsonl
 landed=$(grep -c '"event":"merge.done"' "$events" || true)

@@ -125,6 +125,12 @@ where
     }
     // Where this executable is, found before a long run gives a rebuild the time to replace it.
     let _ = crate::exe::path();
+    // libgit2 checks that every entry of a tree it writes exists, one object read per entry
+    // (a loose object is opened and inflated): in a wide flow this was an eighth of mvk's
+    // CPU. The trees mvk writes come from indexes libgit2 filled from files it hashed, or
+    // from trees it read; an entry an agent forged to name a missing object is still caught,
+    // when the captured commit is checked out for the gates (an error either way).
+    git2::opts::strict_object_creation(false);
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;
     let served = args.get(1).is_some_and(|a| a == crate::mcp::SESSION);

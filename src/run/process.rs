@@ -469,6 +469,12 @@ async fn wait_group_gone(pgid: Pid) {
 /// linger when the container's init does not reap orphans, so `/proc` is scanned (it is in-memory,
 /// hence the blocking reads) and `kill` is only the fallback when `/proc` is unreadable.
 fn group_alive(pgid: Pid) -> bool {
+    // No member at all, zombies included: nothing to scan for (the common case, after a
+    // leader that waited for its children; a /proc scan per process was a twentieth of a
+    // wide flow's CPU).
+    if rustix::process::test_kill_process_group(pgid).is_err_and(|e| e == rustix::io::Errno::SRCH) {
+        return false;
+    }
     let raw = pgid.as_raw_nonzero().get();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return rustix::process::test_kill_process_group(pgid).is_ok();

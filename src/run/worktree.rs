@@ -18,9 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{
-    ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreeAddOptions, WorktreePruneOptions,
-};
+use git2::{ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreePruneOptions};
 
 /// Name and email used for capture commits when the repository configuration has no user.
 const FALLBACK_NAME: &str = "mvk";
@@ -258,6 +256,38 @@ fn unguessable() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish()
+}
+
+/// Writes the registration of a linked worktree at `path` whose git directory is `admin`
+/// (which must not exist yet), HEAD detached at `base`, no index, no files checked out.
+fn register(admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
+    let worktrees = admin.parent().unwrap_or(admin);
+    fs::create_dir_all(worktrees).map_err(io_err("create worktree registry", worktrees))?;
+    // `create_dir`, not `create_dir_all`: an admin directory that exists is someone else's.
+    fs::create_dir(admin).map_err(io_err("create worktree git directory", admin))?;
+    fs::create_dir(path).map_err(io_err("create worktree slot", path))?;
+    let admin = canonical(admin)?;
+    let dot_git = canonical(path)?.join(".git");
+    // Bytes, not `display()`: a path that is not UTF-8 must be written as it is.
+    let line = |prefix: &[u8], p: &Path| {
+        [
+            prefix,
+            std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()),
+            b"\n",
+        ]
+        .concat()
+    };
+    let files: [(PathBuf, Vec<u8>); 4] = [
+        (admin.join("commondir"), b"../..\n".to_vec()),
+        (admin.join("HEAD"), format!("{base}\n").into_bytes()),
+        (admin.join("gitdir"), line(b"", &dot_git)),
+        // Last: until it exists the directory is no worktree at all.
+        (dot_git.clone(), line(b"gitdir: ", &admin)),
+    ];
+    for (file, bytes) in files {
+        fs::write(&file, bytes).map_err(io_err("write worktree git link", &file))?;
+    }
+    Ok(())
 }
 
 /// The files that link the worktree at `path` and its git directory `admin` to each other.
@@ -520,68 +550,56 @@ impl Pool {
             && same_path(&common, main.commondir())
     }
 
-    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree at
-    /// `base`, detached (`reset_slot` puts it on its branch).
+    /// Builds slot `n` from nothing: drops whatever is left of it, then registers a linked
+    /// worktree there with a detached HEAD at `base` and nothing checked out (`reset_slot`
+    /// puts it on its branch and checks out the files).
+    ///
+    /// The registration is written by hand, as `git worktree add --no-checkout --detach`
+    /// writes it (the layout is git's documented one: `worktrees/<name>/{gitdir,commondir,HEAD}`
+    /// and the worktree's `.git` file), for two reasons. libgit2 adds a worktree only on a
+    /// branch no HEAD names, and a neighbour's agent can keep rewriting its HEAD to name any
+    /// branch it can see; and libgit2 checks the files out while the registry lock is held,
+    /// which made a flow's first slots get built one at a time.
     fn create_slot(&self, main: &Repository, n: usize, base: Oid) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
-        let _registry = self.lock_registry()?;
-        self.remove_registrations(main, n)?;
-        self.forget_relinked(main, n)?;
-        if fs::symlink_metadata(&path).is_ok() {
-            fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
-        }
-        let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
-        let commit = main
-            .find_commit(base)
+        main.find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        // libgit2 adds a worktree only on a branch no HEAD names, and a neighbour's agent can
-        // keep rewriting its HEAD to name the attempt's (names are predictable): the worktree
-        // is added on a scratch branch of a name no one can guess, detached, and the scratch
-        // branch dropped. `reset_slot` then moves HEAD onto the attempt's branch from a
-        // detached HEAD, which libgit2 does not refuse.
-        let scratch_ref = format!(
-            "refs/heads/mvk-scratch/{}-{n}-{:016x}",
-            self.root_tag,
-            unguessable()
-        );
-        let mut scratch = main
-            .reference(
-                &scratch_ref,
-                commit.id(),
-                false,
-                "mvk: scratch branch of a new slot",
-            )
-            .map_err(git_err(format!("create branch `{scratch_ref}`"), &shown))?;
-        let added = {
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&scratch));
-            main.worktree(&name, &path, Some(&opts)).map(drop)
-        };
-        let detached = match added {
-            Ok(()) => Repository::open(&path).and_then(|wt| wt.set_head_detached(commit.id())),
-            Err(_) => Ok(()),
-        };
-        // Best effort: a leftover scratch branch is only a name.
-        let _ = scratch.delete();
-        match (added, detached) {
-            (Err(source), _) => {
-                // A failed add may leave an admin directory and a half-written checkout behind.
-                let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
-                let _ = fs::remove_dir_all(&path);
-                Err(WorktreeError::Git {
-                    action: format!("add worktree `{name}`"),
-                    path,
-                    source,
-                })
+        let admin = {
+            let _registry = self.lock_registry()?;
+            self.remove_registrations(main, n)?;
+            self.forget_relinked(main, n)?;
+            if fs::symlink_metadata(&path).is_ok() {
+                fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
             }
-            (Ok(()), Err(source)) => Err(WorktreeError::Git {
-                action: format!("detach the HEAD of worktree `{name}`"),
+            let name = self.fresh_worktree_name(main, n)?;
+            let admin = main.commondir().join("worktrees").join(&name);
+            if let Err(e) = register(&admin, &path, base) {
+                // Nothing half-made stays registered: a later prune or add must not trip on it.
+                let _ = fs::remove_dir_all(&admin);
+                let _ = fs::remove_dir_all(&path);
+                return Err(e);
+            }
+            admin
+        };
+        // What was written must open as a linked worktree of this repository; otherwise the
+        // registration goes again, so no one mistakes it for a slot.
+        let opened = Repository::open(&path).and_then(|wt| {
+            wt.is_worktree()
+                .then_some(())
+                .ok_or_else(|| git2::Error::from_str("not a linked worktree"))
+        });
+        if let Err(source) = opened {
+            let _registry = self.lock_registry()?;
+            let _ = fs::remove_dir_all(&admin);
+            let _ = fs::remove_dir_all(&path);
+            return Err(WorktreeError::Git {
+                action: "open the new worktree".to_string(),
                 path,
                 source,
-            }),
-            _ => Ok(()),
+            });
         }
+        Ok(())
     }
 
     /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
@@ -807,10 +825,9 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     index
         .add_all(["*"], IndexAddOption::DEFAULT, None)
         .map_err(git_err("stage changes", path))?;
-    // `add_all` does not notice files deleted from the worktree; `update_all` drops them.
-    index
-        .update_all(["*"], None)
-        .map_err(git_err("stage deletions", path))?;
+    // `add_all` walks the index against the worktree once and applies every difference:
+    // a file deleted from the worktree leaves the index too (libgit2 >= 1.0), so no second
+    // walk with `update_all` (a unit test holds this).
     index.write().map_err(git_err("write index", path))?;
     let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
     let final_id = match &head {
@@ -1050,6 +1067,13 @@ mod tests {
             "{list}"
         );
         assert!(list.contains("branch refs/heads/mvk/att-1"), "{list}");
+        // mvk writes the registration itself: git must take it for one of its own, neither
+        // pruning it nor finding anything to repair.
+        git(&f.repo, &["worktree", "prune"]);
+        assert_eq!(git(&f.repo, &["worktree", "repair"]), "");
+        let after = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert_eq!(after, list);
+        assert_eq!(git(&lease.path, &["fsck", "--no-progress"]), "");
         // The user's checkout is untouched.
         assert_eq!(
             git(&f.repo, &["symbolic-ref", "HEAD"]).trim(),
@@ -1327,8 +1351,8 @@ mod tests {
     #[test]
     fn a_head_planted_without_pause_keeps_no_new_slot_from_its_branch() {
         // A leased neighbour's agent rewrites its HEAD to name the branch over and over: the
-        // slot built for that branch must still be added (mvk adds it detached, off a scratch
-        // branch no one can name).
+        // slot built for that branch must still be added (mvk registers it detached, with no
+        // branch for a HEAD to name).
         let f = fixture();
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let neighbour = pool.acquire(f.c1, "mvk/n").expect("acquire");
