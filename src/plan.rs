@@ -62,6 +62,39 @@ pub struct Plan {
     pub total: Cost,
 }
 
+/// A topological order of the tasks in which, of the tasks ready at any point, the one written
+/// first comes first: independent tasks start in the order the file gives them (petgraph's
+/// `toposort` is depth-first and yields them in reverse). Kahn's algorithm with the ready set
+/// ordered by index; a task on a cycle (the resolver refuses them) is left out.
+fn written_order(graph: &DiGraph<usize, ()>, nodes: &[NodeIndex]) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut waiting: Vec<usize> = nodes
+        .iter()
+        .map(|&n| {
+            graph
+                .neighbors_directed(n, petgraph::Direction::Incoming)
+                .count()
+        })
+        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(Reverse(i)) = ready.pop() {
+        order.push(i);
+        for next in graph.neighbors_directed(nodes[i], petgraph::Direction::Outgoing) {
+            let j = graph[next];
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                ready.push(Reverse(j));
+            }
+        }
+    }
+    order
+}
+
 /// Builds the plan; the resolver has already refused cycles and unknown dependencies.
 pub fn plan(program: &Program) -> Plan {
     let mut graph = DiGraph::new();
@@ -81,9 +114,7 @@ pub fn plan(program: &Program) -> Plan {
             }
         }
     }
-    let order: Vec<usize> = petgraph::algo::toposort(&graph, None)
-        .map(|o| o.into_iter().map(|n| graph[n]).collect())
-        .unwrap_or_else(|_| (0..program.tasks.len()).collect());
+    let order = written_order(&graph, &nodes);
     // Depth = longest chain of dependencies above a task.
     let mut depth = vec![0usize; program.tasks.len()];
     for &i in &order {

@@ -367,6 +367,30 @@ fn a_parallel_flow_killed_midway_resumes_without_running_or_landing_anything_twi
 }
 
 #[test]
+fn independent_tasks_start_in_the_order_they_are_written_and_a_dependent_after_its_dependency() {
+    // One at a time, so the agents' log is the start order itself. The independent tasks start
+    // as written, neither sorted nor reversed. `late` is written first but waits for `z` to
+    // land, and `z` gives its slot to `a` as it goes to land: `late` comes last.
+    let mut text = worker("w", "0.1", &[]);
+    text.push_str("flow t {\n    parallel 1\n");
+    text.push_str(&task("late", "w", "out/late.txt", "after z"));
+    for name in ["m", "k", "z", "a"] {
+        text.push_str(&task(name, "w", &format!("out/{name}.txt"), ""));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    let log = fs::read_to_string(fixture.state("log")).unwrap();
+    let order: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("start "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert_eq!(order, ["m", "k", "z", "a", "late"], "{}", run.why());
+}
+
+#[test]
 fn a_diamond_runs_its_two_branches_side_by_side_and_joins_after_both() {
     let mut text = worker("w", "1", &[]);
     text.push_str(&worker("join", "0.1", &["out/b.txt", "out/c.txt"]));
@@ -715,10 +739,10 @@ fn a_task_waiting_to_land_gives_its_slot_to_the_next_task_and_never_more_run_at_
     text.push_str(&worker("slow", "3", &[]));
     text.push_str("flow t {\n    parallel 2\n");
     let wait_for_x = r#"merge { gate x-started evidence=none timeout="20s" { run "sh" "-c" "until grep -q '^start x ' @STATE/log; do sleep 0.05; done"; }; }"#;
-    // Independent tasks are planned in the reverse of the order they are written in.
-    text.push_str(&task("x", "quick", "out/x.txt", ""));
-    text.push_str(&task("y", "slow", "out/y.txt", ""));
+    // Independent tasks are planned in the order they are written in.
     text.push_str(&task("z", "quick", "out/z.txt", wait_for_x));
+    text.push_str(&task("y", "slow", "out/y.txt", ""));
+    text.push_str(&task("x", "quick", "out/x.txt", ""));
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
     let run = fixture.apply();
@@ -769,16 +793,7 @@ fn a_task_sent_back_from_landing_takes_the_next_free_slot_before_tasks_not_start
     text.push_str(&worker("tenth", "0.1", &[]));
     text.push_str(&worker("three", "3", &[]));
     text.push_str("flow t {\n    parallel 2\n");
-    // Independent tasks are planned in the reverse of the order they are written in.
-    text.push_str(&task("e", "tenth", "out/e.txt", ""));
-    text.push_str(&task("d", "three", "out/d.txt", ""));
-    text.push_str(&task(
-        "c",
-        "three",
-        "out/c.txt",
-        r#"gate never evidence=none { run "false"; }"#,
-    ));
-    text.push_str(&task("b", "tenth", "out/b.txt", ""));
+    // Independent tasks are planned in the order they are written in.
     text.push_str(
         r#"    task a {
         goal "Write out/a.txt."
@@ -790,6 +805,15 @@ fn a_task_sent_back_from_landing_takes_the_next_free_slot_before_tasks_not_start
     }
 "#,
     );
+    text.push_str(&task("b", "tenth", "out/b.txt", ""));
+    text.push_str(&task(
+        "c",
+        "three",
+        "out/c.txt",
+        r#"gate never evidence=none { run "false"; }"#,
+    ));
+    text.push_str(&task("d", "three", "out/d.txt", ""));
+    text.push_str(&task("e", "tenth", "out/e.txt", ""));
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
     let run = fixture.apply();
