@@ -339,6 +339,12 @@ pub async fn run_attempt(
             "the agent leaves its worktree in place (it deleted it)".to_string(),
             "worktree-deleted",
         )),
+        (_, Some(Err(worktree::WorktreeError::MissingObject { file, what, id, .. }))) => Some((
+            format!(
+                "the agent's work names only objects the repository has (its index names {what} `{id}` at `{file}`, which does not exist)"
+            ),
+            "objects-missing",
+        )),
         (_, Some(Err(worktree::WorktreeError::Relinked { found, .. }))) => Some((
             format!(
                 "the agent leaves its worktree's git links alone (they now lead to `{}`)",

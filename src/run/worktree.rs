@@ -63,6 +63,15 @@ pub enum WorktreeError {
         "the git directory of worktree `{path}` now leads to `{found}`, not to the one mvk made for it"
     )]
     Relinked { path: PathBuf, found: PathBuf },
+    #[error(
+        "the work in worktree `{path}` names {what} `{id}` at `{file}`, which the repository does not have"
+    )]
+    MissingObject {
+        path: PathBuf,
+        file: String,
+        what: &'static str,
+        id: Oid,
+    },
     #[error("no free worktree slot under `{root}` after trying {tried} slots")]
     PoolExhausted { root: PathBuf, tried: usize },
 }
@@ -259,8 +268,9 @@ fn unguessable() -> u64 {
 }
 
 /// Writes the registration of a linked worktree at `path` whose git directory is `admin`
-/// (which must not exist yet), HEAD detached at `base`, no index, no files checked out.
-fn register(admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
+/// (which must not exist yet) in the repository whose common git directory is `common`
+/// (canonical), HEAD detached at `base`, no index, no files checked out.
+fn register(common: &Path, admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
     let worktrees = admin.parent().unwrap_or(admin);
     fs::create_dir_all(worktrees).map_err(io_err("create worktree registry", worktrees))?;
     // `create_dir`, not `create_dir_all`: an admin directory that exists is someone else's.
@@ -277,8 +287,15 @@ fn register(admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
         ]
         .concat()
     };
+    // Absolute, as libgit2 wrote it: `../..` leads elsewhere when `worktrees` is a symlink.
+    // `locked` first: `git worktree prune` (run by hand or by `git gc --auto`) removes a
+    // registration whose `gitdir` or `.git` is not written yet, whatever its age, but never a
+    // locked one.
+    let locked = admin.join("locked");
+    fs::write(&locked, b"mvk is adding this worktree\n")
+        .map_err(io_err("write worktree git link", &locked))?;
     let files: [(PathBuf, Vec<u8>); 4] = [
-        (admin.join("commondir"), b"../..\n".to_vec()),
+        (admin.join("commondir"), line(b"", common)),
         (admin.join("HEAD"), format!("{base}\n").into_bytes()),
         (admin.join("gitdir"), line(b"", &dot_git)),
         // Last: until it exists the directory is no worktree at all.
@@ -287,6 +304,7 @@ fn register(admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
     for (file, bytes) in files {
         fs::write(&file, bytes).map_err(io_err("write worktree git link", &file))?;
     }
+    fs::remove_file(&locked).map_err(io_err("unlock new worktree", &locked))?;
     Ok(())
 }
 
@@ -574,7 +592,7 @@ impl Pool {
             }
             let name = self.fresh_worktree_name(main, n)?;
             let admin = main.commondir().join("worktrees").join(&name);
-            if let Err(e) = register(&admin, &path, base) {
+            if let Err(e) = register(&self.git_dir, &admin, &path, base) {
                 // Nothing half-made stays registered: a later prune or add must not trip on it.
                 let _ = fs::remove_dir_all(&admin);
                 let _ = fs::remove_dir_all(&path);
@@ -606,6 +624,10 @@ impl Pool {
     /// a leftover admin directory of that name cannot be removed.
     fn fresh_worktree_name(&self, main: &Repository, n: usize) -> Result<String, WorktreeError> {
         let admin = main.commondir().join("worktrees");
+        let listed: BTreeSet<String> = registrations(main)?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
         for k in 0..100 {
             let name = if k == 0 {
                 format!("mvk-{}-{n}", self.root_tag)
@@ -613,9 +635,11 @@ impl Pool {
                 format!("mvk-{}-{n}-{k}", self.root_tag)
             };
             let dir = admin.join(&name);
-            if dir.exists() {
-                // Only succeeds when empty: the leftover of a failed add.
-                let _ = fs::remove_dir(&dir);
+            // A directory of this slot's name that git does not list is what a crash in the
+            // middle of `register` left (no `gitdir` yet): mvk's, and no one's now (the
+            // registry lock is held).
+            if !listed.contains(&name) && fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                let _ = fs::remove_dir_all(&dir);
             }
             if !dir.exists() {
                 return Ok(name);
@@ -661,7 +685,9 @@ impl Pool {
                 main.commondir(),
             ))?;
             let mut opts = WorktreePruneOptions::new();
-            opts.valid(true).working_tree(true);
+            // Locked too: an agent can write `locked` into its own registration, and a slot
+            // that cannot be pruned could never be rebuilt.
+            opts.valid(true).working_tree(true).locked(true);
             wt.prune(Some(&mut opts)).map_err(git_err(
                 format!("prune worktree `{name}`"),
                 main.commondir(),
@@ -789,6 +815,7 @@ impl Pool {
         index
             .read_tree(&tree)
             .map_err(git_err("reset index", path))?;
+        clear_hiding_flags(&mut index).map_err(git_err("reset index", path))?;
         index.write().map_err(git_err("write index", path))?;
         slot.cleanup_state()
             .map_err(git_err("clear merge or rebase state", path))?;
@@ -829,6 +856,7 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     // a file deleted from the worktree leaves the index too (libgit2 >= 1.0), so no second
     // walk with `update_all` (a unit test holds this).
     index.write().map_err(git_err("write index", path))?;
+    missing_from_base(&repo, lease, &index)?;
     let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
     let final_id = match &head {
         Some(commit) if commit.tree_id() == tree_id => commit.id(),
@@ -854,6 +882,65 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
         path,
     ))?;
     Ok(final_id)
+}
+
+/// Clears the assume-unchanged and skip-worktree bits of every entry. `read_tree` keeps the
+/// flags of entries it does not change, so a bit one lease's agent set would make `capture`
+/// blind to the next lease's edits of that file.
+fn clear_hiding_flags(index: &mut git2::Index) -> Result<(), git2::Error> {
+    const ASSUME_UNCHANGED: u16 = 0x8000;
+    const SKIP_WORKTREE: u16 = 1 << 14;
+    let flagged: Vec<git2::IndexEntry> = index
+        .iter()
+        .filter(|e| e.flags & ASSUME_UNCHANGED != 0 || e.flags_extended & SKIP_WORKTREE != 0)
+        .collect();
+    for mut entry in flagged {
+        entry.flags &= !ASSUME_UNCHANGED;
+        entry.flags_extended &= !SKIP_WORKTREE;
+        index.add(&entry)?;
+    }
+    Ok(())
+}
+
+/// Refuses an index that names an object the repository lacks, among the entries that differ
+/// from the lease's base (mvk's own commit, whole), before any tree is written from it. Trees
+/// are written without libgit2's per-entry check (see the CLI), and the index is the agent's:
+/// an entry it forged with `git update-index --cacheinfo` for a file whose bytes hash the same
+/// is kept by `add_all` without its blob ever being written, and the gates' checkout, finding
+/// the file in place, would never read it either.
+fn missing_from_base(
+    repo: &Repository,
+    lease: &Lease,
+    index: &git2::Index,
+) -> Result<(), WorktreeError> {
+    let path = &lease.path;
+    let odb = repo.odb().map_err(git_err("open object database", path))?;
+    let base = repo
+        .find_commit(lease.base)
+        .and_then(|c| c.tree())
+        .map_err(git_err(format!("read base `{}`", lease.base), path))?;
+    let diff = repo
+        .diff_tree_to_index(Some(&base), Some(index), None)
+        .map_err(git_err("compare the index with the base", path))?;
+    for delta in diff.deltas() {
+        let new = delta.new_file();
+        // A submodule's commit lives in another repository.
+        if delta.status() == git2::Delta::Deleted || new.mode() == git2::FileMode::Commit {
+            continue;
+        }
+        if !odb.exists(new.id()) {
+            return Err(WorktreeError::MissingObject {
+                path: path.clone(),
+                file: new
+                    .path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                what: "blob",
+                id: new.id(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The configured user if the repository configuration (any level) has one, else mvk's own.
@@ -1664,6 +1751,85 @@ mod tests {
         // The pool still works after a full gc.
         let again = pool.acquire(f.c2, "mvk/after").expect("acquire after gc");
         assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+    }
+
+    #[test]
+    fn index_flags_one_lease_set_hide_nothing_from_the_next_leases_capture() {
+        // An agent marks a.txt assume-unchanged and skip-worktree... on another file; the next
+        // lease of the slot edits both, and its capture must record the edits.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let first = pool.acquire(f.c1, "mvk/flags-1").expect("acquire");
+        git(
+            &first.path,
+            &["update-index", "--assume-unchanged", "a.txt"],
+        );
+        git(
+            &first.path,
+            &["update-index", "--skip-worktree", "src/lib.rs"],
+        );
+        let slot = first.slot();
+        drop(first);
+        wait_free(&pool, slot);
+        let second = pool.acquire(f.c1, "mvk/flags-2").expect("acquire");
+        assert_eq!(second.slot(), slot, "the same slot again");
+        fs::write(second.path.join("a.txt"), "edited\n").expect("write");
+        fs::write(second.path.join("src/lib.rs"), "edited too\n").expect("write");
+        let id = capture(&second, "attempt").expect("capture");
+        let shown = |file: &str| git(&f.repo, &["show", &format!("{id}:{file}")]);
+        assert_eq!(shown("a.txt"), "edited\n");
+        assert_eq!(shown("src/lib.rs"), "edited too\n");
+    }
+
+    #[test]
+    fn a_locked_registration_or_a_half_written_one_does_not_keep_a_slot_from_being_rebuilt() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let worktrees = f.repo.join(".git/worktrees");
+        let names = || -> Vec<String> {
+            let mut v: Vec<String> = fs::read_dir(&worktrees)
+                .expect("list")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let lease = pool.acquire(f.c1, "mvk/lock-1").expect("acquire");
+        let (path, slot, admin) = (lease.path.clone(), lease.slot(), lease.admin.clone());
+        let made = names();
+        // The agent locks its registration (git refuses to prune a locked worktree) and breaks
+        // the slot beyond a reset: the rebuild must still drop the old registration.
+        fs::write(admin.join("locked"), "mine").expect("lock");
+        fs::remove_file(path.join(".git")).expect("break");
+        drop(lease);
+        wait_free(&pool, slot);
+        let again = pool.acquire(f.c1, "mvk/lock-2").expect("rebuilt");
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c1));
+        assert_eq!(names(), made, "the same name, no second registration");
+        // A crash in the middle of writing a registration (no `gitdir` yet) leaves a directory
+        // git does not list; the next build of the slot takes the name back.
+        let admin = again.admin.clone();
+        drop(again);
+        wait_free(&pool, slot);
+        fs::remove_file(admin.join("gitdir")).expect("half-written");
+        fs::remove_file(path.join(".git")).expect("break");
+        let third = pool.acquire(f.c1, "mvk/lock-3").expect("rebuilt again");
+        assert_eq!(files(&third.path), tree_files(&f.repo, f.c1));
+        assert_eq!(names(), made, "the leftover went, its name reused");
+    }
+
+    #[test]
+    fn gc_removes_a_slot_whose_agent_locked_its_registration() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/locked").expect("acquire");
+        let (path, slot) = (lease.path.clone(), lease.slot());
+        fs::write(lease.admin.join("locked"), "mine").expect("lock");
+        drop(lease);
+        wait_free(&pool, slot);
+        assert_eq!(pool.gc().expect("gc"), vec![path]);
+        let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
+        assert_eq!(list.matches("worktree ").count(), 1, "{list}");
     }
 
     #[test]

@@ -344,3 +344,36 @@ fn a_head_naming_a_siblings_branch_keeps_no_one_from_it() {
     );
     run.expect_code(3);
 }
+
+#[test]
+fn an_index_entry_naming_a_blob_that_was_never_written_fails_the_attempt_and_nothing_lands() {
+    // The agent's index names a blob for a new file without the blob existing; git sees the
+    // file as unchanged. Captured as it is, the tree would name a missing object and, landed,
+    // break the branch for every later checkout.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/phantom_blob.sh", &[]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("names only objects the repository has"),
+        "{}",
+        run.why()
+    );
+    assert_main_unchanged(&f, &run);
+    // Not even a dangling tree naming the missing blob is left behind.
+    // Every branch is whole, and no tree naming the missing blob was written (the slot's own
+    // index, the agent's, still names it until the slot's next lease resets it).
+    let missing = f.git(&["rev-list", "--objects", "--all", "--missing=print"]);
+    assert!(!missing.lines().any(|l| l.starts_with('?')), "{missing}");
+    let fsck = super::apply::git_output(f.root(), &["fsck", "--no-progress", "--dangling"]);
+    let said = String::from_utf8_lossy(&fsck.stdout);
+    assert!(!said.contains("dangling tree"), "{said}");
+}
