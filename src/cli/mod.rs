@@ -79,7 +79,8 @@ pub enum Command {
     Why(why::WhyArgs),
     /// Pin every import of the loop files of a directory in its `mvk.lock`.
     Lock(lock::LockArgs),
-    /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
+    /// Remove pooled worktrees no live run holds, the branches of finished runs' attempts, and
+    /// scratch branches a worktree build left when mvk died in it.
     Gc(gc::GcArgs),
     /// List the repository's runs, newest first.
     Runs(runs::RunsArgs),

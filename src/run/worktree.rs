@@ -28,6 +28,9 @@ const FALLBACK_EMAIL: &str = "mvk@localhost";
 
 /// Upper bound on slot numbers tried before giving up; far above any sane concurrency.
 const MAX_SLOTS: usize = 4096;
+/// Where a slot's build puts its scratch branch (see `create_slot`), as
+/// `<prefix><root tag>-<slot>-<unguessable>`.
+const SCRATCH_PREFIX: &str = "refs/heads/mvk-scratch/";
 
 /// Failures of the worktree pool.
 #[derive(Debug, thiserror::Error)]
@@ -406,6 +409,41 @@ impl Pool {
         Ok(removed)
     }
 
+    /// Deletes the scratch branches this pool's slot builds left behind (mvk died between
+    /// creating one and dropping it), or with `dry_run` only names them; out come their short
+    /// names, sorted. Under the registry lock, which a build holds from its scratch branch's
+    /// creation to its deletion: no branch a build is using now is taken. Other pools' are left
+    /// alone: their builds hold their own locks.
+    pub fn gc_scratch(&self, dry_run: bool) -> Result<Vec<String>, WorktreeError> {
+        let main = self.main()?;
+        let shown = display_path(&main);
+        let _registry = self.lock_registry()?;
+        let glob = format!("{SCRATCH_PREFIX}{}-*", self.root_tag);
+        let names: Vec<String> = main
+            .references_glob(&glob)
+            .map_err(git_err("list scratch branches", &shown))?
+            .names()
+            .filter_map(|n| n.ok().map(str::to_string))
+            .collect();
+        let mut gone = Vec::new();
+        for name in names {
+            if !dry_run {
+                // The reference, not the branch: `Branch::delete` refuses one a HEAD names (a
+                // slot mvk died building, or an agent's planted HEAD), and none of them holds
+                // anything.
+                match main.find_reference(&name).and_then(|mut r| r.delete()) {
+                    Err(e) if e.code() == ErrorCode::NotFound => continue,
+                    deleted => {
+                        deleted.map_err(git_err(format!("delete branch `{name}`"), &shown))?
+                    }
+                }
+            }
+            gone.push(name.trim_start_matches("refs/heads/").to_string());
+        }
+        gone.sort();
+        Ok(gone)
+    }
+
     fn main(&self) -> Result<Repository, WorktreeError> {
         Repository::open(&self.git_dir).map_err(git_err("open repository", &self.git_dir))
     }
@@ -541,7 +579,7 @@ impl Pool {
         // branch dropped. `reset_slot` then moves HEAD onto the attempt's branch from a
         // detached HEAD, which libgit2 does not refuse.
         let scratch_ref = format!(
-            "refs/heads/mvk-scratch/{}-{n}-{:016x}",
+            "{SCRATCH_PREFIX}{}-{n}-{:016x}",
             self.root_tag,
             unguessable()
         );
@@ -1640,6 +1678,71 @@ mod tests {
         // The pool still works after a full gc.
         let again = pool.acquire(f.c2, "mvk/after").expect("acquire after gc");
         assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+    }
+
+    /// Plants `refs/heads/NAME` at `at`, as a build that died would leave it.
+    fn plant_branch(repo: &Path, name: &str, at: Oid) {
+        git(
+            repo,
+            &["update-ref", &format!("refs/heads/{name}"), &at.to_string()],
+        );
+    }
+
+    #[test]
+    fn gc_scratch_removes_this_pools_leftover_scratch_branches_only() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/k").expect("acquire");
+        let mine = format!("mvk-scratch/{}-0-00000000deadbeef", pool.root_tag);
+        let other = "mvk-scratch/0123abcd-0-00000000deadbeef";
+        plant_branch(&f.repo, &mine, f.c1);
+        plant_branch(&f.repo, other, f.c1);
+        // A slot mvk died building still names its scratch branch in its HEAD.
+        fs::write(
+            lease.admin.join("HEAD"),
+            format!("ref: refs/heads/{mine}\n"),
+        )
+        .expect("plant");
+        assert_eq!(pool.gc_scratch(true).expect("dry run"), [mine.as_str()]);
+        assert_eq!(
+            branch_tip(&f.repo, &mine),
+            f.c1,
+            "a dry run deletes nothing"
+        );
+        assert_eq!(pool.gc_scratch(false).expect("gc"), [mine.as_str()]);
+        let left = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert!(!left.contains(&mine), "{left}");
+        assert!(
+            left.contains(other),
+            "another pool's is not this gc's: {left}"
+        );
+        assert_eq!(branch_tip(&f.repo, "mvk/k"), f.c1, "other branches stay");
+        assert!(pool.gc_scratch(false).expect("again").is_empty());
+    }
+
+    #[test]
+    fn gc_scratch_waits_for_a_slot_build_in_progress() {
+        // A build holds the registry lock from its scratch branch's creation to its deletion:
+        // gc takes the lock first, so it never deletes a branch a build is using.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let building = format!("mvk-scratch/{}-3-00000000feedface", pool.root_tag);
+        let registry = pool.lock_registry().expect("lock registry");
+        plant_branch(&f.repo, &building, f.c1);
+        let gc = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.gc_scratch(false))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(branch_tip(&f.repo, &building), f.c1, "deleted mid-build");
+        assert!(!gc.is_finished(), "gc did not wait for the build");
+        // The build ends: it drops its branch, then the lock.
+        git(
+            &f.repo,
+            &["update-ref", "-d", &format!("refs/heads/{building}")],
+        );
+        drop(registry);
+        assert!(gc.join().expect("gc thread").expect("gc").is_empty());
     }
 
     #[test]
