@@ -1,7 +1,7 @@
 //! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
 //! slots no process holds, the `mvk/<run>/…` branches of runs that are no longer live, the
-//! `mvk-scratch/…` branches a slot build left when mvk died in it (never one a build is using:
-//! see `Pool::gc_scratch`), and the output `mvk mcp` kept of them.
+//! `mvk-scratch/…` branches a slot build of an earlier mvk left when it died in it (never one
+//! a build is using: see `Pool::gc_scratch`), and the output `mvk mcp` kept of them.
 //!
 //! A run's branches go once the ledger records it as finished, unless it finished waiting for a
 //! person (the accepted work may be on such a branch only) or it was one attempt that passed

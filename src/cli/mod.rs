@@ -80,7 +80,7 @@ pub enum Command {
     /// Pin every import of the loop files of a directory in its `mvk.lock`.
     Lock(lock::LockArgs),
     /// Remove pooled worktrees no live run holds, the branches of finished runs' attempts, and
-    /// scratch branches a worktree build left when mvk died in it.
+    /// scratch branches worktree builds of earlier versions left.
     Gc(gc::GcArgs),
     /// List the repository's runs, newest first.
     Runs(runs::RunsArgs),

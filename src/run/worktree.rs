@@ -18,9 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{
-    ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreeAddOptions, WorktreePruneOptions,
-};
+use git2::{ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreePruneOptions};
 
 /// Name and email used for capture commits when the repository configuration has no user.
 const FALLBACK_NAME: &str = "mvk";
@@ -28,8 +26,8 @@ const FALLBACK_EMAIL: &str = "mvk@localhost";
 
 /// Upper bound on slot numbers tried before giving up; far above any sane concurrency.
 const MAX_SLOTS: usize = 4096;
-/// Where a slot's build puts its scratch branch (see `create_slot`), as
-/// `<prefix><root tag>-<slot>-<unguessable>`.
+/// Where slot builds of earlier mvk versions put a scratch branch for the moment of the build,
+/// as `<prefix><root tag>-<slot>-<unguessable>`: [`Pool::gc_scratch`] deletes those left behind.
 const SCRATCH_PREFIX: &str = "refs/heads/mvk-scratch/";
 
 /// Failures of the worktree pool.
@@ -409,11 +407,12 @@ impl Pool {
         Ok(removed)
     }
 
-    /// Deletes the scratch branches this pool's slot builds left behind (mvk died between
-    /// creating one and dropping it), or with `dry_run` only names them; out come their short
-    /// names, sorted. Under the registry lock, which a build holds from its scratch branch's
-    /// creation to its deletion: no branch a build is using now is taken. Other pools' are left
-    /// alone: their builds hold their own locks.
+    /// Deletes the scratch branches this pool's slot builds left behind (earlier mvk versions
+    /// built a slot off one, and died between creating it and dropping it), or with `dry_run`
+    /// only names them; out come their short names, sorted. Under the registry lock, which such
+    /// a build (an older mvk on the same pool) holds from its scratch branch's creation to its
+    /// deletion: no branch a build is using now is taken. Other pools' are left alone: their
+    /// builds hold their own locks.
     pub fn gc_scratch(&self, dry_run: bool) -> Result<Vec<String>, WorktreeError> {
         let main = self.main()?;
         let shown = display_path(&main);
@@ -558,8 +557,9 @@ impl Pool {
             && same_path(&common, main.commondir())
     }
 
-    /// Builds slot `n` from nothing: drops whatever is left of it, then adds a worktree at
-    /// `base`, detached (`reset_slot` puts it on its branch).
+    /// Builds slot `n` from nothing: drops whatever is left of it, then registers a worktree at
+    /// `base` with a detached HEAD and nothing checked out yet (`reset_slot` checks it out and
+    /// puts it on its branch).
     fn create_slot(&self, main: &Repository, n: usize, base: Oid) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
         let _registry = self.lock_registry()?;
@@ -570,56 +570,20 @@ impl Pool {
         }
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
-        let commit = main
-            .find_commit(base)
+        main.find_commit(base)
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
-        // libgit2 adds a worktree only on a branch no HEAD names, and a neighbour's agent can
-        // keep rewriting its HEAD to name the attempt's (names are predictable): the worktree
-        // is added on a scratch branch of a name no one can guess, detached, and the scratch
-        // branch dropped. `reset_slot` then moves HEAD onto the attempt's branch from a
-        // detached HEAD, which libgit2 does not refuse.
-        let scratch_ref = format!(
-            "{SCRATCH_PREFIX}{}-{n}-{:016x}",
-            self.root_tag,
-            unguessable()
-        );
-        let mut scratch = main
-            .reference(
-                &scratch_ref,
-                commit.id(),
-                false,
-                "mvk: scratch branch of a new slot",
-            )
-            .map_err(git_err(format!("create branch `{scratch_ref}`"), &shown))?;
-        let added = {
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&scratch));
-            main.worktree(&name, &path, Some(&opts)).map(drop)
-        };
-        let detached = match added {
-            Ok(()) => Repository::open(&path).and_then(|wt| wt.set_head_detached(commit.id())),
-            Err(_) => Ok(()),
-        };
-        // Best effort: a leftover scratch branch is only a name.
-        let _ = scratch.delete();
-        match (added, detached) {
-            (Err(source), _) => {
-                // A failed add may leave an admin directory and a half-written checkout behind.
-                let _ = fs::remove_dir(main.commondir().join("worktrees").join(&name));
-                let _ = fs::remove_dir_all(&path);
-                Err(WorktreeError::Git {
-                    action: format!("add worktree `{name}`"),
-                    path,
-                    source,
-                })
-            }
-            (Ok(()), Err(source)) => Err(WorktreeError::Git {
-                action: format!("detach the HEAD of worktree `{name}`"),
-                path,
-                source,
-            }),
-            _ => Ok(()),
+        // Not libgit2's `worktree()`: it adds a worktree only on a branch, and refuses one that
+        // any worktree's HEAD names. A neighbour's agent can write its HEAD to name whatever
+        // branch it can read the name of (every ref is readable, an unguessable scratch branch
+        // too, between its creation and the check). So the registration is written as git and
+        // libgit2 write it, with no branch at all.
+        let admin = main.commondir().join("worktrees").join(&name);
+        let written = register(main.commondir(), &admin, &path, base);
+        if written.is_err() {
+            let _ = fs::remove_dir_all(&admin);
+            let _ = fs::remove_dir_all(&path);
         }
+        written
     }
 
     /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
@@ -875,6 +839,35 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
         path,
     ))?;
     Ok(final_id)
+}
+
+/// Registers a linked worktree of the repository whose common git directory is COMMON: its git
+/// directory ADMIN (`gitdir`, `commondir`, a HEAD detached at BASE) and its directory PATH
+/// (`.git`), both new: the files `git worktree add --detach --no-checkout` writes, with the
+/// absolute paths libgit2 writes.
+fn register(common: &Path, admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
+    if let Some(parent) = admin.parent() {
+        fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+    }
+    fs::create_dir(admin).map_err(io_err("create worktree git directory", admin))?;
+    fs::create_dir(path).map_err(io_err("create worktree", path))?;
+    let (common, admin, path) = (canonical(common)?, canonical(admin)?, canonical(path)?);
+    let line = |prefix: &str, p: &Path| {
+        let mut bytes = prefix.as_bytes().to_vec();
+        bytes.extend_from_slice(p.as_os_str().as_encoded_bytes());
+        bytes.push(b'\n');
+        bytes
+    };
+    let dot_git = path.join(".git");
+    for (file, bytes) in [
+        (admin.join("commondir"), line("", &common)),
+        (admin.join("gitdir"), line("", &dot_git)),
+        (admin.join("HEAD"), format!("{base}\n").into_bytes()),
+        (dot_git.clone(), line("gitdir: ", &admin)),
+    ] {
+        fs::write(&file, bytes).map_err(io_err("write", &file))?;
+    }
+    Ok(())
 }
 
 /// The configured user if the repository configuration (any level) has one, else mvk's own.
@@ -1365,40 +1358,175 @@ mod tests {
     #[test]
     fn a_head_planted_without_pause_keeps_no_new_slot_from_its_branch() {
         // A leased neighbour's agent rewrites its HEAD to name the branch over and over: the
-        // slot built for that branch must still be added (mvk adds it detached, off a scratch
-        // branch no one can name).
+        // slot built for that branch must still be added (mvk registers it detached, with no
+        // branch at all).
         let f = fixture();
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let neighbour = pool.acquire(f.c1, "mvk/n").expect("acquire");
-        let head = neighbour.admin.join("HEAD");
-        let planted = neighbour.admin.join("HEAD.planted");
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let planter = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    // Whole files only (write, then rename), as a careful agent would.
-                    let _ = fs::write(&planted, "ref: refs/heads/mvk/p\n");
-                    let _ = fs::rename(&planted, &head);
-                }
-            })
-        };
+        let (stop, planter) = keep_planting(&neighbour.admin, "mvk/p");
+        let failed = build_each(&pool, f.c1, (0..20).map(|_| "mvk/p".to_string()));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        planter.join().expect("planter");
+        assert!(failed.is_empty(), "{failed:?}");
+        let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert_eq!(branches, "", "no scratch branch left");
+    }
+
+    /// Leases a slot built from nothing for each of BRANCHES (the slot is removed after each);
+    /// out come the errors of those that failed.
+    fn build_each(pool: &Pool, base: Oid, branches: impl Iterator<Item = String>) -> Vec<String> {
         let mut failed = Vec::new();
-        for _ in 0..20 {
-            match pool.acquire(f.c1, "mvk/p") {
+        for branch in branches {
+            match pool.acquire(base, &branch) {
                 Ok(lease) => {
                     let (path, slot) = (lease.path.clone(), lease.slot());
                     drop(lease);
-                    wait_free(&pool, slot);
-                    // Built again next time, not reset.
+                    wait_free(pool, slot);
                     fs::remove_dir_all(&path).expect("rm slot");
                 }
                 Err(e) => failed.push(e.to_string()),
             }
         }
+        failed
+    }
+
+    /// Starts a thread that writes `ref: refs/heads/BRANCH` into HEAD (in ADMIN, a leased
+    /// neighbour's git directory) without pause, whole files only (write, then rename, as a
+    /// careful agent would), until the flag is set.
+    fn keep_planting(
+        admin: &Path,
+        branch: &str,
+    ) -> (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (head, planted) = (admin.join("HEAD"), admin.join("HEAD.planted"));
+        let text = format!("ref: refs/heads/{branch}\n");
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = fs::write(&planted, &text);
+                    let _ = fs::rename(&planted, &head);
+                }
+            })
+        };
+        (stop, thread)
+    }
+
+    #[test]
+    fn a_head_planted_during_capture_and_reset_refuses_nothing_and_moves_no_branch() {
+        // `capture` detaches HEAD, force-moves the lease's branch, then points HEAD at it; a
+        // reset (`free_branch`) rewrites HEADs naming the branch. A leased neighbour's agent
+        // writes its HEAD to name that branch between any two of those steps: nothing is
+        // refused (libgit2 checks other worktrees' HEADs only when HEAD leaves a branch for
+        // another, never from a detached HEAD, nor when a reference is written), and the
+        // branch holds exactly what mvk put there.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("neighbour");
+        // The plant has teeth: from a HEAD on a branch, libgit2 refuses the planted one.
+        fs::write(neighbour.admin.join("HEAD"), "ref: refs/heads/mvk/c\n").expect("plant");
+        let probe = pool.acquire(f.c1, "mvk/probe").expect("probe");
+        git(&f.repo, &["branch", "-f", "mvk/c", &f.c1.to_string()]);
+        let refused = Repository::open(&probe.path)
+            .expect("open")
+            .set_head("refs/heads/mvk/c")
+            .expect_err("refused from a HEAD on a branch");
+        assert!(refused.message().contains("linked"), "{refused}");
+        drop(probe);
+        let (stop, planter) = keep_planting(&neighbour.admin, "mvk/c");
+        let mut failed = Vec::new();
+        for i in 0..40 {
+            // A new lease of the existing branch: `reset_slot` and `free_branch` run.
+            let lease = match pool.acquire(f.c1, "mvk/c") {
+                Ok(lease) => lease,
+                Err(e) => {
+                    failed.push(format!("acquire {i}: {e}"));
+                    continue;
+                }
+            };
+            fs::write(lease.path.join("x"), format!("{i}\n")).expect("write");
+            // Its own agent left HEAD on a branch of its own, as `git switch -c` does.
+            git(
+                &lease.path,
+                &["symbolic-ref", "HEAD", "refs/heads/mvk/side"],
+            );
+            match capture(&lease, "m") {
+                Ok(id) => {
+                    let at = branch_tip(&f.repo, "mvk/c");
+                    if at != id {
+                        failed.push(format!("capture {i}: branch at {at}, captured {id}"));
+                    }
+                    let head = git(&lease.path, &["symbolic-ref", "HEAD"]);
+                    if head.trim() != "refs/heads/mvk/c" {
+                        failed.push(format!("capture {i}: HEAD is {head}"));
+                    }
+                }
+                Err(e) => failed.push(format!("capture {i}: {e}")),
+            }
+            let slot = lease.slot();
+            drop(lease);
+            wait_free(&pool, slot);
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         planter.join().expect("planter");
-        assert!(failed.is_empty(), "{failed:?}");
+        assert!(failed.is_empty(), "{failed:#?}");
+        // The neighbour's own capture (its HEAD names `mvk/c`, so its commit builds on that
+        // branch's tip) moves its own branch, never `mvk/c`.
+        fs::write(neighbour.admin.join("HEAD"), "ref: refs/heads/mvk/c\n").expect("plant");
+        let before = branch_tip(&f.repo, "mvk/c");
+        fs::write(neighbour.path.join("y"), "y\n").expect("write");
+        let theirs = capture(&neighbour, "n").expect("neighbour's capture");
+        assert_eq!(branch_tip(&f.repo, "mvk/c"), before);
+        assert_eq!(branch_tip(&f.repo, "mvk/n"), theirs);
+    }
+
+    #[test]
+    fn a_neighbour_that_plants_every_new_branch_keeps_no_new_slot_from_being_built() {
+        // Building a slot off a branch, however unguessable its name, was open to this: every
+        // ref is readable, and a leased neighbour's agent that lists them without pause and
+        // writes each new one into its HEAD, before libgit2 checked, made it refuse to add the
+        // worktree ("already checked out": about one build in 300 here, the run ending on
+        // mvk's own error). No branch is made for a build now: there is nothing to plant.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("neighbour");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let planter = {
+            let stop = stop.clone();
+            let heads = f.repo.join(".git/refs/heads");
+            let head = neighbour.admin.join("HEAD");
+            std::thread::spawn(move || {
+                let mut planted = std::collections::BTreeSet::new();
+                let known: BTreeSet<String> = ["main", "mvk"].map(String::from).into();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for e in walkdir::WalkDir::new(&heads).into_iter().flatten() {
+                        let Ok(name) = e.path().strip_prefix(&heads) else {
+                            continue;
+                        };
+                        let name = name.to_string_lossy().into_owned();
+                        let top = name.split('/').next().unwrap_or_default().to_string();
+                        // The attempts' own branches are planted by the tests above.
+                        if e.file_type().is_file() && !known.contains(&top) {
+                            let _ = fs::write(&head, format!("ref: refs/heads/{name}\n"));
+                            planted.insert(name);
+                        }
+                    }
+                }
+                planted
+            })
+        };
+        let failed = build_each(&pool, f.c1, (0..300).map(|i| format!("mvk/s{i}")));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let planted = planter.join().expect("planter");
+        assert!(
+            failed.is_empty(),
+            "{} of 300 failed: {failed:#?}",
+            failed.len()
+        );
+        assert!(planted.is_empty(), "a build made a branch: {planted:?}");
         let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
         assert_eq!(branches, "", "no scratch branch left");
     }

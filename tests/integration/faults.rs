@@ -230,8 +230,9 @@ fn a_template_that_cannot_render_stops_the_run_before_anything_runs() {
 }
 
 #[test]
-fn a_scratch_branch_left_by_a_slot_build_mvk_died_in_goes_with_gc() {
-    // A slot is built off a scratch branch, dropped at once; mvk killed in between leaves it.
+fn a_scratch_branch_left_by_a_slot_build_an_earlier_mvk_died_in_goes_with_gc() {
+    // Earlier versions built a slot off a scratch branch, dropped at once; one killed in between
+    // left it. A run now makes none.
     let f = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
     f.apply().expect_code(0);
     let scratch = || f.git(&["branch", "--list", "mvk-scratch/*"]);
