@@ -578,12 +578,7 @@ impl Pool {
         // too, between its creation and the check). So the registration is written as git and
         // libgit2 write it, with no branch at all.
         let admin = main.commondir().join("worktrees").join(&name);
-        let written = register(main.commondir(), &admin, &path, base);
-        if written.is_err() {
-            let _ = fs::remove_dir_all(&admin);
-            let _ = fs::remove_dir_all(&path);
-        }
-        written
+        register(main.commondir(), &admin, &path, base)
     }
 
     /// A worktree name not in use by the repository: `mvk-<root tag>-<n>`, with a suffix when
@@ -844,13 +839,29 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
 /// Registers a linked worktree of the repository whose common git directory is COMMON: its git
 /// directory ADMIN (`gitdir`, `commondir`, a HEAD detached at BASE) and its directory PATH
 /// (`.git`), both new: the files `git worktree add --detach --no-checkout` writes, with the
-/// absolute paths libgit2 writes.
+/// absolute paths libgit2 writes. On failure what it made is removed, and only that.
 fn register(common: &Path, admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
     if let Some(parent) = admin.parent() {
         fs::create_dir_all(parent).map_err(io_err("create", parent))?;
     }
     fs::create_dir(admin).map_err(io_err("create worktree git directory", admin))?;
-    fs::create_dir(path).map_err(io_err("create worktree", path))?;
+    let made = fs::create_dir(path)
+        .map_err(io_err("create worktree", path))
+        .and_then(|()| {
+            let written = write_links(common, admin, path, base);
+            if written.is_err() {
+                let _ = fs::remove_dir_all(path);
+            }
+            written
+        });
+    if made.is_err() {
+        let _ = fs::remove_dir_all(admin);
+    }
+    made
+}
+
+/// The files of [`register`], in the directories it made.
+fn write_links(common: &Path, admin: &Path, path: &Path, base: Oid) -> Result<(), WorktreeError> {
     let (common, admin, path) = (canonical(common)?, canonical(admin)?, canonical(path)?);
     let line = |prefix: &str, p: &Path| {
         let mut bytes = prefix.as_bytes().to_vec();

@@ -371,9 +371,9 @@ fn fixed_with_merge(merge: &str) -> (Fixture, super::apply::Run) {
 fn a_process_escaped_from_an_after_merge_gate_does_not_outlive_the_run() {
     // The landing's gates run the merged code: what escapes them is swept after each, as after
     // an attempt's gates (before, it named a task that was still going, and no sweep came
-    // after the last task's landing).
+    // after the last task's landing). The gate waits until its escapee has said who it is.
     let (f, run) = fixed_with_merge(
-        "merge {\n        gate post evidence=none { sh \"(setsid sh -c 'echo $$ > @STATE/escapee.pid; sleep 2; touch @STATE/escaped' </dev/null >/dev/null 2>&1 &)\"; }\n    }",
+        "merge {\n        gate post evidence=none { sh \"(setsid sh -c 'echo $$ > @STATE/escapee.pid.new; mv @STATE/escapee.pid.new @STATE/escapee.pid; sleep 2; touch @STATE/escaped' </dev/null >/dev/null 2>&1 &); i=0; while [ ! -e @STATE/escapee.pid ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done\"; }\n    }",
     );
     run.expect_code(0);
     // The escapee would have touched its marker 2 s after the gate ended.
