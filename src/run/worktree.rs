@@ -1448,6 +1448,7 @@ mod tests {
         assert!(refused.message().contains("linked"), "{refused}");
         drop(probe);
         let (stop, planter) = keep_planting(&neighbour.admin, "mvk/c");
+        let main = Repository::open(&f.repo).expect("open");
         let mut failed = Vec::new();
         for i in 0..40 {
             // A new lease of the existing branch: `reset_slot` and `free_branch` run.
@@ -1459,19 +1460,19 @@ mod tests {
                 }
             };
             fs::write(lease.path.join("x"), format!("{i}\n")).expect("write");
-            // Its own agent left HEAD on a branch of its own, as `git switch -c` does.
-            git(
-                &lease.path,
-                &["symbolic-ref", "HEAD", "refs/heads/mvk/side"],
-            );
+            // Its own agent left HEAD on a branch of its own, as `git switch -c` does. (No git
+            // child processes in this loop: each fork holds a copy of the slot locks until it
+            // execs, which other tests' waits for a free slot would see.)
+            let head = lease.admin.join("HEAD");
+            fs::write(&head, "ref: refs/heads/mvk/side\n").expect("switch");
             match capture(&lease, "m") {
                 Ok(id) => {
-                    let at = branch_tip(&f.repo, "mvk/c");
+                    let at = main.refname_to_id("refs/heads/mvk/c").expect("tip");
                     if at != id {
                         failed.push(format!("capture {i}: branch at {at}, captured {id}"));
                     }
-                    let head = git(&lease.path, &["symbolic-ref", "HEAD"]);
-                    if head.trim() != "refs/heads/mvk/c" {
+                    let head = fs::read_to_string(&head).expect("read HEAD");
+                    if head.trim() != "ref: refs/heads/mvk/c" {
                         failed.push(format!("capture {i}: HEAD is {head}"));
                     }
                 }
