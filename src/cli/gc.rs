@@ -1,6 +1,7 @@
 //! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
-//! slots no process holds, the `mvk/<run>/…` branches of runs that are no longer live, and
-//! the output `mvk mcp` kept of them.
+//! slots no process holds, the `mvk/<run>/…` branches of runs that are no longer live, the
+//! `mvk-scratch/…` branches a slot build of an earlier mvk left when it died in it (never one
+//! a build is using: see `Pool::gc_scratch`), and the output `mvk mcp` kept of them.
 //!
 //! A run's branches go once the ledger records it as finished, unless it finished waiting for a
 //! person (the accepted work may be on such a branch only) or it was one attempt that passed
@@ -112,6 +113,7 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
 
     let pool_root = Pool::default_root(&root);
     let mut removed_slots = Vec::new();
+    let mut scratch = Vec::new();
     if pool_root.exists() {
         let pool =
             Pool::open(&root, &pool_root).map_err(|e| internal("open the worktree pool", &e))?;
@@ -120,8 +122,16 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
                 .gc()
                 .map_err(|e| internal("remove idle worktrees", &e))?;
         }
+        scratch = pool
+            .gc_scratch(args.dry_run)
+            .map_err(|e| internal("remove leftover scratch branches", &e))?;
     }
-    let mut removed_branches = 0;
+    let mut removed_branches = scratch.len();
+    for name in &scratch {
+        if args.dry_run {
+            printer.out(&format!("would delete branch {name}"));
+        }
+    }
     for name in &doomed {
         if args.dry_run {
             printer.out(&format!("would delete branch {name}"));
@@ -149,7 +159,7 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
     if args.dry_run {
         printer.out(&format!(
             "{} branch(es) would be deleted; idle worktrees under {} would be removed",
-            doomed.len(),
+            doomed.len() + scratch.len(),
             pool_root.display()
         ));
     } else {

@@ -79,7 +79,8 @@ pub enum Command {
     Why(why::WhyArgs),
     /// Pin every import of the loop files of a directory in its `mvk.lock`.
     Lock(lock::LockArgs),
-    /// Remove pooled worktrees no live run holds, and the branches of finished runs' attempts.
+    /// Remove pooled worktrees no live run holds, the branches of finished runs' attempts, and
+    /// scratch branches worktree builds of earlier versions left.
     Gc(gc::GcArgs),
     /// List the repository's runs, newest first.
     Runs(runs::RunsArgs),
@@ -127,9 +128,8 @@ where
     let _ = crate::exe::path();
     // libgit2 checks that every entry of a tree it writes exists, one object read per entry
     // (a loose object is opened and inflated): in a wide flow this was an eighth of mvk's
-    // CPU. The trees mvk writes come from indexes libgit2 filled from files it hashed, or
-    // from trees it read; an entry an agent forged to name a missing object is still caught,
-    // when the captured commit is checked out for the gates (an error either way).
+    // CPU. The trees mvk writes come from trees it read or from an attempt's index, whose
+    // entries that differ from the base `capture` checks itself (an agent can forge one).
     git2::opts::strict_object_creation(false);
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;

@@ -260,7 +260,7 @@ pub async fn run_attempt(
             source,
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
-        escaped += crate::run::reaper::kill_adopted(&task.name);
+        escaped += crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
         refused = absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
@@ -567,7 +567,7 @@ pub async fn judge(
         let run = gate::run_gate_counted(g, &cx, Some(&window))
             .await
             .map_err(RunError::Gate)?;
-        crate::run::reaper::kill_adopted(&task.name);
+        crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
         crate::run::signals::settle().await;
         if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {

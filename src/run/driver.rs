@@ -802,7 +802,12 @@ impl<'a> Runner<'a> {
                                 locked(&self.slots).running = running_idx.len();
                                 let target = targets.get(&i).cloned().unwrap_or_default();
                                 running.push(async move {
+                                    // While it goes, other tasks' sweeps leave its escapees
+                                    // to its own; once it is over, they are no one's.
+                                    let live = crate::run::reaper::live(&self.run_id, &task.name);
                                     let r = self.run_task(task, &target, restore.map(|r| *r)).await;
+                                    drop(live);
+                                    crate::run::reaper::kill_adopted(&self.run_id, &task.name);
                                     (i, r)
                                 });
                                 changed = true;

@@ -6,9 +6,11 @@
 //! child it has then is such an escapee: it is killed and reaped before the change is captured
 //! or a gate's evidence is read, so it can neither edit the worktree after the seal check nor
 //! forge a gate's log. Tasks of a flow run side by side, so the agents and gates mvk started
-//! itself (registered by [`own`] while they run) are spared: only adopted processes die.
+//! itself (registered by [`own`] while they run) are spared: only adopted processes die, and of
+//! those, an escapee of a sibling task is left to that task's sweep only while the task is
+//! going (registered by [`live`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::{Mutex, PoisonError};
 
@@ -43,20 +45,71 @@ impl Drop for Own {
     }
 }
 
+/// The tasks going now, as `(run, task)`, each with how many registrations it has: an escapee
+/// naming one of them is that task's to end (see [`kill_adopted`]).
+static LIVE: Mutex<BTreeMap<(String, String), usize>> = Mutex::new(BTreeMap::new());
+
+/// Marks TASK of RUN as going (from its start to its end, landing included) until the returned
+/// guard is dropped: other tasks' sweeps leave its escapees to its own.
+pub fn live(run: &str, task: &str) -> Live {
+    let key = (run.to_string(), task.to_string());
+    *LIVE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(key.clone())
+        .or_default() += 1;
+    Live(key)
+}
+
+/// See [`live`].
+#[derive(Debug)]
+pub struct Live((String, String));
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = live.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.0);
+            }
+        }
+    }
+}
+
+/// The `(MVK_RUN, MVK_TASK)` a process's environment names (the first of each, as `getenv`
+/// reads them); `None` when it lacks either or cannot be read.
+fn named_task(pid: i32) -> Option<(String, String)> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let value = |var: &str| {
+        let prefix = format!("{var}=");
+        env.split(|b| *b == 0)
+            .find_map(|v| v.strip_prefix(prefix.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    Some((
+        value(crate::run::attempt::RUN_VAR)?,
+        value(crate::run::attempt::TASK_VAR)?,
+    ))
+}
+
 /// Kills and reaps every child of this process that escaped TASK's agents and gates, and the
 /// children they leave behind; returns how many were killed. Spared: the agents and gates mvk
 /// runs now (see [`own`]) and what is still in their process groups (a gate's `server &`
-/// whose shell exited), and escapees of another task of the flow (their `MVK_TASK` names it),
-/// which that task's own sweep ends and counts. An escapee that names no task (it scrubbed its
-/// environment) dies in whichever sweep finds it.
-pub fn kill_adopted(task: &str) -> usize {
+/// whose shell exited), and escapees of another task of RUN that is still going (their
+/// `MVK_RUN` and `MVK_TASK` name it, and it is registered by [`live`]), which that task's own
+/// sweep ends and counts. Anything else dies in whichever sweep finds it: an escapee that names
+/// no task (it scrubbed its environment), or one that names a task not in the run or already
+/// over — whose sweep would never come, so that the name would keep it alive for good.
+pub fn kill_adopted(run: &str, task: &str) -> usize {
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    let mine = format!("{}={task}", crate::run::attempt::TASK_VAR);
-    let tagged = format!("{}=", crate::run::attempt::TASK_VAR);
     let theirs = |pid: i32| {
-        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-            env.split(|b| *b == 0)
-                .any(|v| v.starts_with(tagged.as_bytes()) && v != mine.as_bytes())
+        named_task(pid).is_some_and(|named| {
+            (named.0 != run || named.1 != task)
+                && LIVE
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains_key(&named)
         })
     };
     let mut killed = 0;

@@ -301,7 +301,7 @@ pub async fn review(
             agent: review.agent.name.clone(),
             source,
         })?;
-        crate::run::reaper::kill_adopted(&task.name);
+        crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }

@@ -26,6 +26,9 @@ const FALLBACK_EMAIL: &str = "mvk@localhost";
 
 /// Upper bound on slot numbers tried before giving up; far above any sane concurrency.
 const MAX_SLOTS: usize = 4096;
+/// Where slot builds of earlier mvk versions put a scratch branch for the moment of the build,
+/// as `<prefix><root tag>-<slot>-<unguessable>`: [`Pool::gc_scratch`] deletes those left behind.
+const SCRATCH_PREFIX: &str = "refs/heads/mvk-scratch/";
 
 /// Failures of the worktree pool.
 #[derive(Debug, thiserror::Error)]
@@ -452,6 +455,42 @@ impl Pool {
             }
         }
         Ok(removed)
+    }
+
+    /// Deletes the scratch branches this pool's slot builds left behind (earlier mvk versions
+    /// built a slot off one, and died between creating it and dropping it), or with `dry_run`
+    /// only names them; out come their short names, sorted. Under the registry lock, which such
+    /// a build (an older mvk on the same pool) holds from its scratch branch's creation to its
+    /// deletion: no branch a build is using now is taken. Other pools' are left alone: their
+    /// builds hold their own locks.
+    pub fn gc_scratch(&self, dry_run: bool) -> Result<Vec<String>, WorktreeError> {
+        let main = self.main()?;
+        let shown = display_path(&main);
+        let _registry = self.lock_registry()?;
+        let glob = format!("{SCRATCH_PREFIX}{}-*", self.root_tag);
+        let names: Vec<String> = main
+            .references_glob(&glob)
+            .map_err(git_err("list scratch branches", &shown))?
+            .names()
+            .filter_map(|n| n.ok().map(str::to_string))
+            .collect();
+        let mut gone = Vec::new();
+        for name in names {
+            if !dry_run {
+                // The reference, not the branch: `Branch::delete` refuses one a HEAD names (a
+                // slot mvk died building, or an agent's planted HEAD), and none of them holds
+                // anything.
+                match main.find_reference(&name).and_then(|mut r| r.delete()) {
+                    Err(e) if e.code() == ErrorCode::NotFound => continue,
+                    deleted => {
+                        deleted.map_err(git_err(format!("delete branch `{name}`"), &shown))?
+                    }
+                }
+            }
+            gone.push(name.trim_start_matches("refs/heads/").to_string());
+        }
+        gone.sort();
+        Ok(gone)
     }
 
     fn main(&self) -> Result<Repository, WorktreeError> {
@@ -1443,35 +1482,171 @@ mod tests {
         let f = fixture();
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let neighbour = pool.acquire(f.c1, "mvk/n").expect("acquire");
-        let head = neighbour.admin.join("HEAD");
-        let planted = neighbour.admin.join("HEAD.planted");
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let planter = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    // Whole files only (write, then rename), as a careful agent would.
-                    let _ = fs::write(&planted, "ref: refs/heads/mvk/p\n");
-                    let _ = fs::rename(&planted, &head);
-                }
-            })
-        };
+        let (stop, planter) = keep_planting(&neighbour.admin, "mvk/p");
+        let failed = build_each(&pool, f.c1, (0..20).map(|_| "mvk/p".to_string()));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        planter.join().expect("planter");
+        assert!(failed.is_empty(), "{failed:?}");
+        let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert_eq!(branches, "", "no scratch branch left");
+    }
+
+    /// Leases a slot built from nothing for each of BRANCHES (the slot is removed after each);
+    /// out come the errors of those that failed.
+    fn build_each(pool: &Pool, base: Oid, branches: impl Iterator<Item = String>) -> Vec<String> {
         let mut failed = Vec::new();
-        for _ in 0..20 {
-            match pool.acquire(f.c1, "mvk/p") {
+        for branch in branches {
+            match pool.acquire(base, &branch) {
                 Ok(lease) => {
                     let (path, slot) = (lease.path.clone(), lease.slot());
                     drop(lease);
-                    wait_free(&pool, slot);
-                    // Built again next time, not reset.
+                    wait_free(pool, slot);
                     fs::remove_dir_all(&path).expect("rm slot");
                 }
                 Err(e) => failed.push(e.to_string()),
             }
         }
+        failed
+    }
+
+    /// Starts a thread that writes `ref: refs/heads/BRANCH` into HEAD (in ADMIN, a leased
+    /// neighbour's git directory) without pause, whole files only (write, then rename, as a
+    /// careful agent would), until the flag is set.
+    fn keep_planting(
+        admin: &Path,
+        branch: &str,
+    ) -> (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (head, planted) = (admin.join("HEAD"), admin.join("HEAD.planted"));
+        let text = format!("ref: refs/heads/{branch}\n");
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = fs::write(&planted, &text);
+                    let _ = fs::rename(&planted, &head);
+                }
+            })
+        };
+        (stop, thread)
+    }
+
+    #[test]
+    fn a_head_planted_during_capture_and_reset_refuses_nothing_and_moves_no_branch() {
+        // `capture` detaches HEAD, force-moves the lease's branch, then points HEAD at it; a
+        // reset (`free_branch`) rewrites HEADs naming the branch. A leased neighbour's agent
+        // writes its HEAD to name that branch between any two of those steps: nothing is
+        // refused (libgit2 checks other worktrees' HEADs only when HEAD leaves a branch for
+        // another, never from a detached HEAD, nor when a reference is written), and the
+        // branch holds exactly what mvk put there.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("neighbour");
+        // The plant has teeth: from a HEAD on a branch, libgit2 refuses the planted one.
+        fs::write(neighbour.admin.join("HEAD"), "ref: refs/heads/mvk/c\n").expect("plant");
+        let probe = pool.acquire(f.c1, "mvk/probe").expect("probe");
+        git(&f.repo, &["branch", "-f", "mvk/c", &f.c1.to_string()]);
+        let refused = Repository::open(&probe.path)
+            .expect("open")
+            .set_head("refs/heads/mvk/c")
+            .expect_err("refused from a HEAD on a branch");
+        assert!(refused.message().contains("linked"), "{refused}");
+        drop(probe);
+        let (stop, planter) = keep_planting(&neighbour.admin, "mvk/c");
+        let main = Repository::open(&f.repo).expect("open");
+        let mut failed = Vec::new();
+        for i in 0..40 {
+            // A new lease of the existing branch: `reset_slot` and `free_branch` run.
+            let lease = match pool.acquire(f.c1, "mvk/c") {
+                Ok(lease) => lease,
+                Err(e) => {
+                    failed.push(format!("acquire {i}: {e}"));
+                    continue;
+                }
+            };
+            fs::write(lease.path.join("x"), format!("{i}\n")).expect("write");
+            // Its own agent left HEAD on a branch of its own, as `git switch -c` does. (No git
+            // child processes in this loop: each fork holds a copy of the slot locks until it
+            // execs, which other tests' waits for a free slot would see.)
+            let head = lease.admin.join("HEAD");
+            fs::write(&head, "ref: refs/heads/mvk/side\n").expect("switch");
+            match capture(&lease, "m") {
+                Ok(id) => {
+                    let at = main.refname_to_id("refs/heads/mvk/c").expect("tip");
+                    if at != id {
+                        failed.push(format!("capture {i}: branch at {at}, captured {id}"));
+                    }
+                    let head = fs::read_to_string(&head).expect("read HEAD");
+                    if head.trim() != "ref: refs/heads/mvk/c" {
+                        failed.push(format!("capture {i}: HEAD is {head}"));
+                    }
+                }
+                Err(e) => failed.push(format!("capture {i}: {e}")),
+            }
+            let slot = lease.slot();
+            drop(lease);
+            wait_free(&pool, slot);
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         planter.join().expect("planter");
-        assert!(failed.is_empty(), "{failed:?}");
+        assert!(failed.is_empty(), "{failed:#?}");
+        // The neighbour's own capture (its HEAD names `mvk/c`, so its commit builds on that
+        // branch's tip) moves its own branch, never `mvk/c`.
+        fs::write(neighbour.admin.join("HEAD"), "ref: refs/heads/mvk/c\n").expect("plant");
+        let before = branch_tip(&f.repo, "mvk/c");
+        fs::write(neighbour.path.join("y"), "y\n").expect("write");
+        let theirs = capture(&neighbour, "n").expect("neighbour's capture");
+        assert_eq!(branch_tip(&f.repo, "mvk/c"), before);
+        assert_eq!(branch_tip(&f.repo, "mvk/n"), theirs);
+    }
+
+    #[test]
+    fn a_neighbour_that_plants_every_new_branch_keeps_no_new_slot_from_being_built() {
+        // Building a slot off a branch, however unguessable its name, was open to this: every
+        // ref is readable, and a leased neighbour's agent that lists them without pause and
+        // writes each new one into its HEAD, before libgit2 checked, made it refuse to add the
+        // worktree ("already checked out": about one build in 300 here, the run ending on
+        // mvk's own error). No branch is made for a build now: there is nothing to plant.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let neighbour = pool.acquire(f.c1, "mvk/n").expect("neighbour");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let planter = {
+            let stop = stop.clone();
+            let heads = f.repo.join(".git/refs/heads");
+            let head = neighbour.admin.join("HEAD");
+            std::thread::spawn(move || {
+                let mut planted = std::collections::BTreeSet::new();
+                let known: BTreeSet<String> = ["main", "mvk"].map(String::from).into();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for e in walkdir::WalkDir::new(&heads).into_iter().flatten() {
+                        let Ok(name) = e.path().strip_prefix(&heads) else {
+                            continue;
+                        };
+                        let name = name.to_string_lossy().into_owned();
+                        let top = name.split('/').next().unwrap_or_default().to_string();
+                        // The attempts' own branches are planted by the tests above.
+                        if e.file_type().is_file() && !known.contains(&top) {
+                            let _ = fs::write(&head, format!("ref: refs/heads/{name}\n"));
+                            planted.insert(name);
+                        }
+                    }
+                }
+                planted
+            })
+        };
+        let failed = build_each(&pool, f.c1, (0..100).map(|i| format!("mvk/s{i}")));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let planted = planter.join().expect("planter");
+        assert!(
+            failed.is_empty(),
+            "{} of 100 failed: {failed:#?}",
+            failed.len()
+        );
+        assert!(planted.is_empty(), "a build made a branch: {planted:?}");
         let branches = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
         assert_eq!(branches, "", "no scratch branch left");
     }
@@ -1751,6 +1926,71 @@ mod tests {
         // The pool still works after a full gc.
         let again = pool.acquire(f.c2, "mvk/after").expect("acquire after gc");
         assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+    }
+
+    /// Plants `refs/heads/NAME` at `at`, as a build that died would leave it.
+    fn plant_branch(repo: &Path, name: &str, at: Oid) {
+        git(
+            repo,
+            &["update-ref", &format!("refs/heads/{name}"), &at.to_string()],
+        );
+    }
+
+    #[test]
+    fn gc_scratch_removes_this_pools_leftover_scratch_branches_only() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/k").expect("acquire");
+        let mine = format!("mvk-scratch/{}-0-00000000deadbeef", pool.root_tag);
+        let other = "mvk-scratch/0123abcd-0-00000000deadbeef";
+        plant_branch(&f.repo, &mine, f.c1);
+        plant_branch(&f.repo, other, f.c1);
+        // A slot mvk died building still names its scratch branch in its HEAD.
+        fs::write(
+            lease.admin.join("HEAD"),
+            format!("ref: refs/heads/{mine}\n"),
+        )
+        .expect("plant");
+        assert_eq!(pool.gc_scratch(true).expect("dry run"), [mine.as_str()]);
+        assert_eq!(
+            branch_tip(&f.repo, &mine),
+            f.c1,
+            "a dry run deletes nothing"
+        );
+        assert_eq!(pool.gc_scratch(false).expect("gc"), [mine.as_str()]);
+        let left = git(&f.repo, &["branch", "--list", "mvk-scratch/*"]);
+        assert!(!left.contains(&mine), "{left}");
+        assert!(
+            left.contains(other),
+            "another pool's is not this gc's: {left}"
+        );
+        assert_eq!(branch_tip(&f.repo, "mvk/k"), f.c1, "other branches stay");
+        assert!(pool.gc_scratch(false).expect("again").is_empty());
+    }
+
+    #[test]
+    fn gc_scratch_waits_for_a_slot_build_in_progress() {
+        // A build holds the registry lock from its scratch branch's creation to its deletion:
+        // gc takes the lock first, so it never deletes a branch a build is using.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let building = format!("mvk-scratch/{}-3-00000000feedface", pool.root_tag);
+        let registry = pool.lock_registry().expect("lock registry");
+        plant_branch(&f.repo, &building, f.c1);
+        let gc = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.gc_scratch(false))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(branch_tip(&f.repo, &building), f.c1, "deleted mid-build");
+        assert!(!gc.is_finished(), "gc did not wait for the build");
+        // The build ends: it drops its branch, then the lock.
+        git(
+            &f.repo,
+            &["update-ref", "-d", &format!("refs/heads/{building}")],
+        );
+        drop(registry);
+        assert!(gc.join().expect("gc thread").expect("gc").is_empty());
     }
 
     #[test]

@@ -374,7 +374,7 @@ pub(crate) fn kill9(pid: u32) {
 
 /// Asserts the process whose pid an agent wrote to FILE is gone; kills it if not, so a
 /// failing test leaves nothing behind either.
-fn assert_gone(file: &Path, run: &Run) {
+pub(crate) fn assert_gone(file: &Path, run: &Run) {
     let text = fs::read_to_string(file)
         .unwrap_or_else(|e| panic!("{} missing: {e}\n{}", file.display(), run.why()));
     let pid: u32 = text.trim().parse().unwrap();

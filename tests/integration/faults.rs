@@ -228,3 +228,33 @@ fn a_template_that_cannot_render_stops_the_run_before_anything_runs() {
     assert!(!f.state("calls").exists(), "no agent ran");
     assert!(!f.root().join(".mvk/runs").exists(), "no run started");
 }
+
+#[test]
+fn a_scratch_branch_left_by_a_slot_build_an_earlier_mvk_died_in_goes_with_gc() {
+    // Earlier versions built a slot off a scratch branch, dropped at once; one killed in between
+    // left it. A run now makes none.
+    let f = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
+    f.apply().expect_code(0);
+    let scratch = || f.git(&["branch", "--list", "mvk-scratch/*"]);
+    assert_eq!(scratch(), "", "a run that ends leaves no scratch branch");
+    // The pool's tag, from the name mvk gave its slot's registration (`mvk-<tag>-<n>`).
+    let admin = fs::read_dir(f.root().join(".git/worktrees"))
+        .unwrap()
+        .flatten()
+        .find_map(|e| e.file_name().to_str().map(str::to_string))
+        .unwrap();
+    let tag = admin.split('-').nth(1).unwrap();
+    let left = format!("mvk-scratch/{tag}-0-00000000deadbeef");
+    f.git(&["branch", &left, "main"]);
+    let dry = f.mvk().args(["gc", "--dry-run"]).output().unwrap();
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        said.contains(&format!("would delete branch {left}")),
+        "{said}"
+    );
+    assert!(scratch().contains(&left), "a dry run deletes nothing");
+    let gc = f.mvk().arg("gc").output().unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr_of(&gc));
+    assert_eq!(scratch(), "", "gc removed it");
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}

@@ -2,8 +2,8 @@
 //! cases are in `apply.rs`): every attack below is rejected, and nothing of it lands.
 
 use super::apply::{
-    FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_main_unchanged, loop_kdl, tampering,
-    unknown_evidence, unknown_evidence_kept,
+    FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_gone, assert_main_unchanged, loop_kdl,
+    tampering, unknown_evidence, unknown_evidence_kept,
 };
 
 #[test]
@@ -242,19 +242,12 @@ fn a_signal_mvk_cannot_place_rejects_no_sibling_tasks_attempt() {
     // Task `a`'s agent has a process mvk cannot place signal mvk while task `b`'s honest agent
     // runs: with two attempts open it is no one's, so `b` is not rejected for it (and the run,
     // not stopped, lands both).
-    let mut text = String::new();
-    for role in ["attack", "honest"] {
-        text.push_str(&format!(
-            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/signal_sibling.sh\" \"@STATE\" \"{role}\"; }}\n"
-        ));
-    }
-    text.push_str("flow t {\n    parallel 2\n");
-    for (name, agent) in [("a", "attack"), ("b", "honest")] {
-        text.push_str(&format!(
-            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations=1\n    }}\n"
-        ));
-    }
-    text.push_str("}\n");
+    let text = side_flow(
+        "signal_sibling.sh",
+        2,
+        &[("a", "attack", ""), ("b", "honest", "")],
+        &[("attack", "\"attack\""), ("honest", "\"honest\"")],
+    );
     let f = Fixture::new(&text);
     let run = f.apply();
     assert!(
@@ -265,6 +258,128 @@ fn a_signal_mvk_cannot_place_rejects_no_sibling_tasks_attempt() {
     run.none("agent.signalled-mvk");
     run.expect_code(0);
     assert_eq!(f.show("main", "out/b.txt").as_deref(), Some("done\n"));
+}
+
+/// A flow of TASKS, each `(name, agent, extra lines)`, every agent running SCRIPT with the state
+/// directory and its own ARGS; each task writes `out/NAME.txt`, which its gate checks.
+fn side_flow(
+    script: &str,
+    parallel: u32,
+    tasks: &[(&str, &str, &str)],
+    args: &[(&str, &str)],
+) -> String {
+    let mut text = String::new();
+    for (role, extra) in args {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/{script}\" \"@STATE\" {extra}; }}\n"
+        ));
+    }
+    text.push_str(&format!("flow t {{\n    parallel {parallel}\n"));
+    for (name, agent, extra) in tasks {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations=1\n        {extra}\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    text
+}
+
+#[test]
+fn an_escapee_naming_a_task_that_is_not_going_is_killed_by_its_own_tasks_sweep() {
+    // Task `a`'s agent orphans a process whose MVK_TASK names a task not in the run (`ghost`),
+    // or one already over (`first`): no sweep of those will ever come, so the name must not
+    // spare it. Left alive, it would signal mvk while `b`'s honest agent is the one attempt
+    // open, and get `b` rejected.
+    for spoofed in ["ghost", "first"] {
+        let attack = format!("\"attack\" \"{spoofed}\"");
+        let text = side_flow(
+            "spoof_task.sh",
+            1,
+            &[
+                ("first", "first", ""),
+                ("a", "attack", "after first"),
+                ("b", "honest", "after a"),
+            ],
+            &[
+                ("first", "\"first\""),
+                ("attack", &attack),
+                ("honest", "\"honest\""),
+            ],
+        );
+        let f = Fixture::new(&text);
+        let run = f.apply();
+        assert_gone(&f.state("escapee.pid"), &run);
+        assert!(
+            !f.state("sent").exists(),
+            "{spoofed}: the escapee lived to signal mvk\n{}",
+            run.why()
+        );
+        // Killed in `a`'s sweep (with the `sleep` it may be waiting on).
+        let killed = run
+            .named("agent.finished")
+            .into_iter()
+            .find(|e| e["task"] == "a")
+            .and_then(|e| e["detail"]["escaped_killed"].as_u64());
+        assert!(killed >= Some(1), "{spoofed}: {}", run.why());
+        run.none("agent.signalled-mvk");
+        run.expect_code(0);
+        assert_eq!(f.show("main", "out/b.txt").as_deref(), Some("done\n"));
+    }
+}
+
+#[test]
+fn a_siblings_escapee_is_left_to_its_own_tasks_sweep() {
+    // Task `leaver`'s agent orphans a process (its own MVK_TASK inherited) and outlasts task
+    // `other`'s agent: `other`'s sweep leaves it alone, `leaver`'s ends it and counts it.
+    let text = side_flow(
+        "sibling_escapee.sh",
+        2,
+        &[("leaver", "leave", ""), ("other", "other", "")],
+        &[
+            ("leave", "\"leave\" \"@REPO\""),
+            ("other", "\"other\" \"@REPO\""),
+        ],
+    );
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    run.expect_code(0);
+    assert_gone(&f.state("escapee.pid"), &run);
+    let killed = |task: &str| {
+        run.named("agent.finished")
+            .into_iter()
+            .filter(|e| e["task"] == task)
+            .map(|e| e["detail"]["escaped_killed"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(killed("other"), [0], "{}", run.why());
+    assert_eq!(killed("leaver"), [1], "{}", run.why());
+}
+
+/// `mvk apply` of a loop whose agent fixes the bug, with MERGE (its landing's gates).
+fn fixed_with_merge(merge: &str) -> (Fixture, super::apply::Run) {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        TESTS_GATE,
+        merge,
+    ));
+    let run = f.apply();
+    (f, run)
+}
+
+#[test]
+fn a_process_escaped_from_an_after_merge_gate_does_not_outlive_the_run() {
+    // The landing's gates run the merged code: what escapes them is swept after each, as after
+    // an attempt's gates (before, it named a task that was still going, and no sweep came
+    // after the last task's landing). The gate waits until its escapee has said who it is.
+    let (f, run) = fixed_with_merge(
+        "merge {\n        gate post evidence=none { sh \"(setsid sh -c 'echo $$ > @STATE/escapee.pid.new; mv @STATE/escapee.pid.new @STATE/escapee.pid; sleep 2; touch @STATE/escaped' </dev/null >/dev/null 2>&1 &); i=0; while [ ! -e @STATE/escapee.pid ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done\"; }\n    }",
+    );
+    run.expect_code(0);
+    // The escapee would have touched its marker 2 s after the gate ended.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!f.state("escaped").exists(), "{}", run.why());
+    assert_gone(&f.state("escapee.pid"), &run);
 }
 
 #[test]
@@ -299,15 +414,9 @@ fn a_reviewer_that_signals_mvk_gives_no_verdict_and_nothing_lands() {
 fn an_after_merge_gate_that_signals_mvk_keeps_main_where_it_was() {
     // The landing gates run the merged code: a gate that signals mvk is counted in the
     // landing's own window, and its green verdict does not land the change.
-    let merge =
-        "merge {\n        gate post { run \"sh\" \"@AGENTS/hardening/signal_gate.sh\"; }\n    }";
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "fix.sh", &[]),
-        true,
-        TESTS_GATE,
-        merge,
-    ));
-    let run = f.apply();
+    let (f, run) = fixed_with_merge(
+        "merge {\n        gate post { run \"sh\" \"@AGENTS/hardening/signal_gate.sh\"; }\n    }",
+    );
     let signalled = run.one("gate.signalled-mvk");
     assert_eq!(signalled["detail"]["gate"], "post", "{}", run.why());
     assert_eq!(signalled["detail"]["landing"], true);

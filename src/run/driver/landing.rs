@@ -285,6 +285,8 @@ impl<'a> Runner<'a> {
             let run = gate::run_gate_counted(g, &cx, Some(&window))
                 .await
                 .map_err(RunError::Gate)?;
+            // What escaped the gate must not act on the worktree or signal mvk later.
+            crate::run::reaper::kill_adopted(&self.run_id, &task.name);
             self.record_gate(
                 request.attempt_id,
                 &task.name,
