@@ -22,12 +22,16 @@ use git2::{
     ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreeAddOptions, WorktreePruneOptions,
 };
 
+use crate::run::untrusted;
+
 /// Name and email used for capture commits when the repository configuration has no user.
 const FALLBACK_NAME: &str = "mvk";
 const FALLBACK_EMAIL: &str = "mvk@localhost";
 
 /// Upper bound on slot numbers tried before giving up; far above any sane concurrency.
 const MAX_SLOTS: usize = 4096;
+/// The most mvk reads of a git link or a HEAD file: a path (`PATH_MAX`) and its prefix.
+const LINK_MAX: u64 = 4096 + 64;
 
 /// Failures of the worktree pool.
 #[derive(Debug, thiserror::Error)]
@@ -192,20 +196,55 @@ impl Lease {
     fn restore_links(&self) -> Option<PathBuf> {
         let mut found = None;
         for (file, made) in &self.links {
-            let intact = is_plain_file(file) && fs::read(file).is_ok_and(|now| now == *made);
-            if intact {
+            // One byte more than mvk wrote tells a longer file from the same one.
+            let now = untrusted::read(file, made.len() as u64 + 1);
+            if now
+                .as_ref()
+                .is_ok_and(|now| now.as_deref() == Some(made.as_slice()))
+            {
                 continue;
             }
             if found.is_none() {
-                let said = fs::read_to_string(file).unwrap_or_default();
-                let said = said.trim();
-                found = Some(PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said)));
+                found = Some(what_link_says(file));
             }
             if let Err(e) = replace_file(file, made) {
                 tracing::warn!("could not put back the git link {}: {e}", file.display());
             }
         }
+        // Not a link, but libgit2 reads it whole when it opens the worktree's HEAD (capture,
+        // a reset): a sparse HEAD of gigabytes would cost that much memory. Such a HEAD holds
+        // no commit, so the base stands in for it.
+        let head = self.admin.join("HEAD");
+        let sane =
+            matches!(untrusted::open(&head), Ok(untrusted::Found::Regular(_, n)) if n <= LINK_MAX);
+        if !sane {
+            found.get_or_insert_with(|| what_link_says(&head));
+            if let Err(e) = replace_file(&head, format!("{}\n", self.base).as_bytes()) {
+                tracing::warn!("could not put back {}: {e}", head.display());
+            }
+        }
         found
+    }
+}
+
+/// Where the rewritten link `file` leads, for the message: a symlink's target, a file's first
+/// line (`gitdir: ` dropped), or what else is there. Nothing is followed, blocked on or read past
+/// a page.
+fn what_link_says(file: &Path) -> PathBuf {
+    match untrusted::open(file) {
+        Ok(untrusted::Found::Regular(_, n)) if n > LINK_MAX => {
+            PathBuf::from(format!("<a file of {n} bytes>"))
+        }
+        Ok(untrusted::Found::Regular(f, _)) => {
+            let mut said = Vec::new();
+            let _ = io::Read::read_to_end(&mut io::Read::take(f, 4096), &mut said);
+            let said = String::from_utf8_lossy(&said);
+            let said = said.trim();
+            PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said))
+        }
+        Ok(untrusted::Found::Symlink(to)) => to,
+        Ok(untrusted::Found::Other(kind)) => PathBuf::from(format!("<a {kind}>")),
+        Err(e) => PathBuf::from(format!("<unreadable: {e}>")),
     }
 }
 
@@ -510,9 +549,11 @@ impl Pool {
         // The registration must name this slot: `validate` only asks that what it names
         // exists, and an agent can point it at the main checkout.
         let gitdir = slot.path().join("gitdir");
-        let registered_here = is_plain_file(&gitdir)
-            && fs::read_to_string(&gitdir)
-                .is_ok_and(|said| same_path(Path::new(said.trim_end()), &path.join(".git")));
+        let registered_here = untrusted::read(&gitdir, LINK_MAX)
+            .ok()
+            .flatten()
+            .and_then(|said| String::from_utf8(said).ok())
+            .is_some_and(|said| same_path(Path::new(said.trim_end()), &path.join(".git")));
         slot.is_worktree()
             && workdir_ok
             && registered
@@ -690,10 +731,11 @@ impl Pool {
                 continue;
             }
             let head = main.commondir().join("worktrees").join(&name).join("HEAD");
-            if !is_plain_file(&head) {
+            // A neighbour's agent may be writing it now: bounded, never followed or blocked on.
+            let Ok(Some(said)) = untrusted::read(&head, LINK_MAX) else {
                 continue;
-            }
-            let said = fs::read_to_string(&head).unwrap_or_default();
+            };
+            let said = String::from_utf8_lossy(&said);
             if said.trim().strip_prefix("ref: ") != Some(branch_ref) {
                 continue;
             }
@@ -884,11 +926,6 @@ fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// Whether `path` is a regular file itself (not a symlink to one).
-fn is_plain_file(path: &Path) -> bool {
-    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
 }
 
 fn canonical(path: &Path) -> Result<PathBuf, WorktreeError> {

@@ -447,14 +447,26 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
 /// Runs a loop whose agent (tests/agents/hardening/SCRIPT) tampers with its worktree's git
 /// links, after BEFORE prepared the fixture: the attempt fails for it and main does not move.
 fn relinked(script: &str, before: impl FnOnce(&Fixture)) -> (Fixture, super::apply::Run) {
+    relinked_with(script, &[], before)
+}
+
+/// As [`relinked`], the agent given ARGS after the state directory and the repository. mvk runs
+/// with its memory capped and a deadline: a link it reads the wrong way fails the test.
+fn relinked_with(
+    script: &str,
+    args: &[&str],
+    before: impl FnOnce(&Fixture),
+) -> (Fixture, super::apply::Run) {
+    let mut all = vec!["@STATE", "@REPO"];
+    all.extend_from_slice(args);
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", &format!("hardening/{script}"), &["@STATE", "@REPO"]),
+        &agent_def("bot", &format!("hardening/{script}"), &all),
         true,
         TESTS_GATE,
         "sandbox required=#true\n    budget iterations=1",
     ));
     before(&f);
-    let run = f.apply();
+    let run = f.apply_bounded(120);
     run.expect_code(3);
     let failed = run.one("attempt.failed");
     assert!(
@@ -508,6 +520,59 @@ fn an_agent_that_blocks_the_restore_of_its_links_fails_its_attempt_not_the_run()
     let (f, _) = relinked("relink_blocked.sh", |_| {});
     // The slot is whole again: a second run uses it.
     let again = f.apply();
+    again.expect_code(3);
+}
+
+#[test]
+fn a_git_link_replaced_by_a_symlink_to_dev_zero_fails_the_attempt_without_reading_it() {
+    // Regression: mvk read the rewritten link whole to say where it led; /dev/zero has no end,
+    // so mvk's memory grew until it died, and the run with it.
+    let (_, run) = relinked_with("relink_special.sh", &["zero"], |_| {});
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/zero"),
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_git_link_replaced_by_a_fifo_fails_the_attempt_without_blocking_mvk() {
+    // Regression: opening a FIFO no one writes to blocks; mvk hung for ever, no budget firing.
+    let (_, run) = relinked_with("relink_special.sh", &["fifo"], |_| {});
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("FIFO"),
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_sparse_registration_of_gigabytes_fails_the_attempt_without_being_read_whole() {
+    let (_, run) = relinked_with("relink_special.sh", &["sparse"], |_| {});
+    let failed = run.one("attempt.failed");
+    assert!(
+        failed["detail"]["criterion"]
+            .as_str()
+            .unwrap()
+            .contains("a file of 8589934592 bytes"),
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_sparse_head_of_gigabytes_fails_the_attempt_and_the_slot_is_used_again() {
+    // libgit2 reads a HEAD file whole: mvk refuses (and replaces) one that is no HEAD first.
+    let (f, _) = relinked_with("relink_special.sh", &["head"], |_| {});
+    let again = f.apply_bounded(120);
     again.expect_code(3);
 }
 
