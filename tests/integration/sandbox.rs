@@ -577,6 +577,55 @@ fn a_sparse_head_of_gigabytes_fails_the_attempt_and_the_slot_is_used_again() {
 }
 
 #[test]
+fn a_fifo_among_the_agents_loose_objects_does_not_block_mvk() {
+    // Regression: libgit2 opened each loose object the agent's directory listed to read its
+    // header, and a FIFO (or a symlink to one) blocked mvk for ever.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/fifo_object.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    run.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+/// Takes the immutable flag off everything under PATH, so the test's directory can go.
+fn unpin(path: &Path) {
+    let _ = std::process::Command::new("chattr")
+        .args(["-R", "-f", "-i"])
+        .arg(path)
+        .status();
+}
+
+#[test]
+fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
+    // Regression: mvk deleted the agent's `info` directory best effort; an immutable (or, as a
+    // user that is not root, unwritable) `alternates` stayed, and libgit2 read objects from the
+    // directory it named, which mvk had never checked. mvk now reads only the regular files
+    // it copied out of the agent's reach.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/alternates_pinned.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    unpin(&run.dir);
+    run.expect_code(0);
+    let smuggled = std::process::Command::new("sh")
+        .args(["-c", "echo 'smuggled past mvk' | git hash-object --stdin"])
+        .output()
+        .unwrap();
+    let smuggled = String::from_utf8(smuggled.stdout).unwrap();
+    let there = super::apply::git_output(f.root(), &["cat-file", "-e", smuggled.trim()]);
+    assert!(!there.status.success(), "{smuggled}\n{}", run.why());
+    // The agent's own commit landed.
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
@@ -644,9 +693,10 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
     run.expect_code(3);
     let failed = run.one("attempt.failed");
     let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    // git lists every entry of a pack: a base the index does not list is refused as such,
+    // before its size is even read (a listed one counts: see the test below).
     assert!(
-        criterion.contains("within mvk's limits")
-            && criterion.contains("157286400 bytes, more than"),
+        criterion.contains("within mvk's limits") && criterion.contains("its index does not list"),
         "{criterion}\n{}",
         run.why()
     );
@@ -657,6 +707,28 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
         &["cat-file", "-e", "ac790413e2d7a26c3767e78c57bb28716686eebc"],
     );
     assert!(!there.status.success());
+}
+
+#[test]
+fn many_small_deltas_against_one_listed_base_fail_the_attempt_by_what_their_reads_inflate() {
+    // 600 deltas against one base of 60 MiB: every object is within the size limit and the
+    // content is 60 MiB, but libgit2 inflates the base again for each delta it reads.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/delta_fan.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply_bounded(300);
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits") && criterion.contains("inflate"),
+        "{criterion}\n{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
 }
 
 #[test]
