@@ -635,6 +635,15 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             say(format!("writes are not fully confined: Landlock {level}"));
         }
     }
+    if !pretend && let Err(why) = drop_capabilities() {
+        if policy.required {
+            say(format!(
+                "refusing to run: its capabilities cannot be dropped ({why})"
+            ));
+            return ExitCode::from(REFUSED_EXIT);
+        }
+        say(format!("the program keeps its capabilities: {why}"));
+    }
     use std::os::unix::process::CommandExt;
     let err = std::process::Command::new(program).args(&args[3..]).exec();
     say(format!("cannot run `{}`: {err}", program.to_string_lossy()));
@@ -643,6 +652,46 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     } else {
         126
     })
+}
+
+/// Drops every capability this process holds, for good: Landlock confines paths, not
+/// privileges, and as root (whose network namespace is entered without a user namespace) the
+/// program would keep them all: `mknod` a device node of the disk where it may write and write
+/// the disk through it, or `chattr +i` a file mvk must delete. The bounding set goes first, so
+/// that `exec` gives root none back; then the ambient, inheritable, permitted and effective
+/// sets. A process that holds none has nothing to drop.
+fn drop_capabilities() -> Result<(), String> {
+    use rustix::thread::{CapabilitySet, CapabilitySets, capabilities, set_capabilities};
+    let held = capabilities(None).map_err(|e| format!("cannot read them: {e}"))?;
+    if held.permitted.is_empty() && held.effective.is_empty() && held.inheritable.is_empty() {
+        return Ok(());
+    }
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(63)
+        .min(63);
+    for cap in 0..=last {
+        match rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(
+            1 << cap,
+        )) {
+            // A number this kernel does not know.
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot drop capability {cap} from the bounding set: {e}"
+                ));
+            }
+        }
+    }
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(|e| format!("cannot clear the ambient set: {e}"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    set_capabilities(None, none).map_err(|e| format!("cannot clear them: {e}"))
 }
 
 /// Moves this process into a fresh network namespace (as non-root, inside a user namespace
@@ -724,11 +773,16 @@ fn restrict(write: &[PathBuf]) -> Result<String, String> {
         Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
         path_beneath_rules,
     };
+    // Every write is handled, so what no rule grants is denied everywhere: device nodes are
+    // never made, not even where the program may write (a node of the disk would let it
+    // write anything). No device can be under a granted path then, so ioctls on devices stay
+    // granted for the few granted device files (`/dev/null`, a terminal).
+    let granted = AccessFs::from_write(ABI) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
     let status = Ruleset::default()
         .handle_access(AccessFs::from_write(ABI))
         .and_then(|r| r.scope(Scope::from_all(ABI)))
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(write, AccessFs::from_write(ABI))))
+        .and_then(|r| r.add_rules(path_beneath_rules(write, granted)))
         .and_then(|r| r.restrict_self())
         .map_err(|e| e.to_string())?;
     Ok(match status.ruleset {

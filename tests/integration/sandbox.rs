@@ -626,6 +626,29 @@ fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
 }
 
 #[test]
+fn a_sandboxed_agent_holds_no_privilege_even_when_mvk_is_root() {
+    // Landlock confines paths, not privileges: a root agent could make a device node of the
+    // disk in its worktree and write through it, or pin files mvk must delete (`chattr +i`).
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/privileged.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    unpin(&run.dir);
+    run.expect_code(0);
+    assert_eq!(attempt_said(&run, 1, "mknod"), "denied", "{}", run.why());
+    assert_eq!(attempt_said(&run, 1, "chattr"), "denied", "{}", run.why());
+    assert_eq!(
+        attempt_said(&run, 1, "capabilities"),
+        "0000000000000000",
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
