@@ -287,6 +287,53 @@ fn replace_file(file: &Path, bytes: &[u8]) -> Result<(), WorktreeError> {
     written
 }
 
+/// Makes way for a new slot at `path`: what is there is removed, its directories made
+/// writable first (an agent may have taken their permissions away). What still cannot be
+/// removed (a file made immutable) is moved aside, to `slot-N.broken-<random>` beside it, so
+/// the slot's number is free again: only the attempt that did it fails, never the run, nor
+/// every later run (which would take the same lowest idle slot).
+fn clear_slot_dir(path: &Path) -> Result<(), WorktreeError> {
+    if fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        make_dirs_writable(path);
+        if fs::remove_dir_all(path).is_ok() {
+            return Ok(());
+        }
+    } else if fs::remove_file(path).is_ok() {
+        return Ok(());
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".broken-{:016x}", unguessable()));
+    let aside = path.with_file_name(name);
+    tracing::warn!(
+        "could not remove the worktree slot {}: moved aside to {}",
+        path.display(),
+        aside.display()
+    );
+    fs::rename(path, &aside).map_err(io_err("set aside broken worktree slot", path))
+}
+
+/// Gives the owner read, write and search permission on every directory under `dir`, parents
+/// before their children (a directory is read after it is made readable). Symlinks are not
+/// followed. Best effort: what stays is found by the removal.
+fn make_dirs_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_dir() {
+            continue;
+        }
+        if let Ok(meta) = entry.metadata() {
+            let mode = meta.permissions().mode();
+            if mode & 0o700 != 0o700 {
+                let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode | 0o700));
+            }
+        }
+    }
+}
+
 /// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
 fn unguessable() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -566,11 +613,10 @@ impl Pool {
     fn create_slot(&self, main: &Repository, n: usize, base: Oid) -> Result<(), WorktreeError> {
         let path = self.slot_path(n);
         let _registry = self.lock_registry()?;
+        // The directory first: a prune would try to delete it too, and fail the same way.
+        clear_slot_dir(&path)?;
         self.remove_registrations(main, n)?;
         self.forget_relinked(main, n)?;
-        if fs::symlink_metadata(&path).is_ok() {
-            fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
-        }
         let name = self.fresh_worktree_name(main, n)?;
         let shown = display_path(main);
         let commit = main
@@ -1439,6 +1485,59 @@ mod tests {
         assert_eq!(lease.path, path);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
         assert_eq!(git(&path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_slot_holding_a_file_mvk_cannot_delete_is_set_aside_and_rebuilt() {
+        // Regression: the rebuild's removal failed and ended the run, and every later run
+        // (the lowest idle slot is always taken first).
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/p1").expect("acquire");
+        let path = lease.path.clone();
+        fs::create_dir_all(path.join("junk/locked")).expect("mkdir");
+        let pinned = path.join("junk/locked/f");
+        fs::write(&pinned, "pinned").expect("write");
+        let immutable = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&pinned)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !immutable {
+            // As a user that is not root, a directory without permissions does the same.
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("junk/locked"), fs::Permissions::from_mode(0o000))
+                .expect("chmod");
+        }
+        // Broken, so that the next lease rebuilds it.
+        fs::remove_file(path.join(".git")).expect("rm .git link");
+        let slot = lease.slot();
+        drop(lease);
+        wait_free(&pool, slot);
+        let again = pool.acquire(f.c2, "mvk/p2");
+        let _ = std::process::Command::new("chattr")
+            .args(["-R", "-f", "-i"])
+            .arg(&f.root)
+            .status();
+        let again = again.expect("a rebuilt slot");
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+        assert_eq!(git(&again.path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_link_is_put_back_in_a_directory_made_read_only() {
+        // The agent may take its git directory's write permission away; root writes there
+        // all the same, so only the mode tells that mvk gave it back.
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("admin");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("gitdir"), "elsewhere").expect("write");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o500)).expect("chmod");
+        replace_file(&dir.join("gitdir"), b"here").expect("replace");
+        assert_eq!(fs::read(dir.join("gitdir")).expect("read"), b"here");
+        let mode = fs::metadata(&dir).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o700, 0o700, "{mode:o}");
     }
 
     #[test]

@@ -649,6 +649,25 @@ fn a_sandboxed_agent_holds_no_privilege_even_when_mvk_is_root() {
 }
 
 #[test]
+fn a_slot_mvk_cannot_empty_fails_no_run() {
+    // Regression: an agent that left a file mvk cannot delete (immutable; or, as a user that is
+    // not root, in a directory without permissions) made its slot impossible to reset or
+    // remove, and the rebuild's error ended the run (exit 70), and every later one.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/pinned_junk.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=2",
+    ));
+    let run = f.apply_bounded(120);
+    unpin(f.root());
+    unpin(f.worktrees.path());
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
