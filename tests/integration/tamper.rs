@@ -344,3 +344,32 @@ fn a_head_naming_a_siblings_branch_keeps_no_one_from_it() {
     );
     run.expect_code(3);
 }
+
+#[test]
+fn a_nest_of_processes_deeper_than_the_sweeps_rounds_does_not_outlive_the_attempt() {
+    // Regression: the sweep of escaped processes gave up after 16 rounds, and killing a
+    // process hands mvk only its children: past the attempt's sweeps (3 × 16 rounds), the rest
+    // of a nest of processes, each in a session of its own, lived on (as would a chain that
+    // forks faster than a scan of /proc finds it).
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/fork_chain.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    let chain = f.state("chain");
+    let grown = || std::fs::metadata(&chain).map(|m| m.len()).unwrap_or(0);
+    let before = grown();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = grown();
+    std::fs::write(f.state("stop"), "").unwrap();
+    run.expect_code(0);
+    assert!(before > 0, "the nest was never built\n{}", run.why());
+    assert_eq!(
+        before,
+        after,
+        "the nest outlived the attempt\n{}",
+        run.why()
+    );
+}
