@@ -78,13 +78,14 @@ pub fn kill_adopted(task: &str) -> usize {
             break;
         }
         let mut groups = BTreeSet::new();
+        let all = processes();
         let (children, zombies): (Vec<i32>, Vec<i32>) = {
             let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
-            processes()
-                .into_iter()
+            all.iter()
+                .map(|(pid, s)| (*pid, s))
                 .filter(|(_, s)| s.ppid == me && s.state != "X")
                 .filter(|(pid, s)| !own.contains(pid) && !own.contains(&s.pgrp))
-                .filter(|&(pid, ref s)| s.state == "Z" || !theirs(pid))
+                .filter(|&(pid, s)| s.state == "Z" || !theirs(pid))
                 .fold(
                     (Vec::new(), Vec::new()),
                     |(mut live, mut dead), (pid, s)| {
@@ -103,6 +104,25 @@ pub fn kill_adopted(task: &str) -> usize {
         // A group is killed at once: a member that forks as it dies cannot leave a child
         // outside it (the kernel fails a fork with a fatal signal pending). A chain that keeps
         // its process group (forks, no `setsid`) ends here whatever its pace.
+        // Only a group all of whose members descend from mvk: an escapee can join any group of
+        // mvk's session (its parent shell's, a CI runner's), which must not die for it.
+        let parents: std::collections::HashMap<i32, i32> =
+            all.iter().map(|(pid, s)| (*pid, s.ppid)).collect();
+        let descends = |mut pid: i32| {
+            for _ in 0..4096 {
+                match parents.get(&pid) {
+                    Some(&parent) if parent == me => return true,
+                    Some(&parent) if parent > 1 => pid = parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        groups.retain(|&g| {
+            all.iter()
+                .filter(|(_, s)| s.pgrp == g)
+                .all(|(pid, _)| descends(*pid))
+        });
         for &group in &groups {
             if let Some(g) = Pid::from_raw(group) {
                 let _ = rustix::process::kill_process_group(g, Signal::KILL);

@@ -373,3 +373,20 @@ fn a_nest_of_processes_deeper_than_the_sweeps_rounds_does_not_outlive_the_attemp
         run.why()
     );
 }
+
+#[test]
+fn an_escapee_that_joins_the_group_of_mvks_parent_does_not_take_it_down() {
+    // The sweep kills an escapee's whole process group, but only a group all of whose members
+    // descend from mvk: one joined to the group of mvk's parent (here the test harness) must
+    // not take that group with it.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/join_parent_group.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    run.expect_code(0);
+    let refused = std::fs::read_to_string(f.state("refused")).unwrap_or_default();
+    assert!(f.state("joined").exists(), "{refused}\n{}", run.why());
+}
