@@ -523,49 +523,31 @@ fn an_agent_that_blocks_the_restore_of_its_links_fails_its_attempt_not_the_run()
     again.expect_code(3);
 }
 
+/// Runs `relink_special.sh MODE`: the attempt fails for its links, and says what it found
+/// there (SAID).
+fn relinked_special(mode: &str, said: &str) {
+    let (_, run) = relinked_with("relink_special.sh", &[mode], |_| {});
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(criterion.contains(said), "{criterion}\n{}", run.why());
+}
+
 #[test]
 fn a_git_link_replaced_by_a_symlink_to_dev_zero_fails_the_attempt_without_reading_it() {
     // Regression: mvk read the rewritten link whole to say where it led; /dev/zero has no end,
     // so mvk's memory grew until it died, and the run with it.
-    let (_, run) = relinked_with("relink_special.sh", &["zero"], |_| {});
-    let failed = run.one("attempt.failed");
-    assert!(
-        failed["detail"]["criterion"]
-            .as_str()
-            .unwrap()
-            .contains("/dev/zero"),
-        "{}",
-        run.why()
-    );
+    relinked_special("zero", "/dev/zero");
 }
 
 #[test]
 fn a_git_link_replaced_by_a_fifo_fails_the_attempt_without_blocking_mvk() {
     // Regression: opening a FIFO no one writes to blocks; mvk hung for ever, no budget firing.
-    let (_, run) = relinked_with("relink_special.sh", &["fifo"], |_| {});
-    let failed = run.one("attempt.failed");
-    assert!(
-        failed["detail"]["criterion"]
-            .as_str()
-            .unwrap()
-            .contains("FIFO"),
-        "{}",
-        run.why()
-    );
+    relinked_special("fifo", "FIFO");
 }
 
 #[test]
 fn a_sparse_registration_of_gigabytes_fails_the_attempt_without_being_read_whole() {
-    let (_, run) = relinked_with("relink_special.sh", &["sparse"], |_| {});
-    let failed = run.one("attempt.failed");
-    assert!(
-        failed["detail"]["criterion"]
-            .as_str()
-            .unwrap()
-            .contains("a file of 8589934592 bytes"),
-        "{}",
-        run.why()
-    );
+    relinked_special("sparse", "a file of 8589934592 bytes");
 }
 
 #[test]
