@@ -562,15 +562,20 @@ fn a_sparse_head_of_gigabytes_fails_the_attempt_and_the_slot_is_used_again() {
 fn a_fifo_among_the_agents_loose_objects_does_not_block_mvk() {
     // Regression: libgit2 opened each loose object the agent's directory listed to read its
     // header, and a FIFO (or a symlink to one) blocked mvk for ever.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/fifo_object.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("fifo_object.sh");
     let run = f.apply_bounded(120);
     run.expect_code(0);
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+/// Loop `t` whose agent, sandboxed (required), runs `tests/agents/hardening/SCRIPT` once.
+fn sandboxed_once(script: &str) -> Fixture {
+    Fixture::new(&loop_kdl(
+        &agent_def("bot", &format!("hardening/{script}"), &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ))
 }
 
 /// Takes the immutable flag off everything under PATH, so the test's directory can go.
@@ -587,12 +592,7 @@ fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
     // user that is not root, unwritable) `alternates` stayed, and libgit2 read objects from the
     // directory it named, which mvk had never checked. mvk now reads only the regular files
     // it copied out of the agent's reach.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/alternates_pinned.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("alternates_pinned.sh");
     let run = f.apply_bounded(120);
     unpin(&run.dir);
     run.expect_code(0);
@@ -611,12 +611,7 @@ fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
 fn a_sandboxed_agent_holds_no_privilege_even_when_mvk_is_root() {
     // Landlock confines paths, not privileges: a root agent could make a device node of the
     // disk in its worktree and write through it, or pin files mvk must delete (`chattr +i`).
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/privileged.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("privileged.sh");
     let run = f.apply_bounded(120);
     unpin(&run.dir);
     run.expect_code(0);
@@ -673,12 +668,7 @@ fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directo
 #[test]
 fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
     // A zip bomb: mvk reads each object's size from its header before inflating it.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/object_bomb.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("object_bomb.sh");
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
@@ -707,12 +697,7 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
     // Regression: mvk checked each listed object's size from its header, which for a delta is
     // the size of what it makes, and then let libgit2 inflate the delta's 150 MiB base, which
     // the pack's index does not list, to make six bytes.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/delta_bomb.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("delta_bomb.sh");
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
@@ -737,12 +722,7 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
 fn many_small_deltas_against_one_listed_base_fail_the_attempt_by_what_their_reads_inflate() {
     // 600 deltas against one base of 60 MiB: every object is within the size limit and the
     // content is 60 MiB, but libgit2 inflates the base again for each delta it reads.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/delta_fan.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("delta_fan.sh");
     let run = f.apply_bounded(300);
     run.expect_code(3);
     let failed = run.one("attempt.failed");
