@@ -211,6 +211,28 @@ impl Lease {
                 tracing::warn!("could not put back the git link {}: {e}", file.display());
             }
         }
+        // A `locked` file is never mvk's: it would make a later prune of the slot fail, and
+        // libgit2 reads it whole before a prune (blocking, on a FIFO). Gone in any case; the
+        // attempt fails when it was no small regular file.
+        let locked = self.admin.join("locked");
+        let lock = untrusted::open(&locked);
+        let lock_sane = match &lock {
+            Ok(untrusted::Found::Regular(_, n)) => *n <= LINK_MAX,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+            Ok(_) => false,
+        };
+        if !lock_sane {
+            found.get_or_insert_with(|| what_link_says(&locked));
+        }
+        if !matches!(&lock, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+            let gone = match fs::symlink_metadata(&locked) {
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&locked),
+                _ => fs::remove_file(&locked),
+            };
+            if let Err(e) = gone {
+                tracing::warn!("could not remove {}: {e}", locked.display());
+            }
+        }
         // Not a link, but libgit2 reads it whole when it opens the worktree's HEAD (capture,
         // a reset): a sparse HEAD of gigabytes would cost that much memory. Such a HEAD holds
         // no commit, so the base stands in for it.
@@ -947,13 +969,38 @@ fn signature_from(config: &git2::Config) -> Option<Signature<'static>> {
 
 /// `(name, path)` of every worktree registered with the repository.
 fn registrations(main: &Repository) -> Result<Vec<(String, PathBuf)>, WorktreeError> {
-    let names = main
-        .worktrees()
-        .map_err(git_err("list worktrees", main.commondir()))?;
+    // Read here, not through libgit2's worktree lookup: that reads every registration's
+    // `gitdir`, `commondir` and `locked` whole and blocks on a FIFO, and a running neighbour's
+    // agent may write its own (a sparse file of gigabytes, a FIFO). As libgit2 does, a
+    // registration counts when both its `commondir` and `gitdir` can be read; the worktree is
+    // the directory holding the `.git` that `gitdir` names.
+    let admin = main.commondir().join("worktrees");
+    let entries = match fs::read_dir(&admin) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list worktrees", &admin)(e)),
+    };
     let mut out = Vec::new();
-    for name in names.iter().flatten().flatten() {
-        if let Ok(wt) = main.find_worktree(name) {
-            out.push((name.to_string(), wt.path().to_path_buf()));
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let dir = entry.path();
+        let read = |file: &str| {
+            untrusted::read(&dir.join(file), LINK_MAX)
+                .ok()
+                .flatten()
+                .and_then(|b| String::from_utf8(b).ok())
+        };
+        let (Some(_), Some(gitdir)) = (read("commondir"), read("gitdir")) else {
+            continue;
+        };
+        let gitlink = dir.join(gitdir.trim_end());
+        if let Some(path) = gitlink.parent() {
+            out.push((name, path.to_path_buf()));
         }
     }
     Ok(out)

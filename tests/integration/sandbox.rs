@@ -551,6 +551,24 @@ fn a_sparse_registration_of_gigabytes_fails_the_attempt_without_being_read_whole
 }
 
 #[test]
+fn a_fifo_as_the_registrations_lock_file_fails_the_attempt_and_blocks_no_later_prune() {
+    // Regression: libgit2 reads `locked` whole before it prunes a registration (a rebuild,
+    // `mvk gc`): a FIFO there blocked mvk for ever (and a lock of any kind made the prune
+    // fail). It is removed, as what it is, when the links are checked.
+    let (f, run) = relinked_with("relink_special.sh", &["locked"], |_| {});
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(criterion.contains("FIFO"), "{criterion}\n{}", run.why());
+    let gc = f
+        .mvk()
+        .arg("gc")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(gc.status.success(), "{gc:?}");
+}
+
+#[test]
 fn a_sparse_head_of_gigabytes_fails_the_attempt_and_the_slot_is_used_again() {
     // libgit2 reads a HEAD file whole: mvk refuses (and replaces) one that is no HEAD first.
     let (f, _) = relinked_with("relink_special.sh", &["head"], |_| {});
