@@ -744,6 +744,15 @@ async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<Option<
             action: "add the objects the agent committed to the repository".into(),
             source,
         }),
+        Err(AbsorbError::Io {
+            action,
+            path,
+            source,
+        }) => Err(RunError::Io {
+            action,
+            path,
+            source,
+        }),
         Err(too_large) => Ok(Some(too_large.to_string())),
     }
 }

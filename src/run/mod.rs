@@ -7,7 +7,8 @@
 //! for proof that tests ran; [`review`] runs the independent reviewer and reads its verdict;
 //! [`adapter`] reads an agent's cost and rate limits; [`verify`] is the oracle check on its
 //! own (`mvk verify`); [`trail`]
-//! writes the events, the heartbeat and the status files.
+//! writes the events, the heartbeat and the status files; [`untrusted`] reads what an agent could
+//! have written without following, blocking on or swallowing it.
 
 pub mod adapter;
 pub mod agent_pack;
@@ -26,6 +27,7 @@ pub mod schedule;
 pub mod seal;
 pub mod signals;
 pub mod trail;
+pub mod untrusted;
 pub mod verify;
 pub mod worktree;
 

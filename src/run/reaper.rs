@@ -100,7 +100,9 @@ fn named_task(pid: i32) -> Option<(String, String)> {
 /// `MVK_RUN` and `MVK_TASK` name it, and it is registered by [`live`]), which that task's own
 /// sweep ends and counts. Anything else dies in whichever sweep finds it: an escapee that names
 /// no task (it scrubbed its environment), or one that names a task not in the run or already
-/// over — whose sweep would never come, so that the name would keep it alive for good.
+/// over — whose sweep would never come, so that the name would keep it alive for good. An
+/// escapee's process group dies with it (never mvk's own), and the sweep goes on until
+/// [`QUIET_SCANS`] scans in a row find nothing, or for [`SWEEP_LIMIT`] at most.
 pub fn kill_adopted(run: &str, task: &str) -> usize {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let theirs = |pid: i32| {
@@ -113,20 +115,86 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
         })
     };
     let mut killed = 0;
-    // Killing a child re-parents its own children to us: repeat until none is left.
-    for _ in 0..16 {
-        let children: Vec<i32> = {
-            let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
-            processes()
-                .into_iter()
-                .filter(|(_, s)| s.ppid == me && s.state != "Z" && s.state != "X")
-                .filter(|(pid, s)| !own.contains(pid) && !own.contains(&s.pgrp))
-                .map(|(pid, _)| pid)
-                .filter(|&pid| !theirs(pid))
-                .collect()
-        };
-        if children.is_empty() {
+    // Killing a child re-parents its own children to us, and a chain whose every member starts
+    // the next and exits at once shows a new one at each scan (and none at all to a scan that
+    // reads between two of its generations, except the zombie the last one left): so the
+    // sweep ends only after several scans in a row find neither, or at a deadline. Each
+    // round stops what it found before killing it: a stopped process forks no more.
+    let deadline = std::time::Instant::now() + SWEEP_LIMIT;
+    let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
+    let mut quiet = 0;
+    while quiet < QUIET_SCANS {
+        if std::time::Instant::now() > deadline {
+            tracing::warn!(
+                "escaped processes of task `{task}` were still appearing after the sweep's time limit"
+            );
             break;
+        }
+        let mut groups = BTreeSet::new();
+        let all = processes();
+        let (children, zombies): (Vec<i32>, Vec<i32>) = {
+            let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
+            all.iter()
+                .map(|(pid, s)| (*pid, s))
+                .filter(|(_, s)| s.ppid == me && s.state != "X")
+                .filter(|(pid, s)| !own.contains(pid) && !own.contains(&s.pgrp))
+                .filter(|&(pid, s)| s.state == "Z" || !theirs(pid))
+                .fold(
+                    (Vec::new(), Vec::new()),
+                    |(mut live, mut dead), (pid, s)| {
+                        if s.pgrp != my_group {
+                            groups.insert(s.pgrp);
+                        }
+                        if s.state == "Z" {
+                            dead.push(pid)
+                        } else {
+                            live.push(pid)
+                        }
+                        (live, dead)
+                    },
+                )
+        };
+        // A group is killed at once: a member that forks as it dies cannot leave a child
+        // outside it (the kernel fails a fork with a fatal signal pending). A chain that keeps
+        // its process group (forks, no `setsid`) ends here whatever its pace.
+        // Only a group all of whose members descend from mvk: an escapee can join any group of
+        // mvk's session (its parent shell's, a CI runner's), which must not die for it.
+        let parents: std::collections::HashMap<i32, i32> =
+            all.iter().map(|(pid, s)| (*pid, s.ppid)).collect();
+        let descends = |mut pid: i32| {
+            for _ in 0..4096 {
+                match parents.get(&pid) {
+                    Some(&parent) if parent == me => return true,
+                    Some(&parent) if parent > 1 => pid = parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        groups.retain(|&g| {
+            all.iter()
+                .filter(|(_, s)| s.pgrp == g)
+                .all(|(pid, _)| descends(*pid))
+        });
+        for &group in &groups {
+            if let Some(g) = Pid::from_raw(group) {
+                let _ = rustix::process::kill_process_group(g, Signal::KILL);
+            }
+        }
+        if children.is_empty() && zombies.is_empty() {
+            quiet += 1;
+            continue;
+        }
+        quiet = 0;
+        for &pid in &zombies {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(p), WaitOptions::NOHANG);
+            }
+        }
+        for &pid in &children {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, Signal::STOP);
+            }
         }
         for pid in children {
             if let Some(p) = Pid::from_raw(pid) {
@@ -140,6 +208,11 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
     }
     killed
 }
+
+/// How many scans in a row must find no escapee before the sweep ends.
+const QUIET_SCANS: usize = 3;
+/// How long a sweep goes on while escapees keep appearing.
+const SWEEP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Kills what a dead mvk left running: every process group the run recorded (the `*.pgid` files
 /// its agents and gates wrote under `run_dir`) that still has a member carrying the run's

@@ -349,20 +349,27 @@ fn prepare_commit(cwd: &Path, objects: &Path) -> io::Result<Option<CommitGrant>>
 }
 
 /// The most mvk reads from an agent's object directory: one object (GitHub refuses files over
-/// 100 MB too), all of them together, and how many there are (each costs a read and a write). An object compresses a thousandfold or more (a zip
-/// bomb), so sizes are read from the headers before anything is inflated.
+/// 100 MB too), all of them together, how many there are (each costs a read and a write), and
+/// what reading them inflates. An object compresses a thousandfold or more (a zip bomb), so
+/// sizes are read from the headers before anything is inflated.
 pub const OBJECT_LIMITS: Limits = Limits {
     object: 100 << 20,
     total: 1 << 30,
     count: 100_000,
+    // Reading a delta inflates its chain of bases again (libgit2 caches only bases under
+    // 1 MiB, and not reliably): 200 versions of a 300 KB file in git's chains of 50 inflate
+    // about 1.5 GB; 32 GiB is minutes of work at most.
+    work: 32 << 30,
 };
 
-/// Bytes of inflated objects: per object, and all an attempt's together; and objects listed.
+/// Bytes of inflated objects: per object, and all an attempt's together (each object once);
+/// objects listed; bytes inflated to read them all (a delta's bases once per read).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub object: usize,
     pub total: usize,
     pub count: usize,
+    pub work: u64,
 }
 
 /// Why an agent's objects were not added to the repository.
@@ -381,12 +388,24 @@ pub enum AbsorbError {
     TooMuch { limit: usize },
     #[error("the agent wrote more than the {limit} objects mvk accepts from one attempt")]
     TooMany { limit: usize },
+    #[error(
+        "reading the agent's objects would inflate more than the {limit} bytes mvk inflates \
+         for one attempt (a delta's bases count again at each read)"
+    )]
+    TooMuchWork { limit: u64 },
     /// A pack whose reading mvk cannot bound: its deltas' bases are counted too.
     #[error("the agent's pack {pack} {why}")]
     Pack { pack: String, why: String },
     /// The repository's (or mvk's) fault.
     #[error(transparent)]
     Git(#[from] git2::Error),
+    /// mvk's fault: its copy of the agent's objects could not be written.
+    #[error("cannot {action} `{path}`: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// Copies what a sandboxed agent committed into the shared object store of the repository at
@@ -410,20 +429,40 @@ pub fn absorb_objects_within(
     if !std::fs::symlink_metadata(objects).is_ok_and(|m| m.is_dir()) {
         return Ok(0);
     }
-    // Only the agent's own objects: an `alternates` file it wrote would make mvk list objects
-    // from elsewhere. `info` is the agent's, so it goes whole, and what it is is not followed:
-    // a symlink is unlinked itself (a directory's removal never follows symlinks either).
-    let info = objects.join("info");
-    let _ = match std::fs::symlink_metadata(&info) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&info),
-        Ok(_) => std::fs::remove_file(&info),
-        Err(e) => Err(e),
-    };
-    crate::run::agent_pack::tidy(&objects.join("pack"));
-    let added = absorb_checked(repo, objects, limits);
-    // Best effort: the directory is the attempt's own, and a leftover is only space.
+    // What mvk reads is a copy out of the agent's reach (its parent is mvk's): no file the
+    // agent could not be stopped from keeping (an `alternates`, a multi-pack index) is seen,
+    // no FIFO opened, and nothing the agent left running rewrites a pack after its check.
+    let mut name = objects.file_name().unwrap_or_default().to_os_string();
+    name.push(".checked");
+    let checked = objects.with_file_name(name);
+    let added = fresh_dir(&checked)
+        .and_then(|()| crate::run::agent_pack::copy_checked(objects, &checked, limits))
+        .and_then(|()| absorb_checked(repo, &checked, limits));
+    // Best effort: the directories are the attempt's own, and a leftover is only space (a
+    // file the agent made immutable stays).
     let _ = std::fs::remove_dir_all(objects);
+    let _ = std::fs::remove_dir_all(&checked);
     added
+}
+
+/// An empty directory at `dir`, only mvk's user's: a leftover of a crash is removed first.
+fn fresh_dir(dir: &Path) -> Result<(), AbsorbError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let failed = |action| {
+        move |source| AbsorbError::Io {
+            action,
+            path: dir.to_path_buf(),
+            source,
+        }
+    };
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(failed("remove")(e)),
+        _ => {}
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(failed("create"))
 }
 
 fn absorb_checked(repo: &Path, objects: &Path, limits: Limits) -> Result<usize, AbsorbError> {
@@ -596,6 +635,15 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             say(format!("writes are not fully confined: Landlock {level}"));
         }
     }
+    if !pretend && let Err(why) = drop_capabilities() {
+        if policy.required {
+            say(format!(
+                "refusing to run: its capabilities cannot be dropped ({why})"
+            ));
+            return ExitCode::from(REFUSED_EXIT);
+        }
+        say(format!("the program keeps its capabilities: {why}"));
+    }
     use std::os::unix::process::CommandExt;
     let err = std::process::Command::new(program).args(&args[3..]).exec();
     say(format!("cannot run `{}`: {err}", program.to_string_lossy()));
@@ -604,6 +652,46 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     } else {
         126
     })
+}
+
+/// Drops every capability this process holds, for good: Landlock confines paths, not
+/// privileges, and as root (whose network namespace is entered without a user namespace) the
+/// program would keep them all: `mknod` a device node of the disk where it may write and write
+/// the disk through it, or `chattr +i` a file mvk must delete. The bounding set goes first, so
+/// that `exec` gives root none back; then the ambient, inheritable, permitted and effective
+/// sets. A process that holds none has nothing to drop.
+fn drop_capabilities() -> Result<(), String> {
+    use rustix::thread::{CapabilitySet, CapabilitySets, capabilities, set_capabilities};
+    let held = capabilities(None).map_err(|e| format!("cannot read them: {e}"))?;
+    if held.permitted.is_empty() && held.effective.is_empty() && held.inheritable.is_empty() {
+        return Ok(());
+    }
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(63)
+        .min(63);
+    for cap in 0..=last {
+        match rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(
+            1 << cap,
+        )) {
+            // A number this kernel does not know.
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot drop capability {cap} from the bounding set: {e}"
+                ));
+            }
+        }
+    }
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(|e| format!("cannot clear the ambient set: {e}"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    set_capabilities(None, none).map_err(|e| format!("cannot clear them: {e}"))
 }
 
 /// Moves this process into a fresh network namespace (as non-root, inside a user namespace
@@ -685,11 +773,16 @@ fn restrict(write: &[PathBuf]) -> Result<String, String> {
         Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
         path_beneath_rules,
     };
+    // Every write is handled, so what no rule grants is denied everywhere: device nodes are
+    // never made, not even where the program may write (a node of the disk would let it
+    // write anything). No device can be under a granted path then, so ioctls on devices stay
+    // granted for the few granted device files (`/dev/null`, a terminal).
+    let granted = AccessFs::from_write(ABI) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
     let status = Ruleset::default()
         .handle_access(AccessFs::from_write(ABI))
         .and_then(|r| r.scope(Scope::from_all(ABI)))
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules(write, AccessFs::from_write(ABI))))
+        .and_then(|r| r.add_rules(path_beneath_rules(write, granted)))
         .and_then(|r| r.restrict_self())
         .map_err(|e| e.to_string())?;
     Ok(match status.ruleset {
@@ -772,6 +865,7 @@ mod tests {
             object: 1000,
             total: 1500,
             count: 10,
+            work: 1 << 40,
         };
         let (_tmp, repo, objects) = agent_objects(&[1001]);
         let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
@@ -836,6 +930,7 @@ mod tests {
             object: 2000,
             total: 3000,
             count: 10,
+            work: 3000,
         };
         let (tmp, repo, objects) = agent_objects(&[]);
         for n in 0..3u8 {
@@ -855,7 +950,7 @@ mod tests {
         std::fs::create_dir_all(objects.join("pack")).unwrap();
         pack_agent_objects(&repo, &objects);
         let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
-        assert!(matches!(err, AbsorbError::TooMuch { .. }), "{err:?}");
+        assert!(matches!(err, AbsorbError::TooMuchWork { .. }), "{err:?}");
     }
 
     #[test]
@@ -864,6 +959,7 @@ mod tests {
             object: 1000,
             total: 100_000,
             count: 3,
+            work: 1 << 40,
         };
         let (_tmp, repo, objects) = agent_objects(&[1, 2, 3, 4]);
         let err = absorb_objects_within(&repo, &objects, limits).unwrap_err();
@@ -894,6 +990,99 @@ mod tests {
             "keep"
         );
         assert!(!objects.exists());
+    }
+
+    /// Whether `chattr +i` works here (root, and a filesystem that has the flag); says so
+    /// when it does not, for a test that then cannot make its attack.
+    fn pin(path: &Path) -> bool {
+        let done = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !done {
+            eprintln!("skipped: `chattr +i` is not available here (needs root)");
+        }
+        done
+    }
+
+    fn unpin(path: &Path) {
+        let _ = std::process::Command::new("chattr")
+            .args(["-R", "-f", "-i"])
+            .arg(path)
+            .status();
+    }
+
+    #[test]
+    fn objects_elsewhere_stay_unread_when_an_alternates_file_cannot_be_deleted() {
+        // Regression: `info` was deleted best effort; an alternates file mvk could not delete
+        // (immutable, or in a directory mvk may not write) made libgit2 read another directory.
+        let (tmp, repo, objects) = agent_objects(&[10]);
+        let evil = tmp.path().join("evil");
+        std::fs::create_dir_all(&evil).unwrap();
+        let out = std::process::Command::new("git")
+            .args(["hash-object", "-w", "--stdin"])
+            .current_dir(&repo)
+            .env("GIT_OBJECT_DIRECTORY", &evil)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(b"smuggled")?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        let smuggled = git2::Oid::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let alternates = objects.join("info/alternates");
+        std::fs::write(&alternates, format!("{}\n", evil.display())).unwrap();
+        if !pin(&alternates) {
+            return;
+        }
+        let added = absorb_objects(&repo, &objects);
+        unpin(tmp.path());
+        assert_eq!(added.unwrap(), 1);
+        let main = git2::Repository::open(&repo).unwrap();
+        assert!(!main.odb().unwrap().exists(smuggled));
+    }
+
+    #[test]
+    fn an_honest_history_packed_by_git_gc_is_not_refused() {
+        // Regression: each delta was charged its whole chain, so 200 versions of a 300 KB file
+        // in chains of 50 (what `git gc` makes) cost 1.5 GB of the 1 GiB limit, for 60 MB of
+        // content.
+        let (tmp, repo, objects) = agent_objects(&[]);
+        let mut lines: Vec<String> = (0..6000)
+            .map(|i| format!("line {i} of a generated file, {:040}", i * 7919))
+            .collect();
+        let mut paths = String::new();
+        for v in 0..200 {
+            lines[(v * 29) % 6000] = format!("version {v} changed this line");
+            let file = tmp.path().join(format!("v{v}"));
+            std::fs::write(&file, lines.join("\n")).unwrap();
+            paths += &format!("{}\n", file.display());
+        }
+        let mut child = std::process::Command::new("git")
+            .args(["hash-object", "-w", "--stdin-paths"])
+            .current_dir(&repo)
+            .env("GIT_OBJECT_DIRECTORY", &objects)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(paths.as_bytes())
+                .unwrap();
+        }
+        assert!(child.wait().unwrap().success());
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        pack_agent_objects(&repo, &objects);
+        assert_eq!(absorb_objects(&repo, &objects).unwrap(), 200);
     }
 
     #[test]

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use git2::build::CheckoutBuilder;
 use git2::{ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreePruneOptions};
 
+use crate::run::untrusted;
+
 /// Name and email used for capture commits when the repository configuration has no user.
 const FALLBACK_NAME: &str = "mvk";
 const FALLBACK_EMAIL: &str = "mvk@localhost";
@@ -29,6 +31,8 @@ const MAX_SLOTS: usize = 4096;
 /// Where slot builds of earlier mvk versions put a scratch branch for the moment of the build,
 /// as `<prefix><root tag>-<slot>-<unguessable>`: [`Pool::gc_scratch`] deletes those left behind.
 const SCRATCH_PREFIX: &str = "refs/heads/mvk-scratch/";
+/// The most mvk reads of a git link or a HEAD file: a path (`PATH_MAX`) and its prefix.
+const LINK_MAX: u64 = 4096 + 64;
 
 /// Failures of the worktree pool.
 #[derive(Debug, thiserror::Error)]
@@ -202,20 +206,77 @@ impl Lease {
     fn restore_links(&self) -> Option<PathBuf> {
         let mut found = None;
         for (file, made) in &self.links {
-            let intact = is_plain_file(file) && fs::read(file).is_ok_and(|now| now == *made);
-            if intact {
+            // One byte more than mvk wrote tells a longer file from the same one.
+            let now = untrusted::read(file, made.len() as u64 + 1);
+            if now
+                .as_ref()
+                .is_ok_and(|now| now.as_deref() == Some(made.as_slice()))
+            {
                 continue;
             }
             if found.is_none() {
-                let said = fs::read_to_string(file).unwrap_or_default();
-                let said = said.trim();
-                found = Some(PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said)));
+                found = Some(what_link_says(file));
             }
             if let Err(e) = replace_file(file, made) {
                 tracing::warn!("could not put back the git link {}: {e}", file.display());
             }
         }
+        // A `locked` file is never mvk's: it would make a later prune of the slot fail, and
+        // libgit2 reads it whole before a prune (blocking, on a FIFO). Gone in any case; the
+        // attempt fails when it was no small regular file.
+        let locked = self.admin.join("locked");
+        let lock = untrusted::open(&locked);
+        let lock_sane = match &lock {
+            Ok(untrusted::Found::Regular(_, n)) => *n <= LINK_MAX,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+            Ok(_) => false,
+        };
+        if !lock_sane {
+            found.get_or_insert_with(|| what_link_says(&locked));
+        }
+        if !matches!(&lock, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+            let gone = match fs::symlink_metadata(&locked) {
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&locked),
+                _ => fs::remove_file(&locked),
+            };
+            if let Err(e) = gone {
+                tracing::warn!("could not remove {}: {e}", locked.display());
+            }
+        }
+        // Not a link, but libgit2 reads it whole when it opens the worktree's HEAD (capture,
+        // a reset): a sparse HEAD of gigabytes would cost that much memory. Such a HEAD holds
+        // no commit, so the base stands in for it.
+        let head = self.admin.join("HEAD");
+        let sane =
+            matches!(untrusted::open(&head), Ok(untrusted::Found::Regular(_, n)) if n <= LINK_MAX);
+        if !sane {
+            found.get_or_insert_with(|| what_link_says(&head));
+            if let Err(e) = replace_file(&head, format!("{}\n", self.base).as_bytes()) {
+                tracing::warn!("could not put back {}: {e}", head.display());
+            }
+        }
         found
+    }
+}
+
+/// Where the rewritten link `file` leads, for the message: a symlink's target, a file's first
+/// line (`gitdir: ` dropped), or what else is there. Nothing is followed, blocked on or read past
+/// a page.
+fn what_link_says(file: &Path) -> PathBuf {
+    match untrusted::open(file) {
+        Ok(untrusted::Found::Regular(_, n)) if n > LINK_MAX => {
+            PathBuf::from(format!("<a file of {n} bytes>"))
+        }
+        Ok(untrusted::Found::Regular(f, _)) => {
+            let mut said = Vec::new();
+            let _ = io::Read::read_to_end(&mut io::Read::take(f, 4096), &mut said);
+            let said = String::from_utf8_lossy(&said);
+            let said = said.trim();
+            PathBuf::from(said.strip_prefix("gitdir: ").unwrap_or(said))
+        }
+        Ok(untrusted::Found::Symlink(to)) => to,
+        Ok(untrusted::Found::Other(kind)) => PathBuf::from(format!("<a {kind}>")),
+        Err(e) => PathBuf::from(format!("<unreadable: {e}>")),
     }
 }
 
@@ -256,6 +317,53 @@ fn replace_file(file: &Path, bytes: &[u8]) -> Result<(), WorktreeError> {
         let _ = fs::remove_file(&new);
     }
     written
+}
+
+/// Makes way for a new slot at `path`: what is there is removed, its directories made
+/// writable first (an agent may have taken their permissions away). What still cannot be
+/// removed (a file made immutable) is moved aside, to `slot-N.broken-<random>` beside it, so
+/// the slot's number is free again: only the attempt that did it fails, never the run, nor
+/// every later run (which would take the same lowest idle slot).
+fn clear_slot_dir(path: &Path) -> Result<(), WorktreeError> {
+    if fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        make_dirs_writable(path);
+        if fs::remove_dir_all(path).is_ok() {
+            return Ok(());
+        }
+    } else if fs::remove_file(path).is_ok() {
+        return Ok(());
+    }
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".broken-{:016x}", unguessable()));
+    let aside = path.with_file_name(name);
+    tracing::warn!(
+        "could not remove the worktree slot {}: moved aside to {}",
+        path.display(),
+        aside.display()
+    );
+    fs::rename(path, &aside).map_err(io_err("set aside broken worktree slot", path))
+}
+
+/// Gives the owner read, write and search permission on every directory under `dir`, parents
+/// before their children (a directory is read after it is made readable). Symlinks are not
+/// followed. Best effort: what stays is found by the removal.
+fn make_dirs_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_dir() {
+            continue;
+        }
+        if let Ok(meta) = entry.metadata() {
+            let mode = meta.permissions().mode();
+            if mode & 0o700 != 0o700 {
+                let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode | 0o700));
+            }
+        }
+    }
 }
 
 /// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
@@ -597,9 +705,11 @@ impl Pool {
         // The registration must name this slot: `validate` only asks that what it names
         // exists, and an agent can point it at the main checkout.
         let gitdir = slot.path().join("gitdir");
-        let registered_here = is_plain_file(&gitdir)
-            && fs::read_to_string(&gitdir)
-                .is_ok_and(|said| same_path(Path::new(said.trim_end()), &path.join(".git")));
+        let registered_here = untrusted::read(&gitdir, LINK_MAX)
+            .ok()
+            .flatten()
+            .and_then(|said| String::from_utf8(said).ok())
+            .is_some_and(|said| same_path(Path::new(said.trim_end()), &path.join(".git")));
         slot.is_worktree()
             && workdir_ok
             && registered
@@ -624,11 +734,10 @@ impl Pool {
             .map_err(git_err(format!("find base commit `{base}`"), &shown))?;
         let admin = {
             let _registry = self.lock_registry()?;
+            // The directory first: a prune would try to delete it too, and fail the same way.
+            clear_slot_dir(&path)?;
             self.remove_registrations(main, n)?;
             self.forget_relinked(main, n)?;
-            if fs::symlink_metadata(&path).is_ok() {
-                fs::remove_dir_all(&path).map_err(io_err("remove broken worktree slot", &path))?;
-            }
             let name = self.fresh_worktree_name(main, n)?;
             let admin = main.commondir().join("worktrees").join(&name);
             if let Err(e) = register(&self.git_dir, &admin, &path, base) {
@@ -773,10 +882,11 @@ impl Pool {
                 continue;
             }
             let head = main.commondir().join("worktrees").join(&name).join("HEAD");
-            if !is_plain_file(&head) {
+            // A neighbour's agent may be writing it now: bounded, never followed or blocked on.
+            let Ok(Some(said)) = untrusted::read(&head, LINK_MAX) else {
                 continue;
-            }
-            let said = fs::read_to_string(&head).unwrap_or_default();
+            };
+            let said = String::from_utf8_lossy(&said);
             if said.trim().strip_prefix("ref: ") != Some(branch_ref) {
                 continue;
             }
@@ -1002,13 +1112,38 @@ fn signature_from(config: &git2::Config) -> Option<Signature<'static>> {
 
 /// `(name, path)` of every worktree registered with the repository.
 fn registrations(main: &Repository) -> Result<Vec<(String, PathBuf)>, WorktreeError> {
-    let names = main
-        .worktrees()
-        .map_err(git_err("list worktrees", main.commondir()))?;
+    // Read here, not through libgit2's worktree lookup: that reads every registration's
+    // `gitdir`, `commondir` and `locked` whole and blocks on a FIFO, and a running neighbour's
+    // agent may write its own (a sparse file of gigabytes, a FIFO). As libgit2 does, a
+    // registration counts when both its `commondir` and `gitdir` can be read; the worktree is
+    // the directory holding the `.git` that `gitdir` names.
+    let admin = main.commondir().join("worktrees");
+    let entries = match fs::read_dir(&admin) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list worktrees", &admin)(e)),
+    };
     let mut out = Vec::new();
-    for name in names.iter().flatten().flatten() {
-        if let Ok(wt) = main.find_worktree(name) {
-            out.push((name.to_string(), wt.path().to_path_buf()));
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let dir = entry.path();
+        let read = |file: &str| {
+            untrusted::read(&dir.join(file), LINK_MAX)
+                .ok()
+                .flatten()
+                .and_then(|b| String::from_utf8(b).ok())
+        };
+        let (Some(_), Some(gitdir)) = (read("commondir"), read("gitdir")) else {
+            continue;
+        };
+        let gitlink = dir.join(gitdir.trim_end());
+        if let Some(path) = gitlink.parent() {
+            out.push((name, path.to_path_buf()));
         }
     }
     Ok(out)
@@ -1027,11 +1162,6 @@ fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// Whether `path` is a regular file itself (not a symlink to one).
-fn is_plain_file(path: &Path) -> bool {
-    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
 }
 
 fn canonical(path: &Path) -> Result<PathBuf, WorktreeError> {
@@ -1688,6 +1818,59 @@ mod tests {
         assert_eq!(lease.path, path);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
         assert_eq!(git(&path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_slot_holding_a_file_mvk_cannot_delete_is_set_aside_and_rebuilt() {
+        // Regression: the rebuild's removal failed and ended the run, and every later run
+        // (the lowest idle slot is always taken first).
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/p1").expect("acquire");
+        let path = lease.path.clone();
+        fs::create_dir_all(path.join("junk/locked")).expect("mkdir");
+        let pinned = path.join("junk/locked/f");
+        fs::write(&pinned, "pinned").expect("write");
+        let immutable = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&pinned)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !immutable {
+            // As a user that is not root, a directory without permissions does the same.
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("junk/locked"), fs::Permissions::from_mode(0o000))
+                .expect("chmod");
+        }
+        // Broken, so that the next lease rebuilds it.
+        fs::remove_file(path.join(".git")).expect("rm .git link");
+        let slot = lease.slot();
+        drop(lease);
+        wait_free(&pool, slot);
+        let again = pool.acquire(f.c2, "mvk/p2");
+        let _ = std::process::Command::new("chattr")
+            .args(["-R", "-f", "-i"])
+            .arg(&f.root)
+            .status();
+        let again = again.expect("a rebuilt slot");
+        assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
+        assert_eq!(git(&again.path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_link_is_put_back_in_a_directory_made_read_only() {
+        // The agent may take its git directory's write permission away; root writes there
+        // all the same, so only the mode tells that mvk gave it back.
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("admin");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("gitdir"), "elsewhere").expect("write");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o500)).expect("chmod");
+        replace_file(&dir.join("gitdir"), b"here").expect("replace");
+        assert_eq!(fs::read(dir.join("gitdir")).expect("read"), b"here");
+        let mode = fs::metadata(&dir).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o700, 0o700, "{mode:o}");
     }
 
     #[test]

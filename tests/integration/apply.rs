@@ -248,7 +248,22 @@ impl Fixture {
     /// Runs `mvk ARGS…` (a command that runs a loop and prints its run id first) with ENV
     /// added, and reads the run's events.
     pub(crate) fn run_mvk(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut cmd = self.mvk();
+        self.run_in(self.mvk(), args, env)
+    }
+
+    /// `mvk apply loops/t.kdl` with its address space capped at 4 GiB (through `prlimit`) and
+    /// killed after SECS: an attack that grows mvk's memory or blocks it for ever fails the
+    /// test, not the machine.
+    pub(crate) fn apply_bounded(&self, secs: u64) -> Run {
+        let mut std = self.mvk_at(Path::new("prlimit"));
+        std.args(["--as=4294967296", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("mvk"));
+        let mut cmd = Command::from_std(std);
+        cmd.timeout(std::time::Duration::from_secs(secs));
+        self.run_in(cmd, &["apply", "loops/t.kdl"], &[])
+    }
+
+    fn run_in(&self, mut cmd: Command, args: &[&str], env: &[(&str, &str)]) -> Run {
         cmd.args(args);
         for (name, value) in env {
             cmd.env(name, value);

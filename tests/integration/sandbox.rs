@@ -447,14 +447,26 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
 /// Runs a loop whose agent (tests/agents/hardening/SCRIPT) tampers with its worktree's git
 /// links, after BEFORE prepared the fixture: the attempt fails for it and main does not move.
 fn relinked(script: &str, before: impl FnOnce(&Fixture)) -> (Fixture, super::apply::Run) {
+    relinked_with(script, &[], before)
+}
+
+/// As [`relinked`], the agent given ARGS after the state directory and the repository. mvk runs
+/// with its memory capped and a deadline: a link it reads the wrong way fails the test.
+fn relinked_with(
+    script: &str,
+    args: &[&str],
+    before: impl FnOnce(&Fixture),
+) -> (Fixture, super::apply::Run) {
+    let mut all = vec!["@STATE", "@REPO"];
+    all.extend_from_slice(args);
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", &format!("hardening/{script}"), &["@STATE", "@REPO"]),
+        &agent_def("bot", &format!("hardening/{script}"), &all),
         true,
         TESTS_GATE,
         "sandbox required=#true\n    budget iterations=1",
     ));
     before(&f);
-    let run = f.apply();
+    let run = f.apply_bounded(120);
     run.expect_code(3);
     let failed = run.one("attempt.failed");
     assert!(
@@ -511,6 +523,145 @@ fn an_agent_that_blocks_the_restore_of_its_links_fails_its_attempt_not_the_run()
     again.expect_code(3);
 }
 
+/// Runs `relink_special.sh MODE`: the attempt fails for its links, and says what it found
+/// there (SAID).
+fn relinked_special(mode: &str, said: &str) {
+    let (_, run) = relinked_with("relink_special.sh", &[mode], |_| {});
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(criterion.contains(said), "{criterion}\n{}", run.why());
+}
+
+#[test]
+fn a_git_link_replaced_by_a_symlink_to_dev_zero_fails_the_attempt_without_reading_it() {
+    // Regression: mvk read the rewritten link whole to say where it led; /dev/zero has no end,
+    // so mvk's memory grew until it died, and the run with it.
+    relinked_special("zero", "/dev/zero");
+}
+
+#[test]
+fn a_git_link_replaced_by_a_fifo_fails_the_attempt_without_blocking_mvk() {
+    // Regression: opening a FIFO no one writes to blocks; mvk hung for ever, no budget firing.
+    relinked_special("fifo", "FIFO");
+}
+
+#[test]
+fn a_sparse_registration_of_gigabytes_fails_the_attempt_without_being_read_whole() {
+    relinked_special("sparse", "a file of 8589934592 bytes");
+}
+
+#[test]
+fn a_fifo_as_the_registrations_lock_file_fails_the_attempt_and_blocks_no_later_prune() {
+    // Regression: libgit2 reads `locked` whole before it prunes a registration (a rebuild,
+    // `mvk gc`): a FIFO there blocked mvk for ever (and a lock of any kind made the prune
+    // fail). It is removed, as what it is, when the links are checked.
+    let (f, run) = relinked_with("relink_special.sh", &["locked"], |_| {});
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(criterion.contains("FIFO"), "{criterion}\n{}", run.why());
+    let gc = f
+        .mvk()
+        .arg("gc")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(gc.status.success(), "{gc:?}");
+}
+
+#[test]
+fn a_sparse_head_of_gigabytes_fails_the_attempt_and_the_slot_is_used_again() {
+    // libgit2 reads a HEAD file whole: mvk refuses (and replaces) one that is no HEAD first.
+    let (f, _) = relinked_with("relink_special.sh", &["head"], |_| {});
+    let again = f.apply_bounded(120);
+    again.expect_code(3);
+}
+
+#[test]
+fn a_fifo_among_the_agents_loose_objects_does_not_block_mvk() {
+    // Regression: libgit2 opened each loose object the agent's directory listed to read its
+    // header, and a FIFO (or a symlink to one) blocked mvk for ever.
+    let f = sandboxed_once("fifo_object.sh");
+    let run = f.apply_bounded(120);
+    run.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+/// Loop `t` whose agent, sandboxed (required), runs `tests/agents/hardening/SCRIPT` once.
+fn sandboxed_once(script: &str) -> Fixture {
+    Fixture::new(&loop_kdl(
+        &agent_def("bot", &format!("hardening/{script}"), &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=1",
+    ))
+}
+
+/// Takes the immutable flag off everything under PATH, so the test's directory can go.
+fn unpin(path: &Path) {
+    let _ = std::process::Command::new("chattr")
+        .args(["-R", "-f", "-i"])
+        .arg(path)
+        .status();
+}
+
+#[test]
+fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
+    // Regression: mvk deleted the agent's `info` directory best effort; an immutable (or, as a
+    // user that is not root, unwritable) `alternates` stayed, and libgit2 read objects from the
+    // directory it named, which mvk had never checked. mvk now reads only the regular files
+    // it copied out of the agent's reach.
+    let f = sandboxed_once("alternates_pinned.sh");
+    let run = f.apply_bounded(120);
+    unpin(&run.dir);
+    run.expect_code(0);
+    let smuggled = std::process::Command::new("sh")
+        .args(["-c", "echo 'smuggled past mvk' | git hash-object --stdin"])
+        .output()
+        .unwrap();
+    let smuggled = String::from_utf8(smuggled.stdout).unwrap();
+    let there = super::apply::git_output(f.root(), &["cat-file", "-e", smuggled.trim()]);
+    assert!(!there.status.success(), "{smuggled}\n{}", run.why());
+    // The agent's own commit landed.
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+#[test]
+fn a_sandboxed_agent_holds_no_privilege_even_when_mvk_is_root() {
+    // Landlock confines paths, not privileges: a root agent could make a device node of the
+    // disk in its worktree and write through it, or pin files mvk must delete (`chattr +i`).
+    let f = sandboxed_once("privileged.sh");
+    let run = f.apply_bounded(120);
+    unpin(&run.dir);
+    run.expect_code(0);
+    assert_eq!(attempt_said(&run, 1, "mknod"), "denied", "{}", run.why());
+    assert_eq!(attempt_said(&run, 1, "chattr"), "denied", "{}", run.why());
+    assert_eq!(
+        attempt_said(&run, 1, "capabilities"),
+        "0000000000000000",
+        "{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_slot_mvk_cannot_empty_fails_no_run() {
+    // Regression: an agent that left a file mvk cannot delete (immutable; or, as a user that is
+    // not root, in a directory without permissions) made its slot impossible to reset or
+    // remove, and the rebuild's error ended the run (exit 70), and every later one.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/pinned_junk.sh", &[]),
+        true,
+        TESTS_GATE,
+        "sandbox required=#true\n    budget iterations=2",
+    ));
+    let run = f.apply_bounded(120);
+    unpin(f.root());
+    unpin(f.worktrees.path());
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
 #[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
     let f = Fixture::new(&loop_kdl(
@@ -535,12 +686,7 @@ fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directo
 #[test]
 fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
     // A zip bomb: mvk reads each object's size from its header before inflating it.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/object_bomb.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("object_bomb.sh");
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
@@ -569,19 +715,15 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
     // Regression: mvk checked each listed object's size from its header, which for a delta is
     // the size of what it makes, and then let libgit2 inflate the delta's 150 MiB base, which
     // the pack's index does not list, to make six bytes.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/delta_bomb.sh", &[]),
-        true,
-        TESTS_GATE,
-        "sandbox required=#true\n    budget iterations=1",
-    ));
+    let f = sandboxed_once("delta_bomb.sh");
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
     let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    // git lists every entry of a pack: a base the index does not list is refused as such,
+    // before its size is even read (a listed one counts: see the test below).
     assert!(
-        criterion.contains("within mvk's limits")
-            && criterion.contains("157286400 bytes, more than"),
+        criterion.contains("within mvk's limits") && criterion.contains("its index does not list"),
         "{criterion}\n{}",
         run.why()
     );
@@ -592,6 +734,23 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
         &["cat-file", "-e", "ac790413e2d7a26c3767e78c57bb28716686eebc"],
     );
     assert!(!there.status.success());
+}
+
+#[test]
+fn many_small_deltas_against_one_listed_base_fail_the_attempt_by_what_their_reads_inflate() {
+    // 600 deltas against one base of 60 MiB: every object is within the size limit and the
+    // content is 60 MiB, but libgit2 inflates the base again for each delta it reads.
+    let f = sandboxed_once("delta_fan.sh");
+    let run = f.apply_bounded(300);
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits") && criterion.contains("inflate"),
+        "{criterion}\n{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
 }
 
 #[test]

@@ -477,7 +477,6 @@ fn an_index_entry_naming_a_blob_that_was_never_written_fails_the_attempt_and_not
         run.why()
     );
     assert_main_unchanged(&f, &run);
-    // Not even a dangling tree naming the missing blob is left behind.
     // Every branch is whole, and no tree naming the missing blob was written (the slot's own
     // index, the agent's, still names it until the slot's next lease resets it).
     let missing = f.git(&["rev-list", "--objects", "--all", "--missing=print"]);
@@ -485,4 +484,50 @@ fn an_index_entry_naming_a_blob_that_was_never_written_fails_the_attempt_and_not
     let fsck = super::apply::git_output(f.root(), &["fsck", "--no-progress", "--dangling"]);
     let said = String::from_utf8_lossy(&fsck.stdout);
     assert!(!said.contains("dangling tree"), "{said}");
+}
+
+#[test]
+fn a_nest_of_processes_deeper_than_the_sweeps_rounds_does_not_outlive_the_attempt() {
+    // Regression: the sweep of escaped processes gave up after 16 rounds, and killing a
+    // process hands mvk only its children: past the attempt's sweeps (3 × 16 rounds), the rest
+    // of a nest of processes, each in a session of its own, lived on (as would a chain that
+    // forks faster than a scan of /proc finds it).
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/fork_chain.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    let chain = f.state("chain");
+    let grown = || std::fs::metadata(&chain).map(|m| m.len()).unwrap_or(0);
+    let before = grown();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = grown();
+    std::fs::write(f.state("stop"), "").unwrap();
+    run.expect_code(0);
+    assert!(before > 0, "the nest was never built\n{}", run.why());
+    assert_eq!(
+        before,
+        after,
+        "the nest outlived the attempt\n{}",
+        run.why()
+    );
+}
+
+#[test]
+fn an_escapee_that_joins_the_group_of_mvks_parent_does_not_take_it_down() {
+    // The sweep kills an escapee's whole process group, but only a group all of whose members
+    // descend from mvk: one joined to the group of mvk's parent (here the test harness) must
+    // not take that group with it.
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/join_parent_group.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = f.apply_bounded(120);
+    run.expect_code(0);
+    let refused = std::fs::read_to_string(f.state("refused")).unwrap_or_default();
+    assert!(f.state("joined").exists(), "{refused}\n{}", run.why());
 }

@@ -5,39 +5,12 @@
 # inflates the whole base.
 printf '%s\n' '# calc: tiny arithmetic helpers' 'add() { echo $(($1 + $2)); }' > src/calc.sh
 git add -A && git commit -qm "the fix"
-python3 - "$GIT_OBJECT_DIRECTORY/pack" <<'PY'
+python3 - "$GIT_OBJECT_DIRECTORY/pack" "$(dirname "$0")" <<'PY'
 import hashlib, struct, sys, zlib
 
-def header(kind, size):
-    out = bytearray()
-    c = (kind << 4) | (size & 15)
-    size >>= 4
-    while size:
-        out.append(c | 0x80)
-        c = size & 0x7F
-        size >>= 7
-    out.append(c)
-    return bytes(out)
-
-def varint(n):
-    out = bytearray()
-    while True:
-        c = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(c | 0x80)
-        else:
-            out.append(c)
-            return bytes(out)
-
-def ofs(n):
-    out = bytearray([n & 0x7F])
-    n >>= 7
-    while n:
-        n -= 1
-        out.insert(0, 0x80 | (n & 0x7F))
-        n >>= 7
-    return bytes(out)
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[2])
+from pack_parts import header, ofs, varint
 
 BASE = 150 << 20
 pack = bytearray(b"PACK" + struct.pack(">II", 2, 2))
