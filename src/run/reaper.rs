@@ -130,6 +130,23 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
             );
             break;
         }
+        // The common case, no escapee at all, read from the kernel's list of mvk's own
+        // children instead of every process's `stat` (each sweep makes several scans, a task
+        // several sweeps: a full scan each time was a fifth of a wide flow's CPU).
+        if let Some(children) = own_children() {
+            let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
+            let adopted = children.iter().any(|(pid, s)| {
+                s.state != "X"
+                    && !own.contains(pid)
+                    && !own.contains(&s.pgrp)
+                    && (s.state == "Z" || !theirs(*pid))
+            });
+            drop(own);
+            if !adopted {
+                quiet += 1;
+                continue;
+            }
+        }
         let mut groups = BTreeSet::new();
         let all = processes();
         let (children, zombies): (Vec<i32>, Vec<i32>) = {
@@ -264,37 +281,51 @@ struct Stat {
     pgrp: i32,
 }
 
+/// The children of this process, each with its state, parent and group, from the list the
+/// kernel keeps per thread (`/proc/self/task/*/children`: an orphan is re-parented to some
+/// thread of its subreaper); `None` when the kernel has no such list, or it cannot be read.
+fn own_children() -> Option<Vec<(i32, Stat)>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let list = match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => list,
+            // A thread that ended since the listing has no children left to report.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && task.path().exists() => return None,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(_) => return None,
+        };
+        for pid in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            if let Some(stat) = stat_of(pid) {
+                out.push((pid, stat));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// State, parent and group of `pid` from `/proc/<pid>/stat`; `None` once it is gone.
+fn stat_of(pid: i32) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so split at the
+    // last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_string();
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(Stat { state, ppid, pgrp })
+}
+
 /// Every process `/proc` lists, with its state, parent and group.
 fn processes() -> Vec<(i32, Stat)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so split at the
-        // last `)`.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("").to_string();
-        let (Some(ppid), Some(pgrp)) = (
-            fields.next().and_then(|p| p.parse::<i32>().ok()),
-            fields.next().and_then(|p| p.parse::<i32>().ok()),
-        ) else {
-            continue;
-        };
-        out.push((pid, Stat { state, ppid, pgrp }));
-    }
-    out
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, stat_of(pid)?)))
+        .collect()
 }
