@@ -721,8 +721,17 @@ pub async fn apply(
     observer: &dyn Observer,
     endpoint: &Endpoint,
 ) -> Result<RunReport, RunError> {
+    // The server first: a run that cannot start leaves no run behind.
+    let client = endpoint
+        .client(format!(
+            "mvk-apply-{}@{}",
+            opts.run_id,
+            crate::run::driver::host_name()
+        ))
+        .await
+        .map_err(|message| RunError::Executor { message })?;
     let coord = Coordinator::open(program, opts, observer, "temporal")?;
-    let result = coordinate(&coord, program, opts, endpoint).await;
+    let result = coordinate(&coord, client, program, opts, endpoint).await;
     match result {
         Ok(reports) => coord.finish(reports),
         Err(e) => {
@@ -734,6 +743,7 @@ pub async fn apply(
 
 async fn coordinate(
     coord: &Coordinator<'_>,
+    client: Client,
     program: &Program,
     opts: &RunOptions,
     endpoint: &Endpoint,
@@ -782,13 +792,6 @@ async fn coordinate(
 
     let runtime = Runtime::from_current_tokio(Default::default())
         .map_err(|e| executor(format!("cannot start the Temporal runtime: {e}")))?;
-    let client = endpoint
-        .client(format!(
-            "mvk-apply-{run}@{}",
-            crate::run::driver::host_name()
-        ))
-        .await
-        .map_err(executor)?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Asked>();
     let options = WorkerOptions::new(coord_queue.clone())
         .register_workflow::<MvkFlow>()
