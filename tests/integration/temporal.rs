@@ -122,23 +122,36 @@ fn start_worker(fixture: &Fixture, dir: &Path, n: usize, address: &str, queue: &
     Killed(cmd.spawn().unwrap())
 }
 
-/// A flow of `n` tasks with no dependencies, each writing `out/NAME.txt` after `secs` seconds.
-fn fan_out(n: usize, secs: &str) -> String {
-    let mut text = format!(
-        "agent w timeout=\"60s\" {{ run \"sh\" \"@AGENTS/flow_worker.sh\" \"@STATE/log\" \"{secs}\"; }}\n"
-    );
-    text.push_str("flow t {\n    parallel 4\n");
-    for i in 0..n {
-        let name = format!("t{i:02}");
-        text.push_str(&format!(
-            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent w\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations=2\n    }}\n"
-        ));
-    }
-    text.push_str("}\n");
-    text
+/// A flow that fans `port` out over `items/*.txt` (its agent appends its task's name to its
+/// item after `secs` seconds), then `docs`, which starts after every `port` landed and checks
+/// they all did.
+fn fan_out(secs: &str) -> String {
+    format!(
+        r#"agent port timeout="60s" {{ run "sh" "@AGENTS/flow_edit.sh" "@STATE/log" "{secs}" "item"; }}
+agent docs timeout="60s" {{ run "sh" "@AGENTS/flow_worker.sh" "@STATE/log" "0"; }}
+flow t {{
+    parallel 4
+    task port each="items/*.txt" {{
+        goal "Port {{{{item}}}}."
+        agent port
+        scope "{{{{item}}}}"
+        gate ported evidence=none {{ run "grep" "-q" "port" "{{{{item}}}}"; }}
+        budget iterations=2
+    }}
+    task docs {{
+        goal "Write out/docs.txt."
+        agent docs
+        scope "out/docs.txt"
+        after port
+        gate all-ported evidence=none {{ run "sh" "-c" "test -f out/docs.txt && ! grep -L port items/*.txt | grep -q ."; }}
+        budget iterations=1
+    }}
+}}
+"#
+    )
 }
 
-/// Runs an `n`-task fan-out on 3 workers; with `kill`, SIGKILLs one worker while its agent
+/// Runs the fan-out over `n` items (and its join) on 3 workers; with `kill`, SIGKILLs one worker while its agent
 /// runs. Every task must land exactly once, and `mvk status` and `mvk log` show the run.
 fn run_flow(n: usize, secs: &str, kill: bool) {
     let Some(bin) = temporal_bin() else {
@@ -146,7 +159,14 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
     };
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(&bin, dir.path());
-    let fixture = Fixture::new(&fan_out(n, secs));
+    let fixture = Fixture::new(&fan_out(secs));
+    std::fs::create_dir_all(fixture.root().join("items")).unwrap();
+    let items: Vec<String> = (0..n).map(|i| format!("items/i{i:02}.txt")).collect();
+    for item in &items {
+        std::fs::write(fixture.root().join(item), "").unwrap();
+    }
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "items"]);
     let queue = "mvk-test";
     let mut workers: Vec<Option<Killed>> = (0..3)
         .map(|i| Some(start_worker(&fixture, dir.path(), i, &address, queue)))
@@ -208,7 +228,11 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
             .lines()
             .filter(|l| l.starts_with("start "))
             .count();
-        assert!(starts > n, "{starts} agent starts for {n} tasks\n{context}");
+        assert!(
+            starts > n + 1,
+            "{starts} agent starts for {} tasks\n{context}",
+            n + 1
+        );
     }
     let run = stdout.lines().next().unwrap_or_default().trim().to_string();
 
@@ -225,20 +249,24 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    for i in 0..n {
-        let name = format!("t{i:02}");
-        let file = format!("out/{name}.txt");
+    let mut names: Vec<String> = items.iter().map(|i| format!("port[{i}]")).collect();
+    names.push("docs".into());
+    for item in &items {
+        // The item's line, once: added by one landing after the commit that made it.
         assert_eq!(
-            fixture.show("main", &file).as_deref(),
-            Some(format!("{name}\n").as_str()),
-            "{file} did not land\n{context}"
+            fixture.show("main", item).as_deref(),
+            Some(format!("port[{item}]\n").as_str()),
+            "{item} was not ported exactly once\n{context}"
         );
-        let touching = fixture.git(&["log", "--format=%H", "main", "--", &file]);
+        let touching = fixture.git(&["log", "--format=%H", "main", "--", item]);
         assert_eq!(
             touching.lines().count(),
-            1,
-            "{file} was landed more than once: {touching}\n{context}"
+            2,
+            "{item} was landed other than once: {touching}\n{context}"
         );
+    }
+    assert!(fixture.show("main", "out/docs.txt").is_some(), "{context}");
+    for name in &names {
         let merges = events
             .iter()
             .filter(|e| e["event"] == "merge.done" && e["task"] == name.as_str())
@@ -273,7 +301,7 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
     let doc: serde_json::Value = serde_json::from_str(&status_text).unwrap();
     assert_eq!(doc["outcome"], "accepted", "{status_text}");
     let tasks = doc["tasks"].as_array().unwrap();
-    assert_eq!(tasks.len(), n, "{status_text}");
+    assert_eq!(tasks.len(), n + 1, "{status_text}");
     assert!(
         tasks.iter().all(|t| t["outcome"] == "accepted"),
         "{status_text}"
@@ -283,7 +311,7 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
     assert!(log.status.success(), "{log_text}");
     assert_eq!(
         log_text.matches("merge.done").count(),
-        n,
+        n + 1,
         "{log_text}\n{context}"
     );
     drop(workers);
