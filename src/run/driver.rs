@@ -468,6 +468,15 @@ pub async fn resume(
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), &run_id);
     let began = crate::run::resume::began(&ledger, &from.run)?;
+    // Its attempts were made by workers and its scheduling lived in a Temporal workflow: the
+    // local driver cannot carry that on.
+    if let Some(executor) = &began.executor {
+        return Err(RunError::Config {
+            message: format!(
+                "run `{run_id}` ran with `--executor {executor}`, which `mvk resume` cannot continue yet; start the flow again with `mvk apply` (what landed stays landed)"
+            ),
+        });
+    }
     let selected = crate::run::resume::selected_tasks(&began, program);
     // A task without `merge into=` lands on the branch checked out when the run began, whatever
     // is checked out now.

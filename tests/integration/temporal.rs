@@ -326,3 +326,45 @@ fn a_fanned_out_flow_runs_on_three_workers_and_every_task_lands_once() {
 fn a_worker_killed_mid_attempt_loses_and_doubles_nothing() {
     run_flow(10, "3", true);
 }
+
+#[test]
+fn resume_refuses_a_temporal_run_whose_coordinator_died() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let fixture = Fixture::new(&fan_out("3"));
+    std::fs::create_dir_all(fixture.root().join("items")).unwrap();
+    std::fs::write(fixture.root().join("items/a.txt"), "").unwrap();
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "items"]);
+    let queue = "mvk-test";
+    let _worker = start_worker(&fixture, dir.path(), 0, &address, queue);
+    let mut apply = fixture.mvk_std();
+    apply
+        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
+        .args(["--temporal-address", &address, "--task-queue", queue])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let coordinator = Killed(apply.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(fixture.state("log"))
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no agent started within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SIGKILL mid-run: the ledger still says running, by a dead process.
+    drop(coordinator);
+    let out = fixture.mvk().args(["resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("ran with `--executor temporal`, which `mvk resume` cannot continue yet"),
+        "{stderr}"
+    );
+    // Nothing landed behind the refusal.
+    assert_eq!(fixture.show("main", "items/a.txt").as_deref(), Some(""));
+}
