@@ -122,6 +122,17 @@ fn start_worker(fixture: &Fixture, dir: &Path, n: usize, address: &str, queue: &
     Killed(cmd.spawn().unwrap())
 }
 
+/// `mvk apply loops/t.kdl --executor temporal` against `address`, its output to `out()`.
+fn apply_temporal(fixture: &Fixture, address: &str, queue: &str, out: fn() -> Stdio) -> Command {
+    let mut apply = fixture.mvk_std();
+    apply
+        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
+        .args(["--temporal-address", address, "--task-queue", queue])
+        .stdout(out())
+        .stderr(out());
+    apply
+}
+
 /// A flow that fans `port` out over `items/*.txt` (its agent appends its task's name to its
 /// item after `secs` seconds), then `docs`, which starts after every `port` landed and checks
 /// they all did.
@@ -172,13 +183,9 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
         .map(|i| Some(start_worker(&fixture, dir.path(), i, &address, queue)))
         .collect();
 
-    let mut apply = fixture.mvk_std();
-    apply
-        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
-        .args(["--temporal-address", &address, "--task-queue", queue])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = apply.spawn().unwrap();
+    let child = apply_temporal(&fixture, &address, queue, Stdio::piped)
+        .spawn()
+        .unwrap();
     let mut killed_in: Option<String> = None;
     if kill {
         // The first agent to start runs in some worker's clone: kill that worker mid-attempt.
@@ -341,13 +348,11 @@ fn resume_refuses_a_temporal_run_whose_coordinator_died() {
     fixture.git(&["commit", "-q", "-m", "items"]);
     let queue = "mvk-test";
     let _worker = start_worker(&fixture, dir.path(), 0, &address, queue);
-    let mut apply = fixture.mvk_std();
-    apply
-        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
-        .args(["--temporal-address", &address, "--task-queue", queue])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let coordinator = Killed(apply.spawn().unwrap());
+    let coordinator = Killed(
+        apply_temporal(&fixture, &address, queue, Stdio::null)
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     while std::fs::read_to_string(fixture.state("log"))
         .unwrap_or_default()
