@@ -35,6 +35,32 @@ pub struct ApplyArgs {
     /// refusing.
     #[arg(long)]
     pub wait: bool,
+    /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
+    /// whose attempts `mvk worker` processes make, each in its own clone; this process records
+    /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
+    /// and does not yet take `--task`, `--mode batch|step`, a ladder past its first rung, or
+    /// `mvk resume`.
+    #[arg(long, value_enum, default_value_t = Executor::Local)]
+    pub executor: Executor,
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+}
+
+/// Where the Temporal server is and which task queue the workers poll.
+#[derive(Debug, Args)]
+pub struct TemporalArgs {
+    /// The Temporal server (frontend gRPC), for `--executor temporal` and `mvk worker`.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7233")]
+    pub temporal_address: String,
+    /// The task queue attempts are sent to and `mvk worker` polls.
+    #[arg(long, value_name = "QUEUE", default_value = "mvk")]
+    pub task_queue: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Executor {
+    Local,
+    Temporal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -45,6 +71,9 @@ pub enum Mode {
 }
 
 pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
+    if args.executor == Executor::Temporal {
+        refuse_for_temporal(args)?;
+    }
     let program = super::compile(cli, printer, &args.file)?;
     refuse_library(&program, &args.file)?;
     sandbox_preflight(printer, &program)?;
@@ -73,12 +102,68 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         run_id,
     };
     let progress = Progress::new(printer, args.json);
-    execute(
-        printer,
-        args.json,
-        &progress,
-        driver::apply(&program, &opts, &progress),
-    )
+    match args.executor {
+        Executor::Local => execute(
+            printer,
+            args.json,
+            &progress,
+            driver::apply(&program, &opts, &progress),
+        ),
+        Executor::Temporal => {
+            #[cfg(feature = "temporal")]
+            {
+                let endpoint = crate::run::temporal::Endpoint {
+                    address: args.temporal.temporal_address.clone(),
+                    task_queue: args.temporal.task_queue.clone(),
+                };
+                execute(
+                    printer,
+                    args.json,
+                    &progress,
+                    crate::run::temporal::apply(&program, &opts, &progress, &endpoint),
+                )
+            }
+            #[cfg(not(feature = "temporal"))]
+            {
+                Err(without_temporal())
+            }
+        }
+    }
+}
+
+/// What the temporal executor does not take yet, refused before anything runs.
+fn refuse_for_temporal(args: &ApplyArgs) -> Result<(), CliError> {
+    #[cfg(not(feature = "temporal"))]
+    {
+        let _ = args;
+        Err(without_temporal())
+    }
+    #[cfg(feature = "temporal")]
+    {
+        let refused = if args.task.is_some() {
+            Some("`--task`")
+        } else if args.mode != Mode::Auto {
+            Some("`--mode batch` and `--mode step`")
+        } else {
+            None
+        };
+        match refused {
+            Some(what) => Err(CliError::Usage {
+                message: format!("`--executor temporal` does not take {what} yet"),
+                hint: Some("run it with `--executor local`".into()),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The refusal of `--executor temporal` and `mvk worker` by a build without the feature.
+#[cfg(not(feature = "temporal"))]
+pub(crate) fn without_temporal() -> CliError {
+    CliError::Usage {
+        message: "this mvk was built without the `temporal` feature, so it cannot run flows on Temporal".into(),
+        hint: Some("build mvk with `cargo build --features temporal` (or `cargo install --features temporal`)".into()),
+    }
 }
 
 /// Checks the program's sandboxes against the kernel before anything runs: a warning for each

@@ -27,6 +27,7 @@ pub mod stats;
 pub mod status;
 pub mod verify;
 pub mod why;
+pub mod worker;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -104,6 +105,9 @@ pub enum Command {
     Attempt(attempt::AttemptArgs),
     /// Serve the loop contract as tools over the Model Context Protocol on stdin and stdout.
     Mcp(mcp::McpArgs),
+    /// Make the attempts of flows run with `mvk apply --executor temporal`, in this clone of the
+    /// repository (needs mvk built with the `temporal` feature).
+    Worker(worker::WorkerArgs),
 }
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -183,6 +187,7 @@ where
         Command::Verify(args) => verify::verify(&cli, &printer, args),
         Command::Attempt(args) => attempt::attempt(&cli, &printer, args),
         Command::Mcp(args) => mcp::mcp(&cli, &printer, args),
+        Command::Worker(args) => worker::worker(&cli, &printer, args),
     };
     match result {
         Ok(code) => code.into(),

@@ -30,6 +30,8 @@ use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, 
 use crate::run::worktree::{self, Lease, Pool};
 
 mod landing;
+#[cfg(feature = "temporal")]
+pub mod remote;
 
 use landing::Landing;
 
@@ -74,6 +76,9 @@ pub enum RunError {
     },
     #[error("{message}")]
     Config { message: String },
+    /// The executor that runs attempts elsewhere (Temporal) failed: the server, a worker.
+    #[error("{message}")]
+    Executor { message: String },
     #[error("a worker thread doing `{action}` ended abnormally")]
     Worker {
         action: &'static str,
@@ -463,6 +468,15 @@ pub async fn resume(
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), &run_id);
     let began = crate::run::resume::began(&ledger, &from.run)?;
+    // Its attempts were made by workers and its scheduling lived in a Temporal workflow: the
+    // local driver cannot carry that on.
+    if let Some(executor) = &began.executor {
+        return Err(RunError::Config {
+            message: format!(
+                "run `{run_id}` ran with `--executor {executor}`, which `mvk resume` cannot continue yet; start the flow again with `mvk apply` (what landed stays landed)"
+            ),
+        });
+    }
     let selected = crate::run::resume::selected_tasks(&began, program);
     // A task without `merge into=` lands on the branch checked out when the run began, whatever
     // is checked out now.
@@ -694,7 +708,6 @@ impl<'a> Runner<'a> {
         first: Option<(&str, Value)>,
     ) -> Result<RunReport, RunError> {
         let program = self.program;
-        let run_id = self.run_id.clone();
         let _heartbeat = self.trail.heartbeat();
         let result: Result<RunReport, RunError> = async {
             if let Some((event, detail)) = first {
@@ -844,64 +857,82 @@ impl<'a> Runner<'a> {
                 return self.paused(reports);
             }
 
-            let outcome = reports
-                .iter()
-                .map(|r| r.outcome)
-                .max_by_key(|o| o.severity())
-                .unwrap_or(Outcome::Accepted);
-            let outcome = if outcome == Outcome::Skipped {
-                Outcome::Accepted
-            } else {
-                outcome
-            };
-            let exit_code = outcome.exit_code();
-            self.ledger()
-                .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
-            self.emit(
-                None,
-                None,
-                "run.finished",
-                json!({"outcome": outcome.name(), "exit_code": exit_code}),
-            )?;
-            self.state().outcome = Some(outcome.name().into());
-            self.state().exit_code = Some(exit_code);
-            self.state().task = None;
-            self.state().phase = if outcome == Outcome::Human {
-                "waiting-human".into()
-            } else {
-                "finished".into()
-            };
-            self.write_state()?;
-            Ok(RunReport {
-                schema: "mvk.apply.v1",
-                run: run_id.clone(),
-                outcome,
-                exit_code,
-                tasks: reports,
-                handoff,
-            })
+            self.finished(reports, handoff)
         }
         .await;
-        if let Err(e) = &result
-            && !e.is_out_of_space()
-        {
-            // Say in the ledger and the trail that the run ended on mvk's own error, so no one
-            // waits for it; best effort, since the error may be the ledger itself. (A full disk
-            // leaves the run as it stands instead, so that `mvk resume` carries it on.)
-            let message = e.to_string();
-            let _ = self.ledger().finish_run(&run_id, "error", 70);
-            let _ = self.emit(
-                None,
-                None,
-                "run.finished",
-                json!({"outcome": "error", "exit_code": 70, "error": message}),
-            );
-            self.state().outcome = Some("error".into());
-            self.state().exit_code = Some(70);
-            self.state().phase = "finished".into();
-            let _ = self.write_state();
+        if let Err(e) = &result {
+            self.ended_on_error(e);
         }
         result
+    }
+
+    /// Ends the run with every task's report: its outcome (the worst of its tasks'), the
+    /// ledger, the trail and the status files.
+    pub(crate) fn finished(
+        &self,
+        reports: Vec<TaskReport>,
+        handoff: Option<PathBuf>,
+    ) -> Result<RunReport, RunError> {
+        let run_id = self.run_id.clone();
+        let outcome = reports
+            .iter()
+            .map(|r| r.outcome)
+            .max_by_key(|o| o.severity())
+            .unwrap_or(Outcome::Accepted);
+        let outcome = if outcome == Outcome::Skipped {
+            Outcome::Accepted
+        } else {
+            outcome
+        };
+        let exit_code = outcome.exit_code();
+        self.ledger()
+            .finish_run(&run_id, outcome.name(), i32::from(exit_code))?;
+        self.emit(
+            None,
+            None,
+            "run.finished",
+            json!({"outcome": outcome.name(), "exit_code": exit_code}),
+        )?;
+        self.state().outcome = Some(outcome.name().into());
+        self.state().exit_code = Some(exit_code);
+        self.state().task = None;
+        self.state().phase = if outcome == Outcome::Human {
+            "waiting-human".into()
+        } else {
+            "finished".into()
+        };
+        self.write_state()?;
+        Ok(RunReport {
+            schema: "mvk.apply.v1",
+            run: run_id.clone(),
+            outcome,
+            exit_code,
+            tasks: reports,
+            handoff,
+        })
+    }
+
+    /// Says in the ledger and the trail that the run ended on mvk's own error `e`.
+    pub(crate) fn ended_on_error(&self, e: &RunError) {
+        let run_id = self.run_id.clone();
+        // Said so no one waits for the run; best effort, since the error may be the ledger
+        // itself. (A full disk leaves the run as it stands instead, so that `mvk resume` carries
+        // it on.)
+        if e.is_out_of_space() {
+            return;
+        }
+        let message = e.to_string();
+        let _ = self.ledger().finish_run(&run_id, "error", 70);
+        let _ = self.emit(
+            None,
+            None,
+            "run.finished",
+            json!({"outcome": "error", "exit_code": 70, "error": message}),
+        );
+        self.state().outcome = Some("error".into());
+        self.state().exit_code = Some(70);
+        self.state().phase = "finished".into();
+        let _ = self.write_state();
     }
 
     /// Ends `task` unrun because tasks it starts after (`failed`) did not succeed.

@@ -26,6 +26,8 @@ pub mod sandbox;
 pub mod schedule;
 pub mod seal;
 pub mod signals;
+#[cfg(feature = "temporal")]
+pub mod temporal;
 pub mod trail;
 pub mod untrusted;
 pub mod verify;

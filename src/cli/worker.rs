@@ -1,0 +1,45 @@
+//! `mvk worker [--temporal-address HOST:PORT] [--task-queue QUEUE] [--repo DIR]`: makes the
+//! attempts of flows run with `mvk apply --executor temporal`, one at a time, in the clone of
+//! the repository at `--repo` (else the one holding the current directory), until SIGTERM or
+//! Ctrl-C, which let the running attempt finish.
+
+use clap::Args;
+
+use super::apply::TemporalArgs;
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+}
+
+pub fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, CliError> {
+    #[cfg(feature = "temporal")]
+    {
+        let start = cli.repo.clone().unwrap_or_else(|| ".".into());
+        let repo = super::apply::repository_at(&start)?;
+        let endpoint = crate::run::temporal::Endpoint {
+            address: args.temporal.temporal_address.clone(),
+            task_queue: args.temporal.task_queue.clone(),
+        };
+        printer.status(&format!(
+            "worker {} polls `{}` at {} for attempts, in `{}`",
+            std::process::id(),
+            endpoint.task_queue,
+            endpoint.address,
+            repo.display()
+        ));
+        super::apply::runtime()?
+            .block_on(crate::run::temporal::worker(&endpoint, &repo))
+            .map_err(super::apply::run_error)?;
+        printer.status("worker stopped");
+        Ok(Exit::Ok)
+    }
+    #[cfg(not(feature = "temporal"))]
+    {
+        let _ = (cli, printer, args);
+        Err(super::apply::without_temporal())
+    }
+}

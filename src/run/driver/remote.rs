@@ -1,0 +1,407 @@
+//! Attempts made in other processes in, the run's ledger rows, trail and landings out: what an
+//! executor that hands attempts to workers (`run::temporal`) needs of a [`Runner`]. The run is
+//! opened, recorded and ended here exactly as `apply` does it, and changes land through the same
+//! merge queue ([`Runner::land`]), so `mvk status`, `log` and `stats` read such a run as they
+//! read a local one.
+
+use std::collections::BTreeMap;
+
+use git2::Oid;
+use serde_json::json;
+
+use super::landing::Landing;
+use super::{
+    Observer, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, begin_run, budget_text,
+    last_reason, locked, open_run, select, stuck_outcome, targets_of,
+};
+use crate::ir::{Program, Rung, Task};
+use crate::ledger;
+use crate::run::attempt::{AttemptSpec, Failure, FailureKind};
+use crate::run::land;
+
+/// An attempt a worker made, as its result reached the coordinator.
+#[derive(Debug, Clone)]
+pub struct RemoteAttempt {
+    pub number: u32,
+    pub base: Oid,
+    /// The commit holding the change, in the coordinator's repository (pushed there).
+    pub head: Option<Oid>,
+    /// Where the change is: the ref the worker pushed it to.
+    pub branch: String,
+    /// The worker that made it (its Temporal identity).
+    pub worker: String,
+    /// `None` when seal, gates and review passed.
+    pub failure: Option<Failure>,
+    pub duration_ms: u64,
+    pub gates: Vec<crate::cli::attempt::GateResult>,
+}
+
+/// How landing a remote attempt ended.
+#[derive(Debug, Clone)]
+pub enum Landed {
+    Landed(Option<Oid>),
+    /// Not landed (a conflict, or its gates fail on the merged result): another attempt from
+    /// this base, told this failure.
+    Retry(Failure, Oid),
+    /// The task ends with this outcome and reason.
+    Ended(Outcome, String),
+}
+
+/// A run whose attempts are made elsewhere: the coordinator's side of it.
+pub struct Coordinator<'a> {
+    runner: Runner<'a>,
+    /// The tasks to run, in plan order, with the branch each lands on.
+    order: Vec<(usize, String)>,
+    /// Tasks whose start is recorded, and the base it recorded.
+    begun: std::sync::Mutex<BTreeMap<String, Oid>>,
+}
+
+impl<'a> Coordinator<'a> {
+    /// Opens the run as `apply` does (ledger row, trail, `run.started`, with `executor`).
+    pub fn open(
+        program: &'a Program,
+        opts: &'a RunOptions,
+        observer: &'a dyn Observer,
+        executor: &str,
+    ) -> Result<Coordinator<'a>, RunError> {
+        let repo_root = &opts.repo_root;
+        let (mut ledger, trail, pool) = open_run(opts)?;
+        let selected = select(program, opts)?;
+        let targets = targets_of(program, &selected, repo_root, None)?;
+        let first_target = selected
+            .first()
+            .and_then(|i| targets.get(i))
+            .cloned()
+            .unwrap_or_else(|| "HEAD".into());
+        let base = land::branch_tip(repo_root, &first_target)?;
+        begin_run(&mut ledger, program, opts, base, &first_target)?;
+        let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+        runner.emit(
+            None,
+            None,
+            "run.started",
+            json!({
+                "file": opts.file,
+                "program": program.name,
+                "digest": program.digest.to_string(),
+                "base": base.to_string(),
+                "target": first_target,
+                "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+                "whole": opts.task.is_none(),
+                "current": land::current_branch(repo_root).ok(),
+                "executor": executor,
+            }),
+        )?;
+        runner.write_state()?;
+        let order = selected
+            .iter()
+            .map(|&i| (i, targets.get(&i).cloned().unwrap_or_default()))
+            .collect();
+        Ok(Coordinator {
+            runner,
+            order,
+            begun: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn runner(&self) -> &Runner<'a> {
+        &self.runner
+    }
+
+    /// The tasks to run in plan order, each with its target branch.
+    pub fn tasks(&self) -> impl Iterator<Item = (&'a Task, &str)> + '_ {
+        let program = self.runner.program;
+        self.order
+            .iter()
+            .map(move |(i, target)| (&program.tasks[*i], target.as_str()))
+    }
+
+    fn task(&self, name: &str) -> Result<(&'a Task, String), RunError> {
+        self.tasks()
+            .find(|(t, _)| t.name == name)
+            .map(|(t, target)| (t, target.to_string()))
+            .ok_or_else(|| RunError::Config {
+                message: format!("the run has no task `{name}`"),
+            })
+    }
+
+    /// Starts `name` from its target's tip and says which commit that is; asked again (a
+    /// repeated request), the base recorded the first time.
+    pub fn begin_task(&self, name: &str) -> Result<Oid, RunError> {
+        if let Some(base) = locked(&self.begun).get(name) {
+            return Ok(*base);
+        }
+        let (task, target) = self.task(name)?;
+        let base = land::branch_tip(&self.runner.opts.repo_root, &target)?;
+        locked(&self.runner.task_started).insert(name.to_string(), std::time::Instant::now());
+        self.runner.start_task(task, base, &target)?;
+        self.runner.task_state(name, |s| s.state = "running".into());
+        self.runner.write_state()?;
+        locked(&self.begun).insert(name.to_string(), base);
+        Ok(base)
+    }
+
+    /// Records an attempt `name` made on a worker: its row (agent, head, verdict), its gates and
+    /// events. Recorded once: asked again for the same number, the row already there.
+    pub fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
+        let (task, _) = self.task(name)?;
+        let run = &self.runner.run_id;
+        if let Some(row) = self
+            .runner
+            .ledger()
+            .attempt_rows(run, name)?
+            .into_iter()
+            .find(|r| r.number == a.number)
+        {
+            return Ok(row.id);
+        }
+        let agent = match task.ladder.first() {
+            Some(Rung::Agent { agent, .. }) => agent.label(),
+            _ => "-".into(),
+        };
+        let worktree = std::path::PathBuf::from(format!("worker:{}", a.worker));
+        let id = self
+            .runner
+            .ledger_begin_attempt(name, a.number, 1, &agent, &a.branch, &worktree, a.base, 0)?;
+        self.runner.emit(
+            Some(name),
+            Some(a.number),
+            "attempt.started",
+            json!({
+                "rung": 1,
+                "agent": agent,
+                "branch": a.branch,
+                "worktree": worktree.display().to_string(),
+                "base": a.base.to_string(),
+                "worker": a.worker,
+            }),
+        )?;
+        self.runner.ledger_agent_done(
+            id,
+            None,
+            false,
+            std::time::Duration::from_millis(a.duration_ms),
+            a.head,
+            &crate::run::adapter::Usage::default(),
+            0,
+        )?;
+        for (ordinal, g) in a.gates.iter().enumerate() {
+            let counts = g
+                .counts
+                .map(|c| (c.executed, c.passed, c.failed, c.skipped));
+            let log = format!("worker:{}", a.worker);
+            self.runner.ledger().record_gate(
+                id,
+                &ledger::GateRow {
+                    phase: "gate",
+                    ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
+                    name: &g.name,
+                    verdict: &g.verdict,
+                    exit_code: g.exit_code,
+                    counts,
+                    evidence: &g.evidence,
+                    reason: &g.reason,
+                    log: &log,
+                    duration_ms: 0,
+                },
+            )?;
+            self.runner.emit(
+                Some(name),
+                Some(a.number),
+                "gate.finished",
+                json!({
+                    "gate": g.name,
+                    "phase": "gate",
+                    "verdict": g.verdict,
+                    "exit_code": g.exit_code,
+                    "counts": g.counts,
+                    "reason": g.reason,
+                    "log": log,
+                }),
+            )?;
+        }
+        self.runner.finish_attempt(id, a.failure.as_ref())?;
+        match (&a.failure, a.head) {
+            (None, Some(head)) => self.runner.emit(
+                Some(name),
+                Some(a.number),
+                "attempt.passed",
+                json!({"head": head.to_string()}),
+            )?,
+            (Some(f), _) => self.runner.fail(task, a.number, f)?,
+            (None, None) => {}
+        }
+        self.runner.task_state(name, |s| {
+            s.attempt = a.number;
+            s.spent.attempts = a.number;
+        });
+        self.runner.write_state()?;
+        Ok(id)
+    }
+
+    /// Lands the passed attempt `attempt_id` (`head`, made from `base`) through the run's merge
+    /// queue. A landing asked for again finds its merge in the ledger and is not done twice.
+    pub async fn land(
+        &self,
+        name: &str,
+        number: u32,
+        base: Oid,
+        attempt_id: i64,
+        head: Oid,
+    ) -> Result<Landed, RunError> {
+        let (task, target) = self.task(name)?;
+        let done = self
+            .runner
+            .ledger()
+            .merge_rows(&self.runner.run_id, name)?
+            .into_iter()
+            .find(|m| m.attempt_id == attempt_id && m.state == "done");
+        if let Some(m) = done {
+            return Ok(Landed::Landed(
+                m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
+            ));
+        }
+        let Some(Rung::Agent { agent, .. }) = task.ladder.first() else {
+            return Ok(Landed::Ended(
+                Outcome::Human,
+                "the task's ladder starts with `human`".into(),
+            ));
+        };
+        let spec = AttemptSpec {
+            task,
+            number,
+            rung: 1,
+            agent,
+            base,
+            previous: None,
+            epoch: 0,
+        };
+        Ok(
+            match self
+                .runner
+                .land(task, &target, &spec, attempt_id, head)
+                .await?
+            {
+                Landing::Landed(commit) => Landed::Landed(commit),
+                Landing::Retry(f, new_base) => {
+                    self.runner.fail(task, number, &f)?;
+                    Landed::Retry(f, new_base)
+                }
+                Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
+                Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
+            },
+        )
+    }
+
+    /// Ends task `name` with `outcome`: its row, `task.finished`, the status files.
+    pub fn end_task(
+        &self,
+        name: &str,
+        outcome: Outcome,
+        reason: &str,
+        merged: Option<Oid>,
+        attempts: u32,
+    ) -> Result<TaskReport, RunError> {
+        let merged = merged.map(|m| m.to_string());
+        let run = &self.runner.run_id;
+        self.runner
+            .ledger()
+            .finish_task(run, name, outcome.name(), merged.as_deref())?;
+        self.runner.emit(
+            Some(name),
+            None,
+            "task.finished",
+            json!({"outcome": outcome.name(), "reason": reason, "merged": merged}),
+        )?;
+        self.runner.task_state(name, |s| {
+            s.state = outcome.name().into();
+            s.note = Some(reason.to_string());
+            s.merged = merged.clone();
+        });
+        if let Some(m) = &merged {
+            self.runner.state().last_green_commit = Some(m.clone());
+        }
+        self.runner.write_state()?;
+        let branch = self
+            .runner
+            .ledger()
+            .attempt_rows(run, name)?
+            .into_iter()
+            .next_back()
+            .map(|a| a.branch);
+        Ok(TaskReport {
+            name: name.to_string(),
+            outcome,
+            attempts,
+            merged,
+            branch,
+            usd: 0.0,
+            tokens: 0,
+            reason: reason.to_string(),
+        })
+    }
+
+    /// Ends task `name` whose `used` attempts reached its `iterations` budget, as the local
+    /// driver ends it: `budget.exhausted`, then the outcome its last failure says.
+    pub fn out_of_iterations(
+        &self,
+        name: &str,
+        used: u32,
+        last: Option<&Failure>,
+    ) -> Result<TaskReport, RunError> {
+        let (task, _) = self.task(name)?;
+        let limit = task.budget.iterations;
+        self.runner.emit(
+            Some(name),
+            None,
+            "budget.exhausted",
+            json!({"budget": "iterations", "spent": used, "limit": limit}),
+        )?;
+        let outcome = match last.map(|f| f.kind) {
+            Some(FailureKind::Seal) => Outcome::Rejected,
+            Some(FailureKind::Unknown) => Outcome::Unknown,
+            _ => Outcome::Budget,
+        };
+        let reason = format!(
+            "the iterations budget ran out ({}){}",
+            budget_text("iterations", u64::from(used), u64::from(limit)),
+            last_reason(last)
+        );
+        self.end_task(name, outcome, &reason, None, used)
+    }
+
+    /// Ends task `name` stopped by the same-failure brake after `same` equal failures.
+    pub fn stuck(
+        &self,
+        name: &str,
+        same: u32,
+        last: &Failure,
+        attempts: u32,
+    ) -> Result<TaskReport, RunError> {
+        let reason = format!(
+            "stuck: the same failure {same} times in a row: {}",
+            last.criterion
+        );
+        self.end_task(name, stuck_outcome(last.kind), &reason, None, attempts)
+    }
+
+    /// Ends task `name` unrun: what it starts after (`failed`) did not succeed.
+    pub fn skip(&self, name: &str, failed: &[String]) -> Result<TaskReport, RunError> {
+        let (task, target) = self.task(name)?;
+        self.runner.skip(task, &target, failed, None)
+    }
+
+    /// Ends the run with the tasks' reports, in plan order (those missing are not reported).
+    pub fn finish(&self, mut reports: BTreeMap<String, TaskReport>) -> Result<RunReport, RunError> {
+        let ordered: Vec<TaskReport> = self
+            .tasks()
+            .filter_map(|(t, _)| reports.remove(&t.name))
+            .collect();
+        self.runner.finished(ordered, None)
+    }
+
+    /// Records that the run ended on mvk's own error.
+    pub fn ended_on_error(&self, e: &RunError) {
+        self.runner.ended_on_error(e);
+    }
+}

