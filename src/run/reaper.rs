@@ -178,10 +178,18 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
         // mvk's session (its parent shell's, a CI runner's), which must not die for it.
         let parents: std::collections::HashMap<i32, i32> =
             all.iter().map(|(pid, s)| (*pid, s.ppid)).collect();
+        // And only through an escapee this sweep may kill: a group whose member descends from
+        // an agent or gate mvk runs now (`timeout`, a job-control shell and `setsid`-happy test
+        // runners give their children groups of their own) belongs to that live process, and
+        // an escapee can join it just to have it killed.
+        let running: BTreeSet<i32> = OWN.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let descends = |mut pid: i32| {
             for _ in 0..4096 {
+                if running.contains(&pid) {
+                    return false;
+                }
                 match parents.get(&pid) {
-                    Some(&parent) if parent == me => return true,
+                    Some(&parent) if parent == me => return !running.contains(&pid),
                     Some(&parent) if parent > 1 => pid = parent,
                     _ => return false,
                 }

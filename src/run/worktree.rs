@@ -553,15 +553,32 @@ impl Pool {
             };
             let path = self.slot_path(n);
             let existed = path.exists();
+            // As a rebuild does, the directory first (a prune would fail on what cannot be
+            // deleted): directories made writable, what still cannot go set aside.
+            clear_slot_dir(&path)?;
             self.forget_relinked(&main, n)?;
             let pruned = self.remove_registrations(&main, n)?;
-            if path.exists() {
-                fs::remove_dir_all(&path).map_err(io_err("remove worktree slot", &path))?;
-            }
             if existed || pruned {
                 removed.push(path);
             }
         }
+        // Slots set aside because something in them could not be removed: another try.
+        if let Ok(entries) = fs::read_dir(&self.root) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let aside = name
+                    .to_str()
+                    .and_then(|n| n.split_once(".broken-"))
+                    .is_some_and(|(slot, _)| parse_slot_name(slot, "").is_some());
+                if aside && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    make_dirs_writable(&entry.path());
+                    if fs::remove_dir_all(entry.path()).is_ok() {
+                        removed.push(entry.path());
+                    }
+                }
+            }
+        }
+        removed.sort();
         Ok(removed)
     }
 
@@ -1855,6 +1872,49 @@ mod tests {
         let again = again.expect("a rebuilt slot");
         assert_eq!(files(&again.path), tree_files(&f.repo, f.c2));
         assert_eq!(git(&again.path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn gc_sets_aside_a_slot_holding_a_file_it_cannot_delete_and_removes_it_once_it_can() {
+        // Regression: gc's plain removal failed, and so did every later gc.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/gc1").expect("acquire");
+        let path = lease.path.clone();
+        fs::create_dir_all(path.join("junk/locked")).expect("mkdir");
+        let pinned = path.join("junk/locked/f");
+        fs::write(&pinned, "pinned").expect("write");
+        let immutable = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&pinned)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !immutable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(path.join("junk/locked"), fs::Permissions::from_mode(0o000))
+                .expect("chmod");
+        }
+        let slot = lease.slot();
+        drop(lease);
+        wait_free(&pool, slot);
+        let first = pool.gc();
+        let _ = std::process::Command::new("chattr")
+            .args(["-R", "-f", "-i"])
+            .arg(&f.root)
+            .status();
+        assert_eq!(first.expect("gc"), vec![path.clone()]);
+        assert!(!path.exists());
+        let aside: Vec<PathBuf> = fs::read_dir(&f.root)
+            .expect("list")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains(".broken-"))
+            .collect();
+        assert_eq!(aside.len(), usize::from(immutable), "{aside:?}");
+        // Unpinned now: the next gc takes what was set aside.
+        let second = pool.gc().expect("gc again");
+        assert_eq!(second, aside);
+        assert!(aside.iter().all(|p| !p.exists()));
     }
 
     #[test]
