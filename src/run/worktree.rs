@@ -1837,6 +1837,26 @@ mod tests {
         assert_eq!(git(&path, &["status", "--porcelain"]), "");
     }
 
+    /// Puts a file mvk cannot delete under `slot`: immutable (`chattr +i`, as root), or, where
+    /// that is refused, in a directory without permissions (as a user that is not root).
+    /// Returns whether the file was made immutable (which only `chattr -i` undoes).
+    fn pin_a_file(slot: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = slot.join("junk/locked");
+        fs::create_dir_all(&dir).expect("mkdir");
+        let pinned = dir.join("f");
+        fs::write(&pinned, "pinned").expect("write");
+        let immutable = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&pinned)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !immutable {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o000)).expect("chmod");
+        }
+        immutable
+    }
+
     #[test]
     fn a_slot_holding_a_file_mvk_cannot_delete_is_set_aside_and_rebuilt() {
         // Regression: the rebuild's removal failed and ended the run, and every later run
@@ -1845,20 +1865,7 @@ mod tests {
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let lease = pool.acquire(f.c1, "mvk/p1").expect("acquire");
         let path = lease.path.clone();
-        fs::create_dir_all(path.join("junk/locked")).expect("mkdir");
-        let pinned = path.join("junk/locked/f");
-        fs::write(&pinned, "pinned").expect("write");
-        let immutable = std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(&pinned)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !immutable {
-            // As a user that is not root, a directory without permissions does the same.
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(path.join("junk/locked"), fs::Permissions::from_mode(0o000))
-                .expect("chmod");
-        }
+        pin_a_file(&path);
         // Broken, so that the next lease rebuilds it.
         fs::remove_file(path.join(".git")).expect("rm .git link");
         let slot = lease.slot();
@@ -1881,19 +1888,7 @@ mod tests {
         let pool = Pool::open(&f.repo, &f.root).expect("open pool");
         let lease = pool.acquire(f.c1, "mvk/gc1").expect("acquire");
         let path = lease.path.clone();
-        fs::create_dir_all(path.join("junk/locked")).expect("mkdir");
-        let pinned = path.join("junk/locked/f");
-        fs::write(&pinned, "pinned").expect("write");
-        let immutable = std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(&pinned)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !immutable {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(path.join("junk/locked"), fs::Permissions::from_mode(0o000))
-                .expect("chmod");
-        }
+        let immutable = pin_a_file(&path);
         let slot = lease.slot();
         drop(lease);
         wait_free(&pool, slot);
