@@ -288,15 +288,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    message
-}
+pub(crate) use crate::run::error_chain as chain;
 
 /// The repository to work in: `--repo`, else the git repository holding the loop file.
 pub(crate) fn repository(cli: &Cli, file: &Path) -> Result<PathBuf, CliError> {

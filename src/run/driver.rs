@@ -407,6 +407,36 @@ pub async fn apply(
     opts: &RunOptions,
     observer: &dyn Observer,
 ) -> Result<RunReport, RunError> {
+    let opened = open_apply(program, opts, observer, None)?;
+    opened
+        .runner
+        .drive(
+            &opened.selected,
+            &opened.targets,
+            BTreeMap::new(),
+            Some(("run.started", opened.started)),
+        )
+        .await
+}
+
+/// A new run of `mvk apply`, opened but not yet started: its runner, the tasks selected (in
+/// plan order) with their target branches, and the detail of its `run.started` event.
+pub(crate) struct Opened<'a> {
+    pub runner: Runner<'a>,
+    pub selected: Vec<usize>,
+    pub targets: BTreeMap<usize, String>,
+    pub started: Value,
+}
+
+/// Opens a new run of `program` as `mvk apply` does, whichever executor makes its attempts
+/// (`executor` is recorded in `run.started` when it is not the local one): the ledger row and
+/// the trail, the selected tasks and their targets, the base the first target's tip gives.
+pub(crate) fn open_apply<'a>(
+    program: &'a Program,
+    opts: &'a RunOptions,
+    observer: &'a dyn Observer,
+    executor: Option<&str>,
+) -> Result<Opened<'a>, RunError> {
     let repo_root = &opts.repo_root;
     let (mut ledger, trail, pool) = open_run(opts)?;
     let selected = select(program, opts)?;
@@ -420,7 +450,7 @@ pub async fn apply(
 
     begin_run(&mut ledger, program, opts, base, &first_target)?;
     let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
-    let started = json!({
+    let mut started = json!({
         "file": opts.file,
         "program": program.name,
         "digest": program.digest.to_string(),
@@ -432,14 +462,15 @@ pub async fn apply(
         "whole": opts.task.is_none(),
         "current": land::current_branch(repo_root).ok(),
     });
-    runner
-        .drive(
-            &selected,
-            &targets,
-            BTreeMap::new(),
-            Some(("run.started", started)),
-        )
-        .await
+    if let Some(executor) = executor {
+        started["executor"] = json!(executor);
+    }
+    Ok(Opened {
+        runner,
+        selected,
+        targets,
+        started,
+    })
 }
 
 /// How a resumed run goes on: what the ledger says of it, and the drift that was accepted.

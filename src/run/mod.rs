@@ -45,3 +45,15 @@ pub fn failpoint(point: &str) {
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }
+
+/// An error and every source under it, on one line (`a: b: c`): what the CLI prints for mvk's
+/// own failures, and what a Temporal activity reports for one of its steps.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
+}

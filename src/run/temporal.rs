@@ -605,7 +605,7 @@ async fn answer(
     request: Request,
     reports: &std::sync::Mutex<BTreeMap<String, TaskReport>>,
 ) -> Result<Reply, String> {
-    let e = |e: RunError| crate::cli::apply::chain(&e);
+    let e = |e: RunError| crate::run::error_chain(&e);
     let report = |r: TaskReport| {
         let name = r.outcome.name().to_string();
         if let Ok(mut all) = reports.lock() {
@@ -846,8 +846,12 @@ async fn coordinate(
         () = serve => return Err(executor("the coordinator's worker stopped".into())),
     };
     worked.map_err(|e| executor(format!("the coordinator's worker failed: {e}")))?;
-    let summary = result
-        .map_err(|e| executor(format!("workflow `{workflow}` failed: {}", error_chain(&e))))?;
+    let summary = result.map_err(|e| {
+        executor(format!(
+            "workflow `{workflow}` failed: {}",
+            crate::run::error_chain(&e)
+        ))
+    })?;
     coord.runner().emit(
         None,
         None,
@@ -858,16 +862,6 @@ async fn coordinate(
         .into_inner()
         .map_err(|_| executor("the reports' lock was poisoned".into()))?;
     Ok(reports)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    message
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -101,6 +101,17 @@ pub(crate) fn simple_loop(script: &str, extra: &str) -> String {
     )
 }
 
+/// A one-task loop whose agent runs `tests/agents/hardening/SCRIPT ARGS…` (an attack), judged by
+/// the tests gate, with the task's EXTRA lines (its budget, a sandbox).
+pub(crate) fn hardening_fixture(script: &str, args: &[&str], extra: &str) -> Fixture {
+    Fixture::new(&loop_kdl(
+        &agent_def("bot", &format!("hardening/{script}"), args),
+        true,
+        TESTS_GATE,
+        extra,
+    ))
+}
+
 pub(crate) fn agents_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
 }

@@ -6,7 +6,9 @@
 use std::fs;
 use std::path::Path;
 
-use super::apply::{FIXED, Fixture, TESTS_GATE, agent_def, agent_def_timeout, loop_kdl};
+use super::apply::{
+    FIXED, Fixture, TESTS_GATE, agent_def, agent_def_timeout, hardening_fixture, loop_kdl,
+};
 
 /// Loop `t` whose agent runs `hardening/reach.sh STATE REPO`, with SANDBOX and EXTRA gates.
 fn reach_loop(sandbox: &str, gates: &str) -> String {
@@ -358,12 +360,11 @@ fn attempt_said(run: &super::apply::Run, attempt: u32, what: &str) -> String {
 fn a_sandboxed_agent_commits_but_cannot_touch_the_shared_objects_or_other_attempts_refs() {
     // The objects the history needs and the first attempt's branch are out of the second
     // attempt's reach; its own commits still land, through mvk.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/git_store.sh", &["@STATE", "@REPO"]),
-        true,
-        TESTS_GATE,
+    let f = hardening_fixture(
+        "git_store.sh",
+        &["@STATE", "@REPO"],
         "sandbox required=#true\n    budget iterations=2",
-    ));
+    );
     let run = f.apply();
     run.expect_code(0);
     assert_eq!(run.attempts(), [1, 2], "{}", run.why());
@@ -588,12 +589,11 @@ fn a_fifo_among_the_agents_loose_objects_does_not_block_mvk() {
 
 /// Loop `t` whose agent, sandboxed (required), runs `tests/agents/hardening/SCRIPT` once.
 fn sandboxed_once(script: &str) -> Fixture {
-    Fixture::new(&loop_kdl(
-        &agent_def("bot", &format!("hardening/{script}"), &[]),
-        true,
-        TESTS_GATE,
+    hardening_fixture(
+        script,
+        &[],
         "sandbox required=#true\n    budget iterations=1",
-    ))
+    )
 }
 
 /// Takes the immutable flag off everything under PATH, so the test's directory can go.
@@ -648,12 +648,11 @@ fn a_slot_mvk_cannot_empty_fails_no_run() {
     // Regression: an agent that left a file mvk cannot delete (immutable; or, as a user that is
     // not root, in a directory without permissions) made its slot impossible to reset or
     // remove, and the rebuild's error ended the run (exit 70), and every later one.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/pinned_junk.sh", &[]),
-        true,
-        TESTS_GATE,
+    let f = hardening_fixture(
+        "pinned_junk.sh",
+        &[],
         "sandbox required=#true\n    budget iterations=2",
-    ));
+    );
     let run = f.apply_bounded(120);
     unpin(f.root());
     unpin(f.worktrees.path());
@@ -664,12 +663,11 @@ fn a_slot_mvk_cannot_empty_fails_no_run() {
 
 #[test]
 fn mvk_deletes_nothing_through_a_symlink_the_agent_planted_in_its_object_directory() {
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/info_symlink.sh", &["@STATE"]),
-        true,
-        TESTS_GATE,
+    let f = hardening_fixture(
+        "info_symlink.sh",
+        &["@STATE"],
         "sandbox required=#true\n    budget iterations=1",
-    ));
+    );
     fs::create_dir_all(f.state("victim")).unwrap();
     fs::write(f.state("victim/alternates"), "keep me").unwrap();
     let run = f.apply();

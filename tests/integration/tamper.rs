@@ -2,8 +2,8 @@
 //! cases are in `apply.rs`): every attack below is rejected, and nothing of it lands.
 
 use super::apply::{
-    FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_gone, assert_main_unchanged, loop_kdl,
-    tampering, unknown_evidence, unknown_evidence_kept,
+    FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_gone, assert_main_unchanged,
+    hardening_fixture, loop_kdl, tampering, unknown_evidence, unknown_evidence_kept,
 };
 
 #[test]
@@ -82,12 +82,7 @@ fn writes_outside_the_worktree_without_a_sandbox_never_land() {
     // Without a sandbox the writes happen (same user); the gates run in the attempt's own
     // checkout, and what lands is the attempt's commit, so the main checkout's forged test
     // changes no verdict and enters no commit.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/outside.sh", &["@STATE", "@REPO"]),
-        true,
-        TESTS_GATE,
-        "budget iterations=1",
-    ));
+    let f = hardening_fixture("outside.sh", &["@STATE", "@REPO"], "budget iterations=1");
     let run = f.apply();
     assert_eq!(
         f.show("main", "tests/test_calc.sh").as_deref(),
@@ -459,12 +454,7 @@ fn an_index_entry_naming_a_blob_that_was_never_written_fails_the_attempt_and_not
     // The agent's index names a blob for a new file without the blob existing; git sees the
     // file as unchanged. Captured as it is, the tree would name a missing object and, landed,
     // break the branch for every later checkout.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/phantom_blob.sh", &[]),
-        true,
-        TESTS_GATE,
-        "budget iterations=1",
-    ));
+    let f = hardening_fixture("phantom_blob.sh", &[], "budget iterations=1");
     let run = f.apply();
     run.expect_code(3);
     let failed = run.one("attempt.failed");
@@ -492,12 +482,7 @@ fn a_nest_of_processes_deeper_than_the_sweeps_rounds_does_not_outlive_the_attemp
     // process hands mvk only its children: past the attempt's sweeps (3 × 16 rounds), the rest
     // of a nest of processes, each in a session of its own, lived on (as would a chain that
     // forks faster than a scan of /proc finds it).
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/fork_chain.sh", &["@STATE"]),
-        true,
-        TESTS_GATE,
-        "budget iterations=1",
-    ));
+    let f = hardening_fixture("fork_chain.sh", &["@STATE"], "budget iterations=1");
     let run = f.apply_bounded(120);
     let chain = f.state("chain");
     let grown = || std::fs::metadata(&chain).map(|m| m.len()).unwrap_or(0);
@@ -520,12 +505,7 @@ fn an_escapee_that_joins_the_group_of_mvks_parent_does_not_take_it_down() {
     // The sweep kills an escapee's whole process group, but only a group all of whose members
     // descend from mvk: one joined to the group of mvk's parent (here the test harness) must
     // not take that group with it.
-    let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/join_parent_group.sh", &["@STATE"]),
-        true,
-        TESTS_GATE,
-        "budget iterations=1",
-    ));
+    let f = hardening_fixture("join_parent_group.sh", &["@STATE"], "budget iterations=1");
     let run = f.apply_bounded(120);
     run.expect_code(0);
     let refused = std::fs::read_to_string(f.state("refused")).unwrap_or_default();

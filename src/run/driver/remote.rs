@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::landing::Landing;
 use super::{
-    Observer, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, begin_run, budget_text,
-    last_reason, locked, open_run, select, stuck_outcome, targets_of,
+    Observer, Opened, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, budget_text,
+    last_reason, locked, open_apply, stuck_outcome,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
@@ -64,34 +64,13 @@ impl<'a> Coordinator<'a> {
         observer: &'a dyn Observer,
         executor: &str,
     ) -> Result<Coordinator<'a>, RunError> {
-        let repo_root = &opts.repo_root;
-        let (mut ledger, trail, pool) = open_run(opts)?;
-        let selected = select(program, opts)?;
-        let targets = targets_of(program, &selected, repo_root, None)?;
-        let first_target = selected
-            .first()
-            .and_then(|i| targets.get(i))
-            .cloned()
-            .unwrap_or_else(|| "HEAD".into());
-        let base = land::branch_tip(repo_root, &first_target)?;
-        begin_run(&mut ledger, program, opts, base, &first_target)?;
-        let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
-        runner.emit(
-            None,
-            None,
-            "run.started",
-            json!({
-                "file": opts.file,
-                "program": program.name,
-                "digest": program.digest.to_string(),
-                "base": base.to_string(),
-                "target": first_target,
-                "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
-                "whole": opts.task.is_none(),
-                "current": land::current_branch(repo_root).ok(),
-                "executor": executor,
-            }),
-        )?;
+        let Opened {
+            runner,
+            selected,
+            targets,
+            started,
+        } = open_apply(program, opts, observer, Some(executor))?;
+        runner.emit(None, None, "run.started", started)?;
         runner.write_state()?;
         let order = selected
             .iter()

@@ -10,16 +10,11 @@ import hashlib, struct, sys, zlib
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[2])
-from pack_parts import header, ofs, varint
+from pack_parts import header, ofs, varint, zero_blob
 
 BASE = 150 << 20
 pack = bytearray(b"PACK" + struct.pack(">II", 2, 2))
-pack += header(3, BASE)
-z = zlib.compressobj(9)
-chunk = bytes(1 << 20)
-for _ in range(BASE >> 20):
-    pack += z.compress(chunk)
-pack += z.flush()
+pack += zero_blob(BASE)
 at = len(pack)
 result = b"small\n"
 delta = varint(BASE) + varint(len(result)) + bytes([len(result)]) + result

@@ -10,7 +10,7 @@ import hashlib, struct, sys, zlib
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[2])
-from pack_parts import header, ofs, varint
+from pack_parts import header, ofs, varint, zero_blob
 
 def blob_id(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
@@ -21,12 +21,7 @@ pack = bytearray(b"PACK" + struct.pack(">II", 2, DELTAS + 1))
 listed = []
 base_at = len(pack)
 start = len(pack)
-pack += header(3, BASE)
-z = zlib.compressobj(9)
-chunk = bytes(1 << 20)
-for _ in range(BASE >> 20):
-    pack += z.compress(chunk)
-pack += z.flush()
+pack += zero_blob(BASE)
 listed.append((blob_id(bytes(BASE)), zlib.crc32(pack[start:]) & 0xFFFFFFFF, base_at))
 for i in range(DELTAS):
     at = len(pack)

@@ -1,5 +1,7 @@
 """The pieces of a git pack that the hand-written packs of delta_bomb.sh and delta_fan.sh share."""
 
+import zlib
+
 
 def header(kind, size):
     """An entry's header: its type and its (inflated) size."""
@@ -35,4 +37,17 @@ def ofs(n):
         n -= 1
         out.insert(0, 0x80 | (n & 0x7F))
         n >>= 7
+    return bytes(out)
+
+
+def zero_blob(size):
+    """A whole blob entry of SIZE zero bytes: its header, then the zeros compressed, a
+    megabyte at a time (so the writer never holds the inflated blob)."""
+    out = bytearray(header(3, size))
+    z = zlib.compressobj(9)
+    chunk = bytes(1 << 20)
+    for _ in range(size >> 20):
+        out += z.compress(chunk)
+    out += z.compress(bytes(size & ((1 << 20) - 1)))
+    out += z.flush()
     return bytes(out)
