@@ -77,13 +77,9 @@ pub fn read_error(e: ReadError) -> CliError {
 
 /// An error reading the ledger (or encoding what was read): mvk's own failure (70).
 pub fn internal(e: &dyn std::error::Error) -> CliError {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(&format!(": {s}"));
-        source = s.source();
+    CliError::Internal {
+        message: crate::run::error_chain(e),
     }
-    CliError::Internal { message }
 }
 
 /// Prints `value` as one pretty JSON document.
