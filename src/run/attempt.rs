@@ -384,7 +384,6 @@ pub async fn run_attempt(
         &usage,
         retries,
     )?;
-    drop(lease);
     runner.emit(
         Some(&task.name),
         Some(spec.number),
@@ -443,6 +442,7 @@ pub async fn run_attempt(
             timed_out,
             retries,
             usage,
+            lease: Some(lease),
         },
     )
     .await
@@ -474,6 +474,9 @@ pub struct Judged {
     pub retries: u32,
     /// What the agent spent (counted by the caller's budgets).
     pub usage: Usage,
+    /// The agent's worktree, still leased (none on a resume): the gates run in it when it can
+    /// be made a clean checkout of HEAD in place.
+    pub lease: Option<Lease>,
 }
 
 /// Decides an attempt whose agent has finished: its exit, then the seal, then the gates on a
@@ -494,6 +497,7 @@ pub async fn judge(
         timed_out,
         retries,
         usage,
+        lease: kept,
     } = j;
     let dir = runner.attempt_dir(&task.name, spec.number);
     let record = |end| AttemptRecord {
@@ -540,7 +544,16 @@ pub async fn judge(
     // checkout of the captured commit: ignored or untracked files the agent left (a conftest.py
     // it excluded from git, a forged build cache) are not what lands, and were not sealed.
     runner.set_phase("gates", Some(&task.name), spec.number)?;
-    let lease = runner.acquire(head, &branch).await?;
+    let lease = match kept {
+        Some(lease) => match clean_in_place(lease, head).await? {
+            (lease, true) => lease,
+            (lease, false) => {
+                drop(lease);
+                runner.acquire(head, &branch).await?
+            }
+        },
+        None => runner.acquire(head, &branch).await?,
+    };
     let worktree_path = lease.path.clone();
     let gate_env = gate_env(
         runner.run_id(),
@@ -833,6 +846,17 @@ async fn capture(
         (lease, head)
     })
     .await
+}
+
+/// Makes LEASE a clean checkout of HEAD in place (see [`worktree::clean_in_place`]) on the
+/// blocking pool; true when it could.
+async fn clean_in_place(lease: Lease, head: Oid) -> Result<(Lease, bool), RunError> {
+    let (lease, done) = blocking("clean the worktree", move || {
+        let done = worktree::clean_in_place(&lease, head);
+        (lease, done)
+    })
+    .await?;
+    Ok((lease, done?))
 }
 
 /// The seal check of an attempt's change; `Some` failure when it touched the oracle.

@@ -1724,6 +1724,7 @@ impl<'a> Runner<'a> {
                                     retries: row.rate_limited,
                                     // Already counted: the restored spending includes it.
                                     usage: crate::run::adapter::Usage::default(),
+                                    lease: None,
                                 },
                             )
                             .await?;

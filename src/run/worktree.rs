@@ -1050,6 +1050,141 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     Ok(final_id)
 }
 
+/// Makes LEASE's worktree a clean checkout of HEAD, its captured commit, in place: what the
+/// gates need, without a second lease and a full checkout. True when done; false when the
+/// worktree is not exactly what `capture` recorded (a file changed since, an index flag, a
+/// submodule, a filter or line-ending setting a checkout would apply), and the caller takes a
+/// fresh lease instead. Only reads directories and stats tracked files: after `capture` the
+/// index holds every tracked file's stat data, so a file that still matches it is the blob
+/// the commit names, and anything the index does not list (ignored build output, empty
+/// directories) is removed.
+pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
+    use std::collections::{HashMap, HashSet};
+    use std::os::unix::ffi::OsStrExt;
+
+    const ASSUME_UNCHANGED: u16 = 0x8000;
+    const SKIP_WORKTREE: u16 = 1 << 14;
+    let path = &lease.path;
+    let repo = match lease.open() {
+        Ok(repo) => repo,
+        Err(WorktreeError::Relinked { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let on_head = repo
+        .head()
+        .ok()
+        .and_then(|h| h.target())
+        .is_some_and(|id| id == head);
+    let commit = repo
+        .find_commit(head)
+        .map_err(git_err(format!("find commit `{head}`"), path))?;
+    let config = repo
+        .config()
+        .and_then(|mut c| c.snapshot())
+        .map_err(git_err("read configuration", path))?;
+    // A checkout would convert line endings or run filters: the files on disk need not be
+    // what a checkout writes even when they match the index.
+    let converting = ["core.autocrlf", "core.eol", "core.attributesfile"]
+        .iter()
+        .any(|key| config.get_entry(key).is_ok())
+        || lease.common.join("info").join("attributes").exists();
+    let mut index = repo.index().map_err(git_err("open index", path))?;
+    // The index on disk, not a copy libgit2 kept: it is what `capture` wrote.
+    index.read(true).map_err(git_err("read index", path))?;
+    if !on_head || converting || index.has_conflicts() {
+        return Ok(false);
+    }
+    let tree = index.write_tree().map_err(git_err("write tree", path))?;
+    if tree != commit.tree_id() {
+        return Ok(false);
+    }
+    let mut tracked: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
+    let mut dirs: HashSet<Vec<u8>> = HashSet::new();
+    for entry in index.iter() {
+        let name = entry.path.clone();
+        if entry.flags & ASSUME_UNCHANGED != 0
+            || entry.flags_extended & SKIP_WORKTREE != 0
+            || entry.mode == 0o160000
+            || name.ends_with(b".gitattributes")
+        {
+            return Ok(false);
+        }
+        let mut at = 0;
+        while let Some(i) = name[at..].iter().position(|&b| b == b'/') {
+            dirs.insert(name[..at + i].to_vec());
+            at += i + 1;
+        }
+        tracked.insert(name, entry);
+    }
+    let mut seen = 0usize;
+    let mut pending = vec![Vec::new()];
+    while let Some(rel) = pending.pop() {
+        let dir = path.join(std::ffi::OsStr::from_bytes(&rel));
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Ok(false);
+        };
+        for entry in entries {
+            let Ok(entry) = entry else { return Ok(false) };
+            let name = entry.file_name();
+            if rel.is_empty() && name == ".git" {
+                continue;
+            }
+            let mut child = rel.clone();
+            if !child.is_empty() {
+                child.push(b'/');
+            }
+            child.extend_from_slice(name.as_bytes());
+            let full = entry.path();
+            // The entry's own type, never through a link.
+            let Ok(meta) = fs::symlink_metadata(&full) else {
+                return Ok(false);
+            };
+            if meta.is_dir() {
+                if dirs.contains(&child) {
+                    pending.push(child);
+                } else if fs::remove_dir_all(&full).is_err() {
+                    return Ok(false);
+                }
+                continue;
+            }
+            match tracked.get(&child) {
+                Some(e) if same_stat(e, &meta) => seen += 1,
+                Some(_) => return Ok(false),
+                None => {
+                    if fs::remove_file(&full).is_err() {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+    Ok(seen == tracked.len())
+}
+
+/// Whether META is the file ENTRY recorded: same type, executable bit, size, change and
+/// modification times, inode. `capture` staged every file, so each tracked entry carries the
+/// stat data of the file it hashed.
+fn same_stat(entry: &git2::IndexEntry, meta: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mode = if meta.file_type().is_symlink() {
+        0o120000
+    } else if !meta.is_file() {
+        return false;
+    } else if meta.mode() & 0o100 != 0 {
+        0o100755
+    } else {
+        0o100644
+    };
+    // The index keeps 32 bits of each: compared as git compares them.
+    entry.mode == mode
+        && entry.file_size == meta.size() as u32
+        && entry.ino == meta.ino() as u32
+        && i64::from(entry.mtime.seconds()) == meta.mtime()
+        && i64::from(entry.mtime.nanoseconds()) == meta.mtime_nsec()
+        && i64::from(entry.ctime.seconds()) == meta.ctime()
+        && i64::from(entry.ctime.nanoseconds()) == meta.ctime_nsec()
+}
+
 /// Clears the assume-unchanged and skip-worktree bits of every entry. `read_tree` keeps the
 /// flags of entries it does not change, so a bit one lease's agent set would make `capture`
 /// blind to the next lease's edits of that file.
@@ -2010,6 +2145,94 @@ mod tests {
             "",
             "index matches capture"
         );
+    }
+
+    /// Every path under DIR but `.git`, files and directories alike, sorted.
+    fn tree_on_disk(dir: &Path) -> Vec<String> {
+        let mut out: Vec<String> = walkdir::WalkDir::new(dir)
+            .min_depth(1)
+            .into_iter()
+            .filter_entry(|e| e.file_name() != ".git" || e.depth() != 1)
+            .map(|e| {
+                let e = e.expect("walk");
+                let rel = e.path().strip_prefix(dir).expect("inside");
+                rel.to_string_lossy().into_owned()
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// An agent's leftovers: an edit, a deletion leaving `src/` empty, a new nested file, an
+    /// empty directory, ignored output. Returns the lease and the captured commit.
+    fn captured_attempt(f: &Fixture, pool: &Pool, branch: &str) -> (Lease, Oid) {
+        let lease = pool.acquire(f.c1, branch).expect("acquire");
+        let p = &lease.path;
+        fs::write(p.join("a.txt"), "changed\n").expect("write");
+        fs::remove_file(p.join("src/lib.rs")).expect("rm");
+        fs::create_dir_all(p.join("n1/n2")).expect("mkdir");
+        fs::write(p.join("n1/n2/deep.txt"), "deep").expect("write");
+        fs::create_dir_all(p.join("empty/inner")).expect("mkdir");
+        fs::create_dir_all(p.join("target/debug")).expect("mkdir");
+        fs::write(p.join("target/debug/forged"), "o").expect("write");
+        let id = capture(&lease, "attempt").expect("capture");
+        (lease, id)
+    }
+
+    #[test]
+    fn clean_in_place_leaves_exactly_the_captured_commit() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let (lease, id) = captured_attempt(&f, &pool, "mvk/clean");
+        assert!(
+            clean_in_place(&lease, id).expect("clean"),
+            "cleaned in place"
+        );
+        // What a fresh checkout of the commit holds: no ignored output, no empty directory.
+        assert_eq!(
+            tree_on_disk(&lease.path),
+            [".gitignore", "a.txt", "n1", "n1/n2", "n1/n2/deep.txt"]
+        );
+        assert_eq!(
+            git(&lease.path, &["status", "--porcelain", "--ignored"]),
+            ""
+        );
+        assert_eq!(head_of(&lease).expect("head"), id);
+    }
+
+    #[test]
+    fn clean_in_place_refuses_a_worktree_that_is_not_what_capture_recorded() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        // A tracked file rewritten after the capture, to the same size.
+        let (lease, id) = captured_attempt(&f, &pool, "mvk/edited");
+        fs::write(lease.path.join("a.txt"), "CHANGED\n").expect("write");
+        assert!(!clean_in_place(&lease, id).expect("clean"), "edited file");
+        drop(lease);
+        // Only its mode changed.
+        let (lease, id) = captured_attempt(&f, &pool, "mvk/chmod");
+        let a = lease.path.join("a.txt");
+        let mut perms = fs::metadata(&a).expect("stat").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        fs::set_permissions(&a, perms).expect("chmod");
+        assert!(!clean_in_place(&lease, id).expect("clean"), "mode changed");
+        drop(lease);
+        // A tracked file gone.
+        let (lease, id) = captured_attempt(&f, &pool, "mvk/gone");
+        fs::remove_file(lease.path.join("n1/n2/deep.txt")).expect("rm");
+        assert!(!clean_in_place(&lease, id).expect("clean"), "file gone");
+        drop(lease);
+        // HEAD is not the commit asked for.
+        let (lease, _) = captured_attempt(&f, &pool, "mvk/other");
+        assert!(
+            !clean_in_place(&lease, f.c1).expect("clean"),
+            "other commit"
+        );
+        drop(lease);
+        // A checkout would convert line endings.
+        git(&f.repo, &["config", "core.autocrlf", "input"]);
+        let (lease, id) = captured_attempt(&f, &pool, "mvk/crlf");
+        assert!(!clean_in_place(&lease, id).expect("clean"), "autocrlf");
     }
 
     #[test]
