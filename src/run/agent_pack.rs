@@ -151,7 +151,8 @@ impl Budget {
 /// Refuses the packs in `pack_dir` (mvk's copy) when reading the objects their indexes list
 /// (those not already in `shared`) would hold or inflate more than `limits` allow, counting
 /// every delta's bases; or when mvk cannot tell what it would cost: an index that is not a
-/// valid one, a delta whose base its index does not list (git lists every entry of a pack).
+/// valid one, a delta whose base its index does not list (git lists every entry of a pack) or
+/// whose base is outside the pack (git keeps no thin pack).
 pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), AbsorbError> {
     let Ok(entries) = std::fs::read_dir(pack_dir) else {
         return Ok(());
@@ -186,7 +187,6 @@ pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), 
             pack,
             by_id: listed.iter().map(|(id, at)| (*id, *at)).collect(),
             offsets: listed.iter().map(|(_, at)| *at).collect(),
-            shared,
             limits,
             costs: HashMap::new(),
             inflate: &mut inflate,
@@ -310,14 +310,8 @@ struct Entry {
     own: u64,
     /// The size of the object it is (for a delta, its result).
     made: u64,
-    base: Option<Base>,
-}
-
-enum Base {
-    /// An entry of the same pack.
-    At(u64),
-    /// An object of the shared store, of this size.
-    Shared(u64),
+    /// The offset of its base, an entry of the same pack.
+    base: Option<u64>,
 }
 
 struct Walk<'a> {
@@ -325,7 +319,6 @@ struct Walk<'a> {
     /// The listed entries, by id and (the values) by offset: an entry's base must be one.
     by_id: HashMap<[u8; 20], u64>,
     offsets: HashSet<u64>,
-    shared: &'a git2::Odb<'a>,
     limits: Limits,
     /// What reading the entry at an offset inflates, bases included.
     costs: HashMap<u64, u64>,
@@ -358,8 +351,7 @@ impl Walk<'_> {
             chain.push((at, entry.own));
             match entry.base {
                 None => break 0,
-                Some(Base::At(base)) => at = base,
-                Some(Base::Shared(size)) => break size,
+                Some(base) => at = base,
             }
         };
         let mut cost = below;
@@ -431,7 +423,7 @@ impl Walk<'_> {
                 match at.checked_sub(back) {
                     // git lists every entry of a pack: a base it does not list is a chain
                     // of entries mvk could walk for ever at no cost by the limits.
-                    Some(base) if back > 0 && self.offsets.contains(&base) => Base::At(base),
+                    Some(base) if back > 0 && self.offsets.contains(&base) => base,
                     Some(base) if back > 0 => {
                         return Err(format!(
                             "has a delta at offset {at} whose base (at offset {base}) its \
@@ -446,18 +438,19 @@ impl Walk<'_> {
                 for b in &mut id {
                     *b = next()?;
                 }
-                if let Some(&base) = self.by_id.get(&id) {
-                    Base::At(base)
-                } else {
-                    let found = git2::Oid::from_bytes(&id)
-                        .and_then(|oid| self.shared.read_header(oid))
-                        .map_err(|_| {
-                            format!(
-                                "has a delta at offset {at} whose base is neither in the pack \
-                                 nor in the repository"
-                            )
-                        })?;
-                    Base::Shared(found.0 as u64)
+                // A base outside the pack is a thin pack's: git writes one only to send it,
+                // and completes one it receives with the bases it lacks (`index-pack
+                // --fix-thin`). Read from the shared store, such a base would be rebuilt from
+                // the store's own chain of deltas at each read, which mvk does not count.
+                match self.by_id.get(&id) {
+                    Some(&base) => base,
+                    None => {
+                        return Err(format!(
+                            "has a delta at offset {at} whose base ({}) is not in the pack (git \
+                             completes a thin pack it receives with its bases)",
+                            id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                        ));
+                    }
                 }
             }
             _ => return Err(unread("its type is unknown")),
@@ -646,6 +639,34 @@ mod tests {
         }
         let err = check_pack(&pack, &index(&[(blob_id(b""), at)]), LIMITS).unwrap_err();
         assert!(matches!(err, AbsorbError::Pack { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_delta_whose_base_is_only_in_the_shared_store_is_refused() {
+        // Regression: such a base was charged its size only, while libgit2 rebuilds it from
+        // the store's own chain of deltas (up to 50 long, 250 for old `--aggressive` packs) at
+        // each read. git keeps no thin pack, so none is accepted.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path().join("repo")).unwrap();
+        let base = vec![b'b'; 1000];
+        let base_id = repo.blob(&base).unwrap();
+        let result = b"made from the shared base".to_vec();
+        let mut delta = vec![0xe8, 0x07, result.len() as u8, result.len() as u8];
+        delta.extend(&result);
+        let mut pack = pack_start(1);
+        let at = pack.len() as u64;
+        pack.extend(header(REF_DELTA, delta.len() as u64));
+        pack.extend(base_id.as_bytes());
+        pack.extend(zlib(&delta));
+        let packs = dir.path().join("pack");
+        std::fs::create_dir(&packs).unwrap();
+        std::fs::write(packs.join("x.pack"), &pack).unwrap();
+        std::fs::write(packs.join("x.idx"), index(&[(blob_id(&result), at)])).unwrap();
+        let err = check(&packs, &repo.odb().unwrap(), LIMITS).unwrap_err();
+        assert!(
+            matches!(&err, AbsorbError::Pack { why, .. } if why.contains("not in the pack")),
+            "{err:?}"
+        );
     }
 
     /// An object directory `from` holding one pack and one loose object of the agent's, and
