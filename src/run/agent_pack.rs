@@ -2,8 +2,9 @@
 //! reading that copy would cost, found before libgit2 reads anything.
 //!
 //! The directory is the agent's, and so is anything it left running: mvk copies out only the
-//! regular files it checks (loose objects, `.idx`/`.pack` pairs), never following a symlink,
-//! never opening a FIFO or a device, never more bytes than the limits allow, into a directory
+//! regular files it checks (loose objects, `.idx`/`.pack` pairs), never following a symlink
+//! (each directory is opened once and what it holds opened through that descriptor, so one
+//! swapped for a symlink after its check leads nowhere else), never opening a FIFO or a device, never more bytes than the limits allow, into a directory
 //! out of the agent's reach. libgit2 never sees an `alternates` file, a multi-pack index or a
 //! file rewritten after its check.
 //!
@@ -18,9 +19,11 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use miniz_oxide::inflate::stream::InflateState;
+use rustix::fs::CWD;
 
 use crate::run::sandbox::{AbsorbError, Limits};
 use crate::run::untrusted;
@@ -51,31 +54,36 @@ pub fn copy_checked(from: &Path, to: &Path, limits: Limits) -> Result<(), Absorb
         files: limits.count,
         limits,
     };
-    let Ok(entries) = std::fs::read_dir(from) else {
+    // Each directory is opened once, never through a symlink, and what is in it is listed
+    // and opened through that descriptor: a directory swapped for a symlink after its check
+    // (by a process the agent left running) leads nowhere else.
+    let Ok(Some(top)) = untrusted::open_dir_at(CWD, from) else {
         return Ok(());
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
+    let Ok(entries) = untrusted::list(&top) else {
+        return Ok(());
+    };
+    for (name, _) in entries {
         let Some(name) = name.to_str() else {
             continue;
         };
-        // `file_type` does not follow a symlink: a linked directory is not walked.
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
         if name == "pack" {
-            copy_packs(&entry.path(), &to.join("pack"), &mut budget)?;
+            if let Ok(Some(dir)) = untrusted::open_dir_at(&top, Path::new(name)) {
+                copy_packs(&dir, &to.join("pack"), &mut budget)?;
+            }
         } else if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
-            let Ok(files) = std::fs::read_dir(entry.path()) else {
+            let Ok(Some(dir)) = untrusted::open_dir_at(&top, Path::new(name)) else {
                 continue;
             };
-            for file in files.flatten() {
-                let rest = file.file_name();
+            let Ok(files) = untrusted::list(&dir) else {
+                continue;
+            };
+            for (rest, _) in files {
                 let named = rest
                     .to_str()
                     .is_some_and(|r| r.len() == 38 && r.bytes().all(|b| b.is_ascii_hexdigit()));
                 if named {
-                    budget.copy(&file.path(), &to.join(name).join(&rest))?;
+                    budget.copy(&dir, Path::new(&rest), &to.join(name).join(&rest))?;
                 }
             }
         }
@@ -83,25 +91,19 @@ pub fn copy_checked(from: &Path, to: &Path, limits: Limits) -> Result<(), Absorb
     Ok(())
 }
 
-fn copy_packs(from: &Path, to: &Path, budget: &mut Budget) -> Result<(), AbsorbError> {
-    let Ok(entries) = std::fs::read_dir(from) else {
+fn copy_packs(from: &OwnedFd, to: &Path, budget: &mut Budget) -> Result<(), AbsorbError> {
+    let Ok(entries) = untrusted::list(from) else {
         return Ok(());
     };
-    for entry in entries.flatten() {
-        let idx = entry.path();
+    for (name, _) in entries {
+        let idx = Path::new(&name);
         if idx.extension().is_none_or(|e| e != "idx") {
             continue;
         }
-        let Some(name) = idx.file_name() else {
-            continue;
-        };
         let pack = idx.with_extension("pack");
-        let Some(pack_name) = pack.file_name() else {
-            continue;
-        };
         // The pack first: an index copied without its pack would name objects no one has.
-        if budget.copy(&pack, &to.join(pack_name))? {
-            budget.copy(&idx, &to.join(name))?;
+        if budget.copy(from, &pack, &to.join(&pack))? {
+            budget.copy(from, idx, &to.join(idx))?;
         }
     }
     Ok(())
@@ -115,10 +117,11 @@ struct Budget {
 }
 
 impl Budget {
-    /// Copies `from` to `to` if it is a regular file; out comes whether it was. What is copied
-    /// is the size the file had when opened, no more (an escaped process may still write it).
-    fn copy(&mut self, from: &Path, to: &Path) -> Result<bool, AbsorbError> {
-        let Ok(untrusted::Found::Regular(file, size)) = untrusted::open(from) else {
+    /// Copies `name` in the directory `dir` to `to` if it is a regular file; out comes whether
+    /// it was. What is copied is the size the file had when opened, no more (an escaped process
+    /// may still write it).
+    fn copy(&mut self, dir: &OwnedFd, name: &Path, to: &Path) -> Result<bool, AbsorbError> {
+        let Ok(untrusted::Found::Regular(file, size)) = untrusted::open_at(dir, name) else {
             return Ok(false);
         };
         self.files = self.files.checked_sub(1).ok_or(AbsorbError::TooMany {
@@ -148,7 +151,8 @@ impl Budget {
 /// Refuses the packs in `pack_dir` (mvk's copy) when reading the objects their indexes list
 /// (those not already in `shared`) would hold or inflate more than `limits` allow, counting
 /// every delta's bases; or when mvk cannot tell what it would cost: an index that is not a
-/// valid one, a delta whose base its index does not list (git lists every entry of a pack).
+/// valid one, a delta whose base its index does not list (git lists every entry of a pack) or
+/// whose base is outside the pack (git keeps no thin pack).
 pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), AbsorbError> {
     let Ok(entries) = std::fs::read_dir(pack_dir) else {
         return Ok(());
@@ -183,7 +187,6 @@ pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), 
             pack,
             by_id: listed.iter().map(|(id, at)| (*id, *at)).collect(),
             offsets: listed.iter().map(|(_, at)| *at).collect(),
-            shared,
             limits,
             costs: HashMap::new(),
             inflate: &mut inflate,
@@ -307,14 +310,8 @@ struct Entry {
     own: u64,
     /// The size of the object it is (for a delta, its result).
     made: u64,
-    base: Option<Base>,
-}
-
-enum Base {
-    /// An entry of the same pack.
-    At(u64),
-    /// An object of the shared store, of this size.
-    Shared(u64),
+    /// The offset of its base, an entry of the same pack.
+    base: Option<u64>,
 }
 
 struct Walk<'a> {
@@ -322,7 +319,6 @@ struct Walk<'a> {
     /// The listed entries, by id and (the values) by offset: an entry's base must be one.
     by_id: HashMap<[u8; 20], u64>,
     offsets: HashSet<u64>,
-    shared: &'a git2::Odb<'a>,
     limits: Limits,
     /// What reading the entry at an offset inflates, bases included.
     costs: HashMap<u64, u64>,
@@ -355,8 +351,7 @@ impl Walk<'_> {
             chain.push((at, entry.own));
             match entry.base {
                 None => break 0,
-                Some(Base::At(base)) => at = base,
-                Some(Base::Shared(size)) => break size,
+                Some(base) => at = base,
             }
         };
         let mut cost = below;
@@ -428,7 +423,7 @@ impl Walk<'_> {
                 match at.checked_sub(back) {
                     // git lists every entry of a pack: a base it does not list is a chain
                     // of entries mvk could walk for ever at no cost by the limits.
-                    Some(base) if back > 0 && self.offsets.contains(&base) => Base::At(base),
+                    Some(base) if back > 0 && self.offsets.contains(&base) => base,
                     Some(base) if back > 0 => {
                         return Err(format!(
                             "has a delta at offset {at} whose base (at offset {base}) its \
@@ -443,18 +438,19 @@ impl Walk<'_> {
                 for b in &mut id {
                     *b = next()?;
                 }
-                if let Some(&base) = self.by_id.get(&id) {
-                    Base::At(base)
-                } else {
-                    let found = git2::Oid::from_bytes(&id)
-                        .and_then(|oid| self.shared.read_header(oid))
-                        .map_err(|_| {
-                            format!(
-                                "has a delta at offset {at} whose base is neither in the pack \
-                                 nor in the repository"
-                            )
-                        })?;
-                    Base::Shared(found.0 as u64)
+                // A base outside the pack is a thin pack's: git writes one only to send it,
+                // and completes one it receives with the bases it lacks (`index-pack
+                // --fix-thin`). Read from the shared store, such a base would be rebuilt from
+                // the store's own chain of deltas at each read, which mvk does not count.
+                match self.by_id.get(&id) {
+                    Some(&base) => base,
+                    None => {
+                        return Err(format!(
+                            "has a delta at offset {at} whose base ({}) is not in the pack (git \
+                             completes a thin pack it receives with its bases)",
+                            id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                        ));
+                    }
                 }
             }
             _ => return Err(unread("its type is unknown")),
@@ -643,5 +639,132 @@ mod tests {
         }
         let err = check_pack(&pack, &index(&[(blob_id(b""), at)]), LIMITS).unwrap_err();
         assert!(matches!(err, AbsorbError::Pack { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_delta_whose_base_is_only_in_the_shared_store_is_refused() {
+        // Regression: such a base was charged its size only, while libgit2 rebuilds it from
+        // the store's own chain of deltas (up to 50 long, 250 for old `--aggressive` packs) at
+        // each read. git keeps no thin pack, so none is accepted.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path().join("repo")).unwrap();
+        let base = vec![b'b'; 1000];
+        let base_id = repo.blob(&base).unwrap();
+        let result = b"made from the shared base".to_vec();
+        let mut delta = vec![0xe8, 0x07, result.len() as u8, result.len() as u8];
+        delta.extend(&result);
+        let mut pack = pack_start(1);
+        let at = pack.len() as u64;
+        pack.extend(header(REF_DELTA, delta.len() as u64));
+        pack.extend(base_id.as_bytes());
+        pack.extend(zlib(&delta));
+        let packs = dir.path().join("pack");
+        std::fs::create_dir(&packs).unwrap();
+        std::fs::write(packs.join("x.pack"), &pack).unwrap();
+        std::fs::write(packs.join("x.idx"), index(&[(blob_id(&result), at)])).unwrap();
+        let err = check(&packs, &repo.odb().unwrap(), LIMITS).unwrap_err();
+        assert!(
+            matches!(&err, AbsorbError::Pack { why, .. } if why.contains("not in the pack")),
+            "{err:?}"
+        );
+    }
+
+    /// An object directory `from` holding one pack and one loose object of the agent's, and
+    /// beside it `other`, another repository's (files named alike: their names are all mvk
+    /// copies by), and `to`, mvk's copy.
+    fn two_object_dirs() -> (tempfile::TempDir, std::path::PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        for (dir, whose) in [("from", "mine"), ("other", "theirs")] {
+            let objects = tmp.path().join(dir);
+            std::fs::create_dir_all(objects.join("pack")).unwrap();
+            std::fs::create_dir_all(objects.join("ab")).unwrap();
+            for file in [
+                "pack/pack-1.pack",
+                "pack/pack-1.idx",
+                &format!("ab/{LOOSE}"),
+            ] {
+                std::fs::write(objects.join(file), whose).unwrap();
+            }
+            std::fs::write(objects.join("pack/pack-2.pack"), whose).unwrap();
+            std::fs::write(objects.join("pack/pack-2.idx"), whose).unwrap();
+        }
+        std::fs::remove_file(tmp.path().join("from/pack/pack-2.pack")).unwrap();
+        std::fs::remove_file(tmp.path().join("from/pack/pack-2.idx")).unwrap();
+        let to = tmp.path().join("to");
+        std::fs::create_dir(&to).unwrap();
+        (tmp, to)
+    }
+
+    const LOOSE: &str = "cdef0123456789abcdef0123456789abcdef01";
+
+    /// What mvk copied: each file's path under `to` and content.
+    fn copied(to: &Path) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = walkdir::WalkDir::new(to)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_file())
+            .map(|e| {
+                let name = e.path().strip_prefix(to).unwrap().display().to_string();
+                (name, std::fs::read_to_string(e.path()).unwrap())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Replaces `dir` by a symlink to `target`, keeping the directory aside (as a process
+    /// racing mvk would: the directory it listed still exists).
+    fn swap_for_symlink(dir: &Path, target: &Path) {
+        let mut aside = dir.as_os_str().to_os_string();
+        aside.push(".aside");
+        std::fs::rename(dir, &aside).unwrap();
+        std::os::unix::fs::symlink(target, dir).unwrap();
+    }
+
+    #[test]
+    fn an_object_directory_swapped_for_a_symlink_during_the_copy_is_not_followed() {
+        // Regression: `pack/` and each loose directory were checked (not a symlink), then
+        // listed and their files opened again by path: swapped for a symlink in between, by
+        // a process the agent left running, they made mvk copy another repository's objects.
+        let limits = LIMITS;
+        // The object directory itself, a symlink from the start.
+        let (tmp, to) = two_object_dirs();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("other"), &link).unwrap();
+        copy_checked(&link, &to, limits).unwrap();
+        assert_eq!(copied(&to), Vec::<(String, String)>::new());
+        // `pack/` swapped once listed, before it is opened.
+        let (tmp, to) = two_object_dirs();
+        let (from, other) = (tmp.path().join("from"), tmp.path().join("other"));
+        untrusted::race::set(move |name| {
+            if name == Path::new("pack") && !from.join("pack.aside").exists() {
+                swap_for_symlink(&from.join("pack"), &other.join("pack"));
+            }
+        });
+        let done = copy_checked(&tmp.path().join("from"), &to, limits);
+        untrusted::race::clear();
+        done.unwrap();
+        assert_eq!(copied(&to), [(format!("ab/{LOOSE}"), "mine".to_string())]);
+        // A loose directory swapped while its file is opened: the file read is the one
+        // listed, in the directory listed.
+        let (tmp, to) = two_object_dirs();
+        let (from, other) = (tmp.path().join("from"), tmp.path().join("other"));
+        untrusted::race::set(move |name| {
+            if name == Path::new(LOOSE) && !from.join("ab.aside").exists() {
+                swap_for_symlink(&from.join("ab"), &other.join("ab"));
+            }
+        });
+        let done = copy_checked(&tmp.path().join("from"), &to, limits);
+        untrusted::race::clear();
+        done.unwrap();
+        let mine = |name: &str| (name.to_string(), "mine".to_string());
+        assert_eq!(
+            copied(&to),
+            [
+                mine(&format!("ab/{LOOSE}")),
+                mine("pack/pack-1.idx"),
+                mine("pack/pack-1.pack")
+            ]
+        );
     }
 }

@@ -6,11 +6,15 @@
 //! grows mvk's memory until it dies, a FIFO blocks the thread for ever, and a sparse file of
 //! gigabytes costs as much memory as it claims.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{CWD, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 /// What is at a path, told without opening anything but a regular file.
 #[derive(Debug)]
@@ -27,17 +31,30 @@ pub enum Found {
 /// symlink and `O_NONBLOCK` makes opening a FIFO return at once; the type is then taken from
 /// the open file (`fstat`), so nothing can be swapped in between.
 pub fn open(path: &Path) -> io::Result<Found> {
+    open_at(CWD, path)
+}
+
+/// [`open`] for `name` in the directory `dir` (already opened, so that a directory swapped in
+/// for it since is not the one read).
+pub fn open_at(dir: impl AsFd, name: &Path) -> io::Result<Found> {
+    #[cfg(test)]
+    race::before_open(name);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+    let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
         // ELOOP: the last component is a symlink.
-        Err(rustix::io::Errno::LOOP) => return Ok(Found::Symlink(std::fs::read_link(path)?)),
+        Err(Errno::LOOP) => {
+            let to = rustix::fs::readlinkat(&dir, name, Vec::new())?;
+            return Ok(Found::Symlink(PathBuf::from(OsString::from_vec(
+                to.into_bytes(),
+            ))));
+        }
         Err(e) => return Err(e.into()),
     };
     let stat = rustix::fs::fstat(&fd)?;
     let kind = FileType::from_raw_mode(stat.st_mode);
     if kind != FileType::RegularFile {
-        return Ok(Found::Other(name(kind)));
+        return Ok(Found::Other(type_name(kind)));
     }
     Ok(Found::Regular(
         File::from(fd),
@@ -55,8 +72,121 @@ pub fn read(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(out))
 }
 
+/// The directory `name` in `dir` (or at the path `name`, with [`CWD`]) opened for listing, never
+/// through a symlink; `None` when it is not a directory (a symlink to one included) or is gone.
+/// What is listed and opened through it is that directory's, whatever is swapped in for it
+/// at `name` afterwards.
+pub fn open_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
+    #[cfg(test)]
+    race::before_open(name);
+    match rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::LOOP | Errno::NOTDIR | Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `O_NONBLOCK` only in case a FIFO is met: `O_DIRECTORY` refuses one before it is opened.
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC);
+
+/// [`open_dir_at`], its owner first given read, write and search permission on it when it
+/// lacked any. The permission is changed on the directory opened (`fchmod`), never through a
+/// path looked up again, which a symlink could have replaced.
+pub fn writable_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
+    #[cfg(test)]
+    race::before_open(name);
+    let fd = match rustix::fs::openat(&dir, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP | Errno::NOTDIR | Errno::NOENT) => return Ok(None),
+        // No read permission (as a user that is not root): held by an `O_PATH` descriptor,
+        // which any directory's can be, chmod-ed through its `/proc` link, which names the
+        // directory held whatever is at `name` now, and opened again through that link.
+        Err(Errno::ACCESS) => {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let held = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::LOOP | Errno::NOTDIR | Errno::NOENT) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let link = format!("/proc/self/fd/{}", held.as_raw_fd());
+            let mode = rustix::fs::fstat(&held)?.st_mode;
+            rustix::fs::chmod(link.as_str(), owner_rwx(mode))?;
+            return Ok(Some(rustix::fs::open(
+                link.as_str(),
+                DIR_FLAGS.difference(OFlags::NOFOLLOW),
+                Mode::empty(),
+            )?));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mode = rustix::fs::fstat(&fd)?.st_mode;
+    if mode & 0o700 != 0o700 {
+        rustix::fs::fchmod(&fd, owner_rwx(mode))?;
+    }
+    Ok(Some(fd))
+}
+
+/// `mode`'s permission bits, and the owner's read, write and search.
+fn owner_rwx(mode: rustix::fs::RawMode) -> Mode {
+    Mode::from_raw_mode((mode & 0o7777) | 0o700)
+}
+
+/// What the directory open at `dir` holds: each entry's name and type (`Unknown` where the
+/// file system does not say), `.` and `..` left out. The type is only a hint: what is
+/// opened by name is checked again as it is opened.
+pub fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileType)>> {
+    let listing = rustix::fs::Dir::read_from(dir)?;
+    Ok(listing.filter_map(Result::ok).filter_map(|entry| {
+        let name = entry.file_name().to_bytes();
+        (name != b"." && name != b"..").then(|| {
+            (
+                std::ffi::OsStr::from_bytes(name).to_os_string(),
+                entry.file_type(),
+            )
+        })
+    }))
+}
+
+/// A process racing mvk, for tests: something to do just before each open by name, at the
+/// moment an attacker's swap would do the most harm (after the name was listed and checked).
+#[cfg(test)]
+pub(crate) mod race {
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    type Swap = Box<dyn FnMut(&Path)>;
+
+    thread_local! {
+        static BEFORE_OPEN: RefCell<Option<Swap>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `swap` with each name opened on this thread from now on, until [`clear`].
+    pub fn set(swap: impl FnMut(&Path) + 'static) {
+        BEFORE_OPEN.with(|b| *b.borrow_mut() = Some(Box::new(swap)));
+    }
+
+    pub fn clear() {
+        BEFORE_OPEN.with(|b| *b.borrow_mut() = None);
+    }
+
+    pub(super) fn before_open(name: &Path) {
+        // Taken out while it runs: a swap that opens files itself does not run again.
+        let swap = BEFORE_OPEN.with(|b| b.borrow_mut().take());
+        if let Some(mut swap) = swap {
+            swap(name);
+            BEFORE_OPEN.with(|b| {
+                b.borrow_mut().get_or_insert(swap);
+            });
+        }
+    }
+}
+
 /// What a file type is called in a message.
-fn name(kind: FileType) -> &'static str {
+fn type_name(kind: FileType) -> &'static str {
     match kind {
         FileType::RegularFile => "file",
         FileType::Directory => "directory",

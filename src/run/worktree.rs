@@ -285,16 +285,9 @@ fn what_link_says(file: &Path) -> PathBuf {
 /// directory is made writable first: an agent may have taken its own git directory's write
 /// permission away.
 fn replace_file(file: &Path, bytes: &[u8]) -> Result<(), WorktreeError> {
-    if let Some(dir) = file.parent()
-        && let Ok(meta) = fs::symlink_metadata(dir)
-        && meta.is_dir()
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = meta.permissions().mode();
-        if mode & 0o700 != 0o700 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700))
-                .map_err(io_err("make writable", dir))?;
-        }
+    if let Some(dir) = file.parent() {
+        // Chmod-ed through a descriptor of the directory itself, never of a symlink.
+        untrusted::writable_dir_at(rustix::fs::CWD, dir).map_err(io_err("make writable", dir))?;
     }
     if fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_dir()) {
         fs::remove_dir_all(file).map_err(io_err("remove", file))?;
@@ -348,20 +341,41 @@ fn clear_slot_dir(path: &Path) -> Result<(), WorktreeError> {
 }
 
 /// Gives the owner read, write and search permission on every directory under `dir`, parents
-/// before their children (a directory is read after it is made readable). Symlinks are not
-/// followed. Best effort: what stays is found by the removal.
+/// before their children (a directory is read after it is made readable). Nothing is reached
+/// through a symlink, `dir` included: each directory is opened once (`O_NOFOLLOW`), chmod-ed
+/// through that descriptor and listed through it, so a directory swapped for a symlink after
+/// its listing (by a process an agent left running) gives no one else's directory away. Best
+/// effort: what stays is found by the removal.
 fn make_dirs_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
-    for entry in walk.flatten() {
-        if !entry.file_type().is_dir() {
-            continue;
-        }
-        if let Ok(meta) = entry.metadata() {
-            let mode = meta.permissions().mode();
-            if mode & 0o700 != 0o700 {
-                let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode | 0o700));
-            }
+    if let Ok(Some(top)) = untrusted::writable_dir_at(rustix::fs::CWD, dir) {
+        writable_below(&top, 0);
+    }
+}
+
+/// Deeper than this the walk stops (one descriptor is open per level): what is left is for
+/// the removal to find.
+const WRITABLE_DEPTH: usize = 256;
+
+fn writable_below(dir: &std::os::fd::OwnedFd, depth: usize) {
+    if depth >= WRITABLE_DEPTH {
+        return;
+    }
+    let Ok(listing) = untrusted::list(dir) else {
+        return;
+    };
+    // Listed whole first: one descriptor per level, not two.
+    let subdirs: Vec<_> = listing
+        .filter(|(_, kind)| {
+            matches!(
+                kind,
+                rustix::fs::FileType::Directory | rustix::fs::FileType::Unknown
+            )
+        })
+        .map(|(name, _)| name)
+        .collect();
+    for name in subdirs {
+        if let Ok(Some(sub)) = untrusted::writable_dir_at(dir, Path::new(&name)) {
+            writable_below(&sub, depth + 1);
         }
     }
 }
@@ -2566,5 +2580,89 @@ mod tests {
             default_root_from(&dotted, None, Some("/xdg".into()), None),
             root(None, Some("/xdg"), None)
         );
+    }
+
+    /// A directory outside the slot, `0o500` like its subdirectory `in`, holding a file.
+    fn outside_dir(tmp: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let outside = tmp.join("outside");
+        fs::create_dir_all(outside.join("in")).expect("mkdir");
+        fs::write(outside.join("in/keep"), "keep").expect("write");
+        for dir in [outside.join("in"), outside.clone()] {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o500)).expect("chmod");
+        }
+        outside
+    }
+
+    /// Gives `outside_dir`'s permissions back, so that its temporary directory can go.
+    fn give_back(outside: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in [outside.to_path_buf(), outside.join("in")] {
+            let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::symlink_metadata(path)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn making_a_slot_writable_chmods_nothing_through_a_symlink() {
+        // Regression: the walk checked each entry (a directory, not a symlink), then chmod-ed
+        // it by path: swapped for a symlink in between, by a process an agent left running,
+        // it gave mvk's user write permission on any directory the symlink named. The walk's
+        // root was followed when it was a symlink.
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outside = outside_dir(tmp.path());
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&outside, &link).expect("symlink");
+        make_dirs_writable(&link);
+        assert_eq!((mode(&outside), mode(&outside.join("in"))), (0o500, 0o500));
+        // A subdirectory swapped for a symlink once listed, before it is opened.
+        let slot = tmp.path().join("slot");
+        fs::create_dir_all(slot.join("sub")).expect("mkdir");
+        fs::set_permissions(slot.join("sub"), fs::Permissions::from_mode(0o500)).expect("chmod");
+        let (sub, to) = (slot.join("sub"), outside.clone());
+        untrusted::race::set(move |name| {
+            if name == Path::new("sub") && fs::symlink_metadata(&sub).is_ok_and(|m| m.is_dir()) {
+                fs::rename(&sub, sub.with_file_name("sub.aside")).expect("rename");
+                std::os::unix::fs::symlink(&to, &sub).expect("symlink");
+            }
+        });
+        make_dirs_writable(&slot);
+        untrusted::race::clear();
+        assert_eq!((mode(&outside), mode(&outside.join("in"))), (0o500, 0o500));
+        // The directories that are the slot's own are made writable.
+        assert_eq!(mode(&slot.join("sub.aside")) & 0o700, 0o500);
+        make_dirs_writable(&slot);
+        assert_eq!(mode(&slot.join("sub.aside")) & 0o700, 0o700);
+        assert_eq!((mode(&outside), mode(&outside.join("in"))), (0o500, 0o500));
+        give_back(&outside);
+    }
+
+    #[test]
+    fn clearing_a_slot_leaves_what_its_symlinks_name_as_it_was() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outside = outside_dir(tmp.path());
+        let slot = tmp.path().join("slot");
+        fs::create_dir_all(slot.join("locked")).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, slot.join("link")).expect("symlink");
+        std::os::unix::fs::symlink(&outside, slot.join("locked/link")).expect("symlink");
+        fs::set_permissions(slot.join("locked"), fs::Permissions::from_mode(0o000)).expect("chmod");
+        clear_slot_dir(&slot).expect("clear");
+        assert!(fs::symlink_metadata(&slot).is_err(), "the slot is gone");
+        assert_eq!((mode(&outside), mode(&outside.join("in"))), (0o500, 0o500));
+        assert_eq!(
+            fs::read_to_string(outside.join("in/keep")).expect("read"),
+            "keep"
+        );
+        give_back(&outside);
     }
 }

@@ -752,6 +752,30 @@ fn many_small_deltas_against_one_listed_base_fail_the_attempt_by_what_their_read
 }
 
 #[test]
+fn a_delta_whose_base_is_only_in_the_shared_store_fails_the_attempt() {
+    // Regression: such a base was charged its size only, while libgit2 rebuilds it from the
+    // store's own chain of deltas at each read. git keeps no thin pack (it completes one it
+    // receives), so mvk accepts none.
+    let f = sandboxed_once("shared_base.sh");
+    let run = f.apply();
+    run.expect_code(3);
+    let failed = run.one("attempt.failed");
+    let criterion = failed["detail"]["criterion"].as_str().unwrap();
+    assert!(
+        criterion.contains("within mvk's limits") && criterion.contains("not in the pack"),
+        "{criterion}\n{}",
+        run.why()
+    );
+    assert_eq!(f.tip("main"), f.base);
+    // The delta's result reached no store.
+    let there = super::apply::git_output(
+        f.root(),
+        &["cat-file", "-e", "768bc4982751f261b4003f0e5211a90e9e603865"],
+    );
+    assert!(!there.status.success());
+}
+
+#[test]
 fn the_sandbox_scopes_abstract_sockets_but_not_socket_files() {
     // What the book says the sandbox does not confine: a socket file outside is reachable (the
     // systemd bus, tmux, Docker's socket are such files); an abstract socket is not (Landlock's

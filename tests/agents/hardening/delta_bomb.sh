@@ -10,7 +10,7 @@ import hashlib, struct, sys, zlib
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[2])
-from pack_parts import header, ofs, varint, zero_blob
+from pack_parts import header, ofs, varint, write_pack, zero_blob
 
 BASE = 150 << 20
 pack = bytearray(b"PACK" + struct.pack(">II", 2, 2))
@@ -20,15 +20,6 @@ result = b"small\n"
 delta = varint(BASE) + varint(len(result)) + bytes([len(result)]) + result
 entry = header(6, len(delta)) + ofs(at - 12) + zlib.compress(delta)
 pack += entry
-pack += hashlib.sha1(pack).digest()
 sha = hashlib.sha1(b"blob %d\0" % len(result) + result).digest()
-idx = bytearray(b"\xfftOc" + struct.pack(">I", 2))
-for i in range(256):
-    idx += struct.pack(">I", 1 if sha[0] <= i else 0)
-idx += sha + struct.pack(">I", zlib.crc32(entry) & 0xFFFFFFFF) + struct.pack(">I", at)
-idx += pack[-20:]
-idx += hashlib.sha1(idx).digest()
-name = sys.argv[1] + "/pack-" + hashlib.sha1(pack).hexdigest()
-open(name + ".pack", "wb").write(pack)
-open(name + ".idx", "wb").write(idx)
+write_pack(sys.argv[1], pack, [(sha, zlib.crc32(entry) & 0xFFFFFFFF, at)])
 PY

@@ -10,7 +10,7 @@ import hashlib, struct, sys, zlib
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[2])
-from pack_parts import header, ofs, varint, zero_blob
+from pack_parts import header, ofs, varint, write_pack, zero_blob
 
 def blob_id(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
@@ -30,20 +30,5 @@ for i in range(DELTAS):
     entry = header(6, len(delta)) + ofs(at - base_at) + zlib.compress(delta)
     pack += entry
     listed.append((blob_id(result), zlib.crc32(entry) & 0xFFFFFFFF, at))
-pack += hashlib.sha1(pack).digest()
-listed.sort()
-idx = bytearray(b"\xfftOc" + struct.pack(">I", 2))
-for i in range(256):
-    idx += struct.pack(">I", sum(1 for sha, _, _ in listed if sha[0] <= i))
-for sha, _, _ in listed:
-    idx += sha
-for _, crc, _ in listed:
-    idx += struct.pack(">I", crc)
-for _, _, at in listed:
-    idx += struct.pack(">I", at)
-idx += pack[-20:]
-idx += hashlib.sha1(idx).digest()
-name = sys.argv[1] + "/pack-" + hashlib.sha1(pack).hexdigest()
-open(name + ".pack", "wb").write(pack)
-open(name + ".idx", "wb").write(idx)
+write_pack(sys.argv[1], pack, listed)
 PY

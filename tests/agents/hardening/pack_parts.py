@@ -1,5 +1,8 @@
-"""The pieces of a git pack that the hand-written packs of delta_bomb.sh and delta_fan.sh share."""
+"""The pieces of a git pack that the hand-written packs of delta_bomb.sh, delta_fan.sh and
+shared_base.sh share."""
 
+import hashlib
+import struct
 import zlib
 
 
@@ -51,3 +54,24 @@ def zero_blob(size):
     out += z.compress(bytes(size & ((1 << 20) - 1)))
     out += z.flush()
     return bytes(out)
+
+
+def write_pack(pack_dir, pack, listed):
+    """Ends PACK (its header and entries) with its checksum and writes it into PACK_DIR with
+    its version 2 index, which lists LISTED: each entry's (id, CRC, offset)."""
+    pack = bytes(pack) + hashlib.sha1(pack).digest()
+    listed = sorted(listed)
+    idx = bytearray(b"\xfftOc" + struct.pack(">I", 2))
+    for i in range(256):
+        idx += struct.pack(">I", sum(1 for sha, _, _ in listed if sha[0] <= i))
+    for sha, _, _ in listed:
+        idx += sha
+    for _, crc, _ in listed:
+        idx += struct.pack(">I", crc)
+    for _, _, at in listed:
+        idx += struct.pack(">I", at)
+    idx += pack[-20:]
+    idx += hashlib.sha1(idx).digest()
+    name = pack_dir + "/pack-" + hashlib.sha1(pack).hexdigest()
+    open(name + ".pack", "wb").write(pack)
+    open(name + ".idx", "wb").write(idx)
