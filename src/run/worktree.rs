@@ -984,17 +984,23 @@ impl Pool {
         let tree = commit
             .tree()
             .map_err(git_err(format!("read tree of `{base}`"), path))?;
-        // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
-        let mut checkout = CheckoutBuilder::new();
-        checkout.force().remove_untracked(true).remove_ignored(true);
-        slot.checkout_tree(tree.as_object(), Some(&mut checkout))
-            .map_err(git_err(format!("check out `{base}`"), path))?;
-        // The checkout leaves entries of files it did not touch alone; reading the tree makes
-        // the index exactly the base (stat data of unchanged entries is kept).
         let mut index = slot.index().map_err(git_err("open index", path))?;
-        index
-            .read_tree(&tree)
-            .map_err(git_err("reset index", path))?;
+        // Most resets change a few files: only those are written. A full checkout walks and
+        // compares every file of the tree, and was a third of a wide flow's CPU.
+        let fast = reset_in_place(&slot, &self.git_dir, path, &tree, &mut index)?;
+        if !fast {
+            // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
+            let mut checkout = CheckoutBuilder::new();
+            checkout.force().remove_untracked(true).remove_ignored(true);
+            slot.checkout_tree(tree.as_object(), Some(&mut checkout))
+                .map_err(git_err(format!("check out `{base}`"), path))?;
+            // The checkout leaves entries of files it did not touch alone; reading the tree
+            // makes the index exactly the base (stat data of unchanged entries is kept).
+            index.read(true).map_err(git_err("read index", path))?;
+            index
+                .read_tree(&tree)
+                .map_err(git_err("reset index", path))?;
+        }
         clear_hiding_flags(&mut index).map_err(git_err("reset index", path))?;
         index.write().map_err(git_err("write index", path))?;
         slot.cleanup_state()
@@ -1073,11 +1079,6 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
 /// the commit names, and anything the index does not list (ignored build output, empty
 /// directories) is removed.
 pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
-    use std::collections::{HashMap, HashSet};
-    use std::os::unix::ffi::OsStrExt;
-
-    const ASSUME_UNCHANGED: u16 = 0x8000;
-    const SKIP_WORKTREE: u16 = 1 << 14;
     let path = &lease.path;
     let repo = match lease.open() {
         Ok(repo) => repo,
@@ -1092,25 +1093,42 @@ pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
     let commit = repo
         .find_commit(head)
         .map_err(git_err(format!("find commit `{head}`"), path))?;
+    let mut index = repo.index().map_err(git_err("open index", path))?;
+    // The index on disk, not a copy libgit2 kept: it is what `capture` wrote.
+    index.read(true).map_err(git_err("read index", path))?;
+    if !on_head || index.write_tree().ok() != Some(commit.tree_id()) {
+        return Ok(false);
+    }
+    Ok(sweep(&repo, &lease.common, path, &index)?.is_some_and(|dirty| dirty.is_empty()))
+}
+
+/// Removes from the worktree at PATH what INDEX does not list (ignored and untracked files,
+/// directories holding no tracked file) and returns the tracked paths whose file is missing
+/// or differs from the stat data INDEX holds for it. `None` when the worktree is one mvk
+/// does not judge by stat data alone, and a full checkout must do: a checkout would convert
+/// line endings or run filters, the index has a conflict, an entry hidden by a flag, a
+/// submodule, or a directory cannot be read or removed.
+fn sweep(
+    repo: &Repository,
+    common: &Path,
+    path: &Path,
+    index: &git2::Index,
+) -> Result<Option<Vec<Vec<u8>>>, WorktreeError> {
+    use std::collections::{HashMap, HashSet};
+    use std::os::unix::ffi::OsStrExt;
+
+    const ASSUME_UNCHANGED: u16 = 0x8000;
+    const SKIP_WORKTREE: u16 = 1 << 14;
     let config = repo
         .config()
         .and_then(|mut c| c.snapshot())
         .map_err(git_err("read configuration", path))?;
-    // A checkout would convert line endings or run filters: the files on disk need not be
-    // what a checkout writes even when they match the index.
     let converting = ["core.autocrlf", "core.eol", "core.attributesfile"]
         .iter()
         .any(|key| config.get_entry(key).is_ok())
-        || lease.common.join("info").join("attributes").exists();
-    let mut index = repo.index().map_err(git_err("open index", path))?;
-    // The index on disk, not a copy libgit2 kept: it is what `capture` wrote.
-    index.read(true).map_err(git_err("read index", path))?;
-    if !on_head || converting || index.has_conflicts() {
-        return Ok(false);
-    }
-    let tree = index.write_tree().map_err(git_err("write tree", path))?;
-    if tree != commit.tree_id() {
-        return Ok(false);
+        || common.join("info").join("attributes").exists();
+    if converting || index.has_conflicts() {
+        return Ok(None);
     }
     let mut tracked: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
     let mut dirs: HashSet<Vec<u8>> = HashSet::new();
@@ -1119,9 +1137,9 @@ pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
         if entry.flags & ASSUME_UNCHANGED != 0
             || entry.flags_extended & SKIP_WORKTREE != 0
             || entry.mode == 0o160000
-            || name.ends_with(b".gitattributes")
+            || is_attributes(&name)
         {
-            return Ok(false);
+            return Ok(None);
         }
         let mut at = 0;
         while let Some(i) = name[at..].iter().position(|&b| b == b'/') {
@@ -1130,15 +1148,15 @@ pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
         }
         tracked.insert(name, entry);
     }
-    let mut seen = 0usize;
+    let mut dirty = Vec::new();
     let mut pending = vec![Vec::new()];
     while let Some(rel) = pending.pop() {
         let dir = path.join(std::ffi::OsStr::from_bytes(&rel));
         let Ok(entries) = fs::read_dir(&dir) else {
-            return Ok(false);
+            return Ok(None);
         };
         for entry in entries {
-            let Ok(entry) = entry else { return Ok(false) };
+            let Ok(entry) = entry else { return Ok(None) };
             let name = entry.file_name();
             if rel.is_empty() && name == ".git" {
                 continue;
@@ -1151,28 +1169,165 @@ pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
             let full = entry.path();
             // The entry's own type, never through a link.
             let Ok(meta) = fs::symlink_metadata(&full) else {
-                return Ok(false);
+                return Ok(None);
             };
             if meta.is_dir() {
                 if dirs.contains(&child) {
                     pending.push(child);
                 } else if fs::remove_dir_all(&full).is_err() {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 continue;
             }
-            match tracked.get(&child) {
-                Some(e) if same_stat(e, &meta) => seen += 1,
-                Some(_) => return Ok(false),
+            match tracked.remove(&child) {
+                Some(e) if same_stat(&e, &meta) => {}
+                Some(_) => dirty.push(child),
                 None => {
                     if fs::remove_file(&full).is_err() {
-                        return Ok(false);
+                        return Ok(None);
                     }
                 }
             }
         }
     }
-    Ok(seen == tracked.len())
+    // What is left was never seen: missing from the worktree.
+    dirty.extend(tracked.into_keys());
+    Ok(Some(dirty))
+}
+
+/// Whether the path names a `.gitattributes` file, which changes how a checkout writes files.
+fn is_attributes(path: &[u8]) -> bool {
+    path == b".gitattributes" || path.ends_with(b"/.gitattributes")
+}
+
+/// The most files [`reset_in_place`] writes; more are left to a full checkout.
+const RESET_IN_PLACE_MAX: usize = 64;
+
+/// Resets the slot's worktree to TREE without a full checkout: removes what the index does
+/// not list, then writes only the files that differ (those the index's tree and TREE name
+/// differently, and tracked files changed or missing on disk), and stages them in INDEX
+/// after it has read TREE. False, with nothing promised about the worktree, when a full
+/// checkout must do it (see [`sweep`]; also a file becoming a directory or the reverse, a
+/// submodule or attributes file among the changes).
+fn reset_in_place(
+    slot: &Repository,
+    common: &Path,
+    path: &Path,
+    tree: &git2::Tree<'_>,
+    index: &mut git2::Index,
+) -> Result<bool, WorktreeError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    if index.read(true).is_err() {
+        return Ok(false);
+    }
+    let Some(dirty) = sweep(slot, common, path, index)? else {
+        return Ok(false);
+    };
+    let mut changed: BTreeSet<Vec<u8>> = dirty.into_iter().collect();
+    // Compared by ids only: no tree is written for an index mvk is about to replace.
+    let diff = slot
+        .diff_tree_to_index(Some(tree), Some(index), None)
+        .map_err(git_err("compare the index with the tree", path))?;
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(p) = file.path_bytes() {
+                changed.insert(p.to_vec());
+            }
+        }
+    }
+    // Many files to write (a new slot, a base far ahead): libgit2's checkout does it in one
+    // pass, where staging each file written here would cost more than its walk.
+    if changed.len() > RESET_IN_PLACE_MAX {
+        return Ok(false);
+    }
+    let mut written = Vec::new();
+    // Removals first: a file that goes may stand where a directory comes.
+    let mut wanted = Vec::new();
+    for rel in changed {
+        // A path git would refuse to check out (`..`, `.git`, empty components) is left to
+        // libgit2's checkout, which refuses it with an error.
+        if is_attributes(&rel) || !plain_path(&rel) {
+            return Ok(false);
+        }
+        let full = path.join(std::ffi::OsStr::from_bytes(&rel));
+        match fs::symlink_metadata(&full) {
+            Ok(m) if m.is_dir() => return Ok(false),
+            Ok(_) => {
+                if fs::remove_file(&full).is_err() {
+                    return Ok(false);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => return Ok(false),
+        }
+        match tree.get_path(Path::new(std::ffi::OsStr::from_bytes(&rel))) {
+            Ok(entry) if entry.kind() == Some(git2::ObjectType::Blob) => {
+                wanted.push((rel, full, entry.id(), entry.filemode()));
+            }
+            Ok(_) => return Ok(false),
+            Err(e) if e.code() == ErrorCode::NotFound => remove_empty_parents(path, &full),
+            Err(e) => return Err(git_err("read tree", path)(e)),
+        }
+    }
+    for (rel, full, id, mode) in wanted {
+        let blob = slot
+            .find_blob(id)
+            .map_err(git_err(format!("read blob `{id}`"), path))?;
+        if let Some(parent) = full.parent()
+            && fs::create_dir_all(parent).is_err()
+        {
+            return Ok(false);
+        }
+        let made = if mode == 0o120000 {
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(blob.content()), &full)
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(if mode == 0o100755 { 0o777 } else { 0o666 })
+                .open(&full)
+                .and_then(|mut f| io::Write::write_all(&mut f, blob.content()))
+        };
+        if made.is_err() {
+            return Ok(false);
+        }
+        written.push(rel);
+    }
+    index
+        .read_tree(tree)
+        .map_err(git_err("reset index", path))?;
+    for rel in written {
+        index
+            .add_path(Path::new(std::ffi::OsStr::from_bytes(&rel)))
+            .map_err(git_err("stage reset file", path))?;
+    }
+    Ok(true)
+}
+
+/// Whether REL is a relative path whose every component is a plain name: not empty, `.`,
+/// `..`, or `.git` in any case, and without a NUL byte.
+fn plain_path(rel: &[u8]) -> bool {
+    !rel.is_empty()
+        && rel.split(|&b| b == b'/').all(|c| {
+            !c.is_empty()
+                && c != b"."
+                && c != b".."
+                && !c.eq_ignore_ascii_case(b".git")
+                && !c.contains(&0)
+        })
+}
+
+/// Removes the directories above FULL, up to ROOT, that are left empty.
+fn remove_empty_parents(root: &Path, full: &Path) {
+    let mut dir = full.parent();
+    while let Some(d) = dir {
+        if d == root || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
 }
 
 /// Whether META is the file ENTRY recorded: same type, executable bit, size, change and
@@ -2191,6 +2346,60 @@ mod tests {
         fs::write(p.join("target/debug/forged"), "o").expect("write");
         let id = capture(&lease, "attempt").expect("capture");
         (lease, id)
+    }
+
+    #[test]
+    fn a_reset_in_place_writes_only_what_differs_and_leaves_a_clean_checkout() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/r1").expect("acquire");
+        let p = lease.path.clone();
+        // The same in c1 and c2, rewritten to the same size: only its stat data tells.
+        fs::write(p.join(".gitignore"), "TARGET/\n").expect("write");
+        fs::write(p.join("untracked.txt"), "u").expect("write");
+        fs::create_dir_all(p.join("target/x")).expect("mkdir");
+        fs::write(p.join("target/x/o"), "o").expect("write");
+        fs::create_dir_all(p.join("empty/inner")).expect("mkdir");
+        drop(lease);
+        let repo = Repository::open(&p).expect("open");
+        let tree = repo.find_commit(f.c2).and_then(|c| c.tree()).expect("tree");
+        let mut index = repo.index().expect("index");
+        assert!(
+            reset_in_place(&repo, &pool.git_dir, &p, &tree, &mut index).expect("reset"),
+            "reset in place"
+        );
+        index.write().expect("write index");
+        assert_eq!(tree_on_disk(&p), [".gitignore", "a.txt", "b.txt"]);
+        assert_eq!(
+            fs::read_to_string(p.join(".gitignore")).expect("read"),
+            "target/\n"
+        );
+        assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "two\n");
+        let c2 = f.c2.to_string();
+        git(&p, &["diff", "--quiet", &c2]);
+        git(&p, &["diff", "--cached", "--quiet", &c2]);
+        assert_eq!(git(&p, &["ls-files", "--others"]), "");
+        // Every entry carries the stat data of its file: the next reset trusts it.
+        let dirty = sweep(&repo, &pool.git_dir, &p, &index)
+            .expect("sweep")
+            .expect("judged");
+        assert!(dirty.is_empty(), "{dirty:?}");
+    }
+
+    #[test]
+    fn a_reset_in_place_leaves_paths_git_refuses_to_a_checkout() {
+        assert!(plain_path(b"a/b.txt"));
+        for bad in [
+            &b"../x"[..],
+            b"a/../x",
+            b"",
+            b"a//b",
+            b"./a",
+            b".GIT/config",
+            b"a/.git/x",
+        ] {
+            assert!(!plain_path(bad), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
