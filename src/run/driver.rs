@@ -383,7 +383,17 @@ pub struct Runner<'a> {
     slots: Mutex<Slots>,
     /// Woken when a task starts landing, or a slot may have come free.
     slots_changed: tokio::sync::Notify,
+    /// When the status files were last written, and whether a phase change since waits for
+    /// the next write (see [`Runner::set_phase`]).
+    state_written: Mutex<Option<Instant>>,
+    state_behind: std::sync::atomic::AtomicBool,
+    /// Set while [`Runner::drive`] runs, which writes what is behind within [`STATE_EVERY`].
+    state_flushed: std::sync::atomic::AtomicBool,
 }
+
+/// How often, at most, phase changes alone rewrite `.loop_state.json` and STATUS.md: each
+/// write renders every task, and a wide flow changes phase thousands of times.
+const STATE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The running tasks of a flow that hold no slot of its `parallel`: those waiting for their
 /// change to land, and, among them, those that must make another attempt and wait for a slot.
@@ -720,6 +730,9 @@ impl<'a> Runner<'a> {
             queue: landing::Queue::default(),
             slots: Mutex::new(Slots::default()),
             slots_changed: tokio::sync::Notify::new(),
+            state_written: Mutex::new(None),
+            state_behind: std::sync::atomic::AtomicBool::new(false),
+            state_flushed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -740,6 +753,8 @@ impl<'a> Runner<'a> {
     ) -> Result<RunReport, RunError> {
         let program = self.program;
         let _heartbeat = self.trail.heartbeat();
+        self.state_flushed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let result: Result<RunReport, RunError> = async {
             if let Some((event, detail)) = first {
                 self.emit(None, None, event, detail)?;
@@ -778,6 +793,8 @@ impl<'a> Runner<'a> {
             let mut running_idx: Vec<usize> = Vec::new();
             let mut told: BTreeMap<usize, Wait> = BTreeMap::new();
             locked(&self.slots).parallel = parallel;
+            let mut state_tick = tokio::time::interval(STATE_EVERY);
+            state_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 // Start, skip or hold each queued task; a skip can free the tasks after it, so
                 // go round again until nothing changes.
@@ -864,6 +881,13 @@ impl<'a> Runner<'a> {
                     next = running.next() => next,
                     // A task started landing: its slot may take a task that waits.
                     () = changed => continue,
+                    // A phase change not yet in the status files.
+                    _ = state_tick.tick() => {
+                        if self.state_behind.load(std::sync::atomic::Ordering::Relaxed) {
+                            self.write_state()?;
+                        }
+                        continue;
+                    }
                 };
                 let Some((i, result)) = next else {
                     break;
@@ -891,6 +915,8 @@ impl<'a> Runner<'a> {
             self.finished(reports, handoff)
         }
         .await;
+        self.state_flushed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = &result {
             self.ended_on_error(e);
         }
@@ -1268,6 +1294,16 @@ impl<'a> Runner<'a> {
             });
         }
         self.ledger().heartbeat(&self.run_id)?;
+        let recent = locked(&self.state_written).is_some_and(|at| at.elapsed() < STATE_EVERY);
+        if recent
+            && self
+                .state_flushed
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.state_behind
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
         self.write_state()
     }
 
@@ -1278,6 +1314,9 @@ impl<'a> Runner<'a> {
     }
 
     fn write_state(&self) -> Result<(), RunError> {
+        *locked(&self.state_written) = Some(Instant::now());
+        self.state_behind
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         let wall = attempt::ms(self.run_started().elapsed());
         let mut state = self.state();
         state.updated = trail::now().0;

@@ -843,3 +843,33 @@ fn a_task_sent_back_from_landing_takes_the_next_free_slot_before_tasks_not_start
     }
     assert!(most <= 2, "never more than 2 agents at once: {runs:?}");
 }
+
+#[test]
+fn the_status_files_show_a_running_agent_within_a_moment_though_phase_changes_are_coalesced() {
+    // Each agent copies the status file a second into its run: by then the phase change that
+    // started it (written at most 250 ms late) must be in it, with nothing else happening.
+    let agent = "agent w timeout=\"60s\" { run \"sh\" \"-c\" \"sleep 1; cp @REPO/.mvk/loop_state.json @STATE/seen-$MVK_TASK.json; mkdir -p out; echo x > out/$MVK_TASK.txt\"; }\n";
+    let mut text = agent.to_string();
+    text.push_str("flow t {\n    parallel 2\n");
+    for name in ["a", "b"] {
+        text.push_str(&task(name, "w", &format!("out/{name}.txt"), ""));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    for name in ["a", "b"] {
+        let seen = fs::read_to_string(fixture.state(&format!("seen-{name}.json")))
+            .unwrap_or_else(|e| panic!("seen-{name}.json: {e}\n{}", run.why()));
+        let state: serde_json::Value = serde_json::from_str(&seen).unwrap();
+        let mine = state["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap();
+        assert_eq!(mine["state"], "running", "{name}: {mine}");
+        assert_eq!(mine["agent"], "w", "{name}: {mine}");
+        assert_eq!(mine["attempt"], 1, "{name}: {mine}");
+    }
+}
