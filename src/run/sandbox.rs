@@ -684,16 +684,15 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
         }
     };
     if own_pids {
-        match pidns::run(program, &args[3..]) {
-            Ok(code) => return code,
-            Err(why) if policy.required => {
+        // Once the namespace is entered, the program cannot run without its init: its first
+        // child would become the namespace's PID 1, and every fork after that child's end fails.
+        return match pidns::run(program, &args[3..]) {
+            Ok(code) => code,
+            Err(why) => {
                 say(format!("refusing to run: {why}"));
-                return ExitCode::from(REFUSED_EXIT);
+                ExitCode::from(REFUSED_EXIT)
             }
-            Err(why) => say(format!(
-                "processes it starts can outlive it (no PID namespace of its own: {why})"
-            )),
-        }
+        };
     }
     use std::os::unix::process::CommandExt;
     let err = std::process::Command::new(program).args(&args[3..]).exec();
