@@ -28,6 +28,10 @@ pub const MVK_BLESS: &str = "MVK_BLESS";
 /// policy; the trampoline ignores the variable, so an agent, a gate or a loop's `env` that sets
 /// it changes nothing.
 pub const MVK_SANDBOX_UNSUPPORTED: &str = "MVK_SANDBOX_UNSUPPORTED";
+/// Test hook, not a setting: milliseconds that replace the escapee sweep's time limit (10 s),
+/// read once from mvk's own environment, so that a test sees quickly and surely what happens
+/// when escapees outlast a sweep (the step the sweep followed fails).
+pub const MVK_TEST_SWEEP_LIMIT_MS: &str = "MVK_TEST_SWEEP_LIMIT_MS";
 /// Set for every gate: the path of the running mvk executable, so that a gate script can call
 /// mvk's own helpers (the stdlib's generic gates match paths with `"$MVK_EXE" __glob-match`).
 pub const MVK_EXE: &str = "MVK_EXE";

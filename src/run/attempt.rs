@@ -237,6 +237,8 @@ pub async fn run_attempt(
     let mut usage = Usage::default();
     let mut retries = 0u32;
     let mut escaped = 0usize;
+    // Escapees were still appearing when a sweep's time limit passed: the attempt fails.
+    let mut survived = false;
     let mut backoff = FIRST_BACKOFF;
     // Why the agent's objects were refused (too large), which fails the attempt.
     let mut refused: Option<String>;
@@ -260,7 +262,9 @@ pub async fn run_attempt(
             source,
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
-        escaped += crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        let swept = crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        escaped += swept.killed;
+        survived |= swept.survived;
         refused = absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             // A call that reported tokens but no dollars still counts as reporting a cost.
@@ -268,7 +272,7 @@ pub async fn run_attempt(
             usage.absorb(&u);
         }
         let limited = rate_limited(&matcher, &outcome);
-        let Some(limit_hit) = limited.filter(|_| refused.is_none()) else {
+        let Some(limit_hit) = limited.filter(|_| refused.is_none() && !survived) else {
             break (outcome, started);
         };
         retries += 1;
@@ -311,8 +315,10 @@ pub async fn run_attempt(
     let duration = started.elapsed();
 
     // Whatever the agent left is kept on the attempt's branch (unless its objects were
-    // refused: its commits cannot be read then).
+    // refused: its commits cannot be read then; or a process it left may still be changing
+    // the worktree).
     let (lease, captured) = match &refused {
+        _ if survived => (lease, None),
         Some(_) => (lease, None),
         None => {
             let message = format!(
@@ -331,6 +337,10 @@ pub async fn run_attempt(
     // links elsewhere: its attempt fails; mvk and the pool go on (the next lease rebuilds the
     // slot).
     let wrecked = match (&refused, &captured) {
+        _ if survived => Some((
+            "the agent leaves no process running once it exits (processes it left were still appearing when mvk's sweep gave up; nothing of the attempt was captured or judged)".to_string(),
+            ESCAPEES_SURVIVED,
+        )),
         (Some(why), _) => Some((
             format!("the agent commits objects within mvk's limits ({why})"),
             "objects-too-large",
@@ -580,11 +590,14 @@ pub async fn judge(
         let run = gate::run_gate_counted(g, &cx, Some(&window))
             .await
             .map_err(RunError::Gate)?;
-        crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        let swept = crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
         crate::run::signals::settle().await;
         if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {
             return Ok(record(AttemptEnd::Failed(f)));
+        }
+        if swept.survived {
+            return Ok(record(AttemptEnd::Failed(escaped_gate(spec.number, &run))));
         }
         if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
@@ -660,6 +673,28 @@ fn signalled_by_gate(
     f.exit_code = run.exit_code;
     f.tail = run.tail.clone();
     Ok(Some(f))
+}
+
+/// The signature part of an attempt failed because processes its agent or a gate left outlasted
+/// mvk's sweep of them.
+pub const ESCAPEES_SURVIVED: &str = "escapees-survived";
+
+/// A gate whose escaped processes outlasted mvk's sweep: whatever it said, its evidence and its
+/// checkout may still be changed by them.
+pub fn escaped_gate(attempt: u32, run: &GateRun) -> Failure {
+    let mut f = Failure::new(
+        attempt,
+        FailureKind::Gate,
+        format!(
+            "gate `{}` leaves no process running once it ends (processes it left were still appearing when mvk's sweep gave up); the attempt was rejected whatever its verdict",
+            run.gate
+        ),
+        &[&run.gate, ESCAPEES_SURVIVED],
+    );
+    f.gate = Some(run.gate.clone());
+    f.exit_code = run.exit_code;
+    f.tail = run.tail.clone();
+    f
 }
 
 /// A reviewer's rejection as the failure the next attempt is told about; the same blockers

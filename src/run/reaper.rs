@@ -93,17 +93,31 @@ fn named_task(pid: i32) -> Option<(String, String)> {
     ))
 }
 
+/// What a sweep did: how many escapees it killed, and whether any may have survived it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use = "an escapee that survived the sweep must fail the step it followed"]
+pub struct Sweep {
+    /// Escaped children of mvk killed (not counting what they started).
+    pub killed: usize,
+    /// Escapees were still appearing when the sweep's time limit passed: the step the sweep
+    /// followed must fail (its worktree or its evidence may still be changed by them).
+    pub survived: bool,
+}
+
 /// Kills and reaps every child of this process that escaped TASK's agents and gates, and the
-/// children they leave behind; returns how many were killed. Spared: the agents and gates mvk
-/// runs now (see [`own`]) and what is still in their process groups (a gate's `server &`
-/// whose shell exited), and escapees of another task of RUN that is still going (their
-/// `MVK_RUN` and `MVK_TASK` name it, and it is registered by [`live`]), which that task's own
-/// sweep ends and counts. Anything else dies in whichever sweep finds it: an escapee that names
-/// no task (it scrubbed its environment), or one that names a task not in the run or already
-/// over — whose sweep would never come, so that the name would keep it alive for good. An
-/// escapee's process group dies with it (never mvk's own), and the sweep goes on until
-/// [`QUIET_SCANS`] scans in a row find nothing, or for [`SWEEP_LIMIT`] at most.
-pub fn kill_adopted(run: &str, task: &str) -> usize {
+/// children they leave behind. Spared: the agents and gates mvk runs now (see [`own`]) and
+/// what is still in their process groups (a gate's `server &` whose shell exited), and
+/// escapees of another task of RUN that is still going (their `MVK_RUN` and `MVK_TASK` name it,
+/// and it is registered by [`live`]), which that task's own sweep ends and counts. Anything
+/// else dies in whichever sweep finds it: an escapee that names no task (it scrubbed its
+/// environment), or one that names a task not in the run or already over — whose sweep would
+/// never come, so that the name would keep it alive for good. Each round stops every process
+/// that descends from the escapees found (a stopped process forks no more), kills the process
+/// groups only they make up (never mvk's own, never one with a member under an agent or gate
+/// mvk runs or under a spared escapee) and then each of them. The sweep goes on until
+/// [`QUIET_SCANS`] scans in a row find nothing; if escapees still appear after its time limit
+/// ([`SWEEP_LIMIT`]), it says so in [`Sweep::survived`].
+pub fn kill_adopted(run: &str, task: &str) -> Sweep {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let theirs = |pid: i32| {
         named_task(pid).is_some_and(|named| {
@@ -114,22 +128,15 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
                     .contains_key(&named)
         })
     };
-    let mut killed = 0;
+    let mut sweep = Sweep::default();
     // Killing a child re-parents its own children to us, and a chain whose every member starts
     // the next and exits at once shows a new one at each scan (and none at all to a scan that
     // reads between two of its generations, except the zombie the last one left): so the
-    // sweep ends only after several scans in a row find neither, or at a deadline. Each
-    // round stops what it found before killing it: a stopped process forks no more.
-    let deadline = std::time::Instant::now() + SWEEP_LIMIT;
+    // sweep ends only after several scans in a row find neither, or at a deadline.
+    let deadline = std::time::Instant::now() + sweep_limit();
     let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let mut quiet = 0;
     while quiet < QUIET_SCANS {
-        if std::time::Instant::now() > deadline {
-            tracing::warn!(
-                "escaped processes of task `{task}` were still appearing after the sweep's time limit"
-            );
-            break;
-        }
         // The common case, no escapee at all, read from the kernel's list of mvk's own
         // children instead of every process's `stat` (each sweep makes several scans, a task
         // several sweeps: a full scan each time was a fifth of a wide flow's CPU).
@@ -147,97 +154,145 @@ pub fn kill_adopted(run: &str, task: &str) -> usize {
                 continue;
             }
         }
-        let mut groups = BTreeSet::new();
         let all = processes();
-        let (children, zombies): (Vec<i32>, Vec<i32>) = {
-            let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
-            all.iter()
-                .map(|(pid, s)| (*pid, s))
-                .filter(|(_, s)| s.ppid == me && s.state != "X")
-                .filter(|(pid, s)| !own.contains(pid) && !own.contains(&s.pgrp))
-                .filter(|&(pid, s)| s.state == "Z" || !theirs(pid))
-                .fold(
-                    (Vec::new(), Vec::new()),
-                    |(mut live, mut dead), (pid, s)| {
-                        if s.pgrp != my_group {
-                            groups.insert(s.pgrp);
-                        }
-                        if s.state == "Z" {
-                            dead.push(pid)
-                        } else {
-                            live.push(pid)
-                        }
-                        (live, dead)
-                    },
-                )
-        };
-        // A group is killed at once: a member that forks as it dies cannot leave a child
-        // outside it (the kernel fails a fork with a fatal signal pending). A chain that keeps
-        // its process group (forks, no `setsid`) ends here whatever its pace.
-        // Only a group all of whose members descend from mvk: an escapee can join any group of
-        // mvk's session (its parent shell's, a CI runner's), which must not die for it.
-        let parents: std::collections::HashMap<i32, i32> =
-            all.iter().map(|(pid, s)| (*pid, s.ppid)).collect();
-        // And only through an escapee this sweep may kill: a group whose member descends from
-        // an agent or gate mvk runs now (`timeout`, a job-control shell and `setsid`-happy test
-        // runners give their children groups of their own) belongs to that live process, and
-        // an escapee can join it just to have it killed.
-        let running: BTreeSet<i32> = OWN.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let descends = |mut pid: i32| {
-            for _ in 0..4096 {
-                if running.contains(&pid) {
-                    return false;
-                }
-                match parents.get(&pid) {
-                    Some(&parent) if parent == me => return !running.contains(&pid),
-                    Some(&parent) if parent > 1 => pid = parent,
-                    _ => return false,
-                }
-            }
-            false
-        };
-        groups.retain(|&g| {
-            all.iter()
-                .filter(|(_, s)| s.pgrp == g)
-                .all(|(pid, _)| descends(*pid))
-        });
-        for &group in &groups {
-            if let Some(g) = Pid::from_raw(group) {
-                let _ = rustix::process::kill_process_group(g, Signal::KILL);
-            }
-        }
-        if children.is_empty() && zombies.is_empty() {
+        let own = OWN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let found = doomed(&all, me, my_group, &own, &theirs);
+        if found.children.is_empty() && found.zombies.is_empty() {
             quiet += 1;
             continue;
         }
         quiet = 0;
-        for &pid in &zombies {
+        for &pid in &found.zombies {
             if let Some(p) = Pid::from_raw(pid) {
                 let _ = rustix::process::waitpid(Some(p), WaitOptions::NOHANG);
             }
         }
-        for &pid in &children {
+        // Stopped first, all of them: a stopped process forks no more, so nothing new appears
+        // under them while they die.
+        for &pid in &found.descendants {
             if let Some(p) = Pid::from_raw(pid) {
                 let _ = rustix::process::kill_process(p, Signal::STOP);
             }
         }
-        for pid in children {
+        // A group is killed at once: a member that forks as it dies cannot leave a child
+        // outside it (the kernel fails a fork with a fatal signal pending).
+        for &group in &found.groups {
+            if let Some(g) = Pid::from_raw(group) {
+                let _ = rustix::process::kill_process_group(g, Signal::KILL);
+            }
+        }
+        for &pid in &found.descendants {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, Signal::KILL);
+            }
+        }
+        for &pid in &found.children {
             if let Some(p) = Pid::from_raw(pid) {
                 if rustix::process::kill_process(p, Signal::KILL).is_ok() {
-                    killed += 1;
+                    sweep.killed += 1;
                 }
                 // Reap it, so it does not linger as a zombie.
                 let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
             }
         }
+        if std::time::Instant::now() > deadline {
+            tracing::warn!(
+                "escaped processes of task `{task}` were still appearing after the sweep's time limit"
+            );
+            sweep.survived = true;
+            break;
+        }
     }
-    killed
+    sweep
+}
+
+/// What one scan finds to end.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Doomed {
+    /// Live escapees: children of mvk that are not its own, nor in an own process's group, nor
+    /// spared as a live sibling's.
+    children: Vec<i32>,
+    /// Dead children of mvk, not its own, to reap.
+    zombies: Vec<i32>,
+    /// The escapees and every live process under them.
+    descendants: Vec<i32>,
+    /// Process groups to kill whole: every member is under an escapee found here.
+    groups: BTreeSet<i32>,
+}
+
+/// Reads the process table ALL (pid and stat) as seen from mvk (ME, its group MY_GROUP): which
+/// children escaped (not in OWN, not in the group of one in OWN, not SPARED), what is under
+/// them, and which groups only they and what is under them make up. A group with any member
+/// elsewhere — under an agent or gate mvk runs now (`timeout`, job-control shells and test
+/// runners give children groups of their own), under a spared escapee, or outside mvk (its
+/// parent shell, a CI runner) — is never one an escapee's joining can get killed.
+fn doomed(
+    all: &[(i32, Stat)],
+    me: i32,
+    my_group: i32,
+    own: &BTreeSet<i32>,
+    spared: &dyn Fn(i32) -> bool,
+) -> Doomed {
+    let mut out = Doomed::default();
+    for (pid, s) in all {
+        if s.ppid != me || s.state == "X" || own.contains(pid) || own.contains(&s.pgrp) {
+            continue;
+        }
+        if s.state == "Z" {
+            out.zombies.push(*pid);
+        } else if !spared(*pid) {
+            out.children.push(*pid);
+        }
+    }
+    let escapees: BTreeSet<i32> = out.children.iter().copied().collect();
+    let parents: std::collections::HashMap<i32, i32> =
+        all.iter().map(|(pid, s)| (*pid, s.ppid)).collect();
+    // Whether PID is an escapee or under one: its line of parents reaches mvk through one.
+    let under_escapee = |mut pid: i32| {
+        for _ in 0..4096 {
+            match parents.get(&pid) {
+                Some(&parent) if parent == me => return escapees.contains(&pid),
+                Some(&parent) if parent > 1 => pid = parent,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut groups = BTreeSet::new();
+    for (pid, s) in all {
+        if s.state == "Z" || s.state == "X" || !under_escapee(*pid) {
+            continue;
+        }
+        out.descendants.push(*pid);
+        if s.pgrp != my_group {
+            groups.insert(s.pgrp);
+        }
+    }
+    groups.retain(|&g| {
+        all.iter()
+            .filter(|(_, s)| s.pgrp == g)
+            .all(|(pid, _)| under_escapee(*pid))
+    });
+    out.groups = groups;
+    out
 }
 
 /// How many scans in a row must find no escapee before the sweep ends.
 const QUIET_SCANS: usize = 3;
 /// How long a sweep goes on while escapees keep appearing.
 const SWEEP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`SWEEP_LIMIT`], or the tests' shorter one from [`crate::env::MVK_TEST_SWEEP_LIMIT_MS`]
+/// (read once, from mvk's own environment).
+fn sweep_limit() -> std::time::Duration {
+    static LIMIT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var(crate::env::MVK_TEST_SWEEP_LIMIT_MS)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(SWEEP_LIMIT, std::time::Duration::from_millis)
+    })
+}
 
 /// Kills what a dead mvk left running: every process group the run recorded (the `*.pgid` files
 /// its agents and gates wrote under `run_dir`) that still has a member carrying the run's
@@ -336,4 +391,48 @@ fn processes() -> Vec<(i32, Stat)> {
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter_map(|pid| Some((pid, stat_of(pid)?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pid: i32, ppid: i32, pgrp: i32) -> (i32, Stat) {
+        let state = "S".to_string();
+        (pid, Stat { state, ppid, pgrp })
+    }
+
+    #[test]
+    fn only_groups_made_of_escapees_and_what_they_started_are_killed() {
+        // mvk is 100. Its agent or gate 200 runs `timeout` (201), whose test run (202) leads a
+        // group of its own; escapee 300 joins that group. Escapee 400 is spared (a live
+        // sibling's); its child 401 leads a group that escapee 500 joins. Escapee 600 and its
+        // child 601 make up group 600. Escapee 800 joins the group of 700, which is not under
+        // mvk at all. 900 is a dead child.
+        let mut all = vec![
+            p(100, 1, 100),
+            p(200, 100, 200),
+            p(201, 200, 200),
+            p(202, 201, 202),
+            p(300, 100, 202),
+            p(400, 100, 400),
+            p(401, 400, 401),
+            p(500, 100, 401),
+            p(600, 100, 600),
+            p(601, 600, 600),
+            p(700, 1, 700),
+            p(800, 100, 700),
+        ];
+        let mut zombie = p(900, 100, 900);
+        zombie.1.state = "Z".to_string();
+        all.push(zombie);
+        let own = BTreeSet::from([200]);
+        let found = doomed(&all, 100, 100, &own, &|pid| pid == 400);
+        assert_eq!(found.children, [300, 500, 600, 800]);
+        assert_eq!(found.zombies, [900]);
+        assert_eq!(found.descendants, [300, 500, 600, 601, 800]);
+        // Not 202 (the honest test run's, under the gate), nor 401 (under the spared escapee),
+        // nor 700 (outside mvk), nor mvk's own.
+        assert_eq!(found.groups, BTreeSet::from([600]));
+    }
 }

@@ -283,6 +283,8 @@ pub async fn review(
     // The reviewer may run the change's code: a stop signal from its processes is theirs,
     // never a stop of the run nor a count against another task's attempt.
     let window = crate::run::signals::Window::new();
+    // Processes the reviewer left outlasted a sweep: its verdict is not taken.
+    let mut escapees = false;
     let (outcome, ps, gave_up) = loop {
         let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
@@ -301,7 +303,7 @@ pub async fn review(
             agent: review.agent.name.clone(),
             source,
         })?;
-        crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        escapees |= crate::run::reaper::kill_adopted(runner.run_id(), &task.name).survived;
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }
@@ -350,6 +352,9 @@ pub async fn review(
         _ if signalled > 0 => unknown(&format!(
             "the reviewer (or what it ran) sent mvk {signalled} stop signal(s); its verdict is not taken"
         )),
+        _ if escapees => unknown(
+            "processes the reviewer left were still appearing when mvk's sweep gave up; its verdict is not taken",
+        ),
         _ if gave_up.is_some() => unknown(gave_up.as_deref().unwrap_or_default()),
         Termination::Exited(0) => {
             let out = gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(|source| {

@@ -1,11 +1,12 @@
 //! A `sandbox` (IR) and a process about to start in; out comes the process rewritten to start
 //! through mvk's hidden trampoline, `mvk __sandbox POLICY -- PROGRAM ARG…`, which confines itself
-//! and then becomes PROGRAM with `exec` (same pid, same process group, so timeouts, the group
-//! kill and the reaper work as for any child).
+//! and then runs PROGRAM in a PID namespace of its own under a tiny init ([`pidns`]), ending as
+//! PROGRAM did (the trampoline keeps its pid and process group, so timeouts and the group kill
+//! work as for any child, and nothing PROGRAM starts outlives it).
 //!
 //! The trampoline, single-threaded and before anything else: without network, it enters a fresh
-//! network namespace (no interface up; through a user namespace when mvk is not root); then
-//! Landlock (ABI 6) refuses every write outside the worktree, a temporary directory of the
+//! network namespace (no interface up; through a user namespace when mvk is not root); then a
+//! PID namespace for what it starts; then Landlock (ABI 6) refuses every write outside the worktree, a temporary directory of the
 //! process's own, a few devices (`/dev/null`, …) and the paths the loop grants, and every signal
 //! to a process outside the sandbox (mvk among them). An agent may also commit in its worktree,
 //! but never touch what the repository already holds: its HEAD is detached (the worktree's own
@@ -14,7 +15,7 @@
 //! outside the sandbox, copies into the shared store object by object, each checked against its
 //! name, after the agent exits ([`absorb_objects`]); mvk then sets the attempt's branch from the
 //! worktree's HEAD. Without network the loopback interface is brought up, so that tests can bind
-//! 127.0.0.1. Applying it in a child of mvk and then `exec`ing needs no `unsafe` (`pre_exec` would).
+//! 127.0.0.1. Applying it in a child of mvk, which then starts the namespace's init as a program of its own, needs no `unsafe` (`pre_exec` or a bare `fork` would).
 //!
 //! The environment starts empty: [`BASE_ENV`] from mvk's, the variables the sandbox names, then
 //! `TMPDIR` and what mvk sets (`MVK_*`, the definition's `env`). Where the kernel cannot confine,
@@ -30,6 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ir::{Program, Rung, Sandbox};
 use crate::run::process::{ProcessError, ProcessSpec};
+
+mod pidns;
 
 /// The hidden first argument that makes `mvk` the trampoline.
 pub const TRAMPOLINE: &str = "__sandbox";
@@ -124,6 +127,10 @@ pub struct Support {
     pub landlock: String,
     /// Why the network cannot be taken away, if it cannot.
     pub network: Option<String>,
+    /// Why the process cannot have a PID namespace of its own (so that what it starts dies
+    /// with it), if it cannot.
+    #[serde(default)]
+    pub pid: Option<String>,
 }
 
 /// Asks a child trampoline what the kernel allows.
@@ -210,6 +217,11 @@ fn problems(support: &Support, sandbox: &Sandbox) -> Vec<String> {
         && let Some(why) = &support.network
     {
         out.push(format!("the network cannot be turned off ({why})"));
+    }
+    if let Some(why) = &support.pid {
+        out.push(format!(
+            "processes it starts can outlive it, as without a sandbox ({why})"
+        ));
     }
     out
 }
@@ -574,16 +586,22 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
         let support = if args.get(1).is_some_and(|a| a == PRETEND_FLAG) {
             Support {
                 landlock: "none".into(),
-                network: Some(pretending),
+                network: Some(pretending.clone()),
+                pid: Some(pretending),
             }
         } else {
+            let network = isolate_network().err();
             Support {
-                network: isolate_network().err(),
+                network,
+                pid: pidns::isolate().err(),
                 landlock: restrict(&[]).unwrap_or_else(|_| "none".into()),
             }
         };
         println!("{}", serde_json::to_string(&support).unwrap_or_default());
         return ExitCode::SUCCESS;
+    }
+    if args.first().is_some_and(|a| a == pidns::INIT) {
+        return pidns::init(&args[1..]);
     }
     let policy = args
         .first()
@@ -604,7 +622,7 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     let pretend = policy.pretend;
     if !policy.network {
         let done = if pretend {
-            Err(pretending)
+            Err(pretending.clone())
         } else {
             isolate_network()
         };
@@ -618,6 +636,12 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             say(format!("the network stays on: {why}"));
         }
     }
+    // Before Landlock and the capability drop: entering the namespace needs the privilege.
+    let pids = if pretend {
+        Err(pretending)
+    } else {
+        pidns::isolate()
+    };
     let level = if pretend {
         Ok("none".to_string())
     } else {
@@ -643,6 +667,32 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             return ExitCode::from(REFUSED_EXIT);
         }
         say(format!("the program keeps its capabilities: {why}"));
+    }
+    let own_pids = match pids {
+        Ok(()) => true,
+        Err(why) => {
+            if policy.required {
+                say(format!(
+                    "refusing to run: it cannot have a PID namespace of its own, so what it starts could outlive it ({why})"
+                ));
+                return ExitCode::from(REFUSED_EXIT);
+            }
+            say(format!(
+                "processes it starts can outlive it (no PID namespace of its own: {why})"
+            ));
+            false
+        }
+    };
+    if own_pids {
+        // Once the namespace is entered, the program cannot run without its init: its first
+        // child would become the namespace's PID 1, and every fork after that child's end fails.
+        return match pidns::run(program, &args[3..]) {
+            Ok(code) => code,
+            Err(why) => {
+                say(format!("refusing to run: {why}"));
+                ExitCode::from(REFUSED_EXIT)
+            }
+        };
     }
     use std::os::unix::process::CommandExt;
     let err = std::process::Command::new(program).args(&args[3..]).exec();
@@ -704,14 +754,19 @@ fn isolate_network() -> Result<(), String> {
         let gid = rustix::process::getgid().as_raw();
         unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
             .map_err(|e| format!("no network namespace: {e}"))?;
-        let write = |file: &str, text: String| {
-            std::fs::write(file, text).map_err(|e| format!("cannot write `{file}`: {e}"))
-        };
-        write("/proc/self/setgroups", "deny".into())?;
-        write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-        write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+        map_user(uid, gid)?;
     }
     loopback_up().map_err(|e| format!("cannot bring the loopback interface up: {e}"))
+}
+
+/// Maps UID and GID to themselves in the user namespace this process just entered.
+fn map_user(uid: u32, gid: u32) -> Result<(), String> {
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("cannot write `{file}`: {e}"))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1"))
 }
 
 /// `ip link set lo up`, as one rtnetlink request (`RTM_NEWLINK` with `IFF_UP` on `lo`) and the
@@ -1108,15 +1163,18 @@ mod tests {
         let full = Support {
             landlock: "full".into(),
             network: None,
+            pid: None,
         };
         assert!(problems(&full, &s(false)).is_empty());
         let none = Support {
             landlock: "none".into(),
             network: Some("no namespaces".into()),
+            pid: Some("no PID namespace".into()),
         };
-        assert_eq!(problems(&none, &s(true)).len(), 1);
+        assert_eq!(problems(&none, &s(true)).len(), 2);
         let p = problems(&none, &s(false));
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.len(), 3);
         assert!(p[1].contains("no namespaces"), "{p:?}");
+        assert!(p[2].contains("can outlive it"), "{p:?}");
     }
 }

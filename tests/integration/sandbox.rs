@@ -881,3 +881,46 @@ fn a_sandboxed_run_outlives_the_replacement_of_its_mvk_binary() {
     );
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
 }
+
+#[test]
+fn a_sandboxed_agents_escapee_dies_with_it_whatever_task_it_names() {
+    // Task `a`'s sandboxed agent leaves a process in a session of its own whose MVK_TASK names
+    // task `b`, which runs beside it the whole time: outside a PID namespace, `a`'s sweep took
+    // it for `b`'s and spared it. In the sandbox's own namespace it dies when the agent exits:
+    // `a`'s gate, run after the capture, finds it gone.
+    let mut text = String::new();
+    for (role, extra) in [
+        ("attack", "\"attack\" \"b\""),
+        ("honest", "\"honest\" \"@REPO\""),
+    ] {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/pidns_escapee.sh\" \"@STATE\" {extra}; }}\n"
+        ));
+    }
+    text.push_str("flow t {\n    parallel 2\n");
+    for (name, agent, gate) in [
+        (
+            "a",
+            "attack",
+            "gate gone evidence=none { sh \"test -s @STATE/escapee.pid && ! test -d /proc/$(cat @STATE/escapee.pid)\"; }",
+        ),
+        ("b", "honest", ""),
+    ] {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        {gate}\n        sandbox required=#true {{ write \"@STATE\"; }}\n        budget iterations=1\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    let f = Fixture::new(&text);
+    let run = f.apply();
+    let pid = fs::read_to_string(f.state("escapee.pid")).unwrap_or_default();
+    let alive = !pid.trim().is_empty() && Path::new("/proc").join(pid.trim()).exists();
+    if alive {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status();
+    }
+    assert!(!alive, "the escapee outlived the attempt\n{}", run.why());
+    run.expect_code(0);
+    assert_eq!(f.show("main", "out/a.txt").as_deref(), Some("done\n"));
+}

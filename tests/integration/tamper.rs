@@ -511,3 +511,31 @@ fn an_escapee_that_joins_the_group_of_mvks_parent_does_not_take_it_down() {
     let refused = std::fs::read_to_string(f.state("refused")).unwrap_or_default();
     assert!(f.state("joined").exists(), "{refused}\n{}", run.why());
 }
+
+#[test]
+fn escapees_that_outlast_the_sweep_fail_the_attempt_before_capture_and_gates() {
+    // A chain of processes, each in a session of its own, that starts the next and exits: with
+    // the sweep's time limit at nothing (the test hook), escapees are still appearing when it
+    // passes. The attempt fails closed (nothing captured, no gate run, nothing landed), and
+    // the next attempt is told why.
+    let f = hardening_fixture("fast_chain.sh", &["@STATE"], "budget iterations=2");
+    let run = f.apply_with(&[], &[("MVK_TEST_SWEEP_LIMIT_MS", "0")]);
+    std::fs::write(f.state("stop"), "").unwrap();
+    assert!(f.state("chain").exists(), "no chain\n{}", run.why());
+    // The same failure twice: stuck.
+    run.expect_code(2);
+    assert_main_unchanged(&f, &run);
+    run.none("gate.finished");
+    let failed = run.named("attempt.failed");
+    assert_eq!(failed.len(), 2, "{}", run.why());
+    for e in &failed {
+        let criterion = e["detail"]["criterion"].as_str().unwrap_or_default();
+        assert!(
+            criterion.contains("leaves no process running"),
+            "{criterion}\n{}",
+            run.why()
+        );
+    }
+    let prompt = std::fs::read_to_string(run.attempt_dir(2).join("prompt.md")).unwrap();
+    assert!(prompt.contains("leaves no process running"), "{prompt}");
+}

@@ -286,7 +286,7 @@ impl<'a> Runner<'a> {
                 .await
                 .map_err(RunError::Gate)?;
             // What escaped the gate must not act on the worktree or signal mvk later.
-            crate::run::reaper::kill_adopted(&self.run_id, &task.name);
+            let swept = crate::run::reaper::kill_adopted(&self.run_id, &task.name);
             self.record_gate(
                 request.attempt_id,
                 &task.name,
@@ -312,6 +312,15 @@ impl<'a> Runner<'a> {
                     Outcome::Rejected,
                     format!(
                         "after-merge gate `{}` sent mvk {signals} stop signal(s); the change was not landed, it stays on its branch",
+                        run.gate
+                    ),
+                )));
+            }
+            if swept.survived {
+                return Ok(Fit::Answer(Landing::Rejected(
+                    Outcome::Rejected,
+                    format!(
+                        "after-merge gate `{}` left processes that were still appearing when mvk's sweep gave up; the change was not landed, it stays on its branch",
                         run.gate
                     ),
                 )));
