@@ -24,39 +24,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mvk-bench-flow.XXXXXX")
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 NO_COLOR=1
 
 repo=$work/repo
-mkdir -p "$repo/items" "$repo/src" "$repo/loops" "$repo/bench"
-git -C "$repo" init -q -b main
-git -C "$repo" config user.name bench
-git -C "$repo" config user.email bench@example.com
-# Some project around the items, so a worktree is not empty: 1,000 small files.
-awk -v root="$repo" 'BEGIN { for (i = 0; i < 1000; i++) { f = sprintf("%s/src/f%04d.txt", root, i); print "file " i > f; close(f) } }'
-for i in $(seq -w 1 "$N"); do echo "item $i" >"$repo/items/i$i.txt"; done
-cat >"$repo/bench/agent.sh" <<'EOF'
-# The agent: works $1 seconds, then appends to the file its task was fanned out over.
-sleep "$1"
-item=$(printf '%s' "$MVK_TASK" | sed 's/^[^[]*\[\(.*\)\]$/\1/')
-echo done >>"$item"
-EOF
-cat >"$repo/loops/flow.kdl" <<EOF
-agent bench timeout="10m" {
-    run "sh" "bench/agent.sh" "$T"
-}
-
-flow bench {
-    parallel $P
-    task t each="items/*.txt" {
-        goal "Mark {{item}} done."
-        agent bench
-        scope "{{item}}"
-        gate done evidence=none timeout="1m" {
-            run "grep" "-q" "done" "{{item}}"
-        }
-        budget iterations=1
-    }
-}
-EOF
-git -C "$repo" add -A
-git -C "$repo" commit -q -m init
+flow_repo "$repo" "$N" "$P" "$T"
 
 # mvk ---------------------------------------------------------------------------------------
 echo "mvk apply: $N tasks, parallel $P, agents of ${T}s ..." >&2

@@ -44,6 +44,13 @@ pub struct ApplyArgs {
     pub executor: Executor,
     #[command(flatten)]
     pub temporal: TemporalArgs,
+    /// With `--executor temporal`: where workers reach this repository, to fetch each
+    /// attempt's base and push a passed change to a ref under `refs/mvk/temporal/` (any URL
+    /// `git fetch` and `git push` take: `ssh://host/path`, `https://…`, `git://…`, a path).
+    /// Default: this repository's path, which only workers on this machine (or a shared
+    /// filesystem) can reach.
+    #[arg(long, value_name = "URL")]
+    pub repo_url: Option<String>,
 }
 
 /// Where the Temporal server is and which task queue the workers poll.
@@ -73,6 +80,11 @@ pub enum Mode {
 pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
     if args.executor == Executor::Temporal {
         refuse_for_temporal(args)?;
+    } else if args.repo_url.is_some() {
+        return Err(CliError::Usage {
+            message: "`--repo-url` tells Temporal workers where this repository is; a local run has no workers".into(),
+            hint: Some("add `--executor temporal`, or leave `--repo-url` out".into()),
+        });
     }
     let program = super::compile(cli, printer, &args.file)?;
     refuse_library(&program, &args.file)?;
@@ -116,11 +128,15 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
                     address: args.temporal.temporal_address.clone(),
                     task_queue: args.temporal.task_queue.clone(),
                 };
+                let repo_url = args
+                    .repo_url
+                    .clone()
+                    .unwrap_or_else(|| opts.repo_root.display().to_string());
                 execute(
                     printer,
                     args.json,
                     &progress,
-                    crate::run::temporal::apply(&program, &opts, &progress, &endpoint),
+                    crate::run::temporal::apply(&program, &opts, &progress, &endpoint, &repo_url),
                 )
             }
             #[cfg(not(feature = "temporal"))]

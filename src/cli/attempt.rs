@@ -31,6 +31,29 @@ pub struct AttemptArgs {
     /// Print one JSON document (schema `mvk.attempt.v1`) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Internal (`mvk worker`): the process that started this attempt; when it dies, the
+    /// attempt is interrupted as by SIGTERM, so a killed worker leaves no attempt running
+    /// that nobody will collect.
+    #[arg(long, value_name = "PID", hide = true)]
+    pub with_parent: Option<u32>,
+}
+
+/// SIGTERM to this process when `parent` dies. Set before anything runs; a parent already gone
+/// (the attempt re-parented before the signal was armed) refuses the attempt.
+fn die_with_parent(parent: u32) -> Result<(), CliError> {
+    let failed = |what: String| CliError::Usage {
+        message: what,
+        hint: Some("`--with-parent` is for `mvk worker`; leave it out".into()),
+    };
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(|e| failed(format!("cannot arm the parent-death signal: {e}")))?;
+    let now = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    if now.and_then(|p| u32::try_from(p).ok()) != Some(parent) {
+        return Err(failed(format!(
+            "the process that started this attempt ({parent}) is gone"
+        )));
+    }
+    Ok(())
 }
 
 /// How one attempt ended.
@@ -112,6 +135,9 @@ pub struct EventRef {
 }
 
 pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit, CliError> {
+    if let Some(parent) = args.with_parent {
+        die_with_parent(parent)?;
+    }
     let program = super::compile(cli, printer, &args.file)?;
     super::apply::refuse_library(&program, &args.file)?;
     let repo_root = repository(cli, &args.file)?;

@@ -720,6 +720,7 @@ pub async fn apply(
     opts: &RunOptions,
     observer: &dyn Observer,
     endpoint: &Endpoint,
+    repo_url: &str,
 ) -> Result<RunReport, RunError> {
     // The server first: a run that cannot start leaves no run behind.
     let client = endpoint
@@ -731,7 +732,7 @@ pub async fn apply(
         .await
         .map_err(|message| RunError::Executor { message })?;
     let coord = Coordinator::open(program, opts, observer, "temporal")?;
-    let result = coordinate(&coord, client, program, opts, endpoint).await;
+    let result = coordinate(&coord, client, program, opts, endpoint, repo_url).await;
     match result {
         Ok(reports) => coord.finish(reports),
         Err(e) => {
@@ -747,6 +748,7 @@ async fn coordinate(
     program: &Program,
     opts: &RunOptions,
     endpoint: &Endpoint,
+    repo_url: &str,
 ) -> Result<BTreeMap<String, TaskReport>, RunError> {
     let executor = |message: String| RunError::Executor { message };
     let flow = program.flow.as_ref();
@@ -781,7 +783,7 @@ async fn coordinate(
         workflow: workflow.clone(),
         file: opts.file.clone(),
         digest: program.digest.to_string(),
-        repo: opts.repo_root.display().to_string(),
+        repo: repo_url.to_string(),
         parallel: flow.map_or(1, |f| usize::try_from(f.parallel).unwrap_or(usize::MAX)),
         continue_on_failure: flow.is_some_and(|f| f.continue_on_failure),
         tasks,
@@ -789,6 +791,14 @@ async fn coordinate(
         coord_queue: coord_queue.clone(),
         attempt_timeout_ms: crate::run::attempt::ms(longest + ATTEMPT_SLACK),
     };
+
+    reaches_this_repository(
+        &opts.repo_root,
+        repo_url,
+        coord.tasks().map(|(_, target)| target),
+    )
+    .await
+    .map_err(executor)?;
 
     let runtime = Runtime::from_current_tokio(Default::default())
         .map_err(|e| executor(format!("cannot start the Temporal runtime: {e}")))?;
@@ -815,7 +825,7 @@ async fn coordinate(
         None,
         None,
         "temporal.started",
-        serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address}),
+        serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address, "repo_url": repo_url}),
     )?;
 
     let reports = std::sync::Mutex::new(BTreeMap::new());
@@ -862,6 +872,41 @@ async fn coordinate(
         .into_inner()
         .map_err(|_| executor("the reports' lock was poisoned".into()))?;
     Ok(reports)
+}
+
+/// Whether `url`, where workers will fetch bases and push changes, leads to the repository at
+/// `root`: every target branch there must be where it is here. Checked before the workflow
+/// starts, since a worker that cannot fetch would only fail each attempt, five times over.
+async fn reaches_this_repository<'t>(
+    root: &Path,
+    url: &str,
+    targets: impl Iterator<Item = &'t str>,
+) -> Result<(), String> {
+    let targets: std::collections::BTreeSet<&str> = targets.collect();
+    for target in targets {
+        let name = format!("refs/heads/{target}");
+        let here = git(root, &["rev-parse", "--verify", "--quiet", &name])
+            .await
+            .map_err(|e| format!("the target branch `{target}` is not in this repository: {e}"))?;
+        let there = git(root, &["ls-remote", "--heads", url, &name])
+            .await
+            .map_err(|e| {
+                format!("workers could not reach this repository at `{url}` (`--repo-url`): {e}")
+            })?;
+        let there = there.lines().find_map(|l| {
+            l.split_once('\t')
+                .filter(|(_, r)| *r == name)
+                .map(|(oid, _)| oid)
+        });
+        if there != Some(here.trim()) {
+            return Err(format!(
+                "`{url}` (`--repo-url`) is not this repository: its `{target}` is {}, here it is {}; workers must fetch from and push to the repository `mvk apply` runs in (this one, by any URL that reaches it)",
+                there.unwrap_or("missing"),
+                here.trim()
+            ));
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -991,6 +1036,11 @@ impl WorkerActs {
         let mut cmd = tokio::process::Command::new(exe);
         cmd.current_dir(repo)
             .args(["attempt", &input.file, "--task", &input.task, "--json"])
+            // A worker killed outright (SIGKILL, OOM) takes its attempt with it: the activity
+            // is made again elsewhere, and an orphan would go on spending the agent's budget.
+            // The signal is armed by the thread that spawns: a runtime worker thread, which
+            // lives as long as the worker.
+            .arg(format!("--with-parent={}", std::process::id()))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -92,17 +92,16 @@ fn start_server(bin: &Path, dir: &Path) -> (Killed, String) {
 }
 
 /// `mvk worker` in a clone of the fixture's repository of its own, with a pool of its own.
-fn start_worker(fixture: &Fixture, dir: &Path, n: usize, address: &str, queue: &str) -> Killed {
+fn start_worker(
+    fixture: &Fixture,
+    dir: &Path,
+    source: &str,
+    n: usize,
+    address: &str,
+    queue: &str,
+) -> Killed {
     let clone = dir.join(format!("clone{n}"));
-    git(
-        dir,
-        &[
-            "clone",
-            "-q",
-            fixture.root().to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
+    git(dir, &["clone", "-q", source, clone.to_str().unwrap()]);
     git(&clone, &["config", "user.name", "Worker"]);
     git(&clone, &["config", "user.email", "worker@example.com"]);
     git(&clone, &["config", "commit.gpgsign", "false"]);
@@ -162,53 +161,154 @@ flow t {{
     )
 }
 
-/// Runs the fan-out over `n` items (and its join) on 3 workers; with `kill`, SIGKILLs one worker while its agent
-/// runs. Every task must land exactly once, and `mvk status` and `mvk log` show the run.
-fn run_flow(n: usize, secs: &str, kill: bool) {
+/// `git daemon` serving the fixture's repository on a free loopback port, pushes allowed: the
+/// URL workers on other machines would use (`git://127.0.0.1:PORT/REPO`).
+fn serve_git(fixture: &Fixture, dir: &Path) -> (Killed, String) {
+    let port = free_port();
+    let base = fixture.root().parent().unwrap();
+    let name = fixture.root().file_name().unwrap().to_str().unwrap();
+    let log = std::fs::File::create(dir.join("git-daemon.log")).unwrap();
+    let daemon = Killed(
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--listen=127.0.0.1",
+                "--export-all",
+            ])
+            .args(["--enable=receive-pack", "--informative-errors"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            // Only this repository is served.
+            .arg(fixture.root())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("git://127.0.0.1:{port}/{name}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("git")
+        .args(["ls-remote", &url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        assert!(Instant::now() < deadline, "git daemon did not serve {url}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (daemon, url)
+}
+
+/// The processes (pid and command line) whose working directory lies under one of `dirs`.
+fn processes_in(dirs: &[PathBuf]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
+            continue;
+        };
+        if dirs.iter().any(|d| cwd.starts_with(d)) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                String::from_utf8_lossy(&cmdline).replace('\0', " "),
+            ));
+        }
+    }
+    found
+}
+
+/// How the workers reach the coordinator's repository.
+#[derive(Clone, Copy, PartialEq)]
+enum Reach {
+    /// Its path (the default: workers on the same machine).
+    Path,
+    /// A `git://` URL served by `git daemon` (`--repo-url`): the workers' clones come from it,
+    /// bases are fetched and changes pushed through it, as from another machine.
+    Url,
+}
+
+/// Runs the fan-out over `n` items (and its join) on 3 workers. With `kill`, every agent waits
+/// for a go-ahead until all three workers are mid-attempt; one worker is then SIGKILLed, and
+/// its attempt must be made again elsewhere. Every task must land exactly once, and `mvk
+/// status` and `mvk log` show the run.
+fn run_flow(n: usize, secs: &str, kill: bool, reach: Reach) {
     let Some(bin) = temporal_bin() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(&bin, dir.path());
-    let fixture = Fixture::new(&fan_out(secs));
+    let fixture = Fixture::new(&fan_out(if kill { "file:@STATE/go" } else { secs }));
     std::fs::create_dir_all(fixture.root().join("items")).unwrap();
-    let items: Vec<String> = (0..n).map(|i| format!("items/i{i:02}.txt")).collect();
+    let items: Vec<String> = (0..n).map(|i| format!("items/i{i:03}.txt")).collect();
     for item in &items {
         std::fs::write(fixture.root().join(item), "").unwrap();
     }
     fixture.git(&["add", "-A"]);
     fixture.git(&["commit", "-q", "-m", "items"]);
     let queue = "mvk-test";
+    let (_daemon, source) = match reach {
+        Reach::Path => (None, fixture.root().to_str().unwrap().to_string()),
+        Reach::Url => {
+            let (daemon, url) = serve_git(&fixture, dir.path());
+            (Some(daemon), url)
+        }
+    };
     let mut workers: Vec<Option<Killed>> = (0..3)
-        .map(|i| Some(start_worker(&fixture, dir.path(), i, &address, queue)))
+        .map(|i| {
+            Some(start_worker(
+                &fixture,
+                dir.path(),
+                &source,
+                i,
+                &address,
+                queue,
+            ))
+        })
         .collect();
 
-    let child = apply_temporal(&fixture, &address, queue, Stdio::piped)
-        .spawn()
-        .unwrap();
+    let mut apply = apply_temporal(&fixture, &address, queue, Stdio::piped);
+    if reach == Reach::Url {
+        apply.args(["--repo-url", &source]);
+    }
+    let child = apply.spawn().unwrap();
     let mut killed_in: Option<String> = None;
     if kill {
-        // The first agent to start runs in some worker's clone: kill that worker mid-attempt.
+        // Every agent waits for `go`: once three have started, each worker is mid-attempt.
         let log = fixture.state("log");
         let deadline = Instant::now() + Duration::from_secs(120);
-        'wait: loop {
-            assert!(Instant::now() < deadline, "no agent started within 120 s");
-            let started = std::fs::read_to_string(&log).unwrap_or_default();
-            if !started.is_empty() {
-                for (i, w) in workers.iter_mut().enumerate() {
-                    let pool = dir.path().join(format!("pool{i}"));
-                    // A worker whose pool holds a slot is the one running an attempt.
-                    let busy = std::fs::read_dir(&pool).is_ok_and(|mut d| d.next().is_some());
-                    if busy && let Some(victim) = w.take() {
-                        // SIGKILL: no drain, no goodbye to the server.
-                        drop(victim);
-                        killed_in = Some(format!("worker{i}"));
-                        break 'wait;
-                    }
-                }
-            }
+        while std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("start "))
+            .count()
+            < 3
+        {
+            assert!(
+                Instant::now() < deadline,
+                "three agents did not start within 120 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // SIGKILL: no drain, no goodbye to the server.
+        drop(workers[0].take());
+        killed_in = Some("worker0".into());
+        // Its `mvk attempt` and agent die with it (they would otherwise wait for `go` forever).
+        let gone = [dir.path().join("clone0"), dir.path().join("pool0")];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = processes_in(&gone);
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the killed worker's attempt outlived it: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::fs::write(fixture.state("go"), "").unwrap();
     }
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -326,12 +426,14 @@ fn run_flow(n: usize, secs: &str, kill: bool) {
 
 #[test]
 fn a_fanned_out_flow_runs_on_three_workers_and_every_task_lands_once() {
-    run_flow(12, "0.2", false);
+    run_flow(12, "0.2", false, Reach::Path);
 }
 
+/// The issue's test: 100 trivial tasks on 3 workers that reach the repository by URL only, one
+/// worker killed mid-activity.
 #[test]
 fn a_worker_killed_mid_attempt_loses_and_doubles_nothing() {
-    run_flow(10, "3", true);
+    run_flow(100, "0", true, Reach::Url);
 }
 
 #[test]
@@ -347,7 +449,14 @@ fn resume_refuses_a_temporal_run_whose_coordinator_died() {
     fixture.git(&["add", "-A"]);
     fixture.git(&["commit", "-q", "-m", "items"]);
     let queue = "mvk-test";
-    let _worker = start_worker(&fixture, dir.path(), 0, &address, queue);
+    let _worker = start_worker(
+        &fixture,
+        dir.path(),
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
     let coordinator = Killed(
         apply_temporal(&fixture, &address, queue, Stdio::null)
             .spawn()
@@ -372,4 +481,78 @@ fn resume_refuses_a_temporal_run_whose_coordinator_died() {
     );
     // Nothing landed behind the refusal.
     assert_eq!(fixture.show("main", "items/a.txt").as_deref(), Some(""));
+}
+
+/// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one
+/// commit behind) is refused before the workflow starts, with both commits named.
+#[test]
+fn a_repo_url_that_is_not_this_repository_is_refused() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let fixture = Fixture::new(&fan_out("0"));
+    std::fs::create_dir_all(fixture.root().join("items")).unwrap();
+    std::fs::write(fixture.root().join("items/a.txt"), "").unwrap();
+    let stale = dir.path().join("stale");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            fixture.root().to_str().unwrap(),
+            stale.to_str().unwrap(),
+        ],
+    );
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "items"]);
+    let here = fixture.git(&["rev-parse", "main"]);
+    let out = apply_temporal(&fixture, &address, "mvk-test", Stdio::piped)
+        .args(["--repo-url", stale.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("is not this repository") && stderr.contains(here.trim()),
+        "{stderr}"
+    );
+    // No workflow was started and no attempt made.
+    assert!(!fixture.state("log").exists(), "{stderr}");
+    let list = Command::new(&bin)
+        .args(["workflow", "list", "--address", &address])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("mvk-"),
+        "{}",
+        String::from_utf8_lossy(&list.stdout)
+    );
+
+    // A URL nothing answers at is refused the same way.
+    let out = apply_temporal(&fixture, &address, "mvk-test", Stdio::piped)
+        .args(["--repo-url", dir.path().join("nowhere").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("could not reach this repository"),
+        "{stderr}"
+    );
+}
+
+/// `--repo-url` is for workers; a local run has none and says so.
+#[test]
+fn repo_url_without_the_temporal_executor_is_a_usage_error() {
+    let fixture = Fixture::new(&fan_out("0"));
+    let out = fixture
+        .mvk_std()
+        .args(["apply", "loops/t.kdl", "--repo-url", "ssh://h/r"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("a local run has no workers"), "{stderr}");
 }
