@@ -143,6 +143,8 @@ pub struct Lease {
     /// The bytes of the git links as mvk made them (`.git`, `gitdir`, `commondir`): put back
     /// before mvk opens the worktree, so a registration the agent rewrote never outlives it.
     links: Vec<(PathBuf, Vec<u8>)>,
+    /// mvk's own copy of the slot's index, outside every sandbox grant (see [`Trusted`]).
+    trusted: Trusted,
     /// Held open for its lock; closing the file releases it.
     _lock: File,
 }
@@ -545,6 +547,7 @@ impl Pool {
             admin,
             common: self.git_dir.clone(),
             links,
+            trusted: self.trusted(slot),
             _lock: lock,
         })
     }
@@ -642,6 +645,10 @@ impl Pool {
 
     fn lock_path(&self, n: usize) -> PathBuf {
         self.root.join(format!("slot-{n}.lock"))
+    }
+
+    fn trusted(&self, n: usize) -> Trusted {
+        Trusted(self.root.join(format!("slot-{n}.index")))
     }
 
     /// Waits for, then holds, the lock on the repository's worktree registry for this pool:
@@ -767,6 +774,8 @@ impl Pool {
             let _registry = self.lock_registry()?;
             // The directory first: a prune would try to delete it too, and fail the same way.
             clear_slot_dir(&path)?;
+            // A new slot's files are all written afresh: no stat data of the old one applies.
+            self.trusted(n).forget()?;
             self.remove_registrations(main, n)?;
             self.forget_relinked(main, n)?;
             let name = self.fresh_worktree_name(main, n)?;
@@ -984,10 +993,20 @@ impl Pool {
         let tree = commit
             .tree()
             .map_err(git_err(format!("read tree of `{base}`"), path))?;
+        let trusted = self.trusted(self.slot_of_path(path).unwrap_or(usize::MAX));
+        // The slot's index as mvk last wrote it, never the one its last agent (or the code its
+        // gates ran) left: stat data there could pass any file off as the blob it names.
+        let restored = trusted.restore(slot.path())?;
+        trusted.forget()?;
         let mut index = slot.index().map_err(git_err("open index", path))?;
+        if !restored {
+            // No copy of mvk's: no stat data is believed, so the checkout writes every file.
+            index.clear().map_err(git_err("clear index", path))?;
+            index.write().map_err(git_err("write index", path))?;
+        }
         // Most resets change a few files: only those are written. A full checkout walks and
         // compares every file of the tree, and was a third of a wide flow's CPU.
-        let fast = reset_in_place(&slot, &self.git_dir, path, &tree, &mut index)?;
+        let fast = restored && reset_in_place(&slot, &self.git_dir, path, &tree, &mut index)?;
         if !fast {
             // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
             let mut checkout = CheckoutBuilder::new();
@@ -1005,7 +1024,76 @@ impl Pool {
         index.write().map_err(git_err("write index", path))?;
         slot.cleanup_state()
             .map_err(git_err("clear merge or rebase state", path))?;
+        trusted.keep(slot.path())?;
         Ok(())
+    }
+}
+
+/// Where mvk keeps its own copy of a slot's index (`slot-N.index` beside the slot, under the
+/// pool's root, which no sandbox grants): written right after mvk wrote the index (a reset, a
+/// capture), put back in place before mvk next trusts the index's stat data. An agent can
+/// write its worktree's index, and an entry holding one blob's id with another file's stat
+/// data would make the capture, the gates' clean-in-place check and the next reset take that
+/// file for the blob. Stat data mvk recorded cannot be forged that way: a changed file's
+/// ctime or inode changes with it.
+#[derive(Debug, Clone)]
+struct Trusted(PathBuf);
+
+impl Trusted {
+    /// Copies the index in ADMIN (a worktree's git directory) here, its modification time
+    /// kept: libgit2 and [`sweep`] tell racily clean entries by comparing with it.
+    fn keep(&self, admin: &Path) -> Result<(), WorktreeError> {
+        let index = admin.join("index");
+        let tmp = self.0.with_extension("index.tmp");
+        let copied = (|| {
+            let modified = fs::symlink_metadata(&index)?.modified()?;
+            let _ = fs::remove_file(&tmp);
+            fs::copy(&index, &tmp)?;
+            OpenOptions::new()
+                .write(true)
+                .open(&tmp)?
+                .set_modified(modified)?;
+            fs::rename(&tmp, &self.0)
+        })();
+        copied.map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            WorktreeError::Io {
+                action: "keep a copy of the index in",
+                path: self.0.clone(),
+                source: e,
+            }
+        })
+    }
+
+    /// Puts the copy back as ADMIN's index (replacing whatever stands there, a link or a file,
+    /// never writing through it). False when there is no copy, or it cannot be put back.
+    fn restore(&self, admin: &Path) -> Result<bool, WorktreeError> {
+        let modified = match fs::metadata(&self.0).and_then(|m| m.modified()) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err("read", &self.0)(e)),
+        };
+        let tmp = admin.join("index.mvk-tmp");
+        let put = (|| {
+            let _ = fs::remove_file(&tmp);
+            let mut out = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            io::copy(&mut File::open(&self.0)?, &mut out)?;
+            out.set_modified(modified)?;
+            drop(out);
+            fs::rename(&tmp, admin.join("index"))
+        })();
+        if put.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        Ok(put.is_ok())
+    }
+
+    /// Removes the copy (none is fine).
+    fn forget(&self) -> Result<(), WorktreeError> {
+        match fs::remove_file(&self.0) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("remove", &self.0)(e)),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -1034,7 +1122,15 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
         Err(e) if e.code() == ErrorCode::UnbornBranch => None,
         Err(e) => return Err(git_err("read HEAD", path)(e)),
     };
+    // Staged from mvk's own copy of the index (see `Trusted`), never the agent's; without
+    // one, from nothing, every file hashed.
+    let restored = lease.trusted.restore(repo.path())?;
+    lease.trusted.forget()?;
     let mut index = repo.index().map_err(git_err("open index", path))?;
+    index.read(true).map_err(git_err("read index", path))?;
+    if !restored {
+        index.clear().map_err(git_err("clear index", path))?;
+    }
     index
         .add_all(["*"], IndexAddOption::DEFAULT, None)
         .map_err(git_err("stage changes", path))?;
@@ -1042,6 +1138,7 @@ pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     // a file deleted from the worktree leaves the index too (libgit2 >= 1.0), so no second
     // walk with `update_all` (a unit test holds this).
     index.write().map_err(git_err("write index", path))?;
+    lease.trusted.keep(repo.path())?;
     missing_from_base(&repo, lease, &index)?;
     let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
     let final_id = match &head {
@@ -1093,13 +1190,22 @@ pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
     let commit = repo
         .find_commit(head)
         .map_err(git_err(format!("find commit `{head}`"), path))?;
+    // What `capture` wrote, from mvk's copy: whatever stands in the worktree's index now.
+    if !lease.trusted.restore(repo.path())? {
+        return Ok(false);
+    }
     let mut index = repo.index().map_err(git_err("open index", path))?;
-    // The index on disk, not a copy libgit2 kept: it is what `capture` wrote.
     index.read(true).map_err(git_err("read index", path))?;
     if !on_head || index.write_tree().ok() != Some(commit.tree_id()) {
         return Ok(false);
     }
-    Ok(sweep(&repo, &lease.common, path, &index)?.is_some_and(|dirty| dirty.is_empty()))
+    if !sweep(&repo, &lease.common, path, &index)?.is_some_and(|dirty| dirty.is_empty()) {
+        return Ok(false);
+    }
+    // What a fresh lease's reset clears: a merge, rebase or bisect the agent left half done.
+    repo.cleanup_state()
+        .map_err(git_err("clear merge or rebase state", path))?;
+    Ok(true)
 }
 
 /// Removes from the worktree at PATH what INDEX does not list (ignored and untracked files,
@@ -1130,6 +1236,15 @@ fn sweep(
     if converting || index.has_conflicts() {
         return Ok(None);
     }
+    // Entries not older than the index file are racily clean: a write in the same clock tick
+    // as the index's leaves the same stat data (git's rule), so their files are rewritten.
+    let Ok(stamp) = fs::symlink_metadata(repo.path().join("index")) else {
+        return Ok(None);
+    };
+    let stamp = {
+        use std::os::unix::fs::MetadataExt;
+        (stamp.mtime(), stamp.mtime_nsec())
+    };
     let mut tracked: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
     let mut dirs: HashSet<Vec<u8>> = HashSet::new();
     for entry in index.iter() {
@@ -1147,6 +1262,10 @@ fn sweep(
             at += i + 1;
         }
         tracked.insert(name, entry);
+    }
+    // A path both a file and a directory of others is no index git writes.
+    if tracked.keys().any(|k| dirs.contains(k)) {
+        return Ok(None);
     }
     let mut dirty = Vec::new();
     let mut pending = vec![Vec::new()];
@@ -1180,7 +1299,12 @@ fn sweep(
                 continue;
             }
             match tracked.remove(&child) {
-                Some(e) if same_stat(&e, &meta) => {}
+                Some(e)
+                    if same_stat(&e, &meta)
+                        && (
+                            i64::from(e.mtime.seconds()),
+                            i64::from(e.mtime.nanoseconds()),
+                        ) < stamp => {}
                 Some(_) => dirty.push(child),
                 None => {
                     if fs::remove_file(&full).is_err() {
@@ -1251,6 +1375,11 @@ fn reset_in_place(
         if is_attributes(&rel) || !plain_path(&rel) {
             return Ok(false);
         }
+        // Every directory above it must be a real one (or not be there yet): never remove or
+        // write through a link standing where the tree has a directory.
+        if !real_dirs_above(path, &rel) {
+            return Ok(false);
+        }
         let full = path.join(std::ffi::OsStr::from_bytes(&rel));
         match fs::symlink_metadata(&full) {
             Ok(m) if m.is_dir() => return Ok(false),
@@ -1319,6 +1448,23 @@ fn plain_path(rel: &[u8]) -> bool {
         })
 }
 
+/// Whether each directory between ROOT and REL (relative, `/`-separated) is a directory itself,
+/// not a link to one, or is not there.
+fn real_dirs_above(root: &Path, rel: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut at = 0;
+    while let Some(i) = rel[at..].iter().position(|&b| b == b'/') {
+        let dir = root.join(std::ffi::OsStr::from_bytes(&rel[..at + i]));
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+            _ => return false,
+        }
+        at += i + 1;
+    }
+    true
+}
+
 /// Removes the directories above FULL, up to ROOT, that are left empty.
 fn remove_empty_parents(root: &Path, full: &Path) {
     let mut dir = full.parent();
@@ -1344,6 +1490,11 @@ fn same_stat(entry: &git2::IndexEntry, meta: &fs::Metadata) -> bool {
     } else {
         0o100644
     };
+    // A second name for the file (a hard link an agent made) would carry an edit of one path
+    // into the other.
+    if meta.nlink() != 1 {
+        return false;
+    }
     // The index keeps 32 bits of each: compared as git compares them.
     entry.mode == mode
         && entry.file_size == meta.size() as u32
@@ -2368,6 +2519,9 @@ mod tests {
             reset_in_place(&repo, &pool.git_dir, &p, &tree, &mut index).expect("reset"),
             "reset in place"
         );
+        // An index written in the same clock tick as the files makes them racily clean (and
+        // rewritten by the next reset, as git would): a tick later, they are simply clean.
+        std::thread::sleep(std::time::Duration::from_millis(20));
         index.write().expect("write index");
         assert_eq!(tree_on_disk(&p), [".gitignore", "a.txt", "b.txt"]);
         assert_eq!(
@@ -2384,6 +2538,135 @@ mod tests {
             .expect("sweep")
             .expect("judged");
         assert!(dirty.is_empty(), "{dirty:?}");
+    }
+
+    /// Writes an index entry for REL in the worktree at DIR holding ID but the stat data of the
+    /// file now on disk: what an agent can do to its own index, by hand.
+    fn forge_entry(dir: &Path, rel: &str, id: Oid, mode: u32) {
+        use std::os::unix::fs::MetadataExt;
+        let repo = Repository::open(dir).expect("open");
+        let mut index = repo.index().expect("index");
+        let meta = fs::symlink_metadata(dir.join(rel)).expect("stat");
+        let time =
+            |s: i64, ns: i64| git2::IndexTime::new(i32::try_from(s).expect("time"), ns as u32);
+        index
+            .add(&git2::IndexEntry {
+                ctime: time(meta.ctime(), meta.ctime_nsec()),
+                mtime: time(meta.mtime(), meta.mtime_nsec()),
+                dev: meta.dev() as u32,
+                ino: meta.ino() as u32,
+                mode,
+                uid: meta.uid(),
+                gid: meta.gid(),
+                file_size: meta.size() as u32,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: rel.as_bytes().to_vec(),
+            })
+            .expect("add forged entry");
+        // A tick after the file, so the entry is not racily clean.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        index.write().expect("write forged index");
+    }
+
+    #[test]
+    fn an_index_the_agent_forged_fools_neither_capture_nor_the_gates_nor_the_next_reset() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/forged").expect("acquire");
+        let p = lease.path.clone();
+        let one = Repository::open(&p)
+            .and_then(|r| r.revparse_single("HEAD:a.txt").map(|o| o.id()))
+            .expect("blob of a.txt");
+        // The file weakened on disk, its entry still naming the base's blob.
+        fs::write(p.join("a.txt"), "two\n").expect("write");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        forge_entry(&p, "a.txt", one, 0o100644);
+        let head = capture(&lease, "attempt").expect("capture");
+        // The commit holds what the gates will run: the file on disk.
+        let tree = tree_files(&f.repo, head);
+        assert!(
+            tree.contains(&("a.txt".to_string(), b"two\n".to_vec())),
+            "{tree:?}"
+        );
+        // Forged again after capture: the gates' clean-in-place check is not fooled either.
+        fs::write(p.join("a.txt"), "six\n").expect("write");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let captured = Repository::open(&p)
+            .and_then(|r| r.revparse_single("HEAD:a.txt").map(|o| o.id()))
+            .expect("blob");
+        forge_entry(&p, "a.txt", captured, 0o100644);
+        // `clean_in_place` reads what capture wrote (mvk's), so it refuses or rewrites.
+        let clean = clean_in_place(&lease, head).expect("clean in place");
+        assert!(
+            !clean || fs::read_to_string(p.join("a.txt")).expect("read") == "two\n",
+            "the gates would run a file the commit does not hold"
+        );
+        drop(lease);
+        // The next lease of the slot, on the base: the file is the base's again.
+        let lease = pool.acquire(f.c1, "mvk/next").expect("acquire");
+        assert_eq!(lease.path, p);
+        assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
+        git(&p, &["diff", "--quiet", &f.c1.to_string()]);
+    }
+
+    #[test]
+    fn a_link_and_a_forged_entry_below_it_make_no_reset_touch_anything_outside() {
+        let f = fixture();
+        let outside = f._tmp.path().join("victim");
+        fs::create_dir_all(&outside).expect("mkdir");
+        fs::write(outside.join("secret"), "keep").expect("write");
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/link").expect("acquire");
+        let p = lease.path.clone();
+        std::os::unix::fs::symlink(&outside, p.join("L")).expect("symlink");
+        let repo = Repository::open(&p).expect("open");
+        let target = repo
+            .blob(outside.as_os_str().as_encoded_bytes())
+            .expect("blob");
+        let any = repo.blob(b"x").expect("blob");
+        drop(repo);
+        forge_entry(&p, "L", target, 0o120000);
+        // An entry below the link, missing on disk: a reset would "restore" it by removing
+        // and writing through the link.
+        {
+            let repo = Repository::open(&p).expect("open");
+            let mut index = repo.index().expect("index");
+            let mut entry = index.get_path(Path::new("a.txt"), 0).expect("entry");
+            entry.path = b"L/secret".to_vec();
+            entry.id = any;
+            index.add(&entry).expect("add");
+            index.write().expect("write");
+        }
+        drop(lease);
+        let lease = pool.acquire(f.c2, "mvk/after").expect("acquire");
+        assert_eq!(lease.path, p);
+        assert_eq!(
+            fs::read_to_string(outside.join("secret")).expect("the file outside is still there"),
+            "keep"
+        );
+        assert!(
+            fs::symlink_metadata(p.join("L")).is_err(),
+            "the link is gone"
+        );
+        git(&p, &["diff", "--quiet", &f.c2.to_string()]);
+    }
+
+    #[test]
+    fn a_hard_link_between_tracked_files_does_not_survive_a_reset() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/hard").expect("acquire");
+        let p = lease.path.clone();
+        drop(lease);
+        fs::remove_file(p.join("a.txt")).expect("rm");
+        fs::hard_link(p.join("src/lib.rs"), p.join("a.txt")).expect("link");
+        let lease = pool.acquire(f.c1, "mvk/hard2").expect("acquire");
+        assert_eq!(lease.path, p);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(p.join("src/lib.rs")).expect("stat").nlink(), 1);
+        assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
     }
 
     #[test]
