@@ -421,6 +421,26 @@ fn run_flow(n: usize, secs: &str, kill: bool, reach: Reach) {
         n + 1,
         "{log_text}\n{context}"
     );
+    // Drift is judged against the run's stored program, as for a local run: a changed goal
+    // is named, field and task.
+    let flow = fixture.root().join("loops/t.kdl");
+    let text = std::fs::read_to_string(&flow).unwrap();
+    std::fs::write(
+        &flow,
+        text.replace("Write out/docs.txt.", "Write out/docs.txt, briefly."),
+    )
+    .unwrap();
+    let why = fixture.mvk().args(["why", &run]).output().unwrap();
+    let why_text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&why.stdout),
+        String::from_utf8_lossy(&why.stderr)
+    );
+    assert!(
+        why_text.contains("task `docs`: changed: its `goal` changed")
+            && why_text.contains("\"Write out/docs.txt.\" → \"Write out/docs.txt, briefly.\""),
+        "{why_text}"
+    );
     drop(workers);
 }
 
