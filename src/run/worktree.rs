@@ -999,15 +999,15 @@ impl Pool {
         let restored = trusted.restore(slot.path())?;
         trusted.forget()?;
         let mut index = slot.index().map_err(git_err("open index", path))?;
-        if !restored {
-            // No copy of mvk's: no stat data is believed, so the checkout writes every file.
-            index.clear().map_err(git_err("clear index", path))?;
-            index.write().map_err(git_err("write index", path))?;
-        }
         // Most resets change a few files: only those are written. A full checkout walks and
         // compares every file of the tree, and was a third of a wide flow's CPU.
         let fast = restored && reset_in_place(&slot, &self.git_dir, path, &tree, &mut index)?;
         if !fast {
+            // No stat data is believed by the full checkout: every file on disk is removed
+            // and written afresh. libgit2 rewrites a changed file in place, which would write
+            // through a hard link the last agent made to another file, or to one outside.
+            index.clear().map_err(git_err("clear index", path))?;
+            index.write().map_err(git_err("write index", path))?;
             // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
             let mut checkout = CheckoutBuilder::new();
             checkout.force().remove_untracked(true).remove_ignored(true);
@@ -1229,10 +1229,23 @@ fn sweep(
         .config()
         .and_then(|mut c| c.snapshot())
         .map_err(git_err("read configuration", path))?;
-    let converting = ["core.autocrlf", "core.eol", "core.attributesfile"]
-        .iter()
-        .any(|key| config.get_entry(key).is_ok())
-        || common.join("info").join("attributes").exists();
+    // libgit2 also reads the user's and the system's attributes files with no key naming them.
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
+        .map(|d| d.join("git").join("attributes"));
+    let converting = [
+        "core.autocrlf",
+        "core.eol",
+        "core.attributesfile",
+        "core.symlinks",
+    ]
+    .iter()
+    .any(|key| config.get_entry(key).is_ok())
+        || common.join("info").join("attributes").exists()
+        || xdg.is_some_and(|f| f.exists())
+        || Path::new("/etc/gitattributes").exists();
     if converting || index.has_conflicts() {
         return Ok(None);
     }
@@ -1415,7 +1428,8 @@ fn reset_in_place(
             OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(if mode == 0o100755 { 0o777 } else { 0o666 })
+                // The modes libgit2's checkout writes, so a file is the same whichever path wrote it.
+                .mode(if mode == 0o100755 { 0o755 } else { 0o644 })
                 .open(&full)
                 .and_then(|mut f| io::Write::write_all(&mut f, blob.content()))
         };
