@@ -538,4 +538,13 @@ fn escapees_that_outlast_the_sweep_fail_the_attempt_before_capture_and_gates() {
     }
     let prompt = std::fs::read_to_string(run.attempt_dir(2).join("prompt.md")).unwrap();
     assert!(prompt.contains("leaves no process running"), "{prompt}");
+    // The slot the chain may still run in never goes back to the pool: attempt 2 is checked
+    // out in another one.
+    let worktrees: Vec<&str> = run
+        .named("attempt.started")
+        .iter()
+        .filter_map(|e| e["detail"]["worktree"].as_str())
+        .collect();
+    assert_eq!(worktrees.len(), 2, "{}", run.why());
+    assert_ne!(worktrees[0], worktrees[1], "{}", run.why());
 }
