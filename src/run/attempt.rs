@@ -371,7 +371,12 @@ pub async fn run_attempt(
             runner.ledger_agent_done(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
-            drop(lease);
+            if survived {
+                // What mvk could not end may still write the slot: never leased again.
+                lease.retire()?;
+            } else {
+                drop(lease);
+            }
             let (criterion, part) = wrecked.unwrap_or_default();
             let f = agent_failure(spec.number, criterion, part, exit_code, &dir);
             return Ok(AttemptRecord {
@@ -597,6 +602,8 @@ pub async fn judge(
             return Ok(record(AttemptEnd::Failed(f)));
         }
         if swept.survived {
+            // What mvk could not end may still write the slot: never leased again.
+            lease.retire()?;
             return Ok(record(AttemptEnd::Failed(escaped_gate(spec.number, &run))));
         }
         if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {

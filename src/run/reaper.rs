@@ -105,10 +105,11 @@ pub struct Sweep {
 }
 
 /// Kills and reaps every child of this process that escaped TASK's agents and gates, and the
-/// children they leave behind. Spared: the agents and gates mvk runs now (see [`own`]) and
-/// what is still in their process groups (a gate's `server &` whose shell exited), and
+/// children they leave behind. Spared: the agents and gates mvk runs now (see [`own`]), and
 /// escapees of another task of RUN that is still going (their `MVK_RUN` and `MVK_TASK` name it,
-/// and it is registered by [`live`]), which that task's own sweep ends and counts. Anything
+/// and it is registered by [`live`]), which that task's own sweep ends and counts — a sibling's
+/// gate's `server &` whose shell exited is one. An escapee in the process group of an agent or
+/// gate mvk runs is not spared for it (see [`escaped`]). Anything
 /// else dies in whichever sweep finds it: an escapee that names no task (it scrubbed its
 /// environment), or one that names a task not in the run or already over — whose sweep would
 /// never come, so that the name would keep it alive for good. Each round stops every process
@@ -142,12 +143,9 @@ pub fn kill_adopted(run: &str, task: &str) -> Sweep {
         // several sweeps: a full scan each time was a fifth of a wide flow's CPU).
         if let Some(children) = own_children() {
             let own = OWN.lock().unwrap_or_else(PoisonError::into_inner);
-            let adopted = children.iter().any(|(pid, s)| {
-                s.state != "X"
-                    && !own.contains(pid)
-                    && !own.contains(&s.pgrp)
-                    && (s.state == "Z" || !theirs(*pid))
-            });
+            let adopted = children
+                .iter()
+                .any(|(pid, s)| escaped(*pid, s, &own) && (s.state == "Z" || !theirs(*pid)));
             drop(own);
             if !adopted {
                 quiet += 1;
@@ -187,11 +185,13 @@ pub fn kill_adopted(run: &str, task: &str) -> Sweep {
             }
         }
         for &pid in &found.children {
-            if let Some(p) = Pid::from_raw(pid) {
-                if rustix::process::kill_process(p, Signal::KILL).is_ok() {
-                    sweep.killed += 1;
-                }
-                // Reap it, so it does not linger as a zombie.
+            if let Some(p) = Pid::from_raw(pid)
+                && rustix::process::kill_process(p, Signal::KILL).is_ok()
+            {
+                sweep.killed += 1;
+                // Reap it, so it does not linger as a zombie. Only once killed: the wait for
+                // one mvk may not signal (it became another user) would never end, and every
+                // task with it; the next scans find it again, and the time limit fails the step.
                 let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
             }
         }
@@ -206,11 +206,20 @@ pub fn kill_adopted(run: &str, task: &str) -> Sweep {
     sweep
 }
 
+/// Whether mvk's child PID (its `stat` S) escaped: it is not one mvk started itself (OWN), be it
+/// in the process group of one: an escapee in the same session may join the group of any
+/// agent or gate mvk runs (`setpgid`), and must not be spared for it. That group itself is never
+/// killed whole (the agent or gate is in it, see [`doomed`]): only the joiner and what is under
+/// it die.
+fn escaped(pid: i32, s: &Stat, own: &BTreeSet<i32>) -> bool {
+    s.state != "X" && !own.contains(&pid)
+}
+
 /// What one scan finds to end.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Doomed {
-    /// Live escapees: children of mvk that are not its own, nor in an own process's group, nor
-    /// spared as a live sibling's.
+    /// Live escapees: children of mvk that are not its own (even in an own process's group),
+    /// nor spared as a live sibling's.
     children: Vec<i32>,
     /// Dead children of mvk, not its own, to reap.
     zombies: Vec<i32>,
@@ -221,7 +230,7 @@ struct Doomed {
 }
 
 /// Reads the process table ALL (pid and stat) as seen from mvk (ME, its group MY_GROUP): which
-/// children escaped (not in OWN, not in the group of one in OWN, not SPARED), what is under
+/// children escaped (not in OWN, be it in the group of one in OWN, not SPARED), what is under
 /// them, and which groups only they and what is under them make up. A group with any member
 /// elsewhere — under an agent or gate mvk runs now (`timeout`, job-control shells and test
 /// runners give children groups of their own), under a spared escapee, or outside mvk (its
@@ -235,7 +244,7 @@ fn doomed(
 ) -> Doomed {
     let mut out = Doomed::default();
     for (pid, s) in all {
-        if s.ppid != me || s.state == "X" || own.contains(pid) || own.contains(&s.pgrp) {
+        if s.ppid != me || !escaped(*pid, s, own) {
             continue;
         }
         if s.state == "Z" {
@@ -434,5 +443,27 @@ mod tests {
         // Not 202 (the honest test run's, under the gate), nor 401 (under the spared escapee),
         // nor 700 (outside mvk), nor mvk's own.
         assert_eq!(found.groups, BTreeSet::from([600]));
+    }
+
+    #[test]
+    fn an_escapee_that_joins_the_group_of_an_agent_or_gate_still_dies_alone() {
+        // Regression: an adopted child in the process group of an agent or gate mvk runs now
+        // was spared as that process's own, so an escapee of one task that joined a sibling's
+        // gate's group (same session: `setpgid` is allowed) outlived every sweep of its task.
+        // mvk is 100; the gate 200 leads group 200, its child 201 (a server) too; escapee 300
+        // joined group 200 and started 301 there.
+        let all = vec![
+            p(100, 1, 100),
+            p(200, 100, 200),
+            p(201, 200, 200),
+            p(300, 100, 200),
+            p(301, 300, 200),
+        ];
+        let own = BTreeSet::from([200]);
+        let found = doomed(&all, 100, 100, &own, &|_| false);
+        assert_eq!(found.children, [300]);
+        assert_eq!(found.descendants, [300, 301]);
+        // The gate's group itself is never killed whole: the gate and its server live on.
+        assert!(found.groups.is_empty(), "{:?}", found.groups);
     }
 }

@@ -58,14 +58,17 @@ pub const BASE_ENV: &[&str] = &[
     "TZ",
 ];
 
-/// Devices every process writes to; granted for writing in every sandbox.
+/// Devices every process writes to; granted for writing in every sandbox. Not `/dev/tty`: the
+/// terminal mvk runs in is the user's, and a program that can open it for ioctls can type into
+/// it (TIOCSTI) what the user's shell runs, unconfined, once mvk exits. Without the grant
+/// Landlock (ABI 5 and later) refuses it every device ioctl on the terminal however it opened
+/// it; in a PID namespace the program has no controlling terminal either ([`pidns`]).
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
 ];
 
 /// The Landlock ABI mvk asks for: writes, truncation, renames across directories, device
@@ -593,7 +596,7 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             let network = isolate_network().err();
             Support {
                 network,
-                pid: pidns::isolate().err(),
+                pid: pidns::isolate().err().map(|e| e.to_string()),
                 landlock: restrict(&[]).unwrap_or_else(|_| "none".into()),
             }
         };
@@ -602,6 +605,9 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     }
     if args.first().is_some_and(|a| a == pidns::INIT) {
         return pidns::init(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == pidns::ALONE) {
+        return pidns::alone(&args[1..]);
     }
     let policy = args
         .first()
@@ -638,7 +644,7 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     }
     // Before Landlock and the capability drop: entering the namespace needs the privilege.
     let pids = if pretend {
-        Err(pretending)
+        Err(pidns::Unisolated::Refused(pretending))
     } else {
         pidns::isolate()
     };
@@ -670,7 +676,15 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     }
     let own_pids = match pids {
         Ok(()) => true,
-        Err(why) => {
+        Err(pidns::Unisolated::HalfEntered(why)) => {
+            // Required or not: the program cannot run well in what is left (see `Unisolated`).
+            say(format!(
+                "refusing to run: {}",
+                pidns::Unisolated::HalfEntered(why)
+            ));
+            return ExitCode::from(REFUSED_EXIT);
+        }
+        Err(pidns::Unisolated::Refused(why)) => {
             if policy.required {
                 say(format!(
                     "refusing to run: it cannot have a PID namespace of its own, so what it starts could outlive it ({why})"
@@ -831,7 +845,8 @@ fn restrict(write: &[PathBuf]) -> Result<String, String> {
     // Every write is handled, so what no rule grants is denied everywhere: device nodes are
     // never made, not even where the program may write (a node of the disk would let it
     // write anything). No device can be under a granted path then, so ioctls on devices stay
-    // granted for the few granted device files (`/dev/null`, a terminal).
+    // granted for the few granted device files (`/dev/null` and the like, never a terminal:
+    // see `DEVICES`), and are refused on every other device, however it was opened.
     let granted = AccessFs::from_write(ABI) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
     let status = Ruleset::default()
         .handle_access(AccessFs::from_write(ABI))

@@ -9,11 +9,11 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{CWD, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 /// What is at a path, told without opening anything but a regular file.
@@ -149,6 +149,41 @@ pub fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileTy
             )
         })
     }))
+}
+
+/// Removes `name` from the directory open at `dir`: a directory with everything under it, anything
+/// else (a symlink included) as itself. Nothing is followed: each directory is opened once
+/// (`O_NOFOLLOW`), emptied through that descriptor and then removed by its name in its parent's,
+/// so a directory swapped for a symlink meanwhile leads the removal nowhere else (the symlink is
+/// what goes). std's `remove_dir_all` is safe only below the path it is given, which is looked
+/// up again, through whatever its components have become.
+pub fn remove_at(dir: impl AsFd, name: &Path) -> io::Result<()> {
+    remove_below(dir.as_fd(), name, 0)
+}
+
+/// Deeper than this [`remove_at`] gives up (one descriptor is open per level).
+const REMOVE_DEPTH: usize = 256;
+
+fn remove_below(dir: BorrowedFd<'_>, name: &Path, depth: usize) -> io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) => return Ok(()),
+        // A directory (EISDIR; EPERM where POSIX lets a system say so).
+        Err(Errno::ISDIR | Errno::PERM) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if depth >= REMOVE_DEPTH {
+        return Err(io::Error::other("directories nested too deep to remove"));
+    }
+    let Some(sub) = open_dir_at(dir, name)? else {
+        // No directory any more: what took its place goes as itself.
+        return Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?);
+    };
+    // Listed whole first: one descriptor per level, not two.
+    let names: Vec<OsString> = list(&sub)?.map(|(n, _)| n).collect();
+    for n in names {
+        remove_below(sub.as_fd(), Path::new(&n), depth + 1)?;
+    }
+    Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
 }
 
 /// A process racing mvk, for tests: something to do just before each open by name, at the

@@ -170,6 +170,20 @@ impl Lease {
         self.slot
     }
 
+    /// Gives the slot up for good, its directory left as it is: processes mvk could not end
+    /// may still be in it (`escapees-survived`), and the next lease of it would be reset,
+    /// checked, gated and judged while they write it. A marker beside it, `slot-N.retired`,
+    /// written while the lease still holds the slot's lock, keeps every pool on this root (this
+    /// run's, another mvk's) off that slot until [`Pool::gc`] removes the two.
+    pub fn retire(self) -> Result<(), WorktreeError> {
+        let marker = retired_path(&self.path, self.slot);
+        fs::write(
+            &marker,
+            b"processes mvk could not end may still run in this slot\n",
+        )
+        .map_err(io_err("retire worktree slot", &marker))
+    }
+
     /// The worktree's repository, if its git links still lead where mvk made them. The agent
     /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
     /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
@@ -259,6 +273,11 @@ impl Lease {
         }
         found
     }
+}
+
+/// The marker of a retired slot (see [`Lease::retire`]) `n`, whose directory is `slot`.
+fn retired_path(slot: &Path, n: usize) -> PathBuf {
+    slot.with_file_name(format!("slot-{n}.retired"))
 }
 
 /// Where the rewritten link `file` leads, for the message: a symlink's target, a file's first
@@ -552,9 +571,9 @@ impl Pool {
         })
     }
 
-    /// Removes every slot that is not leased, together with its git worktree registration.
-    /// Branches stay. Returns the slot directories removed (or whose stale registration was
-    /// pruned), sorted.
+    /// Removes every slot that is not leased, together with its git worktree registration (and
+    /// the marker of a retired one: its number is free again). Branches stay. Returns the slot
+    /// directories removed (or whose stale registration was pruned), sorted.
     pub fn gc(&self) -> Result<Vec<PathBuf>, WorktreeError> {
         let main = self.main()?;
         let mut slots = self.slot_numbers_on_disk()?;
@@ -575,6 +594,13 @@ impl Pool {
             clear_slot_dir(&path)?;
             self.forget_relinked(&main, n)?;
             let pruned = self.remove_registrations(&main, n)?;
+            let retired = retired_path(&path, n);
+            match fs::remove_file(&retired) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_err("remove", &retired)(e));
+                }
+                _ => {}
+            }
             if existed || pruned {
                 removed.push(path);
             }
@@ -688,6 +714,13 @@ impl Pool {
         Ok(found)
     }
 
+    /// [`Pool::try_lock_slot`], `None` too when the slot is retired: looked for once its lock
+    /// is held, since the lease that retires it writes the marker before it lets it go.
+    fn try_lock_slot_in_use(&self, n: usize) -> Result<Option<File>, WorktreeError> {
+        let lock = self.try_lock_slot(n)?;
+        Ok(lock.filter(|_| fs::symlink_metadata(retired_path(&self.slot_path(n), n)).is_err()))
+    }
+
     /// Locks slot `n` if nobody holds it; `None` when it is leased.
     fn try_lock_slot(&self, n: usize) -> Result<Option<File>, WorktreeError> {
         let path = self.lock_path(n);
@@ -704,12 +737,12 @@ impl Pool {
     }
 
     /// Locks an existing idle slot if there is one (lowest number first), else the lowest
-    /// free number.
+    /// free number; never a retired one (see [`Lease::retire`]).
     fn lock_slot(&self) -> Result<(usize, File), WorktreeError> {
         let on_disk = self.slot_numbers_on_disk()?;
         for &n in &on_disk {
             if self.slot_path(n).is_dir()
-                && let Some(lock) = self.try_lock_slot(n)?
+                && let Some(lock) = self.try_lock_slot_in_use(n)?
             {
                 return Ok((n, lock));
             }
@@ -718,7 +751,7 @@ impl Pool {
             if on_disk.contains(&n) && self.slot_path(n).is_dir() {
                 continue;
             }
-            if let Some(lock) = self.try_lock_slot(n)? {
+            if let Some(lock) = self.try_lock_slot_in_use(n)? {
                 return Ok((n, lock));
             }
         }
@@ -1221,7 +1254,6 @@ fn sweep(
     index: &git2::Index,
 ) -> Result<Option<Vec<Vec<u8>>>, WorktreeError> {
     use std::collections::{HashMap, HashSet};
-    use std::os::unix::ffi::OsStrExt;
 
     const ASSUME_UNCHANGED: u16 = 0x8000;
     const SKIP_WORKTREE: u16 = 1 << 14;
@@ -1281,55 +1313,92 @@ fn sweep(
         return Ok(None);
     }
     let mut dirty = Vec::new();
-    let mut pending = vec![Vec::new()];
-    while let Some(rel) = pending.pop() {
-        let dir = path.join(std::ffi::OsStr::from_bytes(&rel));
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return Ok(None);
-        };
-        for entry in entries {
-            let Ok(entry) = entry else { return Ok(None) };
-            let name = entry.file_name();
-            if rel.is_empty() && name == ".git" {
-                continue;
-            }
-            let mut child = rel.clone();
-            if !child.is_empty() {
-                child.push(b'/');
-            }
-            child.extend_from_slice(name.as_bytes());
-            let full = entry.path();
-            // The entry's own type, never through a link.
-            let Ok(meta) = fs::symlink_metadata(&full) else {
-                return Ok(None);
-            };
-            if meta.is_dir() {
-                if dirs.contains(&child) {
-                    pending.push(child);
-                } else if fs::remove_dir_all(&full).is_err() {
-                    return Ok(None);
-                }
-                continue;
-            }
-            match tracked.remove(&child) {
-                Some(e)
-                    if same_stat(&e, &meta)
-                        && (
-                            i64::from(e.mtime.seconds()),
-                            i64::from(e.mtime.nanoseconds()),
-                        ) < stamp => {}
-                Some(_) => dirty.push(child),
-                None => {
-                    if fs::remove_file(&full).is_err() {
-                        return Ok(None);
-                    }
-                }
-            }
-        }
+    // Walked through descriptors, never by a path looked up again: a process the agent left
+    // running may swap a directory for a symlink to one outside the worktree after it was
+    // seen, and mvk (unconfined) would delete what it found there.
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return Ok(None);
+    };
+    let mut seen = Seen {
+        dirs: &dirs,
+        tracked: &mut tracked,
+        dirty: &mut dirty,
+        stamp,
+    };
+    if !sweep_dir(&top, &[], &mut seen) {
+        return Ok(None);
     }
     // What is left was never seen: missing from the worktree.
     dirty.extend(tracked.into_keys());
     Ok(Some(dirty))
+}
+
+/// What [`sweep`] knows of the index, and what it found so far.
+struct Seen<'a> {
+    /// The directories that hold tracked files.
+    dirs: &'a std::collections::HashSet<Vec<u8>>,
+    /// The tracked files not seen yet.
+    tracked: &'a mut std::collections::HashMap<Vec<u8>, git2::IndexEntry>,
+    /// Tracked files that differ from their stat data.
+    dirty: &'a mut Vec<Vec<u8>>,
+    /// The index file's modification time: entries not older are racily clean.
+    stamp: (i64, i64),
+}
+
+/// [`sweep`] of the directory open at DIR, REL in the worktree, and of what it holds: false when
+/// it cannot be judged (something cannot be read or removed, or was swapped meanwhile).
+fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(listing) = untrusted::list(dir) else {
+        return false;
+    };
+    // Listed whole first: one descriptor per level, not two.
+    let names: Vec<std::ffi::OsString> = listing.map(|(name, _)| name).collect();
+    for name in names {
+        if rel.is_empty() && name == ".git" {
+            continue;
+        }
+        let mut child = rel.to_vec();
+        if !child.is_empty() {
+            child.push(b'/');
+        }
+        child.extend_from_slice(name.as_bytes());
+        let name = Path::new(&name);
+        // The entry's own type, never through a link.
+        let Ok(stat) = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
+            if seen.dirs.contains(&child) {
+                // Opened once, without following: one swapped for a symlink since is refused.
+                let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
+                    return false;
+                };
+                if !sweep_dir(&sub, &child, seen) {
+                    return false;
+                }
+            } else if untrusted::remove_at(dir, name).is_err() {
+                return false;
+            }
+            continue;
+        }
+        match seen.tracked.remove(&child) {
+            Some(e)
+                if same_stat(&e, &stat)
+                    && (
+                        i64::from(e.mtime.seconds()),
+                        i64::from(e.mtime.nanoseconds()),
+                    ) < seen.stamp => {}
+            Some(_) => seen.dirty.push(child),
+            None => {
+                // A directory swapped in since the stat is not removed (EISDIR).
+                if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Whether the path names a `.gitattributes` file, which changes how a checkout writes files.
@@ -1493,30 +1562,27 @@ fn remove_empty_parents(root: &Path, full: &Path) {
 /// Whether META is the file ENTRY recorded: same type, executable bit, size, change and
 /// modification times, inode. `capture` staged every file, so each tracked entry carries the
 /// stat data of the file it hashed.
-fn same_stat(entry: &git2::IndexEntry, meta: &fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let mode = if meta.file_type().is_symlink() {
-        0o120000
-    } else if !meta.is_file() {
-        return false;
-    } else if meta.mode() & 0o100 != 0 {
-        0o100755
-    } else {
-        0o100644
+fn same_stat(entry: &git2::IndexEntry, stat: &rustix::fs::Stat) -> bool {
+    use rustix::fs::FileType;
+    let mode = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Symlink => 0o120000,
+        FileType::RegularFile if stat.st_mode & 0o100 != 0 => 0o100755,
+        FileType::RegularFile => 0o100644,
+        _ => return false,
     };
     // A second name for the file (a hard link an agent made) would carry an edit of one path
     // into the other.
-    if meta.nlink() != 1 {
+    if stat.st_nlink != 1 {
         return false;
     }
     // The index keeps 32 bits of each: compared as git compares them.
     entry.mode == mode
-        && entry.file_size == meta.size() as u32
-        && entry.ino == meta.ino() as u32
-        && i64::from(entry.mtime.seconds()) == meta.mtime()
-        && i64::from(entry.mtime.nanoseconds()) == meta.mtime_nsec()
-        && i64::from(entry.ctime.seconds()) == meta.ctime()
-        && i64::from(entry.ctime.nanoseconds()) == meta.ctime_nsec()
+        && entry.file_size == stat.st_size as u32
+        && entry.ino == stat.st_ino as u32
+        && i64::from(entry.mtime.seconds()) == stat.st_mtime
+        && i64::try_from(stat.st_mtime_nsec).ok() == Some(i64::from(entry.mtime.nanoseconds()))
+        && i64::from(entry.ctime.seconds()) == stat.st_ctime
+        && i64::try_from(stat.st_ctime_nsec).ok() == Some(i64::from(entry.ctime.nanoseconds()))
 }
 
 /// Clears the assume-unchanged and skip-worktree bits of every entry. `read_tree` keeps the
@@ -2697,6 +2763,63 @@ mod tests {
         ] {
             assert!(!plain_path(bad), "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn a_sweep_deletes_nothing_through_a_directory_swapped_for_a_symlink() {
+        // Regression: the sweep saw that a tracked directory was one, then listed it and
+        // removed what it held by path: swapped for a symlink in between (by a process an
+        // agent left running), it made mvk delete the files of the directory the symlink named.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/swap").expect("acquire");
+        let p = lease.path.clone();
+        // `src` is tracked (`src/lib.rs`); what else it holds is the sweep's to remove.
+        fs::write(p.join("src/untracked.txt"), "u").expect("write");
+        drop(lease);
+        let outside = f._tmp.path().join("outside");
+        fs::create_dir_all(outside.join("dir")).expect("mkdir");
+        fs::write(outside.join("victim.txt"), "keep").expect("write");
+        fs::write(outside.join("dir/victim.txt"), "keep").expect("write");
+        let repo = Repository::open(&p).expect("open");
+        let tree = repo.find_commit(f.c1).and_then(|c| c.tree()).expect("tree");
+        let mut index = repo.index().expect("index");
+        let (src, to) = (p.join("src"), outside.clone());
+        untrusted::race::set(move |name| {
+            if name == Path::new("src") && fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir()) {
+                fs::rename(&src, src.with_file_name("src.aside")).expect("rename");
+                std::os::unix::fs::symlink(&to, &src).expect("symlink");
+            }
+        });
+        let reset = reset_in_place(&repo, &pool.git_dir, &p, &tree, &mut index);
+        untrusted::race::clear();
+        assert!(!reset.expect("reset"), "left to a full checkout");
+        for victim in ["victim.txt", "dir/victim.txt"] {
+            assert_eq!(
+                fs::read_to_string(outside.join(victim)).ok().as_deref(),
+                Some("keep"),
+                "{victim}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_retired_slot_is_left_as_it_is_and_never_leased_until_gc() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/retired").expect("acquire");
+        let (slot, path) = (lease.slot(), lease.path.clone());
+        fs::write(path.join("left.txt"), "by a process mvk could not end").expect("write");
+        lease.retire().expect("retire");
+        let next = pool.acquire(f.c1, "mvk/next").expect("acquire");
+        assert_ne!(next.slot(), slot, "a retired slot is leased again");
+        assert!(path.join("left.txt").exists(), "a retired slot is touched");
+        drop(next);
+        let removed = pool.gc().expect("gc");
+        assert!(removed.contains(&path), "{removed:?}");
+        let again = pool.acquire(f.c1, "mvk/again").expect("acquire");
+        assert_eq!(again.slot(), slot, "gc frees the number");
+        assert!(!path.join("left.txt").exists());
     }
 
     #[test]

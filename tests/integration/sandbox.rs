@@ -644,6 +644,66 @@ fn a_sandboxed_agent_holds_no_privilege_even_when_mvk_is_root() {
 }
 
 #[test]
+fn a_sandboxed_agent_cannot_ptrace_its_namespaces_init() {
+    // Regression: the init shares the program's uid and Landlock domain, and was dumpable, so
+    // where Yama does not forbid it (no Yama, `ptrace_scope` 0) the program could attach to its
+    // PID 1 and act as it: leave the trampoline's group and outlive the namespace's end.
+    let f = sandboxed_once("ptrace_init.sh");
+    let run = f.apply_bounded(120);
+    run.expect_code(0);
+    let said = attempt_said(&run, 1, "ptrace-init");
+    assert!(said.starts_with("denied"), "{said}\n{}", run.why());
+}
+
+/// `mvk apply loops/t.kdl` of F on a terminal (a pty from util-linux `script`, which makes it
+/// the controlling terminal of mvk's session): what the agent of attempt 1 said about the
+/// terminal, opened for reading and writing, then for reading.
+fn tty_said_on_a_terminal(f: &Fixture) -> (String, String) {
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    let mut cmd = f.mvk_at(Path::new("script"));
+    cmd.args([
+        "-qec",
+        &format!("'{}' apply loops/t.kdl", mvk.display()),
+        "/dev/null",
+    ]);
+    let out = cmd.output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The fixture's one run (what the terminal showed mixes stdout with the progress).
+    let run = fs::read_dir(f.root().join(".mvk/runs"))
+        .unwrap_or_else(|e| panic!("no run ({e}):\n{shown}"))
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .unwrap_or_else(|| panic!("no run:\n{shown}"));
+    let said = fs::read_to_string(run.path().join("t/1/agent.out"));
+    let said = said.unwrap_or_else(|e| panic!("no agent.out ({e}):\n{shown}"));
+    let line = |what: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(&format!("{what}: ")))
+            .unwrap_or_else(|| panic!("the agent said nothing about {what}:\n{said}\n{shown}"))
+            .to_string()
+    };
+    (line("tty-rw"), line("tty-read"))
+}
+
+#[test]
+fn a_sandboxed_agent_cannot_type_into_the_terminal_mvk_runs_in() {
+    // Regression: `/dev/tty` was granted with device ioctls, and the program shared mvk's
+    // session: it could open its controlling terminal (the user's) and push `curl … | sh` into
+    // its input with TIOCSTI, for the user's shell to run, unconfined, once mvk exits.
+    let open = hardening_fixture("tty_inject.sh", &[], "budget iterations=1");
+    let (rw, _) = tty_said_on_a_terminal(&open);
+    assert!(rw.starts_with("opened"), "no terminal to test with: {rw}");
+    let f = sandboxed_once("tty_inject.sh");
+    let (rw, read) = tty_said_on_a_terminal(&f);
+    for said in [&rw, &read] {
+        assert!(
+            !said.contains("TIOCSTI allowed"),
+            "tty-rw: {rw}\ntty-read: {read}"
+        );
+    }
+}
+
+#[test]
 fn a_slot_mvk_cannot_empty_fails_no_run() {
     // Regression: an agent that left a file mvk cannot delete (immutable; or, as a user that is
     // not root, in a directory without permissions) made its slot impossible to reset or

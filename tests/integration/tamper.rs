@@ -512,6 +512,39 @@ fn an_escapee_that_joins_the_group_of_mvks_parent_does_not_take_it_down() {
 }
 
 #[test]
+fn an_escapee_that_joins_a_running_siblings_gate_group_dies_in_its_own_tasks_sweep() {
+    // Regression: an adopted process in the process group of a gate mvk ran was spared as a
+    // part of that gate. Task `a`'s agent leaves a process that joins the group of task `b`'s
+    // gate (still running: the same session lets it) and names `a`: `a`'s sweep after its agent
+    // spared it, and `a`'s gate, run after the capture, found it alive.
+    let mut text = String::new();
+    for role in ["attack", "honest"] {
+        text.push_str(&format!(
+            "agent {role} timeout=\"60s\" {{ run \"sh\" \"@AGENTS/hardening/join_gate_group.sh\" \"@STATE\" \"{role}\"; }}\n"
+        ));
+    }
+    text.push_str("flow t {\n    parallel 2\n");
+    for (name, agent, gate) in [("a", "attack", "gone"), ("b", "honest", "hold")] {
+        text.push_str(&format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"out/{name}.txt\"\n        gate {gate} evidence=none {{ run \"sh\" \"@AGENTS/hardening/join_gate_group.sh\" \"@STATE\" \"{gate}\"; }}\n        budget iterations=1\n    }}\n"
+        ));
+    }
+    text.push_str("}\n");
+    let f = Fixture::new(&text);
+    let run = f.apply_bounded(120);
+    let pid = std::fs::read_to_string(f.state("escapee.pid")).unwrap_or_default();
+    let alive = !pid.trim().is_empty() && std::path::Path::new("/proc").join(pid.trim()).exists();
+    if alive {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status();
+    }
+    assert!(!pid.trim().is_empty(), "no escapee\n{}", run.why());
+    run.expect_code(0);
+    assert!(!alive, "the escapee outlived the run\n{}", run.why());
+}
+
+#[test]
 fn escapees_that_outlast_the_sweep_fail_the_attempt_before_capture_and_gates() {
     // A chain of processes, each in a session of its own, that starts the next and exits: with
     // the sweep's time limit at nothing (the test hook), escapees are still appearing when it
@@ -537,4 +570,13 @@ fn escapees_that_outlast_the_sweep_fail_the_attempt_before_capture_and_gates() {
     }
     let prompt = std::fs::read_to_string(run.attempt_dir(2).join("prompt.md")).unwrap();
     assert!(prompt.contains("leaves no process running"), "{prompt}");
+    // The slot the chain may still run in never goes back to the pool: attempt 2 is checked
+    // out in another one.
+    let worktrees: Vec<&str> = run
+        .named("attempt.started")
+        .iter()
+        .filter_map(|e| e["detail"]["worktree"].as_str())
+        .collect();
+    assert_eq!(worktrees.len(), 2, "{}", run.why());
+    assert_ne!(worktrees[0], worktrees[1], "{}", run.why());
 }

@@ -317,6 +317,8 @@ impl<'a> Runner<'a> {
                 )));
             }
             if swept.survived {
+                // What mvk could not end may still write the slot: never leased again.
+                lease.retire()?;
                 return Ok(Fit::Answer(Landing::Rejected(
                     Outcome::Rejected,
                     format!(

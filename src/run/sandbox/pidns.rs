@@ -3,8 +3,9 @@
 //!
 //! The trampoline (the process mvk started: its pid and process group are what mvk waits for,
 //! times out and kills) starts `mvk __sandbox __init -- PROGRAM ARG…` as the first process of a
-//! fresh PID namespace, that is its init (PID 1). The init starts PROGRAM in a process group of
-//! its own, passes it SIGTERM, SIGINT, SIGHUP and SIGQUIT, reaps every orphan of the namespace,
+//! fresh PID namespace, that is its init (PID 1). The init, made non-dumpable first (the program
+//! cannot trace it or write its memory), starts PROGRAM in a session of its own (so without a
+//! controlling terminal), passes it SIGTERM, SIGINT, SIGHUP and SIGQUIT, reaps every orphan of the namespace,
 //! and once PROGRAM has ended tells the trampoline how (over its stdin, one end of a socket
 //! pair) and exits: the kernel then kills whatever is left in the namespace, and the trampoline
 //! ends as PROGRAM did (the same exit code, or the same signal). What PROGRAM starts, `setsid`
@@ -21,10 +22,13 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::io::Errno;
+use rustix::process::{DumpableBehavior, Pid, Signal, WaitOptions};
 
 /// `mvk __sandbox __init -- PROGRAM ARG…`: the namespace's init.
 pub const INIT: &str = "__init";
+/// `mvk __sandbox __alone -- PROGRAM ARG…`: PROGRAM in a session of its own, as the init starts it.
+pub const ALONE: &str = "__alone";
 
 /// The stop signals the init passes on to the program (anything else sent to an init from
 /// outside its namespace, without a handler, is dropped by the kernel).
@@ -35,10 +39,34 @@ const FORWARDED: [(i32, Signal); 4] = [
     (signal_hook::consts::SIGQUIT, Signal::QUIT),
 ];
 
+/// Why [`isolate`] gave this process's next child no PID namespace of its own.
+#[derive(Debug)]
+pub enum Unisolated {
+    /// The kernel refused the namespaces: nothing changed, the program can run as without one.
+    Refused(String),
+    /// The namespaces were entered, but the user could not be mapped into the new user
+    /// namespace: the next child is the PID namespace's PID 1 whatever runs, so the program
+    /// must not run (without the init, every fork after its first child's end fails; with it,
+    /// unmapped, it could write nothing).
+    HalfEntered(String),
+}
+
+impl std::fmt::Display for Unisolated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unisolated::Refused(why) => f.write_str(why),
+            Unisolated::HalfEntered(why) => write!(
+                f,
+                "the PID namespace was entered but the user could not be mapped into it ({why})"
+            ),
+        }
+    }
+}
+
 /// Makes this process's next child the first of a new PID namespace: directly where it may
 /// (root, or inside the user namespace the network's isolation entered), else inside a user
 /// namespace of its own that maps the user to itself.
-pub fn isolate() -> Result<(), String> {
+pub fn isolate() -> Result<(), Unisolated> {
     use nix::sched::{CloneFlags, unshare};
     if unshare(CloneFlags::CLONE_NEWPID).is_ok() {
         return Ok(());
@@ -46,8 +74,8 @@ pub fn isolate() -> Result<(), String> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID)
-        .map_err(|e| format!("no PID namespace: {e}"))?;
-    super::map_user(uid, gid)
+        .map_err(|e| Unisolated::Refused(format!("no PID namespace: {e}")))?;
+    super::map_user(uid, gid).map_err(Unisolated::HalfEntered)
 }
 
 /// How the program ended.
@@ -131,47 +159,85 @@ pub fn run(program: &OsStr, args: &[OsString]) -> Result<ExitCode, String> {
     })
 }
 
+/// Says something on stderr, as the sandbox does (best effort: a broken stderr says nothing).
+fn say(text: String) {
+    let _ = writeln!(io::stderr(), "mvk sandbox: {text}");
+}
+
+/// `-- PROGRAM ARG…` as PROGRAM and its arguments; `None` (after the usage is said) otherwise.
+fn program_of<'a>(args: &'a [OsString], mode: &str) -> Option<(&'a OsString, &'a [OsString])> {
+    match (args.first(), args.get(1)) {
+        (Some(sep), Some(program)) if sep == "--" => Some((program, &args[2..])),
+        _ => {
+            say(format!(
+                "usage: mvk {} {mode} -- PROGRAM [ARG…]",
+                super::TRAMPOLINE
+            ));
+            None
+        }
+    }
+}
+
+/// The exit code of a program that could not be run, as a shell gives it.
+fn not_run(e: &io::Error) -> u8 {
+    if e.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
 /// The init: `ARGS` are what follows `mvk __sandbox __init`, that is `-- PROGRAM ARG…`; its stdin
 /// is the socket [`run`] reads how the program ended from.
 pub fn init(args: &[OsString]) -> ExitCode {
-    let say = |text: String| {
-        let _ = writeln!(io::stderr(), "mvk sandbox: {text}");
-    };
     let tell = |ended: Ended| {
         let _ = rustix::io::write(io::stdin().as_fd(), ended.line().as_bytes());
     };
-    let (Some(sep), Some(program)) = (args.first(), args.get(1)) else {
-        say(format!(
-            "usage: mvk {} {INIT} -- PROGRAM [ARG…]",
-            super::TRAMPOLINE
-        ));
+    let Some((program, program_args)) = program_of(args, INIT) else {
         return ExitCode::from(super::REFUSED_EXIT);
     };
-    if sep != "--" {
+    // Not dumpable, before the program runs: it has this process's uid and Landlock domain, so
+    // where Yama does not forbid it (no Yama, `ptrace_scope` 0) it could attach to its PID 1
+    // (or write its memory: `/proc/1/mem`, `process_vm_writev`) and act as it — leave the
+    // trampoline's group and outlive the namespace. A process that is not dumpable is traced
+    // only with CAP_SYS_PTRACE, which the program has not; its own `execve` makes the program
+    // dumpable again.
+    if let Err(e) = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable) {
         say(format!(
-            "usage: mvk {} {INIT} -- PROGRAM [ARG…]",
-            super::TRAMPOLINE
+            "refusing to run: the program could take over the namespace's init (it cannot be made non-dumpable: {e})"
         ));
-        return ExitCode::from(super::REFUSED_EXIT);
+        tell(Ended::Exited(i32::from(super::REFUSED_EXIT)));
+        return ExitCode::from(1);
     }
+    let exe = match crate::exe::path() {
+        Ok(exe) => exe,
+        Err(e) => {
+            say(format!("cannot find mvk's executable: {e}"));
+            tell(Ended::Exited(i32::from(not_run(&e))));
+            return ExitCode::from(1);
+        }
+    };
     // Registered before the program starts, so that no stop signal sent meanwhile is lost.
     let signals = signal_hook::iterator::Signals::new(FORWARDED.map(|(sig, _)| sig));
-    // Its own process group: a forwarded signal reaches all of it once, as mvk's group kill
-    // would have; stdin stays `/dev/null`, as mvk gives every process it starts.
-    let child = Command::new(program)
-        .args(&args[2..])
+    // A session of its own (`mvk __sandbox __alone` calls `setsid`, then runs it: a `pre_exec`
+    // hook would need `unsafe`), so no controlling terminal: the terminal mvk runs in, the
+    // user's, is not the program's to open as `/dev/tty` and type into (TIOCSTI) for the user's
+    // shell to run once mvk exits. The session's process group is the program's own: a
+    // forwarded signal reaches all of it once, as mvk's group kill would have. Stdin stays
+    // `/dev/null`, as mvk gives every process it starts.
+    let child = Command::new(exe)
+        .arg(super::TRAMPOLINE)
+        .arg(ALONE)
+        .arg("--")
+        .arg(program)
+        .args(program_args)
         .stdin(Stdio::null())
-        .process_group(0)
         .spawn();
     let child = match child {
         Ok(child) => child,
         Err(e) => {
             say(format!("cannot run `{}`: {e}", program.to_string_lossy()));
-            tell(Ended::Exited(if e.kind() == io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            }));
+            tell(Ended::Exited(i32::from(not_run(&e))));
             return ExitCode::from(1);
         }
     };
@@ -183,7 +249,10 @@ pub fn init(args: &[OsString]) -> ExitCode {
             std::thread::spawn(move || {
                 for sig in signals.forever() {
                     if let Some((_, signal)) = FORWARDED.iter().find(|(s, _)| *s == sig) {
-                        let _ = rustix::process::kill_process_group(pid, *signal);
+                        // Before its `setsid` the program has no group yet: it alone.
+                        if rustix::process::kill_process_group(pid, *signal) == Err(Errno::SRCH) {
+                            let _ = rustix::process::kill_process(pid, *signal);
+                        }
                     }
                 }
             });
@@ -210,6 +279,23 @@ pub fn init(args: &[OsString]) -> ExitCode {
             }
         }
     }
+}
+
+/// `mvk __sandbox __alone -- PROGRAM ARG…` (`ARGS` what follows `__alone`): PROGRAM run in a
+/// session of its own, which has no controlling terminal; never returns when it runs it.
+pub fn alone(args: &[OsString]) -> ExitCode {
+    let Some((program, program_args)) = program_of(args, ALONE) else {
+        return ExitCode::from(super::REFUSED_EXIT);
+    };
+    if let Err(e) = rustix::process::setsid() {
+        say(format!(
+            "refusing to run: it cannot have a session of its own (setsid: {e}), so the terminal mvk runs in would be its own"
+        ));
+        return ExitCode::from(super::REFUSED_EXIT);
+    }
+    let err = Command::new(program).args(program_args).exec();
+    say(format!("cannot run `{}`: {err}", program.to_string_lossy()));
+    ExitCode::from(not_run(&err))
 }
 
 #[cfg(test)]
