@@ -38,8 +38,7 @@ pub struct ApplyArgs {
     /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
     /// whose attempts `mvk worker` processes make, each in its own clone; this process records
     /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
-    /// and does not yet take `--task`, `--mode batch|step`, a ladder past its first rung, or
-    /// `mvk resume`.
+    /// and does not yet take `--task`, `--mode batch|step`, a `human` rung, or `mvk resume`.
     #[arg(long, value_enum, default_value_t = Executor::Local)]
     pub executor: Executor,
     #[command(flatten)]
@@ -88,6 +87,9 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
     }
     let program = super::compile(cli, printer, &args.file)?;
     refuse_library(&program, &args.file)?;
+    if args.executor == Executor::Temporal {
+        refuse_human_rung(&program)?;
+    }
     sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
     super::resume::close_all_dead_attempts(printer, &repo_root)?;
@@ -171,6 +173,27 @@ fn refuse_for_temporal(args: &ApplyArgs) -> Result<(), CliError> {
             None => Ok(()),
         }
     }
+}
+
+/// A ladder with a `human` rung, refused for `--executor temporal` before anything starts: the
+/// local driver stops there at a checkpoint a person answers with `mvk approve` or `mvk reject`,
+/// which go on through `mvk resume`, and that cannot continue a Temporal run yet (nor are a
+/// worker's failed attempts, the work a person would finish, pushed anywhere they could).
+fn refuse_human_rung(program: &crate::ir::Program) -> Result<(), CliError> {
+    let Some(task) = program
+        .tasks
+        .iter()
+        .find(|t| t.ladder.iter().any(|r| matches!(r, crate::ir::Rung::Human)))
+    else {
+        return Ok(());
+    };
+    Err(CliError::Usage {
+        message: format!(
+            "task `{}` has a `human` rung in its ladder, which `--executor temporal` does not take yet",
+            task.name
+        ),
+        hint: Some("run the flow with `--executor local`, which stops there for a person".into()),
+    })
 }
 
 /// The refusal of `--executor temporal` and `mvk worker` by a build without the feature.

@@ -15,7 +15,7 @@ use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 use crate::ledger::read::Reader;
 use crate::run::attempt::Failure;
-use crate::run::driver::{self, OnceReport, RunOptions};
+use crate::run::driver::{self, OnceReport, OnceSpec, RunOptions};
 
 /// The schema name of [`AttemptResult`].
 pub const SCHEMA: &str = "mvk.attempt.v1";
@@ -36,6 +36,19 @@ pub struct AttemptArgs {
     /// that nobody will collect.
     #[arg(long, value_name = "PID", hide = true)]
     pub with_parent: Option<u32>,
+    /// Internal (the temporal executor's workers): the attempt's number in its task.
+    #[arg(long, hide = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub number: u32,
+    /// Internal: the 1-based rung of the task's ladder whose agent makes the attempt.
+    #[arg(long, hide = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rung: u32,
+    /// Internal: a JSON file holding the previous attempt's failure, for the prompt.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub previous_failure: Option<PathBuf>,
+    /// Internal: where to write the attempt's failure as JSON, whole (the JSON document's
+    /// `failure` is a summary of it).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub failure_out: Option<PathBuf>,
 }
 
 /// SIGTERM to this process when `parent` dies. Set before anything runs; a parent already gone
@@ -151,8 +164,17 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         mode: "step".into(),
         run_id: driver::new_run_id().map_err(run_error)?,
     };
+    let once = OnceSpec {
+        number: args.number,
+        rung: args.rung,
+        previous: args
+            .previous_failure
+            .as_deref()
+            .map(read_failure)
+            .transpose()?,
+    };
     let progress = Progress::new(printer, args.json);
-    let result = until_signal(driver::attempt_once(&program, &opts, &progress))?;
+    let result = until_signal(driver::attempt_once(&program, &opts, &progress, &once))?;
     progress.finish();
     let once = match result {
         None => {
@@ -163,6 +185,9 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         }
         Some(r) => r.map_err(run_error)?,
     };
+    if let Some(path) = &args.failure_out {
+        write_failure(path, once.failure.as_ref())?;
+    }
     let result = report(&repo_root, &once)?;
     if args.json {
         super::reading::print_json(printer, &result)?;
@@ -170,6 +195,28 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         printer.out(&text(&result));
     }
     Ok(Exit::from_code(result.exit_code))
+}
+
+/// The previous attempt's failure from `--previous-failure`.
+fn read_failure(path: &std::path::Path) -> Result<Failure, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Usage {
+        message: format!("cannot read `{}`: {e}", path.display()),
+        hint: None,
+    })?;
+    serde_json::from_str(&text).map_err(|e| CliError::Usage {
+        message: format!("`{}` holds no failure: {e}", path.display()),
+        hint: None,
+    })
+}
+
+/// Writes the attempt's failure (`null` when it passed) to `--failure-out`.
+fn write_failure(path: &std::path::Path, failure: Option<&Failure>) -> Result<(), CliError> {
+    let text = serde_json::to_string(&failure).map_err(|e| CliError::Internal {
+        message: format!("cannot encode the failure: {e}"),
+    })?;
+    std::fs::write(path, text).map_err(|e| CliError::Internal {
+        message: format!("cannot write `{}`: {e}", path.display()),
+    })
 }
 
 /// The attempt's result, its gates and events read back from the ledger.

@@ -2418,15 +2418,39 @@ pub struct OnceReport {
     pub failure: Option<Failure>,
 }
 
+/// Which attempt of its task `attempt_once` makes: by default the first, on the first rung,
+/// with no failure before it. An executor whose attempts run elsewhere (`run::temporal`) asks
+/// for attempt `number` on `rung`, told `previous`, so its prompt and environment are the ones
+/// the local driver would give that attempt.
+#[derive(Debug, Clone)]
+pub struct OnceSpec {
+    pub number: u32,
+    /// 1-based, as the ledger counts rungs.
+    pub rung: u32,
+    pub previous: Option<Failure>,
+}
+
+impl Default for OnceSpec {
+    fn default() -> Self {
+        OnceSpec {
+            number: 1,
+            rung: 1,
+            previous: None,
+        }
+    }
+}
+
 /// One evidenced attempt of one task (`opts.task`, or the program's only task) from its
 /// target's tip, judged exactly as `apply` judges one (seal, gates with evidence, reviewer),
-/// on the first rung; nothing lands. It is recorded as a run of its own that ends with the
-/// attempt (`skipped` when it passed: its change waits on its branch), in `step` mode so
-/// that a `mvk resume` of it after a crash stops for a person before any landing.
+/// on `once`'s rung (the first by default); nothing lands. It is recorded as a run of its own
+/// that ends with the attempt (`skipped` when it passed: its change waits on its branch), in
+/// `step` mode so that a `mvk resume` of it after a crash stops for a person before any
+/// landing.
 pub async fn attempt_once(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,
+    once: &OnceSpec,
 ) -> Result<OnceReport, RunError> {
     let i = match (&opts.task, program.tasks.len()) {
         (None, 1) => 0,
@@ -2448,13 +2472,23 @@ pub async fn attempt_once(
         (Some(_), _) => select(program, opts)?[0],
     };
     let task = &program.tasks[i];
-    let Some(Rung::Agent { agent, .. }) = task.ladder.first() else {
-        return Err(RunError::Config {
-            message: format!(
-                "task `{}` starts its ladder with `human`: there is no agent to attempt it",
-                task.name
-            ),
-        });
+    let number = once.number.max(1);
+    let rung = once.rung.max(1);
+    let agent = match task.ladder.get(rung as usize - 1) {
+        Some(Rung::Agent { agent, .. }) => agent,
+        Some(Rung::Human) if rung == 1 => {
+            return Err(RunError::Config {
+                message: format!(
+                    "task `{}` starts its ladder with `human`: there is no agent to attempt it",
+                    task.name
+                ),
+            });
+        }
+        _ => {
+            return Err(RunError::Config {
+                message: format!("task `{}` has no agent on rung {rung}", task.name),
+            });
+        }
     };
     let (mut ledger, trail, pool) = open_run(opts)?;
     let targets = targets_of(program, &[i], &opts.repo_root, None)?;
@@ -2493,11 +2527,11 @@ pub async fn attempt_once(
     };
     let spec = AttemptSpec {
         task,
-        number: 1,
-        rung: 1,
+        number,
+        rung,
         agent,
         base,
-        previous: None,
+        previous: once.previous.as_ref(),
         epoch: 0,
     };
     let result = async {
@@ -2512,7 +2546,7 @@ pub async fn attempt_once(
             AttemptEnd::Passed { head, .. } => {
                 runner.emit(
                     Some(&task.name),
-                    Some(1),
+                    Some(number),
                     "attempt.passed",
                     json!({"head": head.to_string()}),
                 )?;
@@ -2529,7 +2563,7 @@ pub async fn attempt_once(
             }
             AttemptEnd::WallSpent => (
                 Some(Failure::new(
-                    1,
+                    number,
                     FailureKind::Agent,
                     "the attempt ends within the wall budget (it ran out during the attempt)"
                         .into(),
@@ -2541,11 +2575,11 @@ pub async fn attempt_once(
         let reason = match &failure {
             Some(f) => {
                 runner.finish_attempt(ledger_id, Some(f))?;
-                runner.fail(task, 1, f)?;
-                format!("attempt 1 failed: {}", f.criterion)
+                runner.fail(task, number, f)?;
+                format!("attempt {number} failed: {}", f.criterion)
             }
             None => format!(
-                "attempt 1 passed; not landed (one attempt only): its change is on `{branch}`"
+                "attempt {number} passed; not landed (one attempt only): its change is on `{branch}`"
             ),
         };
         runner
@@ -2589,7 +2623,7 @@ pub async fn attempt_once(
         run: runner.run_id.clone(),
         task: task.name.clone(),
         attempt_id,
-        number: 1,
+        number,
         base,
         head,
         branch,

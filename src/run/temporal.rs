@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::attempt::{AttemptResult, GateResult};
 use crate::ir::{Program, Rung};
-use crate::run::attempt::{Failure, FailureKind};
+use crate::run::attempt::Failure;
 use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
 use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
 use crate::run::schedule::{self, Board, Decision, Entry};
@@ -123,9 +123,21 @@ pub struct TaskIn {
     pub scope: Vec<String>,
     pub target: String,
     pub iterations: u32,
-    /// Attempts the first rung allows, when it bounds them.
-    pub rung_attempts: Option<u32>,
+    /// The task's ladder, as the workflow climbs it.
+    pub ladder: Vec<RungIn>,
     pub same_failure: u32,
+}
+
+/// A rung of a task's ladder, as the workflow needs it (the agent itself is the worker's and
+/// the coordinator's to look up).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub enum RungIn {
+    /// `attempts`: how many this rung allows before the task climbs; `None`, as many as the
+    /// budget allows.
+    Agent {
+        attempts: Option<u32>,
+    },
+    Human,
 }
 
 /// One attempt for a worker to make.
@@ -134,6 +146,10 @@ pub struct AttemptIn {
     pub workflow: String,
     pub task: String,
     pub number: u32,
+    /// The 1-based rung whose agent makes the attempt.
+    pub rung: u32,
+    /// The failure of the attempt before (or of its landing), for the prompt.
+    pub previous: Option<Failure>,
     pub base: String,
     pub target: String,
     pub file: String,
@@ -159,6 +175,7 @@ pub struct AttemptOut {
 pub struct RecordIn {
     pub task: String,
     pub number: u32,
+    pub rung: u32,
     pub base: String,
     pub out: AttemptOut,
 }
@@ -167,6 +184,7 @@ pub struct RecordIn {
 pub struct LandIn {
     pub task: String,
     pub number: u32,
+    pub rung: u32,
     pub base: String,
     pub attempt_id: i64,
     pub head: String,
@@ -198,7 +216,8 @@ pub enum EndIn {
         used: u32,
         last: Option<Failure>,
     },
-    RungSpent {
+    /// Every rung's attempts were used.
+    Rungs {
         task: String,
         used: u32,
         last: Option<Failure>,
@@ -356,9 +375,17 @@ impl MvkFlow {
     }
 }
 
-/// One task to its end: attempts on the workers, each recorded, a passed one landed by the
-/// coordinator; the iterations budget, the first rung's attempts and the same-failure brake
-/// decide when it stops.
+/// Task `task` climbed its ladder to the 0-based rung `to`.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct ClimbIn {
+    pub task: String,
+    pub to: usize,
+}
+
+/// One task to its end, as the local driver takes it: attempts on the workers, each told the
+/// failure before it and made by its rung's agent, each recorded, a passed one landed by the
+/// coordinator; the same-failure brake, the ladder and the iterations budget decide when it
+/// stops.
 async fn run_task(
     ctx: WorkflowContext<MvkFlow>,
     flow: &FlowIn,
@@ -372,6 +399,9 @@ async fn run_task(
     let mut last: Option<Failure> = None;
     let mut same = 0u32;
     let mut number = 0u32;
+    // The 0-based rung and the attempts made on it.
+    let mut rung_idx = 0usize;
+    let mut rung_used = 0u32;
     loop {
         if let Some(f) = last.as_ref().filter(|_| same >= task.same_failure.max(1)) {
             let o = end(EndIn::Stuck {
@@ -383,14 +413,46 @@ async fn run_task(
             .await?;
             return outcome_of(&o);
         }
-        if task.rung_attempts.is_some_and(|n| number >= n) && number < task.iterations {
-            let o = end(EndIn::RungSpent {
-                task: task.name.clone(),
-                used: number,
-                last,
-            })
-            .await?;
-            return outcome_of(&o);
+        // Climb past the rungs whose attempts are used up.
+        while let Some(RungIn::Agent {
+            attempts: Some(n), ..
+        }) = task.ladder.get(rung_idx)
+        {
+            if rung_used < *n {
+                break;
+            }
+            rung_idx += 1;
+            rung_used = 0;
+            if rung_idx < task.ladder.len() {
+                ctx.execute_activity(
+                    CoordActs::rung_climbed,
+                    ClimbIn {
+                        task: task.name.clone(),
+                        to: rung_idx,
+                    },
+                    coord(),
+                )
+                .await?;
+            }
+        }
+        match task.ladder.get(rung_idx) {
+            None => {
+                let o = end(EndIn::Rungs {
+                    task: task.name.clone(),
+                    used: number,
+                    last,
+                })
+                .await?;
+                return outcome_of(&o);
+            }
+            // `apply` refuses such a flow before it starts; never a silent stop.
+            Some(RungIn::Human) => {
+                return Err(fail_workflow(format!(
+                    "task `{}` reached the `human` rung, which the temporal executor does not take",
+                    task.name
+                )));
+            }
+            Some(RungIn::Agent { .. }) => {}
         }
         if number >= task.iterations {
             let o = end(EndIn::Iterations {
@@ -402,6 +464,8 @@ async fn run_task(
             return outcome_of(&o);
         }
         number += 1;
+        rung_used += 1;
+        let rung = u32::try_from(rung_idx + 1).unwrap_or(u32::MAX);
         let out = ctx
             .execute_activity(
                 WorkerActs::attempt,
@@ -409,6 +473,8 @@ async fn run_task(
                     workflow: flow.workflow.clone(),
                     task: task.name.clone(),
                     number,
+                    rung,
+                    previous: last.clone(),
                     base: base.clone(),
                     target: task.target.clone(),
                     file: flow.file.clone(),
@@ -418,7 +484,11 @@ async fn run_task(
                 attempt_opts(flow),
             )
             .await?;
-        let failure = out.failure.clone();
+        let failure = out.failure.clone().map(|mut f| {
+            // The task's attempt `number`, whatever the worker's run called it.
+            f.attempt = number;
+            f
+        });
         let head = out.head.clone();
         let attempt_id = ctx
             .execute_activity(
@@ -426,6 +496,7 @@ async fn run_task(
                 RecordIn {
                     task: task.name.clone(),
                     number,
+                    rung,
                     base: base.clone(),
                     out,
                 },
@@ -447,6 +518,7 @@ async fn run_task(
                         LandIn {
                             task: task.name.clone(),
                             number,
+                            rung,
                             base: base.clone(),
                             attempt_id,
                             head,
@@ -501,6 +573,7 @@ async fn run_task(
 
 enum Request {
     Begin(String),
+    Climb(ClimbIn),
     Record(RecordIn),
     Land(LandIn),
     End(EndIn),
@@ -511,6 +584,8 @@ enum Reply {
     Id(i64),
     Land(LandOut),
     Outcome(String),
+    /// The label of the rung climbed to.
+    Climbed(String),
 }
 
 type Asked = (Request, oneshot::Sender<Result<Reply, String>>);
@@ -554,6 +629,18 @@ impl CoordActs {
     ) -> Result<String, ActivityError> {
         match self.ask(Request::Begin(task)).await? {
             Reply::Base(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    #[activity]
+    pub async fn rung_climbed(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        input: ClimbIn,
+    ) -> Result<String, ActivityError> {
+        match self.ask(Request::Climb(input)).await? {
+            Reply::Climbed(rung) => Ok(rung),
             _ => Err(unexpected()),
         }
     }
@@ -615,15 +702,17 @@ async fn answer(
     };
     Ok(match request {
         Request::Begin(task) => Reply::Base(coord.begin_task(&task).map_err(e)?.to_string()),
+        Request::Climb(c) => Reply::Climbed(coord.climbed(&c.task, c.to).map_err(e)?),
         Request::Record(r) => {
             let failure = r.out.failure.map(|mut f| {
-                // The worker's attempt was its run's attempt 1; here it is the task's `number`.
+                // The task's attempt `number`, whatever the worker's run called it.
                 f.attempt = r.number;
                 f
             });
             let head = r.out.head.as_deref().map(oid).transpose()?;
             let a = RemoteAttempt {
                 number: r.number,
+                rung: r.rung,
                 base: oid(&r.base)?,
                 head,
                 branch: r
@@ -639,7 +728,13 @@ async fn answer(
         }
         Request::Land(l) => {
             let landed = coord
-                .land(&l.task, l.number, oid(&l.base)?, l.attempt_id, oid(&l.head)?)
+                .land(
+                    &l.task,
+                    (l.number, l.rung),
+                    oid(&l.base)?,
+                    l.attempt_id,
+                    oid(&l.head)?,
+                )
                 .await
                 .map_err(e)?;
             Reply::Land(match landed {
@@ -688,18 +783,7 @@ async fn answer(
                 EndIn::Iterations { task, used, last } => {
                     coord.out_of_iterations(&task, used, last.as_ref())
                 }
-                EndIn::RungSpent { task, used, last } => {
-                    let o = if last.as_ref().is_some_and(|f| f.kind == FailureKind::Unknown) {
-                        Outcome::Unknown
-                    } else {
-                        Outcome::Rejected
-                    };
-                    let reason = format!(
-                        "the first rung's attempts were used (the temporal executor does not climb the ladder yet){}",
-                        last.map_or(String::new(), |f| format!("; last failure: {}", f.criterion))
-                    );
-                    coord.end_task(&task, o, &reason, None, used)
-                }
+                EndIn::Rungs { task, used, last } => coord.out_of_rungs(&task, used, last.as_ref()),
                 EndIn::Stuck {
                     task,
                     same,
@@ -760,18 +844,25 @@ async fn coordinate(
             scope: t.scope.clone(),
             target: target.to_string(),
             iterations: t.budget.iterations,
-            rung_attempts: match t.ladder.first() {
-                Some(Rung::Agent { attempts, .. }) => *attempts,
-                _ => Some(0),
-            },
+            ladder: t
+                .ladder
+                .iter()
+                .map(|r| match r {
+                    Rung::Agent { attempts, .. } => RungIn::Agent {
+                        attempts: *attempts,
+                    },
+                    Rung::Human => RungIn::Human,
+                })
+                .collect(),
             same_failure: t.budget.same_failure,
         })
         .collect();
     let longest = coord
         .tasks()
-        .filter_map(|(t, _)| match t.ladder.first() {
-            Some(Rung::Agent { agent, .. }) => Some(agent.timeout),
-            _ => None,
+        .flat_map(|(t, _)| t.ladder.iter())
+        .filter_map(|r| match r {
+            Rung::Agent { agent, .. } => Some(agent.timeout),
+            Rung::Human => None,
         })
         .max()
         .unwrap_or_default();
@@ -1031,6 +1122,34 @@ impl WorkerActs {
             ));
         }
 
+        // The failure before goes in, and this attempt's comes out, whole, through files in the
+        // clone's git directory (the JSON document only summarises a failure).
+        let exchange = PathBuf::from(
+            git(repo, &["rev-parse", "--absolute-git-dir"])
+                .await
+                .map_err(retryable)?
+                .trim_end(),
+        )
+        .join("mvk-worker");
+        let previous_file = exchange.join("previous.json");
+        let failure_file = exchange.join("failure.json");
+        let write = |path: &Path, text: &str| {
+            std::fs::write(path, text)
+                .map_err(|e| retryable(format!("cannot write `{}`: {e}", path.display())))
+        };
+        std::fs::create_dir_all(&exchange)
+            .map_err(|e| retryable(format!("cannot create `{}`: {e}", exchange.display())))?;
+        // A file left by an attempt before must not pass for this one's.
+        match std::fs::remove_file(&failure_file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(retryable(format!(
+                    "cannot remove `{}`: {e}",
+                    failure_file.display()
+                )));
+            }
+        }
         let exe = crate::exe::path()
             .map_err(|e| retryable(format!("cannot find mvk's own executable: {e}")))?;
         let mut cmd = tokio::process::Command::new(exe);
@@ -1041,7 +1160,19 @@ impl WorkerActs {
             // The signal is armed by the thread that spawns: a runtime worker thread, which
             // lives as long as the worker.
             .arg(format!("--with-parent={}", std::process::id()))
-            .stdin(std::process::Stdio::null())
+            .arg("--number")
+            .arg(input.number.to_string())
+            .arg("--rung")
+            .arg(input.rung.to_string())
+            .arg("--failure-out")
+            .arg(&failure_file);
+        if let Some(previous) = &input.previous {
+            let text = serde_json::to_string(previous)
+                .map_err(|e| retryable(format!("cannot encode the previous failure: {e}")))?;
+            write(&previous_file, &text)?;
+            cmd.arg("--previous-failure").arg(&previous_file);
+        }
+        cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .process_group(0)
@@ -1076,17 +1207,15 @@ impl WorkerActs {
                 String::from_utf8_lossy(&out.stderr).trim()
             ))
         })?;
-        let failure = result.failure.as_ref().map(|f| {
-            let kind = serde_json::from_value::<FailureKind>(serde_json::json!(f.kind))
-                .unwrap_or(FailureKind::Agent);
-            let mut failure = Failure::new(result.attempt, kind, f.criterion.clone(), &[]);
-            failure.signature = f.signature.clone();
-            failure.gate = f.gate.clone();
-            failure.exit_code = f.exit_code;
-            failure.breaches = f.breaches.clone();
-            failure.tail = f.tail.clone();
-            failure
-        });
+        let failure: Option<Failure> = std::fs::read_to_string(&failure_file)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                retryable(format!(
+                    "`mvk attempt` left no failure in `{}`: {e}",
+                    failure_file.display()
+                ))
+            })?;
         let passed = result.verdict == "passed";
         let pushed = match (&result.head, passed) {
             (Some(head), true) => {

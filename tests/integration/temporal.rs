@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::apply::{Fixture, git};
+use crate::apply::{
+    FAILURE_LINE, FIXED, Fixture, TESTS_GATE, agent_def, git, loop_kdl, simple_loop,
+};
 
 /// A process killed (and reaped) when the test ends, however it ends.
 struct Killed(Child);
@@ -575,4 +577,155 @@ fn repo_url_without_the_temporal_executor_is_a_usage_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("a local run has no workers"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop's semantics on workers: the failure fed forward, the ladder climbed.
+
+/// Runs the one-task loop `loops/t.kdl` of `fixture` on one worker against a fresh dev server;
+/// the run as `Fixture::apply` reads it, with the worker's log in its context.
+fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(bin, dir.path());
+    let queue = "mvk-test";
+    let worker = start_worker(fixture, dir.path(), 0, &address, queue);
+    let mut run = fixture.run_mvk(
+        &[
+            "apply",
+            "loops/t.kdl",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            &address,
+            "--task-queue",
+            queue,
+        ],
+        &[],
+    );
+    drop(worker);
+    run.context.push_str(&format!(
+        "\n--- worker0\n{}",
+        std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
+    ));
+    run
+}
+
+#[test]
+fn a_retry_on_a_worker_is_told_the_exact_failure_before_it() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    // `honest.sh` fixes the bug only when its prompt quotes the gate's failing line.
+    let fixture = Fixture::new(&simple_loop("honest.sh", ""));
+    let run = apply_on_a_worker(&bin, &fixture);
+    run.expect_code(0);
+    assert_eq!(
+        fixture.show("main", "src/calc.sh").as_deref(),
+        Some(FIXED),
+        "{}",
+        run.why()
+    );
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    assert_eq!(run.one("attempt.failed")["attempt"], 1, "{}", run.why());
+    // The prompts the agent got on the worker (named by `MVK_ATTEMPT`, which is the task's
+    // attempt number there too): the second renders attempt 1's failure as a local run does,
+    // its gate, exit code, counts and output.
+    let read = |n: u32| {
+        std::fs::read_to_string(fixture.state(&format!("prompt-{n}.md")))
+            .unwrap_or_else(|e| panic!("prompt {n}: {e}\n{}", run.why()))
+    };
+    let (first, second) = (read(1), read(2));
+    assert!(
+        !first.contains(FAILURE_LINE),
+        "attempt 1's prompt:\n{first}"
+    );
+    for part in [
+        "## Attempt 1 failed",
+        "Gate `tests` exited with code 1.",
+        "Tests: 2 executed, 1 passed, 1 failed, 0 skipped.",
+        FAILURE_LINE,
+    ] {
+        assert!(
+            second.contains(part),
+            "attempt 2's prompt lacks `{part}`:\n{second}\n{}",
+            run.why()
+        );
+    }
+}
+
+#[test]
+fn a_ladder_climbs_to_its_second_rung_on_a_worker() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let defs = agent_def("idle", "noop.sh", &[]) + &agent_def("fixer", "fix.sh", &[]);
+    let ladder =
+        "ladder {\n        rung agent=idle attempts=1\n        rung agent=fixer attempts=1\n    }";
+    let fixture = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let run = apply_on_a_worker(&bin, &fixture);
+    run.expect_code(0);
+    assert_eq!(
+        fixture.show("main", "src/calc.sh").as_deref(),
+        Some(FIXED),
+        "{}",
+        run.why()
+    );
+    // The events a local run writes for the climb.
+    let climbed = run.one("rung.climbed");
+    assert_eq!(climbed["detail"]["from"], 1, "{}", run.why());
+    assert_eq!(climbed["detail"]["to"], 2, "{}", run.why());
+    assert_eq!(climbed["detail"]["rung"], "fixer", "{}", run.why());
+    let started = run.named("attempt.started");
+    assert_eq!(started.len(), 2, "{}", run.why());
+    assert_eq!(started[0]["detail"]["rung"], 1, "{}", run.why());
+    assert_eq!(started[0]["detail"]["agent"], "idle", "{}", run.why());
+    assert_eq!(started[1]["attempt"], 2, "{}", run.why());
+    assert_eq!(started[1]["detail"]["rung"], 2, "{}", run.why());
+    assert_eq!(started[1]["detail"]["agent"], "fixer", "{}", run.why());
+
+    // The ledger shows it: `mvk status` names the rung and agent of the last attempt, and
+    // `mvk log` the climb.
+    let status = fixture
+        .mvk()
+        .args(["status", &run.id, "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", run.why()));
+    let task = &doc["tasks"][0];
+    assert_eq!(task["outcome"], "accepted", "{text}");
+    assert_eq!(task["rung"], 2, "{text}");
+    assert_eq!(task["agent"], "fixer", "{text}");
+    let log = fixture.mvk().args(["log", &run.id]).output().unwrap();
+    let log_text = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log_text.contains("climbing to rung fixer"),
+        "{log_text}\n{}",
+        run.why()
+    );
+}
+
+#[test]
+fn a_ladder_with_a_human_rung_is_refused_before_anything_starts() {
+    // No server needed: the refusal comes before mvk reaches for one.
+    let defs = agent_def("idle", "noop.sh", &[]);
+    let ladder = "ladder {\n        rung agent=idle attempts=1\n        rung human\n    }";
+    let fixture = Fixture::new(&loop_kdl(&defs, false, TESTS_GATE, ladder));
+    let out = fixture
+        .mvk()
+        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
+        .args(["--temporal-address", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("task `t` has a `human` rung")
+            && stderr.contains("`--executor temporal` does not take")
+            && stderr.contains("--executor local"),
+        "{stderr}"
+    );
+    // Nothing ran: no run was recorded.
+    assert!(!fixture.root().join(".mvk/runs").exists(), "{stderr}");
 }

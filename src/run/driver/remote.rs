@@ -12,7 +12,7 @@ use serde_json::json;
 use super::landing::Landing;
 use super::{
     Observer, Opened, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, budget_text,
-    last_reason, locked, open_apply, stuck_outcome,
+    last_reason, locked, open_apply, rung_label, stuck_outcome,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
@@ -23,6 +23,8 @@ use crate::run::land;
 #[derive(Debug, Clone)]
 pub struct RemoteAttempt {
     pub number: u32,
+    /// The 1-based rung whose agent made it.
+    pub rung: u32,
     pub base: Oid,
     /// The commit holding the change, in the coordinator's repository (pushed there).
     pub head: Option<Oid>,
@@ -134,20 +136,17 @@ impl<'a> Coordinator<'a> {
         {
             return Ok(row.id);
         }
-        let agent = match task.ladder.first() {
-            Some(Rung::Agent { agent, .. }) => agent.label(),
-            _ => "-".into(),
-        };
+        let agent = agent_on(task, a.rung)?.label();
         let worktree = std::path::PathBuf::from(format!("worker:{}", a.worker));
-        let id = self
-            .runner
-            .ledger_begin_attempt(name, a.number, 1, &agent, &a.branch, &worktree, a.base, 0)?;
+        let id = self.runner.ledger_begin_attempt(
+            name, a.number, a.rung, &agent, &a.branch, &worktree, a.base, 0,
+        )?;
         self.runner.emit(
             Some(name),
             Some(a.number),
             "attempt.started",
             json!({
-                "rung": 1,
+                "rung": a.rung,
                 "agent": agent,
                 "branch": a.branch,
                 "worktree": worktree.display().to_string(),
@@ -223,7 +222,7 @@ impl<'a> Coordinator<'a> {
     pub async fn land(
         &self,
         name: &str,
-        number: u32,
+        (number, rung): (u32, u32),
         base: Oid,
         attempt_id: i64,
         head: Oid,
@@ -240,16 +239,11 @@ impl<'a> Coordinator<'a> {
                 m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
             ));
         }
-        let Some(Rung::Agent { agent, .. }) = task.ladder.first() else {
-            return Ok(Landed::Ended(
-                Outcome::Human,
-                "the task's ladder starts with `human`".into(),
-            ));
-        };
+        let agent = agent_on(task, rung)?;
         let spec = AttemptSpec {
             task,
             number,
-            rung: 1,
+            rung,
             agent,
             base,
             previous: None,
@@ -270,6 +264,40 @@ impl<'a> Coordinator<'a> {
                 Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
             },
         )
+    }
+
+    /// Records that task `name` climbed its ladder to the 0-based rung `to`, as the local driver
+    /// records it (`rung.climbed`); the rung's label.
+    pub fn climbed(&self, name: &str, to: usize) -> Result<String, RunError> {
+        let (task, _) = self.task(name)?;
+        let rung = task.ladder.get(to).ok_or_else(|| RunError::Config {
+            message: format!("task `{name}` has no rung {}", to + 1),
+        })?;
+        let label = rung_label(rung);
+        self.runner.emit(
+            Some(name),
+            None,
+            "rung.climbed",
+            json!({"from": to, "to": to + 1, "rung": label}),
+        )?;
+        Ok(label)
+    }
+
+    /// Ends task `name` whose every rung's attempts were used (`used` in all), as the local
+    /// driver ends it.
+    pub fn out_of_rungs(
+        &self,
+        name: &str,
+        used: u32,
+        last: Option<&Failure>,
+    ) -> Result<TaskReport, RunError> {
+        let outcome = if last.is_some_and(|f| f.kind == FailureKind::Unknown) {
+            Outcome::Unknown
+        } else {
+            Outcome::Rejected
+        };
+        let reason = format!("every rung's attempts were used{}", last_reason(last));
+        self.end_task(name, outcome, &reason, None, used)
     }
 
     /// Ends task `name` with `outcome`: its row, `task.finished`, the status files.
@@ -382,5 +410,15 @@ impl<'a> Coordinator<'a> {
     /// Records that the run ended on mvk's own error.
     pub fn ended_on_error(&self, e: &RunError) {
         self.runner.ended_on_error(e);
+    }
+}
+
+/// The agent on `task`'s 1-based `rung`.
+fn agent_on(task: &Task, rung: u32) -> Result<&crate::ir::Agent, RunError> {
+    match task.ladder.get((rung as usize).saturating_sub(1)) {
+        Some(Rung::Agent { agent, .. }) => Ok(agent),
+        _ => Err(RunError::Config {
+            message: format!("task `{}` has no agent on rung {rung}", task.name),
+        }),
     }
 }
