@@ -7,6 +7,7 @@ pub mod ast;
 pub mod body;
 pub mod flow;
 pub mod items;
+pub mod nesting;
 pub mod sandbox;
 pub mod values;
 
@@ -35,9 +36,30 @@ impl Cx<'_> {
 
 /// Parses one file's text; KDL syntax errors and schema errors both land in `diags`.
 pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
-    let doc: KdlDocument = match text.parse() {
-        Ok(doc) => doc,
-        Err(err) => {
+    if let Some(offset) = nesting::too_deep(text) {
+        diags.push(
+            Diagnostic::error(
+                "mvk::too-deep",
+                format!(
+                    "blocks nested more than {} deep",
+                    nesting::MAX_DEPTH
+                ),
+            )
+            .at(
+                Span {
+                    file,
+                    offset,
+                    len: 1,
+                },
+                "this `{` opens one level too many",
+            )
+            .help("a loop file nests a few levels (`flow { task { sandbox { … } } }`); close the blocks left open with `}`"),
+        );
+        return FileAst::default();
+    }
+    let doc: KdlDocument = match parse_kdl(text) {
+        Ok(Ok(doc)) => doc,
+        Ok(Err(err)) => {
             let err: kdl::KdlError = err;
             let unclosed_block = err
                 .diagnostics
@@ -84,9 +106,48 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
             }
             return FileAst::default();
         }
+        Err(why) => {
+            diags.push(
+                Diagnostic::error(
+                    "mvk::parser-thread",
+                    format!("cannot start a thread to parse this file: {why}"),
+                )
+                .at(
+                    Span {
+                        file,
+                        offset: 0,
+                        len: 0,
+                    },
+                    "not parsed",
+                )
+                .help("the system is short of threads or memory; run mvk again when it has room"),
+            );
+            return FileAst::default();
+        }
     };
     let mut cx = Cx { file, diags };
     items::lower_file(&mut cx, &doc)
+}
+
+/// Stack of the thread the KDL parser runs on: its error recovery recurses once for each stray
+/// character left at the end of a document (`)))…` overflowed 8 MiB at 30,000 of them in the
+/// `compile` fuzz target), and reserving the stack costs address space only.
+const PARSER_STACK: usize = 256 << 20;
+
+/// The KDL parse on a thread of its own, with a stack the input cannot exhaust as easily as the
+/// caller's (a test's thread has 2 MiB, a tokio worker's too).
+fn parse_kdl(text: &str) -> std::io::Result<Result<KdlDocument, kdl::KdlError>> {
+    std::thread::scope(|scope| {
+        let parser = std::thread::Builder::new()
+            .name("kdl-parse".into())
+            .stack_size(PARSER_STACK)
+            .spawn_scoped(scope, || text.parse::<KdlDocument>())?;
+        // The parser does not panic on input (the fuzz target holds it to that); if it ever
+        // did, the panic is carried on to the caller as it would be without the thread.
+        Ok(parser
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
 const NO_CLOSING_BRACE: &str = "No closing '}' for child block";
@@ -327,4 +388,35 @@ pub fn string_args(cx: &mut Cx<'_>, view: &NodeView<'_>, what: &str) -> Vec<Span
         .iter()
         .filter_map(|e| values::nonempty(cx, e, what))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(text: &str) -> Vec<&'static str> {
+        let mut diags = Diagnostics::default();
+        parse(FileId(0), text, &mut diags);
+        diags.iter().map(|d| d.code).collect()
+    }
+
+    /// Found by the `compile` fuzz target: the KDL parser recursed once per `{` and overflowed
+    /// the stack (a SIGSEGV, no diagnostic) on a few thousand nested blocks.
+    #[test]
+    fn deep_nesting_is_a_diagnostic_not_a_stack_overflow() {
+        let text = format!("{}{}", "a{".repeat(5_000), "}".repeat(5_000));
+        assert_eq!(codes(&text), ["mvk::too-deep"]);
+        assert_eq!(codes(&"{".repeat(5_000)), ["mvk::too-deep"]);
+    }
+
+    /// Found by the `compile` fuzz target: KDL's error recovery recursed once per stray
+    /// character after the last node and overflowed the caller's stack.
+    #[test]
+    fn stray_characters_after_the_nodes_are_syntax_errors_not_a_stack_overflow() {
+        let codes = codes(&")".repeat(1_000));
+        assert!(
+            !codes.is_empty() && codes.iter().all(|c| *c == "mvk::kdl-syntax"),
+            "{codes:?}"
+        );
+    }
 }
