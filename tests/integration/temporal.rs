@@ -588,7 +588,14 @@ fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(bin, dir.path());
     let queue = "mvk-test";
-    let worker = start_worker(fixture, dir.path(), 0, &address, queue);
+    let worker = start_worker(
+        fixture,
+        dir.path(),
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
     let mut run = fixture.run_mvk(
         &[
             "apply",
