@@ -973,6 +973,10 @@ async fn reaches_this_repository<'t>(
     url: &str,
     targets: impl Iterator<Item = &'t str>,
 ) -> Result<(), String> {
+    // Git would read a leading dash as an option (`--upload-pack=…`) on every worker.
+    if url.starts_with('-') {
+        return Err(format!("`{url}` (`--repo-url`) is not a repository URL"));
+    }
     let targets: std::collections::BTreeSet<&str> = targets.collect();
     for target in targets {
         let name = format!("refs/heads/{target}");
@@ -997,7 +1001,29 @@ async fn reaches_this_repository<'t>(
             ));
         }
     }
-    Ok(())
+    // Equal tips are not enough (a mirror or the clone's origin has them too): a ref made here
+    // this moment must show there.
+    let probe = format!(
+        "{REF_PREFIX}/probe-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    git(root, &["update-ref", &probe, "HEAD"])
+        .await
+        .map_err(|e| format!("cannot make the probe ref `{probe}`: {e}"))?;
+    let seen = git(root, &["ls-remote", url, &probe]).await;
+    let _ = git(root, &["update-ref", "-d", &probe]).await;
+    match seen {
+        Ok(listed) if listed.lines().any(|l| l.ends_with(probe.as_str())) => Ok(()),
+        Ok(_) => Err(format!(
+            "`{url}` (`--repo-url`) is not this repository: a ref made here does not show there (a mirror or another clone at the same commits?); workers must fetch from and push to the repository `mvk apply` runs in"
+        )),
+        Err(e) => Err(format!(
+            "workers could not reach this repository at `{url}` (`--repo-url`): {e}"
+        )),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

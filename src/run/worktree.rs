@@ -594,6 +594,8 @@ impl Pool {
             clear_slot_dir(&path)?;
             self.forget_relinked(&main, n)?;
             let pruned = self.remove_registrations(&main, n)?;
+            // Its stat data means nothing to a slot built again.
+            self.trusted(n).forget()?;
             let retired = retired_path(&path, n);
             match fs::remove_file(&retired) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -1026,11 +1028,14 @@ impl Pool {
         let tree = commit
             .tree()
             .map_err(git_err(format!("read tree of `{base}`"), path))?;
-        let trusted = self.trusted(self.slot_of_path(path).unwrap_or(usize::MAX));
+        let trusted = self.slot_of_path(path).map(|n| self.trusted(n));
         // The slot's index as mvk last wrote it, never the one its last agent (or the code its
         // gates ran) left: stat data there could pass any file off as the blob it names.
-        let restored = trusted.restore(slot.path())?;
-        trusted.forget()?;
+        let mut restored = false;
+        if let Some(t) = &trusted {
+            restored = t.restore(slot.path())?;
+            t.forget()?;
+        }
         let mut index = slot.index().map_err(git_err("open index", path))?;
         // Most resets change a few files: only those are written. A full checkout walks and
         // compares every file of the tree, and was a third of a wide flow's CPU.
@@ -1057,7 +1062,9 @@ impl Pool {
         index.write().map_err(git_err("write index", path))?;
         slot.cleanup_state()
             .map_err(git_err("clear merge or rebase state", path))?;
-        trusted.keep(slot.path())?;
+        if let Some(t) = &trusted {
+            t.keep(slot.path())?;
+        }
         Ok(())
     }
 }

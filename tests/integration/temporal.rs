@@ -552,6 +552,36 @@ fn a_repo_url_that_is_not_this_repository_is_refused() {
         String::from_utf8_lossy(&list.stdout)
     );
 
+    // A clone at the very same commits (a mirror, the origin) is not this repository either.
+    let mirror = dir.path().join("mirror");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            fixture.root().to_str().unwrap(),
+            mirror.to_str().unwrap(),
+        ],
+    );
+    let out = apply_temporal(&fixture, &address, "mvk-test", Stdio::piped)
+        .args(["--repo-url", mirror.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("a ref made here does not show there"),
+        "{stderr}"
+    );
+    // Nor is something git would read as an option.
+    let out = apply_temporal(&fixture, &address, "mvk-test", Stdio::piped)
+        .args(["--repo-url=--upload-pack=touch /tmp/x"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(stderr.contains("is not a repository URL"), "{stderr}");
+
     // A URL nothing answers at is refused the same way.
     let out = apply_temporal(&fixture, &address, "mvk-test", Stdio::piped)
         .args(["--repo-url", dir.path().join("nowhere").to_str().unwrap()])
