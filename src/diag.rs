@@ -112,13 +112,48 @@ impl Diagnostics {
 pub struct Located<'a> {
     diag: &'a Diagnostic,
     source: Option<NamedSource<Arc<String>>>,
+    /// The related spans drawn beside the primary one: in its file, on lines short enough.
+    drawn: Vec<&'a (Span, String)>,
 }
 
 impl<'a> Located<'a> {
+    /// The diagnostic with its file's text, unless a line it would quote is too long to show.
     pub fn new(diag: &'a Diagnostic, sources: &Sources) -> Located<'a> {
-        let source = diag.span.map(|s| sources.get(s.file).named_source());
-        Located { diag, source }
+        let quoted = diag.span.filter(|s| quotable(sources, *s));
+        let source = quoted.map(|s| sources.get(s.file).named_source());
+        let drawn = diag
+            .related
+            .iter()
+            .filter(|(s, _)| quoted.is_some_and(|q| q.file == s.file) && quotable(sources, *s))
+            .collect();
+        Located {
+            diag,
+            source,
+            drawn,
+        }
     }
+}
+
+/// Lines longer than this are not quoted: miette pads to a column with a format width, which
+/// panics past 65,535, and a quoted line of thousands of characters helps nobody.
+const LONGEST_QUOTED_LINE: usize = 4096;
+
+/// Whether every line miette would show around `span` (its own, and one of context on each
+/// side) is short enough to quote.
+fn quotable(sources: &Sources, span: Span) -> bool {
+    let text = sources.get(span.file).text.as_str();
+    let start = span.offset.min(text.len());
+    let end = span.offset.saturating_add(span.len).min(text.len());
+    let before = text.get(..start).unwrap_or("");
+    let after = text.get(end..).unwrap_or("");
+    // Back to the start of the line before, on to the end of the line after.
+    let from = before.rmatch_indices('\n').nth(1).map_or(0, |(i, _)| i + 1);
+    let to = after
+        .match_indices('\n')
+        .nth(1)
+        .map_or(text.len(), |(i, _)| end + i);
+    text.get(from..to)
+        .is_some_and(|region| region.split('\n').all(|l| l.len() <= LONGEST_QUOTED_LINE))
 }
 
 impl fmt::Debug for Located<'_> {
@@ -156,16 +191,14 @@ impl MietteDiagnostic for Located<'_> {
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        let span = self.diag.span?;
+        let span = self.diag.span.filter(|_| self.source.is_some())?;
         let primary =
             LabeledSpan::new_primary_with_span(Some(self.diag.label.clone()), span.source_span());
         // Related spans in the same file are drawn beside the primary one; others are named in
         // the message text by the code that built the diagnostic.
         let others = self
-            .diag
-            .related
+            .drawn
             .iter()
-            .filter(move |(s, _)| s.file == span.file)
             .map(|(s, l)| LabeledSpan::new_with_span(Some(l.clone()), s.source_span()));
         Some(Box::new(std::iter::once(primary).chain(others)))
     }
@@ -201,12 +234,23 @@ impl Renderer {
             // Rendering into a String cannot fail for I/O reasons; fall back to the bare message.
             out = format!("{}: {}\n", diag.code, diag.message);
         }
-        // Related spans in other files (an imported definition, the first of a duplicate) get one
-        // line each, with their file and position, so nothing is left unsaid.
-        for (span, label) in &diag.related {
-            if diag.span.is_some_and(|s| s.file == span.file) {
+        // A span whose lines are too long to quote is named by its position.
+        if let Some(span) = diag.span.filter(|_| located.source.is_none()) {
+            let (line, col) = sources.line_col(span);
+            out.push_str(&format!(
+                "  at {}:{line}:{col} ({}; the line is too long to show)\n",
+                sources.get(span.file).name,
+                diag.label
+            ));
+        }
+        // Related spans not drawn (in other files: an imported definition, the first of a
+        // duplicate; or on lines too long) get one line each, with their file and position, so
+        // nothing is left unsaid.
+        for related in &diag.related {
+            if located.drawn.iter().any(|d| std::ptr::eq(*d, related)) {
                 continue;
             }
+            let (span, label) = related;
             let (line, col) = sources.line_col(*span);
             out.push_str(&format!(
                 "  note: {label} at {}:{line}:{col}\n",
@@ -217,14 +261,44 @@ impl Renderer {
     }
 
     pub fn render_all(&self, diags: &Diagnostics, sources: &Sources) -> String {
+        self.render_where(diags, sources, |_| true)
+    }
+
+    /// The first [`SHOWN`] diagnostics `keep` selects, then one line counting the rest: each
+    /// rendering reads its file from the start to find the lines it quotes, so thousands of
+    /// them (a file of stray characters is one syntax error per byte) took minutes.
+    pub fn render_where(
+        &self,
+        diags: &Diagnostics,
+        sources: &Sources,
+        keep: impl Fn(&Diagnostic) -> bool,
+    ) -> String {
         let mut out = String::new();
-        for d in diags.iter() {
-            out.push_str(&self.render(d, sources));
-            out.push('\n');
+        let (mut errors, mut warnings) = (0usize, 0usize);
+        for (i, d) in diags.iter().filter(|d| keep(d)).enumerate() {
+            if i < SHOWN {
+                out.push_str(&self.render(d, sources));
+                out.push('\n');
+            } else if d.is_error() {
+                errors += 1;
+            } else {
+                warnings += 1;
+            }
+        }
+        if errors + warnings > 0 {
+            out.push_str(&format!(
+                "… and {} more not shown ({errors} error{}, {warnings} warning{}): mend these and check again\n",
+                errors + warnings,
+                if errors == 1 { "" } else { "s" },
+                if warnings == 1 { "" } else { "s" },
+            ));
         }
         out
     }
 }
+
+/// How many diagnostics are rendered at most; the rest are counted.
+pub const SHOWN: usize = 50;
 
 /// The closest of `candidates` to `name`, if it is close enough to be a likely typo.
 pub fn did_you_mean<'a>(
@@ -250,5 +324,82 @@ pub fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
         Some(best) => format!("did you mean `{best}`? {what}: {list}"),
         None if candidates.is_empty() => format!("no {what} are defined here"),
         None => format!("{what}: {list}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{Origin, SourceFile};
+
+    #[test]
+    fn past_the_first_fifty_diagnostics_are_counted_not_rendered() {
+        let mut sources = Sources::default();
+        let file = sources.add(SourceFile {
+            origin: Origin::Disk("x.kdl".into()),
+            name: "x.kdl".into(),
+            text: Arc::new("x\n".into()),
+        });
+        let mut diags = Diagnostics::default();
+        for i in 0..SHOWN + 3 {
+            diags.push(Diagnostic::error("mvk::test", format!("problem {i}")).at(
+                Span {
+                    file,
+                    offset: 0,
+                    len: 1,
+                },
+                "here",
+            ));
+        }
+        diags.push(Diagnostic::warning("mvk::test", "a warning"));
+        let out = Renderer::plain(80).render_all(&diags, &sources);
+        assert_eq!(out.matches("mvk::test").count(), SHOWN, "{out}");
+        assert!(out.contains(&format!("problem {}", SHOWN - 1)), "{out}");
+        assert!(!out.contains(&format!("problem {SHOWN}")), "{out}");
+        assert!(
+            out.ends_with(
+                "… and 4 more not shown (3 errors, 1 warning): mend these and check again\n"
+            ),
+            "{out}"
+        );
+        let errors_only = Renderer::plain(80).render_where(&diags, &sources, |d| d.is_error());
+        assert!(
+            errors_only.contains("(3 errors, 0 warnings)"),
+            "{errors_only}"
+        );
+    }
+
+    /// Found with review r8d's inputs: miette pads to a column with a format width, which
+    /// panics past 65,535, so a diagnostic on a long line stopped mvk with a panic.
+    #[test]
+    fn a_diagnostic_on_a_very_long_line_is_named_by_its_position() {
+        let mut sources = Sources::default();
+        let text = format!("a\n{}x\nb\n", " ".repeat(100_000));
+        let file = sources.add(SourceFile {
+            origin: Origin::Disk("x.kdl".into()),
+            name: "x.kdl".into(),
+            text: Arc::new(text),
+        });
+        let at = |offset| Span {
+            file,
+            offset,
+            len: 1,
+        };
+        let mut diags = Diagnostics::default();
+        diags.push(
+            Diagnostic::error("mvk::test", "far out")
+                .at(at(100_002), "the x")
+                .also(at(0), "the a"),
+        );
+        // The line after a long one is context for miette too.
+        diags.push(Diagnostic::error("mvk::test", "next door").at(at(100_004), "the b"));
+        let out = Renderer::plain(80).render_all(&diags, &sources);
+        assert!(out.contains("far out"), "{out}");
+        assert!(
+            out.contains("at x.kdl:2:100001 (the x; the line is too long to show)"),
+            "{out}"
+        );
+        assert!(out.contains("note: the a at x.kdl:1:1"), "{out}");
+        assert!(out.contains("at x.kdl:3:1 (the b;"), "{out}");
     }
 }

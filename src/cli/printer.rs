@@ -72,14 +72,8 @@ impl Printer {
         } else {
             Renderer::plain(width)
         };
-        let mut err = std::io::stderr().lock();
-        for d in diags.iter() {
-            if self.quiet && !d.is_error() {
-                continue;
-            }
-            let _ = err.write_all(renderer.render(d, sources).as_bytes());
-            let _ = err.write_all(b"\n");
-        }
+        let text = renderer.render_where(diags, sources, |d| !self.quiet || d.is_error());
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
 

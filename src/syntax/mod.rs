@@ -36,30 +36,44 @@ impl Cx<'_> {
 
 /// Parses one file's text; KDL syntax errors and schema errors both land in `diags`.
 pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
-    if let Some(offset) = nesting::too_deep(text) {
+    if text.len() > MAX_BYTES {
+        // The parser's stack grows with the number of syntax errors, which grows with the size of
+        // the file: past this size no stack mvk reserves is sure to be enough.
+        let offset = (0..=MAX_BYTES)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
         diags.push(
             Diagnostic::error(
-                "mvk::too-deep",
+                "mvk::too-large",
                 format!(
-                    "blocks nested more than {} deep",
-                    nesting::MAX_DEPTH
+                    "this file is {} bytes; a loop file may hold at most {MAX_BYTES}",
+                    text.len()
                 ),
             )
             .at(
                 Span {
                     file,
                     offset,
-                    len: 1,
+                    len: 0,
                 },
-                "this `{` opens one level too many",
+                "the limit falls here",
             )
-            .help("a loop file nests a few levels (`flow { task { sandbox { … } } }`); close the blocks left open with `}`"),
+            .help("a loop file is configuration: put long prompts in template files (`prompt \"prompts/task.hbs\"`), and make many tasks from one with `each=`"),
         );
         return FileAst::default();
     }
+    if let Some(offset) = nesting::too_deep(text) {
+        diags.push(too_deep(file, offset));
+        return FileAst::default();
+    }
     let doc: KdlDocument = match parse_kdl(text) {
-        Ok(Ok(doc)) => doc,
-        Ok(Err(err)) => {
+        Ok(Parsed::Doc(doc)) => doc,
+        Ok(Parsed::TooDeep(offset)) => {
+            diags.push(too_deep(file, offset));
+            return FileAst::default();
+        }
+        Ok(Parsed::Err(err)) => {
             let err: kdl::KdlError = err;
             let unclosed_block = err
                 .diagnostics
@@ -129,25 +143,83 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
     items::lower_file(&mut cx, &doc)
 }
 
-/// Stack of the thread the KDL parser runs on: its error recovery recurses once for each stray
-/// character left at the end of a document (`)))…` overflowed 8 MiB at 30,000 of them in the
-/// `compile` fuzz target), and reserving the stack costs address space only.
-const PARSER_STACK: usize = 256 << 20;
+/// The largest loop file mvk parses (256 KiB, some 6,000 lines): hundreds of tasks written
+/// out one by one fit.
+pub const MAX_BYTES: usize = 256 << 10;
 
-/// The KDL parse on a thread of its own, with a stack the input cannot exhaust as easily as the
-/// caller's (a test's thread has 2 MiB, a tokio worker's too).
-fn parse_kdl(text: &str) -> std::io::Result<Result<KdlDocument, kdl::KdlError>> {
+/// The KDL parser recurses once per syntax error in its error recovery (a run of stray `)`,
+/// `}` or `a=` is one error per byte or two) and once per character of a comment, so its stack
+/// is sized to the text: the worst measured needed under 2 KiB of stack per byte of input with
+/// dependencies built as in a debug build (about 300 bytes in a release build); 4 KiB per byte
+/// leaves twice that. A usual loop file gets the floor, 16 MiB; the largest allowed 1 GiB of
+/// address space, of which only what the parse touches is used.
+const STACK_PER_BYTE: usize = 4 << 10;
+const STACK_FLOOR: usize = 16 << 20;
+
+/// What the parser thread hands back. A document nested too deep never leaves the thread:
+/// dropping it, or lowering it, recurses once per level on a caller's stack.
+enum Parsed {
+    Doc(KdlDocument),
+    Err(kdl::KdlError),
+    TooDeep(usize),
+}
+
+/// The KDL parse on a thread of its own, with a stack the input cannot exhaust (a test's thread
+/// has 2 MiB, a tokio worker's too; `)` × 30,000 overflowed 8 MiB).
+fn parse_kdl(text: &str) -> std::io::Result<Parsed> {
+    let stack = text.len().saturating_mul(STACK_PER_BYTE).max(STACK_FLOOR);
     std::thread::scope(|scope| {
         let parser = std::thread::Builder::new()
             .name("kdl-parse".into())
-            .stack_size(PARSER_STACK)
-            .spawn_scoped(scope, || text.parse::<KdlDocument>())?;
+            .stack_size(stack)
+            .spawn_scoped(scope, || match text.parse::<KdlDocument>() {
+                // The nesting scan stops what it can see; what it cannot (text it took for a
+                // string or comment that KDL reads otherwise) is caught here.
+                Ok(doc) => match deeper_than(&doc, nesting::MAX_DEPTH) {
+                    // A block's span starts inside it: point at its `{`.
+                    Some(inside) => Parsed::TooDeep(
+                        text.get(..inside)
+                            .and_then(|t| t.rfind('{'))
+                            .unwrap_or(inside),
+                    ),
+                    None => Parsed::Doc(doc),
+                },
+                Err(err) => Parsed::Err(err),
+            })?;
         // The parser does not panic on input (the fuzz target holds it to that); if it ever
         // did, the panic is carried on to the caller as it would be without the thread.
         Ok(parser
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
+}
+
+/// Where the first block nested more than `max` deep starts (just inside its `{`).
+fn deeper_than(doc: &KdlDocument, max: usize) -> Option<usize> {
+    doc.nodes().iter().find_map(|node| {
+        let children = node.children()?;
+        match max.checked_sub(1) {
+            None => Some(children.span().offset()),
+            Some(left) => deeper_than(children, left),
+        }
+    })
+}
+
+/// `mvk::too-deep` at the `{` (or `/*`) at `offset`.
+fn too_deep(file: FileId, offset: usize) -> Diagnostic {
+    Diagnostic::error(
+        "mvk::too-deep",
+        format!("blocks nested more than {} deep", nesting::MAX_DEPTH),
+    )
+    .at(
+        Span {
+            file,
+            offset,
+            len: 1,
+        },
+        "this opens one level too many",
+    )
+    .help("a loop file nests a few levels (`flow { task { sandbox { … } } }`); close the blocks or comments left open with `}` or `*/`")
 }
 
 const NO_CLOSING_BRACE: &str = "No closing '}' for child block";
@@ -409,14 +481,59 @@ mod tests {
         assert_eq!(codes(&"{".repeat(5_000)), ["mvk::too-deep"]);
     }
 
-    /// Found by the `compile` fuzz target: KDL's error recovery recursed once per stray
-    /// character after the last node and overflowed the caller's stack.
+    /// Found by the `compile` fuzz target: KDL's error recovery recurses once per syntax error,
+    /// and its comment parser once per character, and files of stray characters or long
+    /// comments overflowed the stack. The largest file allowed, made of each of the worst
+    /// patterns measured, must come back as syntax errors or a document; `}` alone overflowed
+    /// the 256 MiB thread of before in a debug build.
     #[test]
-    fn stray_characters_after_the_nodes_are_syntax_errors_not_a_stack_overflow() {
-        let codes = codes(&")".repeat(1_000));
-        assert!(
-            !codes.is_empty() && codes.iter().all(|c| *c == "mvk::kdl-syntax"),
-            "{codes:?}"
+    fn the_largest_files_of_the_worst_patterns_parse_without_overflowing() {
+        let stray = format!("a {{\n{}\n}}", "}".repeat(MAX_BYTES - 6));
+        let comment = format!("a /*{}*/", "*".repeat(MAX_BYTES - 6));
+        let equals = format!("a {{\n{}\n}}", "a=".repeat((MAX_BYTES - 6) / 2));
+        for text in [stray, equals] {
+            assert_eq!(text.len(), MAX_BYTES);
+            let codes = codes(&text);
+            assert!(
+                codes.len() > 1_000 && codes.iter().all(|c| *c == "mvk::kdl-syntax"),
+                "{} codes, first {:?}",
+                codes.len(),
+                codes.first()
+            );
+        }
+        assert_eq!(comment.len(), MAX_BYTES);
+        let mut diags = Diagnostics::default();
+        parse(FileId(0), &comment, &mut diags);
+        assert!(diags.iter().all(|d| d.code != "mvk::kdl-syntax"));
+    }
+
+    /// What the nesting scan lets through is measured on the parsed document, on the parser's
+    /// thread, before anything recurses over it on a small stack.
+    #[test]
+    fn a_document_nested_too_deep_is_caught_after_the_parse() {
+        let at = |depth: usize| format!("{}{}", "a{".repeat(depth), "}".repeat(depth));
+        let doc: KdlDocument = at(nesting::MAX_DEPTH).parse().expect("valid KDL");
+        assert_eq!(deeper_than(&doc, nesting::MAX_DEPTH), None);
+        let doc: KdlDocument = at(nesting::MAX_DEPTH + 1).parse().expect("valid KDL");
+        assert_eq!(
+            deeper_than(&doc, nesting::MAX_DEPTH),
+            Some(2 * nesting::MAX_DEPTH + 2)
         );
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_before_the_parser() {
+        // One comment line: nothing but the size can be wrong with it.
+        let at_limit = format!("//{}", "x".repeat(MAX_BYTES - 2));
+        assert!(codes(&at_limit).is_empty());
+        // The limit falls inside the `é`: the span starts where the character does.
+        let over = format!("{}é", &at_limit[..MAX_BYTES - 1]);
+        let mut diags = Diagnostics::default();
+        parse(FileId(0), &over, &mut diags);
+        let found: Vec<_> = diags
+            .iter()
+            .map(|d| (d.code, d.span.map(|s| s.offset)))
+            .collect();
+        assert_eq!(found, [("mvk::too-large", Some(MAX_BYTES - 1))]);
     }
 }

@@ -1,16 +1,40 @@
 //! KDL text in, the first `{` nested deeper than mvk reads out: checked before the KDL parser,
 //! whose recursive descent overflows the stack on deep nesting (found by the `compile` fuzz target).
 //!
-//! A lexical scan only: strings (quoted, multi-line, raw) and comments are skipped so that braces
-//! in a command or a goal do not count. Where the scan is unsure (a string cut by a newline, a
-//! comment never closed) it counts the braces, so it may refuse a broken file, never pass a deep one.
+//! Two counts, one pass. The *lexical* count skips strings (quoted, multi-line, raw) and comments
+//! the way KDL 2.0 reads them, so braces in a command or a goal do not count, and refuses nesting
+//! deeper than [`MAX_DEPTH`]. Where the scan is unsure what KDL makes of the text (a string cut
+//! by a newline, a comment or a string never closed) it counts every brace from there on, so it
+//! may refuse a broken file, never pass a deep one. The *blind* count takes every `{` and `}`,
+//! inside strings and comments too, and refuses past [`MAX_BLIND_DEPTH`]: it holds whatever the
+//! parser's error recovery makes of a broken file, and no real file comes near it.
 
 /// Deeper than any loop file needs (`flow { task { sandbox { … } } }` is three levels), far
 /// shallower than what overflows the parser's stack in a debug build on a 2 MiB thread.
 pub const MAX_DEPTH: usize = 32;
 
-/// The byte offset of the first `{` that opens level `MAX_DEPTH + 1`, if any.
+/// Unmatched `{` anywhere, strings and comments included: a few kilobytes of the parser's
+/// stack each (measured up to 16 KiB in an unoptimised build), so 256 stay far inside the
+/// 16 MiB the parser thread gets at least.
+pub const MAX_BLIND_DEPTH: usize = 256;
+
+/// The byte offset of the first `{` that opens one level too many, if any.
 pub fn too_deep(text: &str) -> Option<usize> {
+    let lexical = lexical(text);
+    let blind = blind(text);
+    match (lexical, blind) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Every `{` and `}`, wherever it stands.
+fn blind(text: &str) -> Option<usize> {
+    counting(text.as_bytes(), 0, 0, MAX_BLIND_DEPTH)
+}
+
+/// Braces outside strings and comments, as KDL reads them.
+fn lexical(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut depth = 0usize;
     let mut i = 0;
@@ -27,80 +51,175 @@ pub fn too_deep(text: &str) -> Option<usize> {
                 depth = depth.saturating_sub(1);
                 i += 1;
             }
-            b'/' if bytes.get(i + 1) == Some(&b'/') => i = line_end(bytes, i),
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i = block_comment_end(bytes, i).unwrap_or(i + 2);
-            }
-            b'"' => i = quoted_end(bytes, i).unwrap_or(i + 1),
-            b'#' => i = raw_end(bytes, i).unwrap_or(i + 1),
+            b'/' if bytes.get(i + 1) == Some(&b'/') => i = line_end(text, i),
+            b'/' if bytes.get(i + 1) == Some(&b'*') => match block_comment(text, i) {
+                Comment::End(end) => i = end,
+                Comment::TooDeep(at) => return Some(at),
+                Comment::Unclosed => return counting(bytes, i + 2, depth, MAX_DEPTH),
+            },
+            b'"' => match quoted_end(text, i) {
+                Some(end) => i = end,
+                None => return counting(bytes, i + 1, depth, MAX_DEPTH),
+            },
+            b'#' => match raw(text, i) {
+                Raw::None => i += 1,
+                Raw::End(end) => i = end,
+                Raw::Unclosed => return counting(bytes, i + 1, depth, MAX_DEPTH),
+            },
             _ => i += 1,
         }
     }
     None
 }
 
-/// The offset of the newline ending the line `i` is on (or the end of the text).
-fn line_end(bytes: &[u8], i: usize) -> usize {
-    bytes[i..]
-        .iter()
-        .position(|&b| b == b'\n' || b == b'\r')
-        .map_or(bytes.len(), |p| i + p)
+/// Counts every brace from `from` on, starting at `depth`: the first `{` past `max`, if any.
+fn counting(bytes: &[u8], from: usize, mut depth: usize, max: usize) -> Option<usize> {
+    for (i, &b) in bytes.iter().enumerate().skip(from) {
+        match b {
+            b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(i);
+                }
+            }
+            b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
 }
 
-/// Past a `/* … */` comment starting at `i` (they nest), or `None` when it is never closed.
-fn block_comment_end(bytes: &[u8], i: usize) -> Option<usize> {
+/// The length of the KDL 2.0 newline at `i`, if one starts there: CRLF, CR, LF, NEL, VT, FF,
+/// LINE SEPARATOR, PARAGRAPH SEPARATOR.
+fn newline_at(text: &str, i: usize) -> Option<usize> {
+    let rest = text.get(i..)?;
+    if rest.starts_with("\r\n") {
+        return Some(2);
+    }
+    let c = rest.chars().next()?;
+    matches!(
+        c,
+        '\r' | '\n' | '\u{85}' | '\u{0B}' | '\u{0C}' | '\u{2028}' | '\u{2029}'
+    )
+    .then(|| c.len_utf8())
+}
+
+/// The length of the character at `i` (1 past the end or inside a character).
+fn char_len(text: &str, i: usize) -> usize {
+    text.get(i..)
+        .and_then(|r| r.chars().next())
+        .map_or(1, char::len_utf8)
+}
+
+/// The offset of the newline ending the line `i` is on (or the end of the text).
+fn line_end(text: &str, mut i: usize) -> usize {
+    while i < text.len() {
+        if newline_at(text, i).is_some() {
+            return i;
+        }
+        i += char_len(text, i);
+    }
+    text.len()
+}
+
+enum Comment {
+    End(usize),
+    /// Block comments nest in KDL, and the parser recurses once per level.
+    TooDeep(usize),
+    Unclosed,
+}
+
+/// Past a `/* … */` comment starting at `i` (they nest), in one pass.
+fn block_comment(text: &str, i: usize) -> Comment {
+    let bytes = text.as_bytes();
     let mut level = 0usize;
     let mut j = i;
     while j + 1 < bytes.len() {
         match (bytes[j], bytes[j + 1]) {
             (b'/', b'*') => {
                 level += 1;
+                if level > MAX_DEPTH {
+                    return Comment::TooDeep(j);
+                }
                 j += 2;
             }
             (b'*', b'/') => {
                 level -= 1;
                 j += 2;
                 if level == 0 {
-                    return Some(j);
+                    return Comment::End(j);
                 }
             }
             _ => j += 1,
         }
     }
-    None
+    Comment::Unclosed
 }
 
-/// Past a quoted string starting at the `"` at `i`: `"""` to `"""`, else to the next `"` on the
-/// same line; backslash escapes a byte. `None` when it is not closed where KDL would close it.
-fn quoted_end(bytes: &[u8], i: usize) -> Option<usize> {
+/// Past the whitespace escape (`\` then spaces and newlines, all skipped) or other escape at
+/// the `\` at `j`.
+fn escape_end(text: &str, j: usize) -> usize {
+    let mut k = j + 1;
+    let mut blank = false;
+    while let Some(c) = text.get(k..).and_then(|r| r.chars().next()) {
+        if !c.is_whitespace() {
+            break;
+        }
+        blank = true;
+        k += c.len_utf8();
+    }
+    if blank { k } else { k + char_len(text, k) }
+}
+
+/// Past a quoted string starting at the `"` at `i`: `"""` (then a newline) to `"""`, else to the
+/// next `"` on the same line; `\` escapes, spaces and newlines after it included. `None` where KDL
+/// would not read it so: a newline in a single-line string, `"""` without a newline after it, the
+/// end of the text.
+fn quoted_end(text: &str, i: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
     let multi = bytes[i..].starts_with(b"\"\"\"");
-    let mut j = if multi { i + 3 } else { i + 1 };
+    let mut j = if multi {
+        newline_at(text, i + 3)?;
+        i + 3
+    } else {
+        i + 1
+    };
     while j < bytes.len() {
         match bytes[j] {
-            b'\\' => j += 2,
+            b'\\' => j = escape_end(text, j),
             b'"' if !multi => return Some(j + 1),
             b'"' if bytes[j..].starts_with(b"\"\"\"") => return Some(j + 3),
-            b'\n' | b'\r' if !multi => return None,
+            _ if !multi && newline_at(text, j).is_some() => return None,
             _ => j += 1,
         }
     }
     None
 }
 
-/// Past a raw string `#"…"#` (any number of `#`, `"""` for several lines) starting at `i`, or
-/// `None` when `i` starts no raw string or it is not closed.
-fn raw_end(bytes: &[u8], i: usize) -> Option<usize> {
+enum Raw {
+    /// A `#` that starts no raw string (`#true`, `#null`).
+    None,
+    End(usize),
+    Unclosed,
+}
+
+/// A raw string `#"…"#` (any number of `#`, `"""` and a newline for several lines) at `i`.
+fn raw(text: &str, i: usize) -> Raw {
+    let bytes = text.as_bytes();
     let hashes = bytes[i..].iter().take_while(|&&b| b == b'#').count();
     let open = i + hashes;
     if bytes.get(open) != Some(&b'"') {
-        return None;
+        return Raw::None;
     }
     let multi = bytes[open..].starts_with(b"\"\"\"");
+    if multi && newline_at(text, open + 3).is_none() {
+        return Raw::Unclosed;
+    }
     let quotes: &[u8] = if multi { b"\"\"\"" } else { b"\"" };
     let mut j = open + quotes.len();
     while j < bytes.len() {
-        if !multi && (bytes[j] == b'\n' || bytes[j] == b'\r') {
-            return None;
+        if !multi && newline_at(text, j).is_some() {
+            return Raw::Unclosed;
         }
         if bytes[j..].starts_with(quotes)
             && bytes[j + quotes.len()..]
@@ -109,11 +228,11 @@ fn raw_end(bytes: &[u8], i: usize) -> Option<usize> {
                 .count()
                 >= hashes
         {
-            return Some(j + quotes.len() + hashes);
+            return Raw::End(j + quotes.len() + hashes);
         }
         j += 1;
     }
-    None
+    Raw::Unclosed
 }
 
 #[cfg(test)]
@@ -143,8 +262,11 @@ mod tests {
             format!("// {deep}\n"),
             format!("/* /* {deep} */ {deep} */"),
             format!("sh \"\\\"{deep}\""),
+            // A whitespace escape carries a single-line string over its newline.
+            format!("sh \"a\\  \n {deep}\""),
+            format!("sh \"a\\\r\n{deep}\""),
         ] {
-            assert_eq!(too_deep(&text), None, "{text}");
+            assert_eq!(too_deep(&text), None, "{text:?}");
         }
     }
 
@@ -157,5 +279,74 @@ mod tests {
         // Never closed: counted.
         assert!(too_deep(&format!("/* {deep}")).is_some());
         assert!(too_deep(&format!("a \"\"\"\n{deep}")).is_some());
+        // `"""` must be followed by a newline to open a multi-line string.
+        assert!(too_deep(&format!("a \"\"\"x {deep} \"\"\"")).is_some());
+    }
+
+    /// Review r8d, N1: KDL ends a line comment at any of its eight newlines; a scan that knew
+    /// only `\n` and `\r` took the nesting after a form feed for a comment.
+    #[test]
+    fn every_kdl_newline_ends_a_line_comment() {
+        let deep = format!(
+            "{}{}",
+            "a{".repeat(MAX_DEPTH + 1),
+            "}".repeat(MAX_DEPTH + 1)
+        );
+        for newline in [
+            "\n", "\r", "\r\n", "\u{85}", "\u{0B}", "\u{0C}", "\u{2028}", "\u{2029}",
+        ] {
+            let text = format!("// x{newline}{deep}");
+            assert!(too_deep(&text).is_some(), "{text:?}");
+            let text = format!("a \"x{newline}{deep}");
+            assert!(too_deep(&text).is_some(), "{text:?}");
+        }
+    }
+
+    /// Review r8d, N2: `"a\` + spaces + newline is one string; a scan that skipped one byte
+    /// after `\` lost its place and read the rest of the file as a string.
+    #[test]
+    fn a_whitespace_escape_does_not_hide_what_follows_the_string() {
+        let deep = format!(
+            "{}{}",
+            "a{".repeat(MAX_DEPTH + 1),
+            "}".repeat(MAX_DEPTH + 1)
+        );
+        for escape in ["\\ \n", "\\\r\n", "\\\t \u{2028} "] {
+            let text = format!("x \"a{escape}/*\" {deep} // */");
+            assert!(too_deep(&text).is_some(), "{text:?}");
+        }
+    }
+
+    /// Review r8d, N3: block comments nest, and the parser recurses once per level.
+    #[test]
+    fn nested_block_comments_are_bounded() {
+        let text = format!(
+            "{}{}",
+            "/*".repeat(MAX_DEPTH + 1),
+            "*/".repeat(MAX_DEPTH + 1)
+        );
+        assert_eq!(too_deep(&text), Some(2 * MAX_DEPTH));
+        let text = format!("{}{}", "/*".repeat(MAX_DEPTH), "*/".repeat(MAX_DEPTH));
+        assert_eq!(too_deep(&text), None);
+    }
+
+    /// Whatever a broken file's strings hold, more than [`MAX_BLIND_DEPTH`] unmatched `{` are
+    /// refused: the parser's recovery may read them as blocks.
+    #[test]
+    fn braces_inside_strings_are_bounded_too() {
+        let text = format!("a \"{}\"", "{".repeat(MAX_BLIND_DEPTH + 1));
+        assert_eq!(too_deep(&text), Some(3 + MAX_BLIND_DEPTH));
+        let text = format!("a \"{}\"", "{".repeat(MAX_BLIND_DEPTH));
+        assert_eq!(too_deep(&text), None);
+    }
+
+    /// Review r8d, N4: an unclosed comment was scanned to the end once per `/*`.
+    #[test]
+    fn the_scan_is_one_pass() {
+        let text = "/*".repeat(100_000);
+        // Refused at the first level too deep, not after 100,000 scans to the end.
+        assert_eq!(too_deep(&text), Some(2 * MAX_DEPTH));
+        let text = format!("/*{}", "*".repeat(1_000_000));
+        assert_eq!(too_deep(&text), None);
     }
 }

@@ -95,3 +95,31 @@ fn invalid_inputs_fail_with_the_expected_diagnostic() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// A file of stray characters is one syntax error per byte; `mvk check` shows the first fifty and
+/// counts the rest (rendering each one reads the file from the start: thousands took minutes).
+#[test]
+fn thousands_of_syntax_errors_are_counted_after_the_first_fifty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stray.kdl");
+    std::fs::write(&path, format!("a\n{}", ")".repeat(6_000))).expect("write");
+    let out = assert_cmd::Command::cargo_bin("mvk")
+        .expect("the mvk binary is built")
+        .arg("check")
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run mvk check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert_eq!(
+        stderr.matches("mvk::kdl-syntax").count(),
+        mvk::diag::SHOWN,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("… and 5950 more not shown (5950 errors, 0 warnings)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(": 6000 errors"), "{stderr}");
+}
