@@ -1041,9 +1041,12 @@ impl Pool {
         // compares every file of the tree, and was a third of a wide flow's CPU.
         let fast = restored && reset_in_place(&slot, &self.git_dir, path, &tree, &mut index)?;
         if !fast {
-            // No stat data is believed by the full checkout: every file on disk is removed
-            // and written afresh. libgit2 rewrites a changed file in place, which would write
-            // through a hard link the last agent made to another file, or to one outside.
+            // Nothing the last agent left is checked out over: libgit2 rewrites a file that
+            // differs by opening its path with O_TRUNC, which writes through a symlink the
+            // agent put there (to `~/.bashrc`) or a hard link it made (review r8d, W1). The
+            // worktree is emptied first, through descriptors, so the checkout writes only new
+            // files. What cannot be removed fails the reset, and the slot is rebuilt.
+            empty_but_git(path)?;
             index.clear().map_err(git_err("clear index", path))?;
             index.write().map_err(git_err("write index", path))?;
             // `git_reset` would drop the remove-untracked/ignored flags, so check out by hand.
@@ -1067,6 +1070,25 @@ impl Pool {
         }
         Ok(())
     }
+}
+
+/// Removes everything in the worktree at `path` but its `.git` link, through descriptors
+/// (nothing is followed), its directories made writable first.
+fn empty_but_git(path: &Path) -> Result<(), WorktreeError> {
+    let failed = |e: io::Error| io_err("empty the worktree before a full checkout", path)(e);
+    let Some(top) = untrusted::writable_dir_at(rustix::fs::CWD, path).map_err(failed)? else {
+        return Err(failed(io::Error::other("the worktree is not a directory")));
+    };
+    writable_below(&top, 0);
+    let names: Vec<_> = untrusted::list(&top)
+        .map_err(failed)?
+        .map(|(name, _)| name)
+        .filter(|name| name != ".git")
+        .collect();
+    for name in names {
+        untrusted::remove_at(&top, Path::new(&name)).map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Where mvk keeps its own copy of a slot's index (`slot-N.index` beside the slot, under the
@@ -1105,25 +1127,46 @@ impl Trusted {
         })
     }
 
-    /// Puts the copy back as ADMIN's index (replacing whatever stands there, a link or a file,
-    /// never writing through it). False when there is no copy, or it cannot be put back.
+    /// Puts the copy back as ADMIN's index. Whatever the agent left there (a FIFO libgit2
+    /// would block on for good, a directory, a link) is removed first, through a descriptor of
+    /// ADMIN, so that when this returns, libgit2 finds either mvk's copy or no index at all
+    /// (review r8d, W2: a directory at the temporary name made the restore fail and left the
+    /// agent's index in place). False when there is no copy, or it cannot be put back.
     fn restore(&self, admin: &Path) -> Result<bool, WorktreeError> {
+        use rustix::fs::{AtFlags, Mode, OFlags};
+        let dir = untrusted::writable_dir_at(rustix::fs::CWD, admin)
+            .map_err(io_err("open the git directory", admin))?
+            .ok_or_else(|| {
+                io_err("open the git directory", admin)(io::Error::other("not a directory"))
+            })?;
+        match untrusted::remove_at(&dir, Path::new("index")) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(io_err("remove the agent's index in", admin)(e));
+            }
+            _ => {}
+        }
         let modified = match fs::metadata(&self.0).and_then(|m| m.modified()) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(io_err("read", &self.0)(e)),
         };
-        let tmp = admin.join("index.mvk-tmp");
-        let put = (|| {
-            let _ = fs::remove_file(&tmp);
-            let mut out = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        // A name the agent cannot guess, so it cannot stand in the way beforehand.
+        let tmp = format!("index.mvk-{:016x}", unguessable());
+        let put = (|| -> io::Result<()> {
+            let fd = rustix::fs::openat(
+                &dir,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )?;
+            let mut out = File::from(fd);
             io::copy(&mut File::open(&self.0)?, &mut out)?;
             out.set_modified(modified)?;
             drop(out);
-            fs::rename(&tmp, admin.join("index"))
+            Ok(rustix::fs::renameat(&dir, tmp.as_str(), &dir, "index")?)
         })();
         if put.is_err() {
-            let _ = fs::remove_file(&tmp);
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
         }
         Ok(put.is_ok())
     }
@@ -2497,6 +2540,43 @@ mod tests {
         ));
     }
 
+    /// Review r8d, W2: a directory at the restore's temporary name made it fail, and capture
+    /// then had libgit2 open the agent's index: a FIFO there blocked mvk for good.
+    #[test]
+    fn an_index_the_agent_replaced_by_a_fifo_neither_hangs_capture_nor_is_read() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/fifo").expect("acquire");
+        fs::write(lease.path.join("a.txt"), "changed\n").expect("write");
+        fs::remove_file(lease.admin.join("index")).expect("rm index");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            lease.admin.join("index"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .expect("mkfifo");
+        fs::create_dir(lease.admin.join("index.mvk-tmp")).expect("mkdir");
+        fs::write(lease.admin.join("index.mvk-tmp/x"), "").expect("write");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(capture(&lease, "w2").map(|head| (head, lease.path.clone())));
+        });
+        let (head, path) = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("capture returns")
+            .expect("capture succeeds");
+        let repo = Repository::open(&path).expect("open");
+        let tree = repo
+            .find_commit(head)
+            .expect("commit")
+            .tree()
+            .expect("tree");
+        let blob = tree.get_path(Path::new("a.txt")).expect("a.txt").id();
+        assert_eq!(repo.find_blob(blob).expect("blob").content(), b"changed\n");
+    }
+
     #[test]
     fn capture_without_changes_returns_head() {
         let f = fixture();
@@ -2738,6 +2818,60 @@ mod tests {
             "the link is gone"
         );
         git(&p, &["diff", "--quiet", &f.c2.to_string()]);
+    }
+
+    /// Review r8d, W1: a reset that cannot go in place (a base 65 files away) checked out over
+    /// what the agent left, and libgit2 could write the base's `a.txt` through the agent's
+    /// symlink into a file outside, and `src/lib.rs` through its hard link.
+    #[test]
+    fn a_full_checkout_writes_through_no_link_the_agent_left() {
+        let f = fixture();
+        let outside = f._tmp.path().join("bashrc");
+        fs::write(&outside, "VICTIM").expect("write");
+        // c3: c1 and more new files than a reset in place writes.
+        let c3 = {
+            let repo = Repository::open(&f.repo).expect("open");
+            let c1 = repo.find_commit(f.c1).expect("c1");
+            let mut tb = repo
+                .treebuilder(Some(&c1.tree().expect("tree")))
+                .expect("tb");
+            for i in 0..=RESET_IN_PLACE_MAX {
+                let blob = repo.blob(format!("{i}\n").as_bytes()).expect("blob");
+                tb.insert(format!("new-{i}.txt"), blob, 0o100_644)
+                    .expect("insert");
+            }
+            let tree = repo.find_tree(tb.write().expect("write")).expect("tree");
+            let sig = git2::Signature::now("t", "t@example.com").expect("sig");
+            repo.commit(None, &sig, &sig, "c3", &tree, &[&c1])
+                .expect("commit")
+        };
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/w1").expect("acquire");
+        let p = lease.path.clone();
+        fs::remove_file(p.join("a.txt")).expect("rm");
+        std::os::unix::fs::symlink(&outside, p.join("a.txt")).expect("symlink");
+        fs::remove_file(p.join("src/lib.rs")).expect("rm");
+        fs::write(f._tmp.path().join("hard"), "HARD").expect("write");
+        fs::hard_link(f._tmp.path().join("hard"), p.join("src/lib.rs")).expect("hard link");
+        drop(lease);
+        let lease = pool.acquire(c3, "mvk/w1b").expect("acquire");
+        assert_eq!(lease.path, p);
+        assert_eq!(fs::read_to_string(&outside).expect("read"), "VICTIM");
+        assert_eq!(
+            fs::read_to_string(f._tmp.path().join("hard")).expect("read"),
+            "HARD"
+        );
+        assert!(
+            !fs::symlink_metadata(p.join("a.txt"))
+                .expect("stat")
+                .is_symlink()
+        );
+        assert_eq!(
+            fs::read_to_string(p.join("new-3.txt")).expect("read"),
+            "3\n"
+        );
+        git(&p, &["diff", "--quiet", &c3.to_string()]);
+        git(&p, &["diff", "--cached", "--quiet", &c3.to_string()]);
     }
 
     #[test]
