@@ -283,12 +283,15 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
     // whole group while the leader is still unreaped (its pid, hence the group id, cannot be reused yet).
     let mut guard = GroupGuard { pgid: Some(pgid) };
     if let Some(file) = &spec.group_file {
-        tokio::fs::write(file, format!("{}\n", pgid.as_raw_nonzero()))
-            .await
-            .map_err(|source| ProcessError::CreateLog {
-                path: file.clone(),
-                source,
-            })?;
+        tokio::fs::write(
+            file,
+            crate::run::reaper::group_record(pgid.as_raw_nonzero().get()),
+        )
+        .await
+        .map_err(|source| ProcessError::CreateLog {
+            path: file.clone(),
+            source,
+        })?;
     }
 
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {

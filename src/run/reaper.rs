@@ -189,10 +189,12 @@ pub fn kill_adopted(run: &str, task: &str) -> Sweep {
                 && rustix::process::kill_process(p, Signal::KILL).is_ok()
             {
                 sweep.killed += 1;
-                // Reap it, so it does not linger as a zombie. Only once killed: the wait for
-                // one mvk may not signal (it became another user) would never end, and every
-                // task with it; the next scans find it again, and the time limit fails the step.
-                let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
+                // Reap it, so it does not linger as a zombie. Only once killed, and never
+                // waiting for good: one mvk may not signal (it became another user), or one in
+                // uninterruptible sleep (a hung NFS or FUSE read, review r8d, R1), would stop
+                // the sweep and every task with it. What is not dead yet is found again by the
+                // next scans, and the time limit fails the step.
+                reap_within(p, REAP_WAIT);
             }
         }
         if std::time::Instant::now() > deadline {
@@ -286,6 +288,22 @@ fn doomed(
     out
 }
 
+/// How long a sweep waits for one killed escapee to die before it scans again.
+const REAP_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Reaps child `p` if it dies within `limit`.
+fn reap_within(p: Pid, limit: std::time::Duration) {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        match rustix::process::waitpid(Some(p), WaitOptions::NOHANG) {
+            Ok(None) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            _ => return,
+        }
+    }
+}
+
 /// How many scans in a row must find no escapee before the sweep ends.
 const QUIET_SCANS: usize = 3;
 /// How long a sweep goes on while escapees keep appearing.
@@ -310,16 +328,17 @@ fn sweep_limit() -> std::time::Duration {
 /// group id from reaching another run's agent. The whole group is killed at once, so a fork
 /// during the scan cannot escape. Returns how many processes were in the groups killed.
 pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
-    let groups: Vec<i32> = walkdir::WalkDir::new(run_dir)
+    let recorded: Vec<(i32, Option<u64>)> = walkdir::WalkDir::new(run_dir)
         .into_iter()
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "pgid"))
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|t| t.trim().parse().ok())
+        .filter_map(|t| parse_group_record(&t))
         .collect();
-    if groups.is_empty() {
+    if recorded.is_empty() {
         return 0;
     }
+    let groups: Vec<i32> = recorded.iter().map(|(g, _)| *g).collect();
     let marker = format!("{}={run}", crate::run::attempt::RUN_VAR);
     let live: Vec<(i32, Stat)> = processes()
         .into_iter()
@@ -332,10 +351,17 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
             .filter(|(_, s)| s.pgrp == pgid)
             .map(|(pid, _)| *pid)
             .collect();
-        let ours = members.iter().any(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
-        });
+        // The leader the run started, still alive (the same start time: not a recycled id),
+        // is proof enough: a sandbox's trampoline is not dumpable, so its environment cannot
+        // be read (review r8d, R3), and its namespace would live on unseen.
+        let leader_alive = recorded
+            .iter()
+            .any(|(g, start)| *g == pgid && start.is_some() && *start == start_time(pgid));
+        let ours = leader_alive
+            || members.iter().any(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+            });
         if ours
             && let Some(p) = Pid::from_raw(pgid)
             && rustix::process::kill_process_group(p, Signal::KILL).is_ok()
@@ -344,6 +370,32 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         }
     }
     killed
+}
+
+/// What a `*.pgid` file records: `PGID [START]`, START the leader's start time in clock ticks
+/// since boot (`/proc/PID/stat` field 22), which tells it from a later process given its id.
+pub fn group_record(pgid: i32) -> String {
+    match start_time(pgid) {
+        Some(start) => format!("{pgid} {start}\n"),
+        None => format!("{pgid}\n"),
+    }
+}
+
+fn parse_group_record(text: &str) -> Option<(i32, Option<u64>)> {
+    let mut parts = text.split_whitespace();
+    let pgid = parts.next()?.parse().ok()?;
+    Some((pgid, parts.next().and_then(|s| s.parse().ok())))
+}
+
+/// When process `pid` started, in clock ticks since boot; `None` once it is gone.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the fields after `comm` start at field 3.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(22 - 3)?
+        .parse()
+        .ok()
 }
 
 /// What `/proc/PID/stat` says of a process.
@@ -405,6 +457,41 @@ fn processes() -> Vec<(i32, Stat)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review r8d, R3: a group whose members' environments cannot be read (a sandbox's
+    /// trampoline is not dumpable; here, one that names no run) is still known by its leader's
+    /// id and start time, and killed; a record whose start time is another's is not.
+    #[test]
+    fn an_orphan_group_is_known_by_its_leaders_start_time() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spawn = || {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .env_clear()
+                .process_group(0)
+                .spawn()
+                .expect("spawn sleep")
+        };
+        let (mut ours, mut other) = (spawn(), spawn());
+        let pid = |c: &std::process::Child| i32::try_from(c.id()).expect("pid");
+        std::fs::write(dir.path().join("a.pgid"), group_record(pid(&ours))).expect("write");
+        let stale = start_time(pid(&other)).expect("start") + 1;
+        std::fs::write(
+            dir.path().join("b.pgid"),
+            format!("{} {stale}\n", pid(&other)),
+        )
+        .expect("write");
+        assert_eq!(kill_orphans(dir.path(), "run-x"), 1);
+        let status = ours.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        assert!(other.try_wait().expect("try_wait").is_none(), "spared");
+        let _ = other.kill();
+        let _ = other.wait();
+    }
 
     fn p(pid: i32, ppid: i32, pgrp: i32) -> (i32, Stat) {
         let state = "S".to_string();
