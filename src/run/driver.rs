@@ -448,7 +448,7 @@ pub(crate) fn open_apply<'a>(
     executor: Option<&str>,
 ) -> Result<Opened<'a>, RunError> {
     let repo_root = &opts.repo_root;
-    let (mut ledger, trail, pool) = open_run(opts)?;
+    let (mut ledger, trail, pool) = open_run(program, opts)?;
     let selected = select(program, opts)?;
     let targets = targets_of(program, &selected, repo_root, None)?;
     let first_target = selected
@@ -504,7 +504,7 @@ pub async fn resume(
     from: ResumeFrom,
 ) -> Result<RunReport, RunError> {
     let run_id = opts.run_id.clone();
-    let (ledger, trail, pool) = open_run(opts)?;
+    let (ledger, trail, pool) = open_run(program, opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), &run_id);
@@ -575,9 +575,21 @@ pub async fn resume(
 }
 
 /// The ledger, the trail and the worktree pool of a run, with the process ready to run agents.
-fn open_run(opts: &RunOptions) -> Result<(Ledger, Trail, Pool), RunError> {
+fn open_run(program: &Program, opts: &RunOptions) -> Result<(Ledger, Trail, Pool), RunError> {
     let repo_root = &opts.repo_root;
     let mvk_dir = repo_root.join(".mvk");
+    let pool_root = opts
+        .worktree_root
+        .clone()
+        .unwrap_or_else(|| Pool::default_root(repo_root));
+    // The default root holds the pools of every repository mvk runs in: all of it is mvk's.
+    let worktrees = match &opts.worktree_root {
+        Some(root) => root.clone(),
+        None => pool_root
+            .parent()
+            .map_or_else(|| pool_root.clone(), Path::to_path_buf),
+    };
+    refuse_exposing_grants(program, repo_root, &worktrees)?;
     crate::run::reaper::become_subreaper().map_err(|source| RunError::Io {
         action: "become the reaper of escaped agent processes (prctl)",
         path: PathBuf::from("/proc/self"),
@@ -586,12 +598,35 @@ fn open_run(opts: &RunOptions) -> Result<(Ledger, Trail, Pool), RunError> {
     exclude_mvk_dir(repo_root)?;
     let ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
     let trail = Trail::create(&mvk_dir, &opts.run_id)?;
-    let pool_root = opts
-        .worktree_root
-        .clone()
-        .unwrap_or_else(|| Pool::default_root(repo_root));
     let pool = Pool::open(repo_root, &pool_root)?;
     Ok((ledger, trail, pool))
+}
+
+/// Refuses, before anything of the run is written, a sandbox that grants a place where mvk
+/// keeps what no confined process may write (review r8d, W3): `worktrees` holds the pools.
+fn refuse_exposing_grants(
+    program: &Program,
+    repo_root: &Path,
+    worktrees: &Path,
+) -> Result<(), RunError> {
+    let common = git2::Repository::open(repo_root)
+        .ok()
+        .map(|r| r.commondir().to_path_buf());
+    let cache = crate::resolve::git::default_root();
+    let mut protected: Vec<(&'static str, &Path)> = vec![
+        ("the main checkout and mvk's ledger", repo_root),
+        (
+            "the attempt worktrees and mvk's trusted index copies",
+            worktrees,
+        ),
+        ("the cache of imported gate libraries", &cache),
+    ];
+    if let Some(common) = &common {
+        protected.push(("the repository's git directory", common));
+    }
+    crate::run::sandbox::refuse_exposing_grants(program, &protected).map_err(|e| RunError::Config {
+        message: e.to_string(),
+    })
 }
 
 /// The tasks to run, in dependency order: all of them, or the one `--task` names.
@@ -2490,7 +2525,7 @@ pub async fn attempt_once(
             });
         }
     };
-    let (mut ledger, trail, pool) = open_run(opts)?;
+    let (mut ledger, trail, pool) = open_run(program, opts)?;
     let targets = targets_of(program, &[i], &opts.repo_root, None)?;
     let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
     let base = land::branch_tip(&opts.repo_root, &target)?;

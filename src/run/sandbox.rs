@@ -121,6 +121,16 @@ pub enum SandboxError {
     },
     #[error("the sandbox probe answered `{answer}`")]
     ProbeAnswer { answer: String },
+    #[error(
+        "{owner}: the sandbox grants `{granted}`, which would let a confined process write {what} (`{}`); grant a narrower path that holds neither (`~/.cache/pip`, not `~/.cache`)",
+        place.display()
+    )]
+    Exposes {
+        owner: String,
+        granted: String,
+        what: &'static str,
+        place: PathBuf,
+    },
 }
 
 /// What this machine can confine, as a throwaway process found out.
@@ -156,25 +166,7 @@ pub fn probe() -> Result<Support, SandboxError> {
 /// allows before anything runs: out come warnings for those that will run unconfined, or the
 /// refusal of one that is required.
 pub fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
-    let mut owned: Vec<(String, &Sandbox)> = Vec::new();
-    for task in &program.tasks {
-        if let Some(s) = &task.sandbox {
-            owned.push((format!("task `{}`", task.name), s));
-        }
-        let agents = task
-            .ladder
-            .iter()
-            .filter_map(|r| match r {
-                Rung::Agent { agent, .. } => Some(agent),
-                Rung::Human => None,
-            })
-            .chain(task.review.as_ref().map(|r| &r.agent));
-        for agent in agents {
-            if let Some(s) = &agent.sandbox {
-                owned.push((format!("agent `{}` of task `{}`", agent.name, task.name), s));
-            }
-        }
-    }
+    let owned = sandboxes(program);
     if owned.is_empty() {
         return Ok(Vec::new());
     }
@@ -205,6 +197,88 @@ pub fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
         ));
     }
     Ok(warnings)
+}
+
+/// Every sandbox of `program` with whose it is: each task's, and its agents' own.
+fn sandboxes(program: &Program) -> Vec<(String, &Sandbox)> {
+    let mut owned: Vec<(String, &Sandbox)> = Vec::new();
+    for task in &program.tasks {
+        if let Some(s) = &task.sandbox {
+            owned.push((format!("task `{}`", task.name), s));
+        }
+        let agents = task
+            .ladder
+            .iter()
+            .filter_map(|r| match r {
+                Rung::Agent { agent, .. } => Some(agent),
+                Rung::Human => None,
+            })
+            .chain(task.review.as_ref().map(|r| &r.agent));
+        for agent in agents {
+            if let Some(s) = &agent.sandbox {
+                owned.push((format!("agent `{}` of task `{}`", agent.name, task.name), s));
+            }
+        }
+    }
+    owned
+}
+
+/// Refuses a `write` grant that holds, or lies inside, a place where mvk keeps what a confined
+/// process must not write: `protected` names each (the main checkout with its ledger, the
+/// repository's git directory, the attempt worktrees with mvk's trusted index copies, the
+/// import cache). A grant of `~/.cache` (where the worktrees live by default) would let an
+/// agent edit another attempt's worktree, or the index copy mvk trusts for its next capture.
+pub fn refuse_exposing_grants(
+    program: &Program,
+    protected: &[(&'static str, &Path)],
+) -> Result<(), SandboxError> {
+    let owned = sandboxes(program);
+    if owned.is_empty() {
+        return Ok(());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let protected: Vec<(&str, PathBuf)> = protected
+        .iter()
+        .map(|(what, p)| (*what, resolved(p)))
+        .collect();
+    for (owner, sandbox) in owned {
+        for granted in &sandbox.write {
+            let Some(path) = expand(granted, home.as_deref()) else {
+                continue;
+            };
+            let path = resolved(&path);
+            for (what, place) in &protected {
+                if place.starts_with(&path) || path.starts_with(place) {
+                    return Err(SandboxError::Exposes {
+                        owner,
+                        granted: granted.clone(),
+                        what,
+                        place: place.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `p` with the symbolic links of its longest existing ancestor resolved, the rest appended:
+/// what the kernel will find there (a place that does not exist yet is compared as it will be).
+fn resolved(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |acc, part| acc.join(part));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 fn problems(support: &Support, sandbox: &Sandbox) -> Vec<String> {

@@ -47,7 +47,7 @@ pub fn sandbox(
                     cx,
                     1,
                     usize::MAX,
-                    "write \"/var/cache/tool\" \"~/.cache\"",
+                    "write \"/var/cache/tool\" \"~/.cache/pip\"",
                 ) {
                     write.extend(
                         string_args(cx, &cv, "a path")

@@ -148,7 +148,8 @@ pub(crate) struct Fixture {
 }
 
 impl Fixture {
-    /// Lays out the project with LOOP (`@AGENTS`, `@STATE`, `@REPO` filled in) and checks it.
+    /// Lays out the project with LOOP (`@AGENTS`, `@STATE`, `@REPO`, `@WORKTREES` filled in) and
+    /// checks it.
     pub(crate) fn new(loop_text: &str) -> Fixture {
         let repo = tempfile::tempdir().unwrap();
         let worktrees = tempfile::tempdir().unwrap();
@@ -161,7 +162,8 @@ impl Fixture {
         let text = loop_text
             .replace("@AGENTS", agents_dir().to_str().unwrap())
             .replace("@STATE", state.path().to_str().unwrap())
-            .replace("@REPO", root.to_str().unwrap());
+            .replace("@REPO", root.to_str().unwrap())
+            .replace("@WORKTREES", worktrees.path().to_str().unwrap());
         let mut files = vec![
             ("src/calc.sh", CALC),
             ("tests/test_calc.sh", TEST_CALC),

@@ -120,6 +120,51 @@ fn a_required_sandbox_is_refused_where_the_kernel_cannot_confine() {
     assert_eq!(f.tip("main"), f.base);
 }
 
+/// Review r8d, W3: a grant of `~/.cache` (where the worktrees live by default) let an agent
+/// write other attempts' worktrees and the index copies mvk trusts. A grant that holds, or lies
+/// inside, the worktrees, the main checkout or its git directory is refused before anything runs.
+#[test]
+fn a_grant_that_holds_mvks_own_places_is_refused_before_anything_runs() {
+    // GRANT, where the worktrees live (None: `~/.cache/mvk/worktrees/…` of a HOME in STATE), and
+    // what the refusal names.
+    let cases = [
+        ("~/.cache", None, "the attempt worktrees"),
+        ("@WORKTREES", Some("pool"), "the attempt worktrees"),
+        ("@WORKTREES/slot-9", Some(""), "the attempt worktrees"),
+        ("@REPO/target", Some(""), "the main checkout"),
+        ("@REPO/.git/hooks", Some(""), "the main checkout"),
+        ("/", Some(""), "the main checkout"),
+    ];
+    for (grant, pool, what) in cases {
+        let f = Fixture::new(&reach_loop(
+            &format!("sandbox {{ write \"{grant}\"; }}"),
+            "",
+        ));
+        let mut cmd = f.mvk();
+        cmd.args(["apply", "loops/t.kdl"]);
+        match pool {
+            Some(sub) => cmd.env("MVK_WORKTREE_ROOT", f.worktrees.path().join(sub)),
+            None => cmd
+                .env_remove("MVK_WORKTREE_ROOT")
+                .env_remove("XDG_CACHE_HOME")
+                .env_remove("MVK_CACHE_DIR")
+                .env("HOME", f.state("")),
+        };
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{grant}: {err}");
+        assert!(
+            err.contains("task `t`: the sandbox grants") && err.contains(what),
+            "{grant}: {err}"
+        );
+        assert!(
+            !f.root().join(".mvk/runs").exists(),
+            "{grant}: no run started"
+        );
+        assert_eq!(f.tip("main"), f.base);
+    }
+}
+
 #[test]
 fn a_sandbox_the_kernel_cannot_enforce_warns_and_says_so_in_the_agents_log() {
     let f = Fixture::new(&loop_kdl(
