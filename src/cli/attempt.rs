@@ -49,6 +49,13 @@ pub struct AttemptArgs {
     /// `failure` is a summary of it).
     #[arg(long, hide = true, value_name = "FILE")]
     pub failure_out: Option<PathBuf>,
+    /// Internal (`mvk worker`): the commit to start from, instead of the target's tip here (the
+    /// worker's checkout stands detached at it, so no branch of the clone is moved).
+    #[arg(long, hide = true, value_name = "OID", requires = "target")]
+    pub base: Option<String>,
+    /// Internal: the branch the `--base` commit stands for (the task's target).
+    #[arg(long, hide = true, value_name = "BRANCH", requires = "base")]
+    pub target: Option<String>,
 }
 
 /// SIGTERM to this process when `parent` dies. Set before anything runs; a parent already gone
@@ -164,9 +171,20 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         mode: "step".into(),
         run_id: driver::new_run_id().map_err(run_error)?,
     };
+    let start = match (&args.base, &args.target) {
+        (Some(base), Some(target)) => Some((
+            git2::Oid::from_str(base).map_err(|e| CliError::Usage {
+                message: format!("`--base {base}` is not a commit id: {e}"),
+                hint: None,
+            })?,
+            target.clone(),
+        )),
+        _ => None,
+    };
     let once = OnceSpec {
         number: args.number,
         rung: args.rung,
+        start,
         previous: args
             .previous_failure
             .as_deref()

@@ -902,7 +902,7 @@ async fn clean_in_place(lease: Lease, head: Oid) -> Result<(Lease, bool), RunErr
 }
 
 /// The seal check of an attempt's change; `Some` failure when it touched the oracle.
-async fn check_seal(
+pub(crate) async fn check_seal(
     runner: &Runner<'_>,
     task: &Task,
     spec: &AttemptSpec<'_>,

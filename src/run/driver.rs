@@ -1894,7 +1894,7 @@ impl<'a> Runner<'a> {
                     locked(&self.slots).landing.insert(task.name.clone());
                     self.slots_changed.notify_waiters();
                     let landing = self
-                        .land(task, target, &spec, record.ledger_id, head)
+                        .land(task, target, &spec, (record.ledger_id, head), false)
                         .await?;
                     if !matches!(landing, Landing::Retry(..)) {
                         locked(&self.slots).landing.remove(&task.name);
@@ -2463,6 +2463,9 @@ pub struct OnceSpec {
     /// 1-based, as the ledger counts rungs.
     pub rung: u32,
     pub previous: Option<Failure>,
+    /// The commit to start from and the branch it stands for (a Temporal worker's base, fetched
+    /// from the coordinator); `None`: the task's target's tip here.
+    pub start: Option<(Oid, String)>,
 }
 
 impl Default for OnceSpec {
@@ -2471,6 +2474,7 @@ impl Default for OnceSpec {
             number: 1,
             rung: 1,
             previous: None,
+            start: None,
         }
     }
 }
@@ -2526,9 +2530,14 @@ pub async fn attempt_once(
         }
     };
     let (mut ledger, trail, pool) = open_run(program, opts)?;
-    let targets = targets_of(program, &[i], &opts.repo_root, None)?;
-    let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
-    let base = land::branch_tip(&opts.repo_root, &target)?;
+    let (base, target) = match &once.start {
+        Some((base, target)) => (*base, target.clone()),
+        None => {
+            let targets = targets_of(program, &[i], &opts.repo_root, None)?;
+            let target = targets.get(&i).cloned().unwrap_or_else(|| "HEAD".into());
+            (land::branch_tip(&opts.repo_root, &target)?, target)
+        }
+    };
     begin_run_of(
         &mut ledger,
         program,

@@ -55,6 +55,10 @@ pub const DEFAULT_TASK_QUEUE: &str = "mvk";
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a worker heartbeats while its attempt runs.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How long a cancelled attempt has, after SIGTERM, to stop its agent and gates and close its
+/// attempt before the worker kills it outright.
+const CANCEL_GRACE: Duration = Duration::from_secs(30);
+
 /// Added to an agent's timeout for the rest of an attempt (fetch, gates, review, push).
 const ATTEMPT_SLACK: Duration = Duration::from_secs(30 * 60);
 /// The prefix of the refs workers push passed changes to, in the coordinator's repository.
@@ -592,9 +596,28 @@ type Asked = (Request, oneshot::Sender<Result<Reply, String>>);
 
 pub struct CoordActs {
     tx: mpsc::UnboundedSender<Asked>,
+    /// The run's workflow id: only its activities are served.
+    workflow: String,
 }
 
 impl CoordActs {
+    /// Serves `request` if it comes from the run's own workflow. Anyone who reaches the server
+    /// can start a workflow on the coordinator's queue (an agent with the network, review r9d,
+    /// F0): its activities are refused, so it can neither land nor record anything.
+    async fn serve(&self, ctx: &ActivityContext, request: Request) -> Result<Reply, ActivityError> {
+        let from = ctx.info().workflow_id.as_deref();
+        if from != Some(self.workflow.as_str()) {
+            return Err(ActivityError::application(
+                ApplicationFailure::non_retryable(format!(
+                    "refused: this coordinator serves workflow `{}` only, not `{}`",
+                    self.workflow,
+                    from.unwrap_or("(none)")
+                )),
+            ));
+        }
+        self.ask(request).await
+    }
+
     async fn ask(&self, request: Request) -> Result<Reply, ActivityError> {
         let (reply, answer) = oneshot::channel();
         let gone = || {
@@ -624,10 +647,10 @@ impl CoordActs {
     #[activity]
     pub async fn task_begin(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         task: String,
     ) -> Result<String, ActivityError> {
-        match self.ask(Request::Begin(task)).await? {
+        match self.serve(&ctx, Request::Begin(task)).await? {
             Reply::Base(b) => Ok(b),
             _ => Err(unexpected()),
         }
@@ -636,10 +659,10 @@ impl CoordActs {
     #[activity]
     pub async fn rung_climbed(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         input: ClimbIn,
     ) -> Result<String, ActivityError> {
-        match self.ask(Request::Climb(input)).await? {
+        match self.serve(&ctx, Request::Climb(input)).await? {
             Reply::Climbed(rung) => Ok(rung),
             _ => Err(unexpected()),
         }
@@ -648,10 +671,10 @@ impl CoordActs {
     #[activity]
     pub async fn attempt_record(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         input: RecordIn,
     ) -> Result<i64, ActivityError> {
-        match self.ask(Request::Record(input)).await? {
+        match self.serve(&ctx, Request::Record(input)).await? {
             Reply::Id(id) => Ok(id),
             _ => Err(unexpected()),
         }
@@ -660,10 +683,10 @@ impl CoordActs {
     #[activity]
     pub async fn land(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         input: LandIn,
     ) -> Result<LandOut, ActivityError> {
-        match self.ask(Request::Land(input)).await? {
+        match self.serve(&ctx, Request::Land(input)).await? {
             Reply::Land(l) => Ok(l),
             _ => Err(unexpected()),
         }
@@ -672,10 +695,10 @@ impl CoordActs {
     #[activity]
     pub async fn task_end(
         self: Arc<Self>,
-        _ctx: ActivityContext,
+        ctx: ActivityContext,
         input: EndIn,
     ) -> Result<String, ActivityError> {
-        match self.ask(Request::End(input)).await? {
+        match self.serve(&ctx, Request::End(input)).await? {
             Reply::Outcome(o) => Ok(o),
             _ => Err(unexpected()),
         }
@@ -897,7 +920,10 @@ async fn coordinate(
     let options = WorkerOptions::new(coord_queue.clone())
         .register_workflow::<MvkFlow>()
         .map_err(|e| executor(format!("cannot register the workflow: {e}")))?
-        .register_activities(CoordActs { tx })
+        .register_activities(CoordActs {
+            tx,
+            workflow: workflow.clone(),
+        })
         // The coordinator runs no attempt itself.
         .max_eager_activity_reservations_per_workflow_task(0)
         .build();
@@ -1059,6 +1085,10 @@ async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
         .args(args)
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
+        // A worker has nobody to answer a password prompt: git fails instead of waiting.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| format!("cannot run git: {e}"))?;
@@ -1072,6 +1102,25 @@ async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Awaits `work` (a fetch, a push), heartbeating meanwhile: a slow network must not pass for a
+/// dead worker (review r9d, F3). A cancellation drops `work`, which kills its git.
+async fn beating<T>(
+    ctx: &ActivityContext,
+    number: u32,
+    work: impl std::future::Future<Output = Result<T, ActivityError>>,
+) -> Result<T, ActivityError> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            () = tokio::time::sleep(HEARTBEAT_EVERY) => {
+                let _ = ctx.record_heartbeat(number).await;
+            }
+            () = ctx.cancelled() => return Err(ActivityError::cancelled()),
+        }
+    }
+}
+
 #[activities]
 impl WorkerActs {
     /// One attempt of a task in this worker's clone, from the workflow's base.
@@ -1083,40 +1132,42 @@ impl WorkerActs {
     ) -> Result<AttemptOut, ActivityError> {
         let started = Instant::now();
         let repo = &self.repo;
-        // The base, from the coordinator's repository, checked out: `mvk attempt` starts from
-        // its target's tip and compiles the flow file of the checkout.
+        // The base, from the coordinator's repository, checked out: `mvk attempt` compiles the
+        // flow file of the checkout and starts from the base (`--base`).
         let fetched = format!("refs/mvk/coordinator/{}", input.target);
-        git(
-            repo,
-            &[
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                &input.repo,
-                &format!("+refs/heads/{}:{fetched}", input.target),
-            ],
-        )
-        .await
-        .map_err(retryable)?;
+        let refspec = format!("+refs/heads/{}:{fetched}", input.target);
+        let args = ["fetch", "--quiet", "--no-tags", "--", &input.repo, &refspec];
+        let fetch = git(repo, &args);
+        beating(&ctx, input.number, async { fetch.await.map_err(retryable) }).await?;
         git(
             repo,
             &["cat-file", "-e", &format!("{}^{{commit}}", input.base)],
         )
         .await
         .map_err(|e| retryable(format!("the base {} did not arrive: {e}", input.base)))?;
-        git(
-            repo,
-            &[
-                "checkout",
-                "--quiet",
-                "-f",
-                "-B",
-                &input.target,
-                &input.base,
-            ],
-        )
-        .await
-        .map_err(retryable)?;
+        if same_repository(repo, &input.repo) {
+            return Err(ActivityError::application(
+                ApplicationFailure::non_retryable(format!(
+                    "this worker runs in `{}`, the repository `mvk apply` runs in: it checks each attempt's base out, which would move the coordinator's own checkout; run workers in clones of their own",
+                    repo.display()
+                )),
+            ));
+        }
+        // Detached, and only over a clean checkout: no branch of the clone moves, and nothing
+        // of a person's lost (review r9d, F0b: `checkout -f -B TARGET` did both).
+        let dirty = git(repo, &["status", "--porcelain"])
+            .await
+            .map_err(retryable)?;
+        if !dirty.trim().is_empty() {
+            return Err(retryable(format!(
+                "the worker's checkout `{}` has changes of its own, which a checkout of the base would overwrite: {}",
+                repo.display(),
+                dirty.lines().take(5).collect::<Vec<_>>().join("; ")
+            )));
+        }
+        git(repo, &["checkout", "--quiet", "--detach", &input.base])
+            .await
+            .map_err(retryable)?;
         // The flow this worker would run must be the one the coordinator runs.
         let file = repo.join(&input.file);
         let root = repo.clone();
@@ -1190,6 +1241,7 @@ impl WorkerActs {
             .arg(input.number.to_string())
             .arg("--rung")
             .arg(input.rung.to_string())
+            .args(["--base", &input.base, "--target", &input.target])
             .arg("--failure-out")
             .arg(&failure_file);
         if let Some(previous) = &input.previous {
@@ -1220,6 +1272,9 @@ impl WorkerActs {
                     if let Some(pid) = pgid.and_then(|p| rustix::process::Pid::from_raw(i32::try_from(p).unwrap_or(0))) {
                         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
                     }
+                    // Dropping the child now would SIGKILL `mvk attempt` before it stopped its
+                    // agent and gates and closed its attempt (review r9d, F1): it is given time.
+                    let _ = tokio::time::timeout(CANCEL_GRACE, &mut output).await;
                     return Err(ActivityError::cancelled());
                 }
             }
@@ -1246,18 +1301,10 @@ impl WorkerActs {
         let pushed = match (&result.head, passed) {
             (Some(head), true) => {
                 let name = change_ref(&input.workflow, &input.task, input.number);
-                git(
-                    repo,
-                    &[
-                        "push",
-                        "--quiet",
-                        "--force",
-                        &input.repo,
-                        &format!("{head}:{name}"),
-                    ],
-                )
-                .await
-                .map_err(retryable)?;
+                let refspec = format!("{head}:{name}");
+                let args = ["push", "--quiet", "--force", "--", &input.repo, &refspec];
+                let push = git(repo, &args);
+                beating(&ctx, input.number, async { push.await.map_err(retryable) }).await?;
                 Some(name)
             }
             _ => None,
@@ -1274,9 +1321,43 @@ impl WorkerActs {
     }
 }
 
+/// Whether `url` names, as a local path, the repository at `repo` (its checkout or its git
+/// directory): a worker there would check bases out in the coordinator's own checkout.
+fn same_repository(repo: &Path, url: &str) -> bool {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    if path.contains("://") {
+        return false;
+    }
+    let (Ok(there), Ok(here)) = (std::fs::canonicalize(path), std::fs::canonicalize(repo)) else {
+        return false;
+    };
+    there == here || there == here.join(".git")
+}
+
+/// Refuses to start a worker whose checkout has changes: each attempt checks its base out there.
+async fn check_worker_checkout(repo: &Path) -> Result<(), String> {
+    let dirty = git(repo, &["status", "--porcelain"]).await?;
+    if dirty.trim().is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{}` has uncommitted changes ({}); a worker checks each attempt's base out there, which would overwrite them: run `mvk worker` in a clone of its own",
+        repo.display(),
+        dirty
+            .lines()
+            .take(3)
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ")
+    ))
+}
+
 /// `mvk worker`: polls `endpoint.task_queue` and makes one attempt at a time in the clone at
 /// `repo`, until SIGTERM or Ctrl-C (which let the running attempt finish).
 pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
+    check_worker_checkout(repo)
+        .await
+        .map_err(|message| RunError::Config { message })?;
     let executor = |message: String| RunError::Executor { message };
     let identity = format!(
         "mvk-worker-{}@{}",

@@ -766,3 +766,61 @@ fn a_ladder_with_a_human_rung_is_refused_before_anything_starts() {
     // Nothing ran: no run was recorded.
     assert!(!fixture.root().join(".mvk/runs").exists(), "{stderr}");
 }
+
+/// Review r9d, F0: a worker's verdict comes over the network, and an agent there that reaches
+/// the server could send one in the worker's place. The coordinator gates what it lands again,
+/// even when the target did not move. Here a gate passes on the worker (its worktree is in the
+/// worker's pool) and fails where the coordinator lands: the change is not landed, and each
+/// attempt fails with what the coordinator's gate said.
+#[test]
+fn a_pass_a_worker_reports_is_gated_again_before_it_lands() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let on_worker = "gate on-worker evidence=none { run \"sh\" \"-c\" \"case $PWD in */pool0/*) exit 0;; esac; echo not-on-the-worker; exit 1\"; }";
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        &format!("{TESTS_GATE}\n    {on_worker}"),
+        "budget iterations=2",
+    ));
+    let run = apply_on_a_worker(&bin, &fixture);
+    assert_ne!(run.code, 0, "{}", run.why());
+    assert_eq!(fixture.tip("main"), fixture.base, "{}", run.why());
+    let failed = run.named("attempt.failed");
+    assert_eq!(failed.len(), 2, "{}", run.why());
+    for f in failed {
+        let text = f.to_string();
+        assert!(
+            text.contains("when mvk runs them again before landing")
+                && text.contains("not-on-the-worker"),
+            "{text}\n{}",
+            run.why()
+        );
+    }
+}
+
+/// Review r9d, F0b: a worker checked each base out with `checkout -f -B TARGET`, which threw
+/// away whatever was uncommitted in its checkout and moved its branch. A worker refuses to start
+/// in a checkout with changes; the edit stays.
+#[test]
+fn a_worker_refuses_a_checkout_with_uncommitted_changes() {
+    // No server needed: the refusal comes before the worker reaches for one.
+    let fixture = Fixture::new(&simple_loop("fix.sh", ""));
+    std::fs::write(fixture.root().join("src/calc.sh"), "# my work\n").unwrap();
+    let out = fixture
+        .mvk()
+        .args(["worker", "--temporal-address", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("has uncommitted changes") && stderr.contains("src/calc.sh"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fixture.root().join("src/calc.sh")).unwrap(),
+        "# my work\n"
+    );
+}

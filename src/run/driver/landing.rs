@@ -60,6 +60,9 @@ pub(super) struct Request<'a> {
     alone: bool,
     /// How often the target moved while it was being published.
     moved: u32,
+    /// Made and judged elsewhere (a Temporal worker): its task gates run again here before it
+    /// lands, whether or not the target moved, since its verdict came over the network.
+    verify: bool,
     reply: oneshot::Sender<Result<Landing, RunError>>,
 }
 
@@ -83,14 +86,15 @@ struct Ready<'a> {
 
 impl<'a> Runner<'a> {
     /// Lands an accepted attempt (`head`, made from `spec.base`) on `target`, in a batch with
-    /// whatever else waits, and says how it ended.
+    /// whatever else waits, and says how it ended. A change to `verify` was judged elsewhere:
+    /// its task gates run again here before it lands.
     pub(super) async fn land(
         &self,
         task: &'a Task,
         target: &str,
         spec: &AttemptSpec<'_>,
-        attempt_id: i64,
-        head: Oid,
+        (attempt_id, head): (i64, Oid),
+        verify: bool,
     ) -> Result<Landing, RunError> {
         self.set_phase("merging", Some(&task.name), spec.number)?;
         self.emit(
@@ -110,6 +114,7 @@ impl<'a> Runner<'a> {
             head,
             alone: false,
             moved: 0,
+            verify,
             reply,
         });
         // Whoever holds the turn lands every change waiting for the same target: ours may have
@@ -254,7 +259,7 @@ impl<'a> Runner<'a> {
         // Gate what will land: the task's gates again when the target moved (the merged tree
         // is not what they saw), then the after-merge gates.
         let mut to_run: Vec<(&Gate, bool)> = Vec::new();
-        if moved {
+        if moved || request.verify {
             to_run.extend(task.gates.iter().map(|g| (g, true)));
         }
         to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
@@ -334,10 +339,17 @@ impl<'a> Runner<'a> {
                 // The change no longer holds on the moved target: retry from there.
                 let mut f = attempt::gate_failure(request.number, &run, &lease.path);
                 f.kind = FailureKind::Merge;
-                f.criterion = format!(
-                    "the change still passes after merging with the moved `{target}`: {}",
-                    f.criterion
-                );
+                f.criterion = if moved {
+                    format!(
+                        "the change still passes after merging with the moved `{target}`: {}",
+                        f.criterion
+                    )
+                } else {
+                    format!(
+                        "the change passes its gates when mvk runs them again before landing it (the worker said it passed): {}",
+                        f.criterion
+                    )
+                };
                 return Ok(Fit::Leave(Left::Regated(f)));
             }
             self.emit(

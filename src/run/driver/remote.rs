@@ -249,10 +249,17 @@ impl<'a> Coordinator<'a> {
             previous: None,
             epoch: 0,
         };
+        // The worker's verdict came over the network: an agent there that reaches the Temporal
+        // server could have sent it in the worker's place (review r9d, F0). What lands is
+        // judged here: the seal from base to head, then the task's gates on a clean checkout.
+        if let Some(f) = crate::run::attempt::check_seal(&self.runner, task, &spec, head).await? {
+            self.runner.fail(task, number, &f)?;
+            return Ok(Landed::Retry(f, base));
+        }
         Ok(
             match self
                 .runner
-                .land(task, &target, &spec, attempt_id, head)
+                .land(task, &target, &spec, (attempt_id, head), true)
                 .await?
             {
                 Landing::Landed(commit) => Landed::Landed(commit),
