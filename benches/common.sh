@@ -10,11 +10,12 @@ else
 fi
 unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR
 
-# flow_repo DIR N P T: a repository at DIR holding 1,000 small files (so a worktree is not empty),
-# N items, and loops/flow.kdl: a flow at `parallel P` fanned out over the items, each task's
-# agent working T seconds and appending `done` to its item, its gate grepping for it.
+# flow_repo DIR N P T [G]: a repository at DIR holding 1,000 small files (so a worktree is not
+# empty), N items, and loops/flow.kdl: a flow at `parallel P` fanned out over the items, each
+# task's agent working T seconds and appending `done` to its item, its gate grepping for it
+# after working G seconds (default 0: a gate as cheap as can be).
 flow_repo() {
-    local repo=$1 N=$2 P=$3 T=$4
+    local repo=$1 N=$2 P=$3 T=$4 G=${5:-0}
     mkdir -p "$repo/items" "$repo/src" "$repo/loops" "$repo/bench"
     git -C "$repo" init -q -b main
     git -C "$repo" config user.name bench
@@ -40,7 +41,7 @@ flow bench {
         agent bench
         scope "{{item}}"
         gate done evidence=none timeout="1m" {
-            run "grep" "-q" "done" "{{item}}"
+            run "sh" "-c" "sleep $G && grep -q done '{{item}}'"
         }
         budget iterations=1
     }

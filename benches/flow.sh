@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Benchmark (issue 5): a flow of N trivial tasks (default 256) at `parallel P` (default 16),
 # fanned out with `each=` over N files. Every task's agent sleeps T seconds (default 2) and
-# appends a line to its item; its gate greps for it; each lands on main in turn. Not run by CI.
+# appends a line to its item; its gate sleeps G seconds (default 0) and greps for it; each lands
+# on main in turn, its gate run again on the merged result (the target moved). Not run by CI.
 # Usage: benches/flow.sh     (builds the release binary first; MVK_BIN=PATH uses that one)
 #        N=64 P=8 T=1 benches/flow.sh
+#        G=1 benches/flow.sh   (gates that take a while: landing's re-gates must keep up)
 #
 # Figures, each against a baseline measured in the same run:
-#   makespan       `mvk apply` wall time / the ideal, ceil(N/P) x T: what P slots would take if
-#                  mvk cost nothing (target <= 1.15)
+#   makespan       `mvk apply` wall time / the ideal, ceil(N/P) x (T + G) + G: what P slots
+#                  would take if mvk cost nothing (each attempt's agent and gate, then the last
+#                  change's gate again as it lands) (target <= 1.15)
 #   peak memory    /usr/bin/time's %M for `mvk apply`: the largest peak RSS among mvk and the
 #                  children it waited for (target <= 100 MiB)
 #   worktree       mvk's mean time to get a task its worktree (`worktree_ms` of the
@@ -19,12 +22,13 @@ cd "$(dirname "$0")/.."
 N=${N:-256}
 P=${P:-16}
 T=${T:-2}
+G=${G:-0}
 work=$(mktemp -d "${TMPDIR:-/tmp}/mvk-bench-flow.XXXXXX")
 [ -n "${KEEP:-}" ] && echo "keeping $work" >&2 || trap 'rm -rf "$work"' EXIT
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 NO_COLOR=1
 
 repo=$work/repo
-flow_repo "$repo" "$N" "$P" "$T"
+flow_repo "$repo" "$N" "$P" "$T" "$G"
 
 # mvk ---------------------------------------------------------------------------------------
 echo "mvk apply: $N tasks, parallel $P, agents of ${T}s ..." >&2
@@ -55,13 +59,14 @@ done
 end=$(date +%s%N)
 git_mean_ms=$(python3 -c "print(f'{($end - $start) / 1e6 / $N:.1f}')")
 
-python3 - "$N" "$P" "$T" "$wall" "$rss_kb" "$wt_mean_ms" "$git_mean_ms" <<'EOF'
+python3 - "$N" "$P" "$T" "$wall" "$rss_kb" "$wt_mean_ms" "$git_mean_ms" "$G" <<'EOF'
 import math, sys
 n, p, t = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 wall, rss_kb = float(sys.argv[4]), int(sys.argv[5])
 wt, git = float(sys.argv[6]), float(sys.argv[7])
-ideal = math.ceil(n / p) * t
-print(f"tasks {n}, parallel {p}, agent {t:g}s")
+g = float(sys.argv[8])
+ideal = math.ceil(n / p) * (t + g) + g
+print(f"tasks {n}, parallel {p}, agent {t:g}s, gate {g:g}s")
 print(f"makespan     {wall:8.1f} s   ideal {ideal:.1f} s      ratio {wall / ideal:.3f}  (target <= 1.15)")
 print(f"peak memory  {rss_kb / 1024:8.1f} MiB                     (target <= 100 MiB)")
 print(f"worktree     {wt:8.1f} ms  git worktree add {git:.1f} ms  ratio {wt / git:.3f}")

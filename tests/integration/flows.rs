@@ -582,6 +582,52 @@ fn changes_accepted_together_land_as_one_batch_each_its_own_commit_gated_on_that
     }
 }
 
+/// The changes of a batch are gated side by side (up to `parallel`), each on its own commit: a
+/// wide flow's landing gates, one after another, took longer than its attempts.
+#[test]
+fn the_changes_of_a_batch_are_gated_side_by_side_each_on_its_own_commit() {
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str("flow t {\n    parallel 4\n");
+    // `a` holds the landing until the three others wait; their gates take a second each and
+    // say when they ran and on what.
+    let gate = r#"merge { gate timed evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; exit 0; fi; echo $(date +%s%N) $(git rev-parse HEAD) > @STATE/gate-$MVK_TASK; sleep 1; date +%s%N >> @STATE/gate-$MVK_TASK"; }; }"#;
+    for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
+        text.push_str(&task(name, agent, &format!("out/{name}.txt"), gate));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    landed(&fixture, &run, &["a", "b", "c", "d"]);
+    run.none("merge.batch-split");
+    let mut spans = Vec::new();
+    for name in ["b", "c", "d"] {
+        let text = fs::read_to_string(fixture.state(&format!("gate-{name}"))).unwrap();
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [start, head, end] = parts[..] else {
+            panic!("gate-{name}: {text}")
+        };
+        let commit = run
+            .named("merge.done")
+            .iter()
+            .find(|e| e["task"] == name)
+            .map(|e| e["detail"]["commit"].as_str().unwrap().to_string())
+            .unwrap();
+        assert_eq!(
+            head,
+            commit,
+            "{name}'s gate ran on its own commit\n{}",
+            run.why()
+        );
+        spans.push((start.parse::<u128>().unwrap(), end.parse::<u128>().unwrap()));
+    }
+    // All three ran at once: each started before any ended.
+    let last_start = spans.iter().map(|s| s.0).max().unwrap();
+    let first_end = spans.iter().map(|s| s.1).min().unwrap();
+    assert!(last_start < first_end, "{spans:?}\n{}", run.why());
+}
+
 #[test]
 fn a_batch_the_main_checkout_refuses_lands_again_one_change_at_a_time() {
     // `c`'s file has a local edit in the main checkout: `c` stops for a person, the others land.
@@ -645,6 +691,8 @@ fn a_change_that_left_a_batch_which_did_not_land_tries_again_with_the_rest() {
     assert_eq!(run.one("merge.blocked")["task"], "b", "{}", run.why());
     assert_eq!(starts(&fixture)["c"], 1, "`c` ran once: {}", run.why());
     run.none("merge.conflict");
+    // The batch was gated side by side first; `c`'s failure sent it back to land change by change.
+    assert_eq!(run.one("merge.batch-split")["task"], "c", "{}", run.why());
     // `c` did leave the batch: its gate failed on the commit holding `b`'s change.
     assert!(
         run.named("gate.finished").iter().any(|e| e["task"] == "c"

@@ -2,7 +2,8 @@
 //! waits in a queue; whoever lands next takes every waiting change bound for the same target and
 //! lands them as one batch. Each change becomes its own commit, merged onto the one before it in
 //! the order they were accepted, and is gated on exactly that commit when it is not what its
-//! gates saw; then the ledger records every intent and the target moves once, past all of them.
+//! gates saw (the batch's changes side by side, up to the flow's `parallel`); then the ledger
+//! records every intent and the target moves once, past all of them.
 //!
 //! A batch gives each change the guarantee landing it alone would (its gates passed on the
 //! commit that lands it), while a wide flow's tasks, which finish together, pay for one update
@@ -181,6 +182,9 @@ impl<'a> Runner<'a> {
             })
             .await??
         };
+        let Some(batch) = self.land_together(batch, &target, tip).await? else {
+            return Ok(());
+        };
         let mut onto = tip;
         let mut ready: Vec<Ready<'a>> = Vec::new();
         let mut left: Vec<(Request<'a>, Left)> = Vec::new();
@@ -221,6 +225,40 @@ impl<'a> Runner<'a> {
     /// untracked files, a lock) reaches its gates.
     async fn fit(&self, request: &Request<'a>, target: &str, onto: Oid) -> Result<Fit, RunError> {
         let task = request.task;
+        let (commit, moved) = match self.merge_one(request, target, onto).await? {
+            Merged::Commit { commit, moved } => (commit, moved),
+            Merged::Empty => {
+                self.emit(
+                    Some(&task.name),
+                    Some(request.number),
+                    "merge.empty",
+                    json!({"into": target}),
+                )?;
+                return Ok(Fit::Answer(Landing::Landed(None)));
+            }
+            Merged::Leave(why) => return Ok(Fit::Leave(why)),
+        };
+        let gates = landing_gates(request, moved);
+        if gates.is_empty() {
+            return Ok(Fit::Commit(commit));
+        }
+        let lease: Lease = self
+            .acquire(commit, &landing_branch(&self.run_id, task))
+            .await?;
+        Ok(self
+            .gate_on(request, target, (onto, moved), &gates, lease)
+            .await?
+            .unwrap_or(Fit::Commit(commit)))
+    }
+
+    /// `request`'s change merged onto `onto`, as its commit, ungated.
+    async fn merge_one(
+        &self,
+        request: &Request<'a>,
+        target: &str,
+        onto: Oid,
+    ) -> Result<Merged, RunError> {
+        let task = request.task;
         let strategy = task.merge.strategy;
         let prepared = {
             let (root, into) = (self.opts.repo_root.clone(), target.to_string());
@@ -231,43 +269,33 @@ impl<'a> Runner<'a> {
             })
             .await?
         };
-        let (commit, moved) = match prepared {
-            Ok(Prepared::Commit { commit, moved, .. }) => (commit, moved),
-            Ok(Prepared::Nothing { .. }) => {
-                self.emit(
-                    Some(&task.name),
-                    Some(request.number),
-                    "merge.empty",
-                    json!({"into": target}),
-                )?;
-                return Ok(Fit::Answer(Landing::Landed(None)));
-            }
-            Err(LandError::Conflict { paths, .. }) => {
-                return Ok(Fit::Leave(Left::Conflict(
-                    paths,
-                    "the change conflicts with the target",
-                )));
-            }
-            Err(LandError::NotFastForward { .. }) => {
-                return Ok(Fit::Leave(Left::Conflict(
-                    Vec::new(),
-                    "the target moved, so a fast-forward is impossible",
-                )));
-            }
+        Ok(match prepared {
+            Ok(Prepared::Commit { commit, moved, .. }) => Merged::Commit { commit, moved },
+            Ok(Prepared::Nothing { .. }) => Merged::Empty,
+            Err(LandError::Conflict { paths, .. }) => Merged::Leave(Left::Conflict(
+                paths,
+                "the change conflicts with the target",
+            )),
+            Err(LandError::NotFastForward { .. }) => Merged::Leave(Left::Conflict(
+                Vec::new(),
+                "the target moved, so a fast-forward is impossible",
+            )),
             Err(e) => return Err(e.into()),
-        };
-        // Gate what will land: the task's gates again when the target moved (the merged tree
-        // is not what they saw), then the after-merge gates.
-        let mut to_run: Vec<(&Gate, bool)> = Vec::new();
-        if moved || request.verify {
-            to_run.extend(task.gates.iter().map(|g| (g, true)));
-        }
-        to_run.extend(task.merge.gates.iter().map(|g| (g, false)));
-        if to_run.is_empty() {
-            return Ok(Fit::Commit(commit));
-        }
-        let branch = format!("mvk/{}/{}/landing", self.run_id, attempt::slug(&task.name));
-        let lease: Lease = self.acquire(commit, &branch).await?;
+        })
+    }
+
+    /// Runs GATES of `request`'s change (merged onto `onto`; `moved`: the target had moved past
+    /// its base) in LEASE, a clean checkout of a commit that holds it. `None` when every gate
+    /// passed; else how the change fares.
+    async fn gate_on(
+        &self,
+        request: &Request<'a>,
+        target: &str,
+        (onto, moved): (Oid, bool),
+        gates: &[(&Gate, bool)],
+        lease: Lease,
+    ) -> Result<Option<Fit>, RunError> {
+        let task = request.task;
         let env = attempt::landing_env(
             &self.run_id,
             &task.name,
@@ -279,7 +307,7 @@ impl<'a> Runner<'a> {
         let dir = self.attempt_dir(&task.name, request.number);
         // The landing gates run the change's code: its signals to mvk are its own.
         let window = crate::run::signals::Window::new();
-        for (i, (g, regate)) in to_run.iter().enumerate() {
+        for (i, (g, regate)) in gates.iter().enumerate() {
             let cx = GateContext {
                 cwd: &lease.path,
                 env: &env,
@@ -313,24 +341,24 @@ impl<'a> Runner<'a> {
                 )
                 .await?;
             if signals > 0 {
-                return Ok(Fit::Answer(Landing::Rejected(
+                return Ok(Some(Fit::Answer(Landing::Rejected(
                     Outcome::Rejected,
                     format!(
                         "after-merge gate `{}` sent mvk {signals} stop signal(s); the change was not landed, it stays on its branch",
                         run.gate
                     ),
-                )));
+                ))));
             }
             if swept.survived {
                 // What mvk could not end may still write the slot: never leased again.
                 lease.retire()?;
-                return Ok(Fit::Answer(Landing::Rejected(
+                return Ok(Some(Fit::Answer(Landing::Rejected(
                     Outcome::Rejected,
                     format!(
                         "after-merge gate `{}` left processes that were still appearing when mvk's sweep gave up; the change was not landed, it stays on its branch",
                         run.gate
                     ),
-                )));
+                ))));
             }
             if run.verdict == GateVerdict::Pass {
                 continue;
@@ -350,7 +378,7 @@ impl<'a> Runner<'a> {
                         f.criterion
                     )
                 };
-                return Ok(Fit::Leave(Left::Regated(f)));
+                return Ok(Some(Fit::Leave(Left::Regated(f))));
             }
             self.emit(
                 Some(&task.name),
@@ -363,15 +391,105 @@ impl<'a> Runner<'a> {
             } else {
                 Outcome::Rejected
             };
-            return Ok(Fit::Answer(Landing::Rejected(
+            return Ok(Some(Fit::Answer(Landing::Rejected(
                 outcome,
                 format!(
                     "after-merge gate `{}` did not pass on the merged result ({}); `{target}` was not moved, the change stays on its branch",
                     run.gate, run.reason
                 ),
-            )));
+            ))));
         }
-        Ok(Fit::Commit(commit))
+        Ok(None)
+    }
+
+    /// Lands BATCH with its changes' gates run side by side: each change merged onto the one
+    /// before, as change by change, then each gated on exactly its own commit, in a clean
+    /// checkout of its own, as many at once as the flow's `parallel`. What lands is what change
+    /// by change would land; only the waiting is shorter (the gates of a wide flow's changes,
+    /// run one after another, took longer than its attempts). A change that does not merge, or
+    /// any gate that does not pass, sends the batch back to be landed change by change, which
+    /// finds out whose it is and what the others land on. Out comes the batch when sent back.
+    async fn land_together(
+        &self,
+        batch: Vec<Request<'a>>,
+        target: &str,
+        tip: Oid,
+    ) -> Result<Option<Vec<Request<'a>>>, RunError> {
+        if batch.len() < 2 {
+            return Ok(Some(batch));
+        }
+        let mut onto = tip;
+        let mut chain: Vec<(Oid, Oid, bool)> = Vec::with_capacity(batch.len());
+        for request in &batch {
+            match self.merge_one(request, target, onto).await? {
+                Merged::Commit { commit, moved } => {
+                    chain.push((onto, commit, moved));
+                    onto = commit;
+                }
+                Merged::Empty | Merged::Leave(_) => return Ok(Some(batch)),
+            }
+        }
+        let gated: Vec<(usize, Vec<(&Gate, bool)>)> = batch
+            .iter()
+            .zip(&chain)
+            .map(|(request, &(_, _, moved))| landing_gates(request, moved))
+            .enumerate()
+            .filter(|(_, gates)| !gates.is_empty())
+            .collect();
+        if gated.len() < 2 {
+            return Ok(Some(batch));
+        }
+        let width = locked(&self.slots).parallel.max(1);
+        let mut verdicts = Vec::with_capacity(gated.len());
+        {
+            let mut running = futures_util::stream::FuturesUnordered::new();
+            let mut pending = gated.iter();
+            loop {
+                while running.len() < width {
+                    let Some((i, gates)) = pending.next() else {
+                        break;
+                    };
+                    let request = &batch[*i];
+                    let (parent, commit, moved) = chain[*i];
+                    running.push(async move {
+                        let branch = landing_branch(&self.run_id, request.task);
+                        let lease: Lease = self.acquire(commit, &branch).await?;
+                        let fit = self
+                            .gate_on(request, target, (parent, moved), gates, lease)
+                            .await?;
+                        Ok::<_, RunError>((*i, fit.is_none()))
+                    });
+                }
+                match futures_util::StreamExt::next(&mut running).await {
+                    Some(done) => verdicts.push(done?),
+                    None => break,
+                }
+            }
+        }
+        if let Some(&(i, _)) = verdicts.iter().find(|(_, passed)| !passed) {
+            self.emit(
+                Some(&batch[i].task.name),
+                Some(batch[i].number),
+                "merge.batch-split",
+                json!({
+                    "into": target,
+                    "tasks": batch.iter().map(|r| r.task.name.as_str()).collect::<Vec<_>>(),
+                    "reason": "a gate did not pass on its change's commit: the batch lands change by change",
+                }),
+            )?;
+            return Ok(Some(batch));
+        }
+        let ready = batch
+            .into_iter()
+            .zip(chain)
+            .map(|(request, (parent, commit, _))| Ready {
+                request,
+                parent,
+                commit,
+            })
+            .collect();
+        self.publish(target, tip, ready).await?;
+        Ok(None)
     }
 
     /// Records the intent to land every change in `ready`, moves `target` from `tip` past all
@@ -582,6 +700,35 @@ enum Fit {
     Answer(Landing),
     /// It leaves the batch, to be answered once the batch has landed.
     Leave(Left),
+}
+
+/// What merging one change onto a commit came to, before any gate.
+enum Merged {
+    Commit {
+        commit: Oid,
+        moved: bool,
+    },
+    /// The change adds nothing to the target.
+    Empty,
+    Leave(Left),
+}
+
+/// The gates a change runs before it lands (each with whether it is one of the task's own,
+/// run again): the task's gates when the target moved past its base or its verdict came from
+/// elsewhere, then the after-merge gates.
+fn landing_gates<'t>(request: &Request<'t>, moved: bool) -> Vec<(&'t Gate, bool)> {
+    let task = request.task;
+    let mut gates: Vec<(&Gate, bool)> = Vec::new();
+    if moved || request.verify {
+        gates.extend(task.gates.iter().map(|g| (g, true)));
+    }
+    gates.extend(task.merge.gates.iter().map(|g| (g, false)));
+    gates
+}
+
+/// The branch a task's landing gates run on.
+fn landing_branch(run: &str, task: &Task) -> String {
+    format!("mvk/{run}/{}/landing", attempt::slug(&task.name))
 }
 
 /// Why the main checkout refused a batch.
