@@ -582,18 +582,25 @@ fn changes_accepted_together_land_as_one_batch_each_its_own_commit_gated_on_that
     }
 }
 
-/// The changes of a batch are gated side by side (up to `parallel`), each on its own commit: a
-/// wide flow's landing gates, one after another, took longer than its attempts.
+/// The changes of a batch are gated again side by side (up to `parallel`), each on its own
+/// commit: a wide flow's re-gates, one after another, took longer than its attempts.
 #[test]
 fn the_changes_of_a_batch_are_gated_side_by_side_each_on_its_own_commit() {
     let mut text = worker("quick", "0.3", &[]);
     text.push_str(&worker("slow", "1.5", &[]));
     text.push_str("flow t {\n    parallel 4\n");
-    // `a` holds the landing until the three others wait; their gates take a second each and
-    // say when they ran and on what.
-    let gate = r#"merge { gate timed evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; exit 0; fi; echo $(date +%s%N) $(git rev-parse HEAD) > @STATE/gate-$MVK_TASK; sleep 1; date +%s%N >> @STATE/gate-$MVK_TASK"; }; }"#;
+    // `a` holds the landing until the three others wait (its after-merge gate); their own gate,
+    // run again because `a` moved the target, takes a second on the landing branch and says
+    // when it ran and on what.
+    let hold = r#"merge { gate hold evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi"; }; }"#;
+    let timed = r#"gate timed evidence=none timeout="60s" { run "sh" "-c" "case $(git symbolic-ref -q --short HEAD) in */landing) echo $(date +%s%N) $(git rev-parse HEAD) > @STATE/gate-$MVK_TASK; sleep 1; date +%s%N >> @STATE/gate-$MVK_TASK;; esac"; }"#;
     for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
-        text.push_str(&task(name, agent, &format!("out/{name}.txt"), gate));
+        text.push_str(&task(
+            name,
+            agent,
+            &format!("out/{name}.txt"),
+            &format!("{hold}\n        {timed}"),
+        ));
     }
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
@@ -603,7 +610,8 @@ fn the_changes_of_a_batch_are_gated_side_by_side_each_on_its_own_commit() {
     run.none("merge.batch-split");
     let mut spans = Vec::new();
     for name in ["b", "c", "d"] {
-        let text = fs::read_to_string(fixture.state(&format!("gate-{name}"))).unwrap();
+        let text = fs::read_to_string(fixture.state(&format!("gate-{name}")))
+            .unwrap_or_else(|e| panic!("gate-{name}: {e}\n{}", run.why()));
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [start, head, end] = parts[..] else {
             panic!("gate-{name}: {text}")
@@ -626,6 +634,35 @@ fn the_changes_of_a_batch_are_gated_side_by_side_each_on_its_own_commit() {
     let last_start = spans.iter().map(|s| s.0).max().unwrap();
     let first_end = spans.iter().map(|s| s.1).min().unwrap();
     assert!(last_start < first_end, "{spans:?}\n{}", run.why());
+}
+
+/// Review r5, high: a batch whose side-by-side gating found a change rejected (here `c`'s own
+/// gate sends mvk a stop signal, on its landing only) must not gate it again and land it: `c`
+/// is rejected, what came before it lands, and what came after it lands in a later batch.
+#[test]
+fn a_change_its_gate_rejected_in_a_batch_is_not_gated_again_and_landed() {
+    let mut text = worker("quick", "0.3", &[]);
+    text.push_str(&worker("slow", "1.5", &[]));
+    text.push_str("flow t {\n    parallel 4\n");
+    let hold = r#"merge { gate hold evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi"; }; }"#;
+    let signals = r#"gate signals evidence=none timeout="60s" { run "sh" "-c" "case $(git symbolic-ref -q --short HEAD) in */landing) if [ $MVK_TASK = c ] && mkdir @STATE/signalled 2>/dev/null; then kill -TERM $PPID; fi;; esac; exit 0"; }"#;
+    for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
+        text.push_str(&task(
+            name,
+            agent,
+            &format!("out/{name}.txt"),
+            &format!("{hold}\n        {signals}"),
+        ));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply();
+    run.expect_code(1);
+    landed(&fixture, &run, &["a", "b", "d"]);
+    assert!(fixture.show("main", "out/c.txt").is_none(), "{}", run.why());
+    assert_eq!(run.one("merge.batch-split")["task"], "c", "{}", run.why());
+    // The signal was counted once, and `c`'s gate never ran again on a landing.
+    assert_eq!(run.named("gate.signalled-mvk").len(), 1, "{}", run.why());
 }
 
 #[test]

@@ -402,13 +402,16 @@ impl<'a> Runner<'a> {
         Ok(None)
     }
 
-    /// Lands BATCH with its changes' gates run side by side: each change merged onto the one
-    /// before, as change by change, then each gated on exactly its own commit, in a clean
-    /// checkout of its own, as many at once as the flow's `parallel`. What lands is what change
-    /// by change would land; only the waiting is shorter (the gates of a wide flow's changes,
-    /// run one after another, took longer than its attempts). A change that does not merge, or
-    /// any gate that does not pass, sends the batch back to be landed change by change, which
-    /// finds out whose it is and what the others land on. Out comes the batch when sent back.
+    /// Lands BATCH with its changes' own gates run side by side: each change merged onto the one
+    /// before, as change by change, then each change's task gates (which its attempts already
+    /// ran side by side) run again on exactly its own commit, each in a clean checkout of its
+    /// own, as many at once as the flow's `parallel`; the after-merge gates, which may share a
+    /// port, a database or a deploy target, still run one change at a time, in order. What
+    /// lands is what change by change would land: the changes before the first that does not
+    /// pass land; that one is settled by its own verdict (a rejection stays a rejection); the
+    /// changes after it, gated on commits holding it, wait for the next batch. A change that
+    /// does not merge sends the batch back to be landed change by change. Out comes the batch
+    /// when sent back.
     async fn land_together(
         &self,
         batch: Vec<Request<'a>>,
@@ -429,66 +432,127 @@ impl<'a> Runner<'a> {
                 Merged::Empty | Merged::Leave(_) => return Ok(Some(batch)),
             }
         }
-        let gated: Vec<(usize, Vec<(&Gate, bool)>)> = batch
+        let gates: Vec<Vec<(&Gate, bool)>> = batch
             .iter()
             .zip(&chain)
             .map(|(request, &(_, _, moved))| landing_gates(request, moved))
-            .enumerate()
-            .filter(|(_, gates)| !gates.is_empty())
             .collect();
-        if gated.len() < 2 {
+        let own = |i: usize| -> Vec<(&Gate, bool)> {
+            gates[i]
+                .iter()
+                .copied()
+                .filter(|(_, regate)| *regate)
+                .collect()
+        };
+        if (0..batch.len()).filter(|&i| !own(i).is_empty()).count() < 2 {
             return Ok(Some(batch));
         }
-        let width = locked(&self.slots).parallel.max(1);
-        let mut verdicts = Vec::with_capacity(gated.len());
+        // Each change's verdict: `None` while it passes, else how it fares.
+        let mut verdicts: Vec<Option<Fit>> = (0..batch.len()).map(|_| None).collect();
+        let width = self
+            .program
+            .flow
+            .as_ref()
+            .map_or(1, |f| usize::try_from(f.parallel).unwrap_or(usize::MAX))
+            .max(1);
         {
             let mut running = futures_util::stream::FuturesUnordered::new();
-            let mut pending = gated.iter();
+            let mut pending = (0..batch.len()).filter(|&i| !own(i).is_empty());
             loop {
                 while running.len() < width {
-                    let Some((i, gates)) = pending.next() else {
+                    let Some(i) = pending.next() else {
                         break;
                     };
-                    let request = &batch[*i];
-                    let (parent, commit, moved) = chain[*i];
+                    let request = &batch[i];
+                    let (parent, commit, moved) = chain[i];
+                    let gates = own(i);
                     running.push(async move {
                         let branch = landing_branch(&self.run_id, request.task);
                         let lease: Lease = self.acquire(commit, &branch).await?;
                         let fit = self
-                            .gate_on(request, target, (parent, moved), gates, lease)
+                            .gate_on(request, target, (parent, moved), &gates, lease)
                             .await?;
-                        Ok::<_, RunError>((*i, fit.is_none()))
+                        Ok::<_, RunError>((i, fit))
                     });
                 }
                 match futures_util::StreamExt::next(&mut running).await {
-                    Some(done) => verdicts.push(done?),
+                    Some(done) => {
+                        let (i, fit) = done?;
+                        verdicts[i] = fit;
+                    }
                     None => break,
                 }
             }
         }
-        if let Some(&(i, _)) = verdicts.iter().find(|(_, passed)| !passed) {
+        // The after-merge gates, one change at a time, up to the first change that fails.
+        for i in 0..batch.len() {
+            if verdicts[i].is_some() {
+                break;
+            }
+            let after: Vec<(&Gate, bool)> = gates[i]
+                .iter()
+                .copied()
+                .filter(|(_, regate)| !*regate)
+                .collect();
+            if after.is_empty() {
+                continue;
+            }
+            let request = &batch[i];
+            let (parent, commit, moved) = chain[i];
+            let lease: Lease = self
+                .acquire(commit, &landing_branch(&self.run_id, request.task))
+                .await?;
+            verdicts[i] = self
+                .gate_on(request, target, (parent, moved), &after, lease)
+                .await?;
+        }
+        let first = verdicts.iter().position(Option::is_some);
+        let mut settled: Option<(Request<'a>, Fit)> = None;
+        let mut later: Vec<Request<'a>> = Vec::new();
+        let mut ready: Vec<Ready<'a>> = Vec::new();
+        for (i, (request, (parent, commit, _))) in batch.into_iter().zip(chain).enumerate() {
+            match first {
+                Some(k) if i == k => {
+                    let fit = verdicts[i].take().unwrap_or(Fit::Commit(commit));
+                    settled = Some((request, fit));
+                }
+                Some(k) if i > k => later.push(request),
+                _ => ready.push(Ready {
+                    request,
+                    parent,
+                    commit,
+                }),
+            }
+        }
+        if let Some((request, _)) = &settled {
             self.emit(
-                Some(&batch[i].task.name),
-                Some(batch[i].number),
+                Some(&request.task.name),
+                Some(request.number),
                 "merge.batch-split",
                 json!({
                     "into": target,
-                    "tasks": batch.iter().map(|r| r.task.name.as_str()).collect::<Vec<_>>(),
-                    "reason": "a gate did not pass on its change's commit: the batch lands change by change",
+                    "kept": ready.iter().map(|r| r.request.task.name.as_str()).collect::<Vec<_>>(),
+                    "later": later.iter().map(|r| r.task.name.as_str()).collect::<Vec<_>>(),
+                    "reason": "its gates did not pass on its commit: the changes before it land, those after it are gated again on what lands",
                 }),
             )?;
-            return Ok(Some(batch));
         }
-        let ready = batch
-            .into_iter()
-            .zip(chain)
-            .map(|(request, (parent, commit, _))| Ready {
-                request,
-                parent,
-                commit,
-            })
-            .collect();
-        self.publish(target, tip, ready).await?;
+        // Those after the one that failed were gated on commits holding it: they wait for the
+        // next batch, gated again on what lands now.
+        self.requeue(later);
+        let landed = ready.is_empty() || self.publish(target, tip, ready).await?;
+        match settled {
+            Some((request, Fit::Answer(landing))) => {
+                let _ = request.reply.send(Ok(landing));
+            }
+            Some((request, Fit::Leave(why))) if landed => {
+                let landing = self.left(&request, target, why).await?;
+                let _ = request.reply.send(Ok(landing));
+            }
+            // What it left over did not land: it tries again with the rest.
+            Some((request, _)) => self.requeue(vec![request]),
+            None => {}
+        }
         Ok(None)
     }
 
