@@ -116,33 +116,39 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         run_id,
     };
     let progress = Progress::new(printer, args.json);
+    let executor = executor(args, &opts)?;
+    execute(
+        printer,
+        args.json,
+        &progress,
+        executor.apply(&program, &opts, &progress),
+    )
+}
+
+/// The executor `--executor` names.
+fn executor(
+    args: &ApplyArgs,
+    opts: &RunOptions,
+) -> Result<Box<dyn crate::run::executor::Executor>, CliError> {
     match args.executor {
-        Executor::Local => execute(
-            printer,
-            args.json,
-            &progress,
-            driver::apply(&program, &opts, &progress),
-        ),
+        Executor::Local => Ok(Box::new(crate::run::executor::Local)),
         Executor::Temporal => {
             #[cfg(feature = "temporal")]
             {
-                let endpoint = crate::run::temporal::Endpoint {
-                    address: args.temporal.temporal_address.clone(),
-                    task_queue: args.temporal.task_queue.clone(),
-                };
-                let repo_url = args
-                    .repo_url
-                    .clone()
-                    .unwrap_or_else(|| opts.repo_root.display().to_string());
-                execute(
-                    printer,
-                    args.json,
-                    &progress,
-                    crate::run::temporal::apply(&program, &opts, &progress, &endpoint, &repo_url),
-                )
+                Ok(Box::new(crate::run::temporal::Temporal {
+                    endpoint: crate::run::temporal::Endpoint {
+                        address: args.temporal.temporal_address.clone(),
+                        task_queue: args.temporal.task_queue.clone(),
+                    },
+                    repo_url: args
+                        .repo_url
+                        .clone()
+                        .unwrap_or_else(|| opts.repo_root.display().to_string()),
+                }))
             }
             #[cfg(not(feature = "temporal"))]
             {
+                let _ = opts;
                 Err(without_temporal())
             }
         }

@@ -101,8 +101,42 @@ pub struct AttemptResult {
     pub gates: Vec<GateResult>,
     /// What failed; `None` when the attempt passed.
     pub failure: Option<FailureResult>,
+    /// What the attempt's agent (and reviewer) spent, as their output said.
+    #[serde(default)]
+    pub usage: UsageResult,
     /// The run's events in the ledger, in order.
     pub events: Vec<EventRef>,
+}
+
+/// Tokens and dollars an attempt spent.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
+pub struct UsageResult {
+    /// Every input token, cache writes and reads included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// US dollars in millionths; `None` when the agent reported no cost.
+    pub usd_micros: Option<u64>,
+}
+
+impl From<&crate::run::adapter::Usage> for UsageResult {
+    fn from(u: &crate::run::adapter::Usage) -> Self {
+        UsageResult {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            usd_micros: u.usd_micros,
+        }
+    }
+}
+
+impl From<UsageResult> for crate::run::adapter::Usage {
+    fn from(u: UsageResult) -> Self {
+        crate::run::adapter::Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            usd_micros: u.usd_micros,
+            session: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
@@ -303,6 +337,7 @@ fn report(repo_root: &std::path::Path, once: &OnceReport) -> Result<AttemptResul
         counts,
         gates,
         failure: once.failure.as_ref().map(failure),
+        usage: UsageResult::from(&once.usage),
         events,
     })
 }

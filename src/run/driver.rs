@@ -2451,6 +2451,8 @@ pub struct OnceReport {
     pub outcome: Outcome,
     /// `None` when the attempt passed seal, gates and review.
     pub failure: Option<Failure>,
+    /// What its agent (and reviewer) spent.
+    pub usage: crate::run::adapter::Usage,
 }
 
 /// Which attempt of its task `attempt_once` makes: by default the first, on the first rung,
@@ -2584,6 +2586,7 @@ pub async fn attempt_once(
             head,
             branch,
             end,
+            usage,
             ..
         } = attempt::run_attempt(&runner, &spec, &budgets).await?;
         let (failure, outcome) = match end {
@@ -2635,7 +2638,7 @@ pub async fn attempt_once(
             "task.finished",
             json!({"outcome": outcome.name(), "reason": reason, "merged": null}),
         )?;
-        Ok::<_, RunError>(((ledger_id, head, branch), failure, outcome))
+        Ok::<_, RunError>(((ledger_id, head, branch, usage), failure, outcome))
     }
     .await;
     let (outcome, exit_code) = match &result {
@@ -2659,7 +2662,7 @@ pub async fn attempt_once(
         state.phase = "finished".into();
     }
     let written = runner.write_state();
-    let ((attempt_id, head, branch), failure, outcome) = result?;
+    let ((attempt_id, head, branch, usage), failure, outcome) = result?;
     finished?;
     emitted?;
     written?;
@@ -2673,5 +2676,6 @@ pub async fn attempt_once(
         branch,
         outcome,
         failure,
+        usage,
     })
 }

@@ -6,7 +6,8 @@
 //! whether a change touched the oracle; [`gate`] runs a gate and [`evidence`] reads its output
 //! for proof that tests ran; [`review`] runs the independent reviewer and reads its verdict;
 //! [`adapter`] reads an agent's cost and rate limits; [`verify`] is the oracle check on its
-//! own (`mvk verify`); [`trail`]
+//! own (`mvk verify`); [`executor`] says where attempts are made (here, or on Temporal
+//! workers); [`trail`]
 //! writes the events, the heartbeat and the status files; [`untrusted`] reads what an agent could
 //! have written without following, blocking on or swallowing it.
 
@@ -15,6 +16,7 @@ pub mod agent_pack;
 pub mod attempt;
 pub mod driver;
 pub mod evidence;
+pub mod executor;
 pub mod gate;
 pub mod land;
 pub mod lock;

@@ -55,6 +55,9 @@ pub const DEFAULT_TASK_QUEUE: &str = "mvk";
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a worker heartbeats while its attempt runs.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How long a fetch of a base or a push of a change may take.
+const TRANSFER_LIMIT: Duration = Duration::from_secs(10 * 60);
+
 /// How long a cancelled attempt has, after SIGTERM, to stop its agent and gates and close its
 /// attempt before the worker kills it outright.
 const CANCEL_GRACE: Duration = Duration::from_secs(30);
@@ -118,6 +121,49 @@ pub struct FlowIn {
     pub attempt_queue: String,
     pub coord_queue: String,
     pub attempt_timeout_ms: u64,
+    /// The flow's own budget, shared by all its tasks.
+    #[serde(default)]
+    pub budget: Limits,
+}
+
+/// Token, dollar and wall-time limits (a task's, or a flow's shared by its tasks); `None`: none.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default)]
+pub struct Limits {
+    pub tokens: Option<u64>,
+    pub usd_micros: Option<u64>,
+    pub wall_ms: Option<u64>,
+}
+
+/// What attempts have spent so far (a task's, or the whole flow's).
+#[derive(Clone, Copy, Debug, Default)]
+struct Spent {
+    tokens: u64,
+    usd_micros: u64,
+}
+
+impl Spent {
+    fn add(&mut self, usage: &crate::cli::attempt::UsageResult) {
+        self.tokens = self
+            .tokens
+            .saturating_add(usage.input_tokens.saturating_add(usage.output_tokens));
+        self.usd_micros = self
+            .usd_micros
+            .saturating_add(usage.usd_micros.unwrap_or(0));
+    }
+
+    /// The first limit of `limits` spent (by `self`, or by `wall_ms` of time), in the local
+    /// driver's order and words: the budget's name (`prefix` first), what was spent, the limit.
+    fn exhausted(&self, limits: &Limits, wall_ms: u64, prefix: &str) -> Option<(String, u64, u64)> {
+        let over = |spent: u64, limit: Option<u64>| limit.filter(|l| spent >= *l);
+        let name = |which: &str| format!("{prefix}{which}");
+        if let Some(l) = over(self.tokens, limits.tokens) {
+            Some((name("tokens"), self.tokens, l))
+        } else if let Some(l) = over(self.usd_micros, limits.usd_micros) {
+            Some((name("usd"), self.usd_micros, l))
+        } else {
+            over(wall_ms, limits.wall_ms).map(|l| (name("wall"), wall_ms, l))
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -130,6 +176,9 @@ pub struct TaskIn {
     /// The task's ladder, as the workflow climbs it.
     pub ladder: Vec<RungIn>,
     pub same_failure: u32,
+    /// The task's token, dollar and wall budgets.
+    #[serde(default)]
+    pub budget: Limits,
 }
 
 /// A rung of a task's ladder, as the workflow needs it (the agent itself is the worker's and
@@ -173,6 +222,9 @@ pub struct AttemptOut {
     pub duration_ms: u64,
     /// The worker's own run of `mvk attempt` (in its clone's ledger).
     pub worker_run: String,
+    /// What the attempt's agent (and reviewer) spent.
+    #[serde(default)]
+    pub usage: crate::cli::attempt::UsageResult,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -217,6 +269,16 @@ pub enum EndIn {
     },
     Iterations {
         task: String,
+        used: u32,
+        last: Option<Failure>,
+    },
+    /// A token, dollar or wall budget, the task's or the flow's (`which`: `usd`, `flow
+    /// tokens`, …), ran out after `used` attempts.
+    Budget {
+        task: String,
+        which: String,
+        spent: u64,
+        limit: u64,
         used: u32,
         last: Option<Failure>,
     },
@@ -288,6 +350,12 @@ impl MvkFlow {
         let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
         let mut queue: Vec<usize> = (0..input.tasks.len()).collect();
         let mut running: Vec<usize> = Vec::new();
+        // Declared before the task futures, which borrow it.
+        let shared = FlowSpent {
+            spent: std::cell::RefCell::new(Spent::default()),
+            started: ctx.workflow_time(),
+        };
+        let shared = &shared;
         let mut inflight: Vec<TaskFut<'_>> = Vec::new();
         loop {
             // Start or skip each queued task as the local driver's rules say (what it starts
@@ -347,7 +415,7 @@ impl MvkFlow {
                             let c = ctx.clone();
                             let flow = &input;
                             inflight.push(
-                                async move { (i, run_task(c, flow, &flow.tasks[i]).await) }
+                                async move { (i, run_task(c, flow, &flow.tasks[i], shared).await) }
                                     .boxed_local(),
                             );
                             changed = true;
@@ -379,6 +447,20 @@ impl MvkFlow {
     }
 }
 
+/// What the flow's tasks have spent together, and when the flow started (workflow time).
+struct FlowSpent {
+    spent: std::cell::RefCell<Spent>,
+    started: Option<std::time::SystemTime>,
+}
+
+/// Milliseconds of workflow time from `from` to `to` (0 when either is unknown).
+fn elapsed_ms(from: Option<std::time::SystemTime>, to: Option<std::time::SystemTime>) -> u64 {
+    match (from, to) {
+        (Some(from), Some(to)) => to.duration_since(from).map_or(0, crate::run::attempt::ms),
+        _ => 0,
+    }
+}
+
 /// Task `task` climbed its ladder to the 0-based rung `to`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct ClimbIn {
@@ -394,7 +476,10 @@ async fn run_task(
     ctx: WorkflowContext<MvkFlow>,
     flow: &FlowIn,
     task: &TaskIn,
+    shared: &FlowSpent,
 ) -> WorkflowResult<Outcome> {
+    let started = ctx.workflow_time();
+    let mut spent = Spent::default();
     let coord = || coord_opts(&flow.coord_queue);
     let end = |e: EndIn| ctx.execute_activity(CoordActs::task_end, e, coord());
     let mut base = ctx
@@ -467,6 +552,30 @@ async fn run_task(
             .await?;
             return outcome_of(&o);
         }
+        // The token, dollar and wall budgets, the task's then the flow's, checked before
+        // anything is spent on the next attempt, as the local driver checks them.
+        let now = ctx.workflow_time();
+        let exhausted = spent
+            .exhausted(&task.budget, elapsed_ms(started, now), "")
+            .or_else(|| {
+                shared.spent.borrow().exhausted(
+                    &flow.budget,
+                    elapsed_ms(shared.started, now),
+                    "flow ",
+                )
+            });
+        if let Some((which, spent, limit)) = exhausted {
+            let o = end(EndIn::Budget {
+                task: task.name.clone(),
+                which,
+                spent,
+                limit,
+                used: number,
+                last,
+            })
+            .await?;
+            return outcome_of(&o);
+        }
         number += 1;
         rung_used += 1;
         let rung = u32::try_from(rung_idx + 1).unwrap_or(u32::MAX);
@@ -494,6 +603,8 @@ async fn run_task(
             f
         });
         let head = out.head.clone();
+        spent.add(&out.usage);
+        shared.spent.borrow_mut().add(&out.usage);
         let attempt_id = ctx
             .execute_activity(
                 CoordActs::attempt_record,
@@ -746,6 +857,7 @@ async fn answer(
                 failure,
                 duration_ms: r.out.duration_ms,
                 gates: r.out.gates,
+                usage: r.out.usage.into(),
             };
             Reply::Id(coord.record_attempt(&r.task, &a).map_err(e)?)
         }
@@ -782,6 +894,7 @@ async fn answer(
                     commit,
                 } => {
                     let commit = commit.as_deref().map(oid).transpose()?;
+                    coord.check_landed(&task, commit).map_err(e)?;
                     let reason = match commit {
                         Some(c) => format!(
                             "accepted on attempt {number}; landed as {}",
@@ -799,14 +912,26 @@ async fn answer(
                     outcome,
                     reason,
                 } => {
+                    // A landing ends a task this way only when it did not land: never accepted.
                     let o = Outcome::from_name(&outcome)
-                        .ok_or_else(|| format!("unknown outcome `{outcome}`"))?;
+                        .filter(|o| !matches!(o, Outcome::Accepted | Outcome::Skipped))
+                        .ok_or_else(|| {
+                            format!("refused: task `{task}` cannot end `{outcome}` so")
+                        })?;
                     coord.end_task(&task, o, &reason, None, number)
                 }
                 EndIn::Iterations { task, used, last } => {
                     coord.out_of_iterations(&task, used, last.as_ref())
                 }
                 EndIn::Rungs { task, used, last } => coord.out_of_rungs(&task, used, last.as_ref()),
+                EndIn::Budget {
+                    task,
+                    which,
+                    spent,
+                    limit,
+                    used,
+                    last,
+                } => coord.out_of_budget(&task, (&which, spent, limit), used, last.as_ref()),
                 EndIn::Stuck {
                     task,
                     same,
@@ -818,6 +943,34 @@ async fn answer(
             .map_err(e)?,
         ),
     })
+}
+
+/// The executor that hands a run's attempts to `mvk worker`s through a Temporal server.
+pub struct Temporal {
+    pub endpoint: Endpoint,
+    /// Where workers fetch bases from and push changes to: this repository, by a URL they reach.
+    pub repo_url: String,
+}
+
+impl crate::run::executor::Executor for Temporal {
+    fn name(&self) -> &'static str {
+        "temporal"
+    }
+
+    fn apply<'a>(
+        &'a self,
+        program: &'a Program,
+        opts: &'a RunOptions,
+        observer: &'a dyn Observer,
+    ) -> crate::run::executor::RunFuture<'a> {
+        Box::pin(apply(
+            program,
+            opts,
+            observer,
+            &self.endpoint,
+            &self.repo_url,
+        ))
+    }
 }
 
 /// Runs `program` as a Temporal workflow: the coordinator's side of `mvk apply --executor
@@ -878,6 +1031,11 @@ async fn coordinate(
                 })
                 .collect(),
             same_failure: t.budget.same_failure,
+            budget: Limits {
+                tokens: t.budget.tokens,
+                usd_micros: t.budget.usd_micros,
+                wall_ms: t.budget.wall.map(crate::run::attempt::ms),
+            },
         })
         .collect();
     let longest = coord
@@ -904,6 +1062,13 @@ async fn coordinate(
         attempt_queue: endpoint.task_queue.clone(),
         coord_queue: coord_queue.clone(),
         attempt_timeout_ms: crate::run::attempt::ms(longest + ATTEMPT_SLACK),
+        budget: flow
+            .map(|f| Limits {
+                tokens: f.budget.tokens,
+                usd_micros: f.budget.usd_micros,
+                wall_ms: f.budget.wall.map(crate::run::attempt::ms),
+            })
+            .unwrap_or_default(),
     };
 
     reaches_this_repository(
@@ -1059,6 +1224,12 @@ pub struct WorkerActs {
     /// The worker's clone of the repository.
     repo: PathBuf,
     identity: String,
+    /// The one repository this worker makes attempts for: its clone's `origin`. Anyone who
+    /// reaches the server can start a workflow; a worker that took any repository would run a
+    /// stranger's agent and gates with its own credentials (review r9e, 2).
+    origin: String,
+    /// Told when this worker's checkout cannot be used: the worker stops taking attempts.
+    unusable: Arc<tokio::sync::Notify>,
 }
 
 /// A failure of the worker itself (git, its clone, `mvk attempt` not answering): retried,
@@ -1103,18 +1274,28 @@ async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// Awaits `work` (a fetch, a push), heartbeating meanwhile: a slow network must not pass for a
-/// dead worker (review r9d, F3). A cancellation drops `work`, which kills its git.
+/// dead worker (review r9d, F3). A cancellation drops `work`, which kills its git; so does
+/// [`TRANSFER_LIMIT`] (a stalled transfer, an ssh prompt nobody answers), and the attempt is
+/// made again, perhaps elsewhere.
 async fn beating<T>(
     ctx: &ActivityContext,
     number: u32,
     work: impl std::future::Future<Output = Result<T, ActivityError>>,
 ) -> Result<T, ActivityError> {
     let mut work = std::pin::pin!(work);
+    let limit = tokio::time::sleep(TRANSFER_LIMIT);
+    let mut limit = std::pin::pin!(limit);
     loop {
         tokio::select! {
             done = &mut work => return done,
             () = tokio::time::sleep(HEARTBEAT_EVERY) => {
                 let _ = ctx.record_heartbeat(number).await;
+            }
+            () = &mut limit => {
+                return Err(retryable(format!(
+                    "git did not finish fetching or pushing within {} s",
+                    TRANSFER_LIMIT.as_secs()
+                )));
             }
             () = ctx.cancelled() => return Err(ActivityError::cancelled()),
         }
@@ -1145,13 +1326,26 @@ impl WorkerActs {
         )
         .await
         .map_err(|e| retryable(format!("the base {} did not arrive: {e}", input.base)))?;
-        if same_repository(repo, &input.repo) {
+        if !same_url(&self.origin, &input.repo) {
             return Err(ActivityError::application(
                 ApplicationFailure::non_retryable(format!(
-                    "this worker runs in `{}`, the repository `mvk apply` runs in: it checks each attempt's base out, which would move the coordinator's own checkout; run workers in clones of their own",
-                    repo.display()
+                    "refused: this worker makes attempts for `{}` (its clone's origin) only, not `{}`",
+                    self.origin, input.repo
                 )),
             ));
+        }
+        // A checkout this worker must not or cannot use: the attempt goes to another worker,
+        // and this one stops taking attempts.
+        let unusable = |message: String| {
+            tracing::error!("{message}; this worker stops");
+            self.unusable.notify_one();
+            retryable(message)
+        };
+        if same_repository(repo, &input.repo) {
+            return Err(unusable(format!(
+                "this worker runs in `{}`, the repository `mvk apply` runs in: it checks each attempt's base out, which would move the coordinator's own checkout; run workers in clones of their own",
+                repo.display()
+            )));
         }
         // Detached, and only over a clean checkout: no branch of the clone moves, and nothing
         // of a person's lost (review r9d, F0b: `checkout -f -B TARGET` did both).
@@ -1159,15 +1353,21 @@ impl WorkerActs {
             .await
             .map_err(retryable)?;
         if !dirty.trim().is_empty() {
-            return Err(retryable(format!(
+            return Err(unusable(format!(
                 "the worker's checkout `{}` has changes of its own, which a checkout of the base would overwrite: {}",
                 repo.display(),
                 dirty.lines().take(5).collect::<Vec<_>>().join("; ")
             )));
         }
-        git(repo, &["checkout", "--quiet", "--detach", &input.base])
-            .await
-            .map_err(retryable)?;
+        // An ignored file where the base has a tracked one is a person's: not overwritten.
+        let args = [
+            "checkout",
+            "--quiet",
+            "--no-overwrite-ignore",
+            "--detach",
+            &input.base,
+        ];
+        git(repo, &args).await.map_err(retryable)?;
         // The flow this worker would run must be the one the coordinator runs.
         let file = repo.join(&input.file);
         let root = repo.clone();
@@ -1317,8 +1517,24 @@ impl WorkerActs {
             gates: result.gates,
             duration_ms: crate::run::attempt::ms(started.elapsed()),
             worker_run: result.run,
+            usage: result.usage,
         })
     }
+}
+
+/// Whether two repository URLs name the same repository: equal, or local paths (`file://`
+/// or plain) that resolve to the same directory.
+fn same_url(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let local = |u: &str| {
+        let p = u.strip_prefix("file://").unwrap_or(u);
+        (!p.contains("://") && !p.contains(':'))
+            .then(|| std::fs::canonicalize(p).ok())
+            .flatten()
+    };
+    matches!((local(a), local(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// Whether `url` names, as a local path, the repository at `repo` (its checkout or its git
@@ -1358,6 +1574,18 @@ pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
     check_worker_checkout(repo)
         .await
         .map_err(|message| RunError::Config { message })?;
+    let origin = git(repo, &["config", "--get", "remote.origin.url"])
+        .await
+        .map(|o| o.trim().to_string())
+        .ok()
+        .filter(|o| !o.is_empty())
+        .ok_or_else(|| RunError::Config {
+            message: format!(
+                "`{}` has no `origin`: a worker makes attempts only for the repository its clone came from (`git clone URL`, then `mvk worker` in it)",
+                repo.display()
+            ),
+        })?;
+    let unusable = Arc::new(tokio::sync::Notify::new());
     let executor = |message: String| RunError::Executor { message };
     let identity = format!(
         "mvk-worker-{}@{}",
@@ -1378,6 +1606,8 @@ pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
         .register_activities(WorkerActs {
             repo: repo.to_path_buf(),
             identity: identity.clone(),
+            origin,
+            unusable: unusable.clone(),
         })
         .tuner(tuner)
         .build();
@@ -1393,6 +1623,7 @@ pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
+            () = unusable.notified() => {}
         }
         stop();
     });

@@ -824,3 +824,83 @@ fn a_worker_refuses_a_checkout_with_uncommitted_changes() {
         "# my work\n"
     );
 }
+
+/// A task's dollar budget holds on workers as locally: each attempt's usage comes back with its
+/// result, is recorded in the coordinator's ledger (so `mvk stats` counts it), and the workflow
+/// stops the task before an attempt past the budget. $0.60 per attempt against $1.00: the
+/// second crosses it.
+#[test]
+fn a_dollar_budget_runs_out_on_workers_as_locally() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop(
+        "usage.sh",
+        "budget usd=1.0 same-failure=5 iterations=5",
+    ));
+    let run = apply_on_a_worker(&bin, &fixture);
+    run.expect_code(3);
+    assert_eq!(fixture.tip("main"), fixture.base, "{}", run.why());
+    let exhausted = run.one("budget.exhausted");
+    assert_eq!(exhausted["detail"]["budget"], "usd", "{}", run.why());
+    assert_eq!(exhausted["detail"]["spent"], 1_200_000, "{}", run.why());
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    // The ledger holds what each attempt spent: `mvk stats` adds it up.
+    let stats = fixture.mvk().args(["stats", "--json"]).output().unwrap();
+    let text = String::from_utf8_lossy(&stats.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{}", run.why()));
+    assert_eq!(
+        doc["spent"]["usd_micros"],
+        1_200_000,
+        "{text}\n{}",
+        run.why()
+    );
+    assert_eq!(doc["spent"]["tokens"], 2400, "{text}\n{}", run.why());
+}
+
+/// Review r9e, 2: anyone who reaches the server can start a workflow; a worker takes attempts
+/// only for its clone's `origin`, so it cannot be lent (with its credentials) to another
+/// repository. Here the worker's clone came from a copy: the run fails, nothing lands.
+#[test]
+fn a_worker_makes_attempts_only_for_its_clones_origin() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("fix.sh", ""));
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            fixture.root().to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ],
+    );
+    let (_server, address) = start_server(&bin, dir.path());
+    let queue = "mvk-test";
+    let _worker = start_worker(
+        &fixture,
+        dir.path(),
+        copy.to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
+    let out = fixture
+        .mvk()
+        .args(["apply", "loops/t.kdl", "--executor", "temporal"])
+        .args(["--temporal-address", &address, "--task-queue", queue])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("makes attempts for") && stderr.contains("only"),
+        "{stderr}"
+    );
+    assert_eq!(fixture.tip("main"), fixture.base);
+}

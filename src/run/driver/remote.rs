@@ -36,6 +36,8 @@ pub struct RemoteAttempt {
     pub failure: Option<Failure>,
     pub duration_ms: u64,
     pub gates: Vec<crate::cli::attempt::GateResult>,
+    /// What its agent (and reviewer) spent.
+    pub usage: crate::run::adapter::Usage,
 }
 
 /// How landing a remote attempt ended.
@@ -56,6 +58,18 @@ pub struct Coordinator<'a> {
     order: Vec<(usize, String)>,
     /// Tasks whose start is recorded, and the base it recorded.
     begun: std::sync::Mutex<BTreeMap<String, Oid>>,
+    /// Per task, the bases this coordinator handed out (its start, each landing that sent it
+    /// back) and how its landing ended: what the workflow asks is checked against them, since
+    /// an activity's answer can come from anyone who reaches the server (review r9e, 1).
+    handed: std::sync::Mutex<BTreeMap<String, Handed>>,
+}
+
+/// What the coordinator told one task's workflow.
+#[derive(Default)]
+struct Handed {
+    bases: std::collections::BTreeSet<Oid>,
+    /// `Some` once a landing of it ended landed: the commit (`None` for an empty change).
+    landed: Option<Option<Oid>>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -82,6 +96,7 @@ impl<'a> Coordinator<'a> {
             runner,
             order,
             begun: std::sync::Mutex::new(BTreeMap::new()),
+            handed: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -119,13 +134,53 @@ impl<'a> Coordinator<'a> {
         self.runner.task_state(name, |s| s.state = "running".into());
         self.runner.write_state()?;
         locked(&self.begun).insert(name.to_string(), base);
+        self.hand_base(name, base);
         Ok(base)
+    }
+
+    fn hand_base(&self, name: &str, base: Oid) {
+        locked(&self.handed)
+            .entry(name.to_string())
+            .or_default()
+            .bases
+            .insert(base);
+    }
+
+    /// Refuses what no honest workflow of this run asks (a forged activity answer earlier in
+    /// it): a base this coordinator never handed task `name`.
+    fn check_base(&self, name: &str, base: Oid) -> Result<(), RunError> {
+        let known = locked(&self.handed)
+            .get(name)
+            .is_some_and(|h| h.bases.contains(&base));
+        if known {
+            return Ok(());
+        }
+        Err(RunError::Config {
+            message: format!(
+                "refused: task `{name}` was never given base {base} by this coordinator (an answer to one of the run's activities did not come from mvk)"
+            ),
+        })
+    }
+
+    /// Refuses an end of task `name` as landed that its landing did not say.
+    pub fn check_landed(&self, name: &str, commit: Option<Oid>) -> Result<(), RunError> {
+        let said = locked(&self.handed).get(name).and_then(|h| h.landed);
+        if said == Some(commit) {
+            return Ok(());
+        }
+        Err(RunError::Config {
+            message: format!(
+                "refused: task `{name}` is said to have landed ({}), but its landing here did not end so",
+                commit.map_or_else(|| "nothing".to_string(), |c| c.to_string())
+            ),
+        })
     }
 
     /// Records an attempt `name` made on a worker: its row (agent, head, verdict), its gates and
     /// events. Recorded once: asked again for the same number, the row already there.
     pub fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
         let (task, _) = self.task(name)?;
+        self.check_base(name, a.base)?;
         let run = &self.runner.run_id;
         if let Some(row) = self
             .runner
@@ -160,7 +215,7 @@ impl<'a> Coordinator<'a> {
             false,
             std::time::Duration::from_millis(a.duration_ms),
             a.head,
-            &crate::run::adapter::Usage::default(),
+            &a.usage,
             0,
         )?;
         for (ordinal, g) in a.gates.iter().enumerate() {
@@ -209,9 +264,18 @@ impl<'a> Coordinator<'a> {
             (Some(f), _) => self.runner.fail(task, a.number, f)?,
             (None, None) => {}
         }
+        let (tokens, usd) = (a.usage.tokens(), a.usage.usd_micros.unwrap_or(0));
+        {
+            let mut state = self.runner.state();
+            state.budget_spent.attempts += 1;
+            state.budget_spent.tokens += tokens;
+            state.budget_spent.usd_micros += usd;
+        }
         self.runner.task_state(name, |s| {
             s.attempt = a.number;
             s.spent.attempts = a.number;
+            s.spent.tokens = s.spent.tokens.saturating_add(tokens);
+            s.spent.usd_micros = s.spent.usd_micros.saturating_add(usd);
         });
         self.runner.write_state()?;
         Ok(id)
@@ -228,6 +292,21 @@ impl<'a> Coordinator<'a> {
         head: Oid,
     ) -> Result<Landed, RunError> {
         let (task, target) = self.task(name)?;
+        self.check_base(name, base)?;
+        // The attempt the workflow names must be the one recorded here, with this head.
+        let recorded = self
+            .runner
+            .ledger()
+            .attempt_rows(&self.runner.run_id, name)?
+            .into_iter()
+            .any(|r| r.id == attempt_id && r.number == number && r.head == Some(head.to_string()));
+        if !recorded {
+            return Err(RunError::Config {
+                message: format!(
+                    "refused: attempt {number} of task `{name}` with head {head} is not the one recorded (id {attempt_id})"
+                ),
+            });
+        }
         let done = self
             .runner
             .ledger()
@@ -235,9 +314,12 @@ impl<'a> Coordinator<'a> {
             .into_iter()
             .find(|m| m.attempt_id == attempt_id && m.state == "done");
         if let Some(m) = done {
-            return Ok(Landed::Landed(
-                m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
-            ));
+            let commit = m.commit.as_deref().and_then(|c| Oid::from_str(c).ok());
+            locked(&self.handed)
+                .entry(name.to_string())
+                .or_default()
+                .landed = Some(commit);
+            return Ok(Landed::Landed(commit));
         }
         let agent = agent_on(task, rung)?;
         let spec = AttemptSpec {
@@ -253,6 +335,8 @@ impl<'a> Coordinator<'a> {
         // server could have sent it in the worker's place (review r9d, F0). What lands is
         // judged here: the seal from base to head, then the task's gates on a clean checkout.
         if let Some(f) = crate::run::attempt::check_seal(&self.runner, task, &spec, head).await? {
+            // The attempt's row said passed, as the worker reported: it failed.
+            self.runner.finish_attempt(attempt_id, Some(&f))?;
             self.runner.fail(task, number, &f)?;
             return Ok(Landed::Retry(f, base));
         }
@@ -262,9 +346,16 @@ impl<'a> Coordinator<'a> {
                 .land(task, &target, &spec, (attempt_id, head), true)
                 .await?
             {
-                Landing::Landed(commit) => Landed::Landed(commit),
+                Landing::Landed(commit) => {
+                    locked(&self.handed)
+                        .entry(name.to_string())
+                        .or_default()
+                        .landed = Some(commit);
+                    Landed::Landed(commit)
+                }
                 Landing::Retry(f, new_base) => {
                     self.runner.fail(task, number, &f)?;
+                    self.hand_base(name, new_base);
                     Landed::Retry(f, new_base)
                 }
                 Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
@@ -364,12 +455,25 @@ impl<'a> Coordinator<'a> {
         last: Option<&Failure>,
     ) -> Result<TaskReport, RunError> {
         let (task, _) = self.task(name)?;
-        let limit = task.budget.iterations;
+        let limit = u64::from(task.budget.iterations);
+        self.out_of_budget(name, ("iterations", u64::from(used), limit), used, last)
+    }
+
+    /// Ends task `name` whose budget `which` (`iterations`, `tokens`, `usd`, `wall`, or the
+    /// flow's: `flow usd`, …) ran out, `spent` of `limit`, after `used` attempts.
+    pub fn out_of_budget(
+        &self,
+        name: &str,
+        (which, spent, limit): (&str, u64, u64),
+        used: u32,
+        last: Option<&Failure>,
+    ) -> Result<TaskReport, RunError> {
+        self.task(name)?;
         self.runner.emit(
             Some(name),
             None,
             "budget.exhausted",
-            json!({"budget": "iterations", "spent": used, "limit": limit}),
+            json!({"budget": which, "spent": spent, "limit": limit}),
         )?;
         let outcome = match last.map(|f| f.kind) {
             Some(FailureKind::Seal) => Outcome::Rejected,
@@ -377,8 +481,8 @@ impl<'a> Coordinator<'a> {
             _ => Outcome::Budget,
         };
         let reason = format!(
-            "the iterations budget ran out ({}){}",
-            budget_text("iterations", u64::from(used), u64::from(limit)),
+            "the {which} budget ran out ({}){}",
+            budget_text(which, spent, limit),
             last_reason(last)
         );
         self.end_task(name, outcome, &reason, None, used)
