@@ -270,8 +270,7 @@ impl World {
                 }
             },
             Origin::Disk(p) => match self.confined(p, via).and_then(|p| {
-                std::fs::read_to_string(p)
-                    .map_err(|e| Box::new(unreadable(&e, &name, load_as, via)))
+                read_bounded(&p).map_err(|e| Box::new(unreadable(&e, &name, load_as, via)))
             }) {
                 Ok(t) => t,
                 Err(d) => {
@@ -694,4 +693,28 @@ pub fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// A file's text, read no further than what tells a file too large from one that is not
+/// (`/dev/zero` named as a loop file must not fill memory, review r8e): the parser refuses more
+/// than [`crate::syntax::MAX_BYTES`] and says how much it read.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let limit = u64::try_from(crate::syntax::MAX_BYTES * 4).unwrap_or(u64::MAX);
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_end(&mut bytes)?;
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(text),
+        // Cut inside a character by the limit: what came before it.
+        Err(e) if e.utf8_error().error_len().is_none() && e.as_bytes().len() as u64 == limit => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        }
+        Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+    }
 }

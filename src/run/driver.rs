@@ -624,6 +624,11 @@ fn refuse_exposing_grants(
     if let Some(common) = &common {
         protected.push(("the repository's git directory", common));
     }
+    // Every sandboxed process starts through it: replaced (`write "~/.cargo"` holds
+    // `~/.cargo/bin/mvk`), the next spawn would run the agent's code unconfined (review r8e, H2).
+    if let Ok(exe) = crate::exe::path() {
+        protected.push(("mvk's own executable", exe));
+    }
     crate::run::sandbox::refuse_exposing_grants(program, &protected).map_err(|e| RunError::Config {
         message: e.to_string(),
     })

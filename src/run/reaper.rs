@@ -184,19 +184,21 @@ pub fn kill_adopted(run: &str, task: &str) -> Sweep {
                 let _ = rustix::process::kill_process(p, Signal::KILL);
             }
         }
+        let mut killed = Vec::new();
         for &pid in &found.children {
             if let Some(p) = Pid::from_raw(pid)
                 && rustix::process::kill_process(p, Signal::KILL).is_ok()
             {
                 sweep.killed += 1;
-                // Reap it, so it does not linger as a zombie. Only once killed, and never
-                // waiting for good: one mvk may not signal (it became another user), or one in
-                // uninterruptible sleep (a hung NFS or FUSE read, review r8d, R1), would stop
-                // the sweep and every task with it. What is not dead yet is found again by the
-                // next scans, and the time limit fails the step.
-                reap_within(p, REAP_WAIT);
+                killed.push(p);
             }
         }
+        // Reaped, so they do not linger as zombies. Only once killed, and never waiting for
+        // good: one mvk may not signal (it became another user), or one in uninterruptible
+        // sleep (a hung NFS or FUSE read, review r8d, R1), would stop the sweep and every task
+        // with it. One wait for them all per scan (r8e, L1); what is not dead yet is found
+        // again by the next scans, and the time limit fails the step.
+        reap_within(killed, REAP_WAIT);
         if std::time::Instant::now() > deadline {
             tracing::warn!(
                 "escaped processes of task `{task}` were still appearing after the sweep's time limit"
@@ -288,19 +290,23 @@ fn doomed(
     out
 }
 
-/// How long a sweep waits for one killed escapee to die before it scans again.
+/// How long a sweep waits, per scan, for the escapees it killed to die.
 const REAP_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Reaps child `p` if it dies within `limit`.
-fn reap_within(p: Pid, limit: std::time::Duration) {
+/// Reaps those of the children `pids` that die within `limit`, all together.
+fn reap_within(mut pids: Vec<Pid>, limit: std::time::Duration) {
     let until = std::time::Instant::now() + limit;
     loop {
-        match rustix::process::waitpid(Some(p), WaitOptions::NOHANG) {
-            Ok(None) if std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            _ => return,
+        pids.retain(|&p| {
+            matches!(
+                rustix::process::waitpid(Some(p), WaitOptions::NOHANG),
+                Ok(None)
+            )
+        });
+        if pids.is_empty() || std::time::Instant::now() >= until {
+            return;
         }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -328,12 +334,21 @@ fn sweep_limit() -> std::time::Duration {
 /// group id from reaching another run's agent. The whole group is killed at once, so a fork
 /// during the scan cannot escape. Returns how many processes were in the groups killed.
 pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
+    // Only where mvk writes them, `RUN/TASK/N/NAME.pgid`, as plain files: a sandboxed agent
+    // may write below (its `TMPDIR`, its objects), and a record planted there named any group,
+    // whose leader's start time anyone can read (review r8e, H1). Never group 1 (`kill(-1)`
+    // is every process mvk may signal) nor mvk's own.
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let recorded: Vec<(i32, Option<u64>)> = walkdir::WalkDir::new(run_dir)
+        .min_depth(3)
+        .max_depth(3)
         .into_iter()
         .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "pgid"))
+        .filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "pgid"))
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|t| parse_group_record(&t))
+        .filter(|(g, _)| *g > 1 && *g != me && *g != my_group)
         .collect();
     if recorded.is_empty() {
         return 0;
@@ -460,11 +475,15 @@ mod tests {
 
     /// Review r8d, R3: a group whose members' environments cannot be read (a sandbox's
     /// trampoline is not dumpable; here, one that names no run) is still known by its leader's
-    /// id and start time, and killed; a record whose start time is another's is not.
+    /// id and start time, and killed; a record whose start time is another's is not. Review
+    /// r8e, H1: records are read only where mvk writes them (`TASK/N/NAME.pgid`): one an agent
+    /// planted in its `TMPDIR` below, or one naming group 1, kills nothing.
     #[test]
     fn an_orphan_group_is_known_by_its_leaders_start_time() {
         use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().expect("tempdir");
+        let attempt = dir.path().join("t/1");
+        std::fs::create_dir_all(attempt.join("agent.tmp/deep")).expect("mkdir");
         let spawn = || {
             std::process::Command::new("sleep")
                 .arg("60")
@@ -473,24 +492,32 @@ mod tests {
                 .spawn()
                 .expect("spawn sleep")
         };
-        let (mut ours, mut other) = (spawn(), spawn());
+        let (mut ours, mut other, mut planted) = (spawn(), spawn(), spawn());
         let pid = |c: &std::process::Child| i32::try_from(c.id()).expect("pid");
-        std::fs::write(dir.path().join("a.pgid"), group_record(pid(&ours))).expect("write");
+        std::fs::write(attempt.join("agent.pgid"), group_record(pid(&ours))).expect("write");
         let stale = start_time(pid(&other)).expect("start") + 1;
         std::fs::write(
-            dir.path().join("b.pgid"),
+            attempt.join("gate.pgid"),
             format!("{} {stale}\n", pid(&other)),
         )
         .expect("write");
+        std::fs::write(
+            attempt.join("agent.tmp/deep/x.pgid"),
+            group_record(pid(&planted)),
+        )
+        .expect("write");
+        std::fs::write(attempt.join("init.pgid"), group_record(1)).expect("write");
         assert_eq!(kill_orphans(dir.path(), "run-x"), 1);
         let status = ours.wait().expect("wait");
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(9)
         );
-        assert!(other.try_wait().expect("try_wait").is_none(), "spared");
-        let _ = other.kill();
-        let _ = other.wait();
+        for spared in [&mut other, &mut planted] {
+            assert!(spared.try_wait().expect("try_wait").is_none(), "spared");
+            let _ = spared.kill();
+            let _ = spared.wait();
+        }
     }
 
     fn p(pid: i32, ppid: i32, pgrp: i32) -> (i32, Stat) {

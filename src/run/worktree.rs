@@ -1141,7 +1141,12 @@ impl Trusted {
             })?;
         match untrusted::remove_at(&dir, Path::new("index")) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(io_err("remove the agent's index in", admin)(e));
+                // What cannot be removed (a directory nested past what mvk removes, review
+                // r8e, M1) is moved aside, under a name of mvk's, in the slot's own git
+                // directory: the attempt goes on, not the run's end.
+                let aside = format!("index.mvk-aside-{:016x}", unguessable());
+                rustix::fs::renameat(&dir, "index", &dir, aside.as_str())
+                    .map_err(|_| io_err("remove the agent's index in", admin)(e))?;
             }
             _ => {}
         }
@@ -2568,6 +2573,31 @@ mod tests {
             .expect("capture returns")
             .expect("capture succeeds");
         let repo = Repository::open(&path).expect("open");
+        let tree = repo
+            .find_commit(head)
+            .expect("commit")
+            .tree()
+            .expect("tree");
+        let blob = tree.get_path(Path::new("a.txt")).expect("a.txt").id();
+        assert_eq!(repo.find_blob(blob).expect("blob").content(), b"changed\n");
+    }
+
+    /// Review r8e, M1: an index replaced by a directory nested deeper than mvk removes made
+    /// the restore, and the whole run, fail; it is moved aside and capture goes on.
+    #[test]
+    fn an_index_replaced_by_a_directory_too_deep_to_remove_is_moved_aside() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let lease = pool.acquire(f.c1, "mvk/deep-index").expect("acquire");
+        fs::write(lease.path.join("a.txt"), "changed\n").expect("write");
+        fs::remove_file(lease.admin.join("index")).expect("rm index");
+        let mut deep = lease.admin.join("index");
+        for _ in 0..300 {
+            deep.push("d");
+        }
+        fs::create_dir_all(&deep).expect("mkdir deep");
+        let head = capture(&lease, "m1").expect("capture succeeds");
+        let repo = Repository::open(&lease.path).expect("open");
         let tree = repo
             .find_commit(head)
             .expect("commit")

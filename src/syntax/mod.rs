@@ -47,7 +47,8 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
             Diagnostic::error(
                 "mvk::too-large",
                 format!(
-                    "this file is {} bytes; a loop file may hold at most {MAX_BYTES}",
+                    "this file is {}{} bytes; a loop file may hold at most {MAX_BYTES}",
+                    if text.len() >= MAX_BYTES * 4 { "at least " } else { "" },
                     text.len()
                 ),
             )

@@ -5,9 +5,12 @@
 //! the way KDL 2.0 reads them, so braces in a command or a goal do not count, and refuses nesting
 //! deeper than [`MAX_DEPTH`]. Where the scan is unsure what KDL makes of the text (a string cut
 //! by a newline, a comment or a string never closed) it counts every brace from there on, so it
-//! may refuse a broken file, never pass a deep one. The *blind* count takes every `{` and `}`,
-//! inside strings and comments too, and refuses past [`MAX_BLIND_DEPTH`]: it holds whatever the
-//! parser's error recovery makes of a broken file, and no real file comes near it.
+//! may refuse a broken file. The *blind* count takes every `{` and `}` but those between double
+//! quotes on one line, inside multi-line strings and comments too, and refuses past
+//! [`MAX_BLIND_DEPTH`]; no real file comes near it. Neither is a proof against what the parser's
+//! error recovery makes of every broken file: what guarantees the parser cannot overflow is the
+//! stack it runs on, sized to the file (see `syntax::parse`); these counts give deep nesting
+//! its diagnostic.
 
 /// Deeper than any loop file needs (`flow { task { sandbox { … } } }` is three levels), far
 /// shallower than what overflows the parser's stack in a debug build on a 2 MiB thread.
@@ -72,21 +75,45 @@ fn lexical(text: &str) -> Option<usize> {
     None
 }
 
-/// Counts every brace from `from` on, starting at `depth`: the first `{` past `max`, if any.
+/// Counts the braces from `from` on, starting at `depth`, but those between double quotes on
+/// one line (`\"` escaped): the first `{` past `max`, if any. The quotes keep a `}` the
+/// parser reads in a string (`{"}"`, repeated) from cancelling the `{` it nests on.
 fn counting(bytes: &[u8], from: usize, mut depth: usize, max: usize) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
     for (i, &b) in bytes.iter().enumerate().skip(from) {
+        let was_escaped = std::mem::take(&mut escaped);
         match b {
-            b'{' => {
+            b'\n' | b'\r' => quoted = false,
+            b'\\' if quoted => escaped = !was_escaped,
+            b'"' if !was_escaped => quoted = !quoted,
+            b'{' if !quoted => {
                 depth += 1;
                 if depth > max {
                     return Some(i);
                 }
             }
-            b'}' => depth = depth.saturating_sub(1),
+            b'}' if !quoted => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
     None
+}
+
+/// Whether only whitespace stands between the start of its line and `j`.
+fn only_space_before(text: &str, j: usize) -> bool {
+    text.get(..j).is_none_or(|before| {
+        before
+            .chars()
+            .rev()
+            .take_while(|&c| {
+                !matches!(
+                    c,
+                    '\r' | '\n' | '\u{85}' | '\u{0B}' | '\u{0C}' | '\u{2028}' | '\u{2029}'
+                )
+            })
+            .all(char::is_whitespace)
+    })
 }
 
 /// The length of the KDL 2.0 newline at `i`, if one starts there: CRLF, CR, LF, NEL, VT, FF,
@@ -188,7 +215,11 @@ fn quoted_end(text: &str, i: usize) -> Option<usize> {
         match bytes[j] {
             b'\\' => j = escape_end(text, j),
             b'"' if !multi => return Some(j + 1),
-            b'"' if bytes[j..].starts_with(b"\"\"\"") => return Some(j + 3),
+            // KDL closes a multi-line string only on a line of its own; a `"""` in mid-line is
+            // an error, after which the parser reads on as nodes (review r8e, M2).
+            b'"' if bytes[j..].starts_with(b"\"\"\"") => {
+                return only_space_before(text, j).then_some(j + 3);
+            }
             _ if !multi && newline_at(text, j).is_some() => return None,
             _ => j += 1,
         }
@@ -228,6 +259,9 @@ fn raw(text: &str, i: usize) -> Raw {
                 .count()
                 >= hashes
         {
+            if multi && !only_space_before(text, j) {
+                return Raw::Unclosed;
+            }
             return Raw::End(j + quotes.len() + hashes);
         }
         j += 1;
@@ -256,7 +290,6 @@ mod tests {
         let deep = "{".repeat(MAX_DEPTH + 1);
         for text in [
             format!("sh \"{deep}\""),
-            format!("sh \"\"\"\n{deep}\n\"x\" \"\"\""),
             format!("sh #\"{deep}\"\"#"),
             format!("sh ##\"\"\"\n{deep}\"\"\"#\n\"\"\"##"),
             format!("// {deep}\n"),
@@ -281,6 +314,12 @@ mod tests {
         assert!(too_deep(&format!("a \"\"\"\n{deep}")).is_some());
         // `"""` must be followed by a newline to open a multi-line string.
         assert!(too_deep(&format!("a \"\"\"x {deep} \"\"\"")).is_some());
+        // And closes one only on a line of its own: in mid-line, KDL reads on as nodes.
+        assert!(too_deep(&format!("sh \"\"\"\n{deep}\n\"x\" \"\"\"")).is_some());
+        assert!(too_deep(&format!("sh #\"\"\"\nx \"\"\"#\n{deep}")).is_some());
+        // Review r8e, M2: a `}` in a string the parser reads does not cancel the `{` before it.
+        let body = "a{\"}\" ".repeat(MAX_BLIND_DEPTH + 1);
+        assert!(too_deep(&format!("x \"\"\"\n{body}\"\"\"")).is_some());
     }
 
     /// Review r8d, N1: KDL ends a line comment at any of its eight newlines; a scan that knew
@@ -330,14 +369,21 @@ mod tests {
         assert_eq!(too_deep(&text), None);
     }
 
-    /// Whatever a broken file's strings hold, more than [`MAX_BLIND_DEPTH`] unmatched `{` are
-    /// refused: the parser's recovery may read them as blocks.
+    /// The blind count takes braces outside one-line quotes, in multi-line strings and comments
+    /// too: more than [`MAX_BLIND_DEPTH`] unmatched are refused, whatever the lexical scan made
+    /// of them. Quoted on one line, a brace is the parser's string, even in its recovery (so
+    /// `{"}"` repeated is not balanced: review r8e, M2).
     #[test]
     fn braces_inside_strings_are_bounded_too() {
-        let text = format!("a \"{}\"", "{".repeat(MAX_BLIND_DEPTH + 1));
-        assert_eq!(too_deep(&text), Some(3 + MAX_BLIND_DEPTH));
-        let text = format!("a \"{}\"", "{".repeat(MAX_BLIND_DEPTH));
+        let deep = "{".repeat(MAX_BLIND_DEPTH + 1);
+        let text = format!("a \"\"\"\n{deep}\n\"\"\"");
+        assert_eq!(too_deep(&text), Some(6 + MAX_BLIND_DEPTH));
+        let text = format!("a /* {deep} */");
+        assert_eq!(too_deep(&text), Some(5 + MAX_BLIND_DEPTH));
+        let text = format!("a \"{deep}\"");
         assert_eq!(too_deep(&text), None);
+        let text = format!("a {}", "{\"}\"".repeat(MAX_BLIND_DEPTH + 1));
+        assert!(too_deep(&text).is_some());
     }
 
     /// Review r8d, N4: an unclosed comment was scanned to the end once per `/*`.

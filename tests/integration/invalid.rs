@@ -123,3 +123,26 @@ fn thousands_of_syntax_errors_are_counted_after_the_first_fifty() {
     );
     assert!(stderr.contains(": 6000 errors"), "{stderr}");
 }
+
+/// Review r8e: a loop file is read no further than what tells it too large, so `/dev/zero`
+/// (or a file of gigabytes) named as one is refused without filling memory.
+#[test]
+fn a_loop_file_that_never_ends_is_refused_as_too_large() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("zero.kdl");
+    std::os::unix::fs::symlink("/dev/zero", &path).expect("symlink");
+    let out = assert_cmd::Command::cargo_bin("mvk")
+        .expect("the mvk binary is built")
+        .arg("check")
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("run mvk check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(
+        stderr.contains("mvk::too-large") && stderr.contains("at least 1048576 bytes"),
+        "{stderr}"
+    );
+}

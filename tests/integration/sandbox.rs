@@ -127,6 +127,8 @@ fn a_required_sandbox_is_refused_where_the_kernel_cannot_confine() {
 fn a_grant_that_holds_mvks_own_places_is_refused_before_anything_runs() {
     // GRANT, where the worktrees live (None: `~/.cache/mvk/worktrees/…` of a HOME in STATE), and
     // what the refusal names.
+    let exe = assert_cmd::cargo::cargo_bin("mvk");
+    let exe_dir = exe.parent().unwrap().to_str().unwrap().to_string();
     let cases = [
         ("~/.cache", None, "the attempt worktrees"),
         ("@WORKTREES", Some("pool"), "the attempt worktrees"),
@@ -134,6 +136,8 @@ fn a_grant_that_holds_mvks_own_places_is_refused_before_anything_runs() {
         ("@REPO/target", Some(""), "the main checkout"),
         ("@REPO/.git/hooks", Some(""), "the main checkout"),
         ("/", Some(""), "the main checkout"),
+        // Review r8e, H2: where mvk itself is (`~/.cargo/bin` for `cargo install`).
+        (exe_dir.as_str(), Some(""), "mvk's own executable"),
     ];
     for (grant, pool, what) in cases {
         let f = Fixture::new(&reach_loop(
