@@ -636,33 +636,54 @@ fn the_changes_of_a_batch_are_gated_side_by_side_each_on_its_own_commit() {
     assert!(last_start < first_end, "{spans:?}\n{}", run.why());
 }
 
-/// Review r5, high: a batch whose side-by-side gating found a change rejected (here `c`'s own
-/// gate sends mvk a stop signal, on its landing only) must not gate it again and land it: `c`
-/// is rejected, what came before it lands, and what came after it lands in a later batch.
+/// Review r5, high: a batch whose side-by-side gating found a change rejected (its own gate
+/// sends mvk a stop signal, on its first landing only) must not gate it again and land it,
+/// whether it is the batch's first failure (`c` here) or comes after it (`d`, after `c`, whose
+/// gate fails on its landing).
 #[test]
 fn a_change_its_gate_rejected_in_a_batch_is_not_gated_again_and_landed() {
-    let mut text = worker("quick", "0.3", &[]);
-    text.push_str(&worker("slow", "1.5", &[]));
-    text.push_str("flow t {\n    parallel 4\n");
-    let hold = r#"merge { gate hold evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi"; }; }"#;
-    let signals = r#"gate signals evidence=none timeout="60s" { run "sh" "-c" "case $(git symbolic-ref -q --short HEAD) in */landing) if [ $MVK_TASK = c ] && mkdir @STATE/signalled 2>/dev/null; then kill -TERM $PPID; fi;; esac; exit 0"; }"#;
-    for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slow")] {
-        text.push_str(&task(
-            name,
-            agent,
-            &format!("out/{name}.txt"),
-            &format!("{hold}\n        {signals}"),
-        ));
+    for (signals, fails) in [("c", "none"), ("d", "c")] {
+        let mut text = worker("quick", "0.3", &[]);
+        text.push_str(&worker("slow", "1.5", &[]));
+        // `d` is accepted after `c`, so in the batch it comes after `c`'s failure.
+        text.push_str(&worker("slower", "2.2", &[]));
+        text.push_str("flow t {\n    parallel 4\n");
+        let hold = r#"merge { gate hold evidence=none timeout="60s" { run "sh" "-c" "if mkdir @STATE/first 2>/dev/null; then until [ $(grep -c merge.started @REPO/.mvk/runs/$MVK_RUN/events.jsonl) -ge 4 ]; do sleep 0.05; done; fi"; }; }"#;
+        let own = format!(
+            r#"gate own evidence=none timeout="60s" {{ run "sh" "-c" "case $(git symbolic-ref -q --short HEAD) in */landing) if [ $MVK_TASK = {signals} ] && mkdir @STATE/signalled 2>/dev/null; then kill -TERM $PPID; fi; [ $MVK_TASK != {fails} ];; esac"; }}"#
+        );
+        for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slower")] {
+            text.push_str(&task(
+                name,
+                agent,
+                &format!("out/{name}.txt"),
+                &format!("{hold}\n        {own}"),
+            ));
+        }
+        text.push_str("}\n");
+        let fixture = Fixture::new(&text);
+        let run = fixture.apply();
+        run.expect_code(1);
+        assert!(fixture.show("main", "out/a.txt").is_some(), "{}", run.why());
+        assert!(fixture.show("main", "out/b.txt").is_some(), "{}", run.why());
+        assert!(
+            fixture
+                .show("main", &format!("out/{signals}.txt"))
+                .is_none(),
+            "{signals} landed:\n{}",
+            run.why()
+        );
+        // `c` (which signals, or fails) is the batch's first failure; `d` comes after it.
+        assert_eq!(run.named("merge.batch-split")[0]["task"], "c", "{}", run.why());
+        // The signal was counted once, and the change never landed after it.
+        assert_eq!(run.named("gate.signalled-mvk").len(), 1, "{}", run.why());
+        let ended = run
+            .named("task.finished")
+            .into_iter()
+            .find(|e| e["task"] == signals)
+            .unwrap_or_else(|| panic!("{signals} never finished\n{}", run.why()));
+        assert_eq!(ended["detail"]["outcome"], "rejected", "{}", run.why());
     }
-    text.push_str("}\n");
-    let fixture = Fixture::new(&text);
-    let run = fixture.apply();
-    run.expect_code(1);
-    landed(&fixture, &run, &["a", "b", "d"]);
-    assert!(fixture.show("main", "out/c.txt").is_none(), "{}", run.why());
-    assert_eq!(run.one("merge.batch-split")["task"], "c", "{}", run.why());
-    // The signal was counted once, and `c`'s gate never ran again on a landing.
-    assert_eq!(run.named("gate.signalled-mvk").len(), 1, "{}", run.why());
 }
 
 #[test]

@@ -246,7 +246,7 @@ impl<'a> Runner<'a> {
             .acquire(commit, &landing_branch(&self.run_id, task))
             .await?;
         Ok(self
-            .gate_on(request, target, (onto, moved), &gates, lease)
+            .gate_on(request, target, (onto, moved), (&gates, 0), lease)
             .await?
             .unwrap_or(Fit::Commit(commit)))
     }
@@ -292,7 +292,7 @@ impl<'a> Runner<'a> {
         request: &Request<'a>,
         target: &str,
         (onto, moved): (Oid, bool),
-        gates: &[(&Gate, bool)],
+        (gates, first): (&[(&Gate, bool)], usize),
         lease: Lease,
     ) -> Result<Option<Fit>, RunError> {
         let task = request.task;
@@ -325,7 +325,7 @@ impl<'a> Runner<'a> {
                 &task.name,
                 request.number,
                 "after-merge",
-                i,
+                first + i,
                 &run,
             )?;
             // A landing gate whose processes sent mvk stop signals: the change does not land,
@@ -470,7 +470,7 @@ impl<'a> Runner<'a> {
                         let branch = landing_branch(&self.run_id, request.task);
                         let lease: Lease = self.acquire(commit, &branch).await?;
                         let fit = self
-                            .gate_on(request, target, (parent, moved), &gates, lease)
+                            .gate_on(request, target, (parent, moved), (&gates, 0), lease)
                             .await?;
                         Ok::<_, RunError>((i, fit))
                     });
@@ -502,8 +502,9 @@ impl<'a> Runner<'a> {
             let lease: Lease = self
                 .acquire(commit, &landing_branch(&self.run_id, request.task))
                 .await?;
+            let first = gates[i].len() - after.len();
             verdicts[i] = self
-                .gate_on(request, target, (parent, moved), &after, lease)
+                .gate_on(request, target, (parent, moved), (&after, first), lease)
                 .await?;
         }
         let first = verdicts.iter().position(Option::is_some);
@@ -516,7 +517,15 @@ impl<'a> Runner<'a> {
                     let fit = verdicts[i].take().unwrap_or(Fit::Commit(commit));
                     settled = Some((request, fit));
                 }
-                Some(k) if i > k => later.push(request),
+                // A final rejection (its gate signalled mvk, or left processes behind) stands
+                // wherever it came; the others were gated on commits holding the one that
+                // failed, and are gated again (review r5b).
+                Some(k) if i > k => match verdicts[i].take() {
+                    Some(Fit::Answer(landing)) => {
+                        let _ = request.reply.send(Ok(landing));
+                    }
+                    _ => later.push(request),
+                },
                 _ => ready.push(Ready {
                     request,
                     parent,
