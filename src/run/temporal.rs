@@ -1153,6 +1153,14 @@ async fn coordinate(
     let reports = reports
         .into_inner()
         .map_err(|_| executor("the reports' lock was poisoned".into()))?;
+    // Every task's end goes through the coordinator; one it never heard of was answered by
+    // someone else (review r9e): the run is not called a success.
+    if let Some((t, _)) = coord.tasks().find(|(t, _)| !reports.contains_key(&t.name)) {
+        return Err(executor(format!(
+            "workflow `{workflow}` finished, but task `{}` never ended here: an answer to one of the run's activities did not come from mvk",
+            t.name
+        )));
+    }
     Ok(reports)
 }
 
@@ -1313,27 +1321,6 @@ impl WorkerActs {
     ) -> Result<AttemptOut, ActivityError> {
         let started = Instant::now();
         let repo = &self.repo;
-        // The base, from the coordinator's repository, checked out: `mvk attempt` compiles the
-        // flow file of the checkout and starts from the base (`--base`).
-        let fetched = format!("refs/mvk/coordinator/{}", input.target);
-        let refspec = format!("+refs/heads/{}:{fetched}", input.target);
-        let args = ["fetch", "--quiet", "--no-tags", "--", &input.repo, &refspec];
-        let fetch = git(repo, &args);
-        beating(&ctx, input.number, async { fetch.await.map_err(retryable) }).await?;
-        git(
-            repo,
-            &["cat-file", "-e", &format!("{}^{{commit}}", input.base)],
-        )
-        .await
-        .map_err(|e| retryable(format!("the base {} did not arrive: {e}", input.base)))?;
-        if !same_url(&self.origin, &input.repo) {
-            return Err(ActivityError::application(
-                ApplicationFailure::non_retryable(format!(
-                    "refused: this worker makes attempts for `{}` (its clone's origin) only, not `{}`",
-                    self.origin, input.repo
-                )),
-            ));
-        }
         // A checkout this worker must not or cannot use: the attempt goes to another worker,
         // and this one stops taking attempts.
         let unusable = |message: String| {
@@ -1347,6 +1334,27 @@ impl WorkerActs {
                 repo.display()
             )));
         }
+        if !same_url(&self.origin, &input.repo) {
+            return Err(ActivityError::application(
+                ApplicationFailure::non_retryable(format!(
+                    "refused: this worker makes attempts for `{}` (its clone's origin) only, not `{}`",
+                    self.origin, input.repo
+                )),
+            ));
+        }
+        // The base, from the coordinator's repository, checked out: `mvk attempt` compiles the
+        // flow file of the checkout and starts from the base (`--base`).
+        let fetched = format!("refs/mvk/coordinator/{}", input.target);
+        let refspec = format!("+refs/heads/{}:{fetched}", input.target);
+        let args = ["fetch", "--quiet", "--no-tags", "--", &input.repo, &refspec];
+        let fetch = git(repo, &args);
+        beating(&ctx, input.number, async { fetch.await.map_err(retryable) }).await?;
+        git(
+            repo,
+            &["cat-file", "-e", &format!("{}^{{commit}}", input.base)],
+        )
+        .await
+        .map_err(|e| retryable(format!("the base {} did not arrive: {e}", input.base)))?;
         // Detached, and only over a clean checkout: no branch of the clone moves, and nothing
         // of a person's lost (review r9d, F0b: `checkout -f -B TARGET` did both).
         let dirty = git(repo, &["status", "--porcelain"])
@@ -1614,6 +1622,8 @@ pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| executor(format!("cannot start the worker: {e}")))?;
     let stop = worker.shutdown_handle();
+    let broke = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let broken = broke.clone();
     tokio::spawn(async move {
         let Ok(mut term) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -1623,12 +1633,21 @@ pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
-            () = unusable.notified() => {}
+            () = unusable.notified() => broken.store(true, std::sync::atomic::Ordering::SeqCst),
         }
         stop();
     });
     worker
         .run()
         .await
-        .map_err(|e| executor(format!("the worker failed: {e}")))
+        .map_err(|e| executor(format!("the worker failed: {e}")))?;
+    if broke.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(RunError::Config {
+            message: format!(
+                "the worker stopped: its checkout `{}` cannot be used (see above); give it a clean clone of its own",
+                repo.display()
+            ),
+        });
+    }
+    Ok(())
 }

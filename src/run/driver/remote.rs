@@ -293,6 +293,9 @@ impl<'a> Coordinator<'a> {
     ) -> Result<Landed, RunError> {
         let (task, target) = self.task(name)?;
         self.check_base(name, base)?;
+        // Its gates run here beside other tasks' (a batch's side by side): while it lands, the
+        // sweep after another task's gate leaves its escapees to its own sweep, as locally.
+        let _live = crate::run::reaper::live(&self.runner.run_id, name);
         // The attempt the workflow names must be the one recorded here, with this head.
         let recorded = self
             .runner
@@ -335,8 +338,6 @@ impl<'a> Coordinator<'a> {
         // server could have sent it in the worker's place (review r9d, F0). What lands is
         // judged here: the seal from base to head, then the task's gates on a clean checkout.
         if let Some(f) = crate::run::attempt::check_seal(&self.runner, task, &spec, head).await? {
-            // The attempt's row said passed, as the worker reported: it failed.
-            self.runner.finish_attempt(attempt_id, Some(&f))?;
             self.runner.fail(task, number, &f)?;
             return Ok(Landed::Retry(f, base));
         }
@@ -434,14 +435,15 @@ impl<'a> Coordinator<'a> {
             .into_iter()
             .next_back()
             .map(|a| a.branch);
+        let spent = self.runner.ledger().spent(run, Some(name))?;
         Ok(TaskReport {
             name: name.to_string(),
             outcome,
             attempts,
             merged,
             branch,
-            usd: 0.0,
-            tokens: 0,
+            usd: spent.usd_micros as f64 / 1e6,
+            tokens: spent.input_tokens.saturating_add(spent.output_tokens),
             reason: reason.to_string(),
         })
     }
