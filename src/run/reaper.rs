@@ -342,13 +342,13 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
     let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let recorded: Vec<(i32, Option<u64>)> = walkdir::WalkDir::new(run_dir)
         .min_depth(3)
-        .max_depth(3)
+        .max_depth(4)
         .into_iter()
         .flatten()
-        .filter(|e| e.file_type().is_file() && e.path().extension().is_some_and(|x| x == "pgid"))
+        .filter(|e| e.file_type().is_file() && recorded_here(e.path(), e.depth()))
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|t| parse_group_record(&t))
-        .filter(|(g, _)| *g > 1 && *g != me && *g != my_group)
+        .filter(|(g, _)| killable(*g, me, my_group))
         .collect();
     if recorded.is_empty() {
         return 0;
@@ -385,6 +385,24 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         }
     }
     killed
+}
+
+/// Whether a file at `depth` below the run directory is where mvk records a group: an agent's
+/// or gate's in its attempt's directory (`TASK/N/NAME.pgid`), the reviewer's one below it
+/// (`TASK/N/review/review.pgid`); never below an agent's `TMPDIR` or objects.
+fn recorded_here(path: &std::path::Path, depth: usize) -> bool {
+    let parent_is_review = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == "review");
+    path.extension().is_some_and(|x| x == "pgid")
+        && (depth == 3 || (depth == 4 && parent_is_review))
+}
+
+/// Whether group `g` may be killed as an orphan: never group 1 (`kill(-1)` is every process mvk
+/// may signal), nor mvk's own.
+fn killable(g: i32, me: i32, my_group: i32) -> bool {
+    g > 1 && g != me && g != my_group
 }
 
 /// What a `*.pgid` file records: `PGID [START]`, START the leader's start time in clock ticks
@@ -477,7 +495,7 @@ mod tests {
     /// trampoline is not dumpable; here, one that names no run) is still known by its leader's
     /// id and start time, and killed; a record whose start time is another's is not. Review
     /// r8e, H1: records are read only where mvk writes them (`TASK/N/NAME.pgid`): one an agent
-    /// planted in its `TMPDIR` below, or one naming group 1, kills nothing.
+    /// planted in its `TMPDIR` below kills nothing.
     #[test]
     fn an_orphan_group_is_known_by_its_leaders_start_time() {
         use std::os::unix::process::CommandExt;
@@ -506,7 +524,6 @@ mod tests {
             group_record(pid(&planted)),
         )
         .expect("write");
-        std::fs::write(attempt.join("init.pgid"), group_record(1)).expect("write");
         assert_eq!(kill_orphans(dir.path(), "run-x"), 1);
         let status = ours.wait().expect("wait");
         assert_eq!(
@@ -518,6 +535,23 @@ mod tests {
             let _ = spared.kill();
             let _ = spared.wait();
         }
+    }
+
+    /// Where records are read, and which groups are never killed (checked apart from
+    /// `kill_orphans`, so that a regression cannot make the test itself signal every process).
+    #[test]
+    fn records_are_read_where_mvk_writes_them_and_never_name_group_one() {
+        let p = std::path::Path::new;
+        assert!(recorded_here(p("/r/t/1/agent.pgid"), 3));
+        assert!(recorded_here(p("/r/t/1/review/review.pgid"), 4));
+        assert!(!recorded_here(p("/r/t/1/agent.tmp/x.pgid"), 4));
+        assert!(!recorded_here(p("/r/t/1/agent.tmp/review/x.pgid"), 5));
+        assert!(!recorded_here(p("/r/t/1/agent.out"), 3));
+        assert!(!killable(1, 100, 100));
+        assert!(!killable(0, 100, 100));
+        assert!(!killable(100, 100, 90));
+        assert!(!killable(90, 100, 90));
+        assert!(killable(4242, 100, 90));
     }
 
     fn p(pid: i32, ppid: i32, pgrp: i32) -> (i32, Stat) {
