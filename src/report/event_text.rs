@@ -64,6 +64,10 @@ pub fn describe(event: &str, d: &Value) -> Option<String> {
         "budget.exhausted" => format!("the {} budget ran out", s("budget")),
         "merge.conflict" => format!("cannot land: {}", s("reason")),
         "merge.failed" => format!("after-merge gate {} failed", s("gate")),
+        "merge.batch-split" => {
+            "its gates did not pass on its commit: the changes before it land, those after it are gated again"
+                .to_string()
+        }
         "merge.done" => format!(
             "landed on {} as {}",
             s("into"),

@@ -319,7 +319,7 @@ fn phase(events: &[EventRow]) -> String {
         "agent.finished" => "seal",
         "seal.passed" | "gate.finished" => "gates",
         "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
-        | "merge.blocked" => "merging",
+        | "merge.blocked" | "merge.batch-split" => "merging",
         "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
         "run.finished" => {
             if last.detail.get("outcome").and_then(Value::as_str) == Some("human") {

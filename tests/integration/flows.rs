@@ -652,7 +652,12 @@ fn a_change_its_gate_rejected_in_a_batch_is_not_gated_again_and_landed() {
         let own = format!(
             r#"gate own evidence=none timeout="60s" {{ run "sh" "-c" "case $(git symbolic-ref -q --short HEAD) in */landing) if [ $MVK_TASK = {signals} ] && mkdir @STATE/signalled 2>/dev/null; then kill -TERM $PPID; fi; [ $MVK_TASK != {fails} ];; esac"; }}"#
         );
-        for (name, agent) in [("a", "quick"), ("b", "slow"), ("c", "slow"), ("d", "slower")] {
+        for (name, agent) in [
+            ("a", "quick"),
+            ("b", "slow"),
+            ("c", "slow"),
+            ("d", "slower"),
+        ] {
             text.push_str(&task(
                 name,
                 agent,
@@ -674,7 +679,12 @@ fn a_change_its_gate_rejected_in_a_batch_is_not_gated_again_and_landed() {
             run.why()
         );
         // `c` (which signals, or fails) is the batch's first failure; `d` comes after it.
-        assert_eq!(run.named("merge.batch-split")[0]["task"], "c", "{}", run.why());
+        assert_eq!(
+            run.named("merge.batch-split")[0]["task"],
+            "c",
+            "{}",
+            run.why()
+        );
         // The signal was counted once, and the change never landed after it.
         assert_eq!(run.named("gate.signalled-mvk").len(), 1, "{}", run.why());
         let ended = run
