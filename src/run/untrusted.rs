@@ -158,13 +158,28 @@ pub fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileTy
 /// what goes). std's `remove_dir_all` is safe only below the path it is given, which is looked
 /// up again, through whatever its components have become.
 pub fn remove_at(dir: impl AsFd, name: &Path) -> io::Result<()> {
-    remove_below(dir.as_fd(), name, 0)
+    let top = dir.as_fd();
+    let mut hoisted = Vec::new();
+    remove_below(top, top, name, 0, &mut hoisted)?;
+    // What lay deeper than one pass holds descriptors for was moved up beside `name` (review
+    // r8e re-review, F3: an agent's directory nested thousands deep made a slot unremovable).
+    while let Some(junk) = hoisted.pop() {
+        remove_below(top, top, Path::new(&junk), 0, &mut hoisted)?;
+    }
+    Ok(())
 }
 
-/// Deeper than this [`remove_at`] gives up (one descriptor is open per level).
+/// How deep one pass of [`remove_at`] goes (one descriptor is open per level); what lies deeper
+/// is moved up to the directory the removal started in, and removed from there.
 const REMOVE_DEPTH: usize = 256;
 
-fn remove_below(dir: BorrowedFd<'_>, name: &Path, depth: usize) -> io::Result<()> {
+fn remove_below(
+    top: BorrowedFd<'_>,
+    dir: BorrowedFd<'_>,
+    name: &Path,
+    depth: usize,
+    hoisted: &mut Vec<OsString>,
+) -> io::Result<()> {
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
         Ok(()) => return Ok(()),
         // A directory (EISDIR; EPERM where POSIX lets a system say so).
@@ -172,7 +187,30 @@ fn remove_below(dir: BorrowedFd<'_>, name: &Path, depth: usize) -> io::Result<()
         Err(e) => return Err(e.into()),
     }
     if depth >= REMOVE_DEPTH {
-        return Err(io::Error::other("directories nested too deep to remove"));
+        // Never over something already there (a name planted in advance fails the move, and
+        // the next number is tried).
+        let mut tries = 0;
+        loop {
+            let junk = OsString::from(format!(
+                ".mvk-removing-{}-{}",
+                std::process::id(),
+                HOISTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            match rustix::fs::renameat_with(
+                dir,
+                name,
+                top,
+                junk.as_os_str(),
+                rustix::fs::RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => {
+                    hoisted.push(junk);
+                    return Ok(());
+                }
+                Err(Errno::EXIST) if tries < 16 => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     let Some(sub) = open_dir_at(dir, name)? else {
         // No directory any more: what took its place goes as itself.
@@ -181,10 +219,13 @@ fn remove_below(dir: BorrowedFd<'_>, name: &Path, depth: usize) -> io::Result<()
     // Listed whole first: one descriptor per level, not two.
     let names: Vec<OsString> = list(&sub)?.map(|(n, _)| n).collect();
     for n in names {
-        remove_below(sub.as_fd(), Path::new(&n), depth + 1)?;
+        remove_below(top, sub.as_fd(), Path::new(&n), depth + 1, hoisted)?;
     }
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
 }
+
+/// Numbers the directories [`remove_at`] moves up, so that their names never meet.
+static HOISTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A process racing mvk, for tests: something to do just before each open by name, at the
 /// moment an attacker's swap would do the most harm (after the name was listed and checked).
@@ -237,6 +278,43 @@ fn type_name(kind: FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Re-review F3: a directory nested deeper than one pass holds descriptors for (here 3,000
+    /// levels, past PATH_MAX too) is removed whole, through descriptors, from where it stands.
+    #[test]
+    fn a_directory_nested_thousands_deep_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = rustix::fs::open(
+            dir.path(),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        rustix::fs::mkdirat(&top, "deep", Mode::from_raw_mode(0o755)).unwrap();
+        let mut at = rustix::fs::openat(
+            &top,
+            "deep",
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        for _ in 0..3_000 {
+            rustix::fs::mkdirat(&at, "d", Mode::from_raw_mode(0o755)).unwrap();
+            at = rustix::fs::openat(&at, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                .unwrap();
+        }
+        let file = rustix::fs::openat(
+            &at,
+            "f",
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        drop((file, at));
+        remove_at(&top, Path::new("deep")).unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn only_regular_files_are_read_and_never_past_the_bound() {
