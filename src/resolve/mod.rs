@@ -695,16 +695,35 @@ pub fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// How much of a loop file or template is read: past this it is too large.
+pub(crate) const READ_LIMIT: usize = crate::syntax::MAX_BYTES * 4;
+
+/// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`.
+fn libc_nonblock() -> i32 {
+    i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0)
+}
+
 /// A file's text, read no further than what tells a file too large from one that is not
 /// (`/dev/zero` named as a loop file must not fill memory, review r8e): the parser refuses more
 /// than [`crate::syntax::MAX_BYTES`] and says how much it read.
-fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
+pub(crate) fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read as _;
-    let limit = u64::try_from(crate::syntax::MAX_BYTES * 4).unwrap_or(u64::MAX);
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let limit = u64::try_from(READ_LIMIT).unwrap_or(u64::MAX);
+    // Not blocking in the open: a FIFO with no writer would hold `mvk check` for good.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_nonblock())
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_fifo() || kind.is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a FIFO or socket, not a file",
+        ));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(limit)
-        .read_to_end(&mut bytes)?;
+    file.take(limit).read_to_end(&mut bytes)?;
     match String::from_utf8(bytes) {
         Ok(text) => Ok(text),
         // Cut inside a character by the limit: what came before it.

@@ -257,10 +257,20 @@ fn template(
                     };
                     (
                         crate::source::display_path(d),
-                        std::fs::read_to_string(&resolved).map_err(|e| match e.kind() {
-                            std::io::ErrorKind::NotFound => "no such file".to_string(),
-                            _ => e.to_string(),
-                        }),
+                        super::read_bounded(&resolved)
+                            .map_err(|e| match e.kind() {
+                                std::io::ErrorKind::NotFound => "no such file".to_string(),
+                                _ => e.to_string(),
+                            })
+                            .and_then(|t| {
+                                // Read no further than the limit: `/dev/zero` named as a
+                                // template must not fill memory.
+                                if t.len() >= super::READ_LIMIT {
+                                    Err(format!("it holds more than {} bytes", super::READ_LIMIT))
+                                } else {
+                                    Ok(t)
+                                }
+                            }),
                     )
                 }
             };

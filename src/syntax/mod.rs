@@ -48,7 +48,11 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
                 "mvk::too-large",
                 format!(
                     "this file is {}{} bytes; a loop file may hold at most {MAX_BYTES}",
-                    if text.len() >= MAX_BYTES * 4 { "at least " } else { "" },
+                    if text.len() >= crate::resolve::READ_LIMIT.saturating_sub(3) {
+                        "at least "
+                    } else {
+                        ""
+                    },
                     text.len()
                 ),
             )

@@ -146,3 +146,30 @@ fn a_loop_file_that_never_ends_is_refused_as_too_large() {
         "{stderr}"
     );
 }
+
+/// A FIFO named as a loop file is refused at once: opening it for reading would wait for a
+/// writer for good.
+#[test]
+fn a_fifo_named_as_a_loop_file_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pipe.kdl");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    let out = assert_cmd::Command::cargo_bin("mvk")
+        .expect("the mvk binary is built")
+        .arg("check")
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("run mvk check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some_and(|c| c != 0), "{stderr}");
+    assert!(stderr.contains("FIFO or socket"), "{stderr}");
+}
