@@ -38,7 +38,7 @@ pub struct ApplyArgs {
     /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
     /// whose attempts `mvk worker` processes make, each in its own clone; this process records
     /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
-    /// and does not yet take `--task`, `--mode batch|step`, a `human` rung, or `mvk resume`.
+    /// and does not yet take `--mode batch|step`, a `human` rung, or `mvk resume`.
     #[arg(long, value_enum, default_value_t = Executor::Local)]
     pub executor: Executor,
     #[command(flatten)]
@@ -164,9 +164,7 @@ fn refuse_for_temporal(args: &ApplyArgs) -> Result<(), CliError> {
     }
     #[cfg(feature = "temporal")]
     {
-        let refused = if args.task.is_some() {
-            Some("`--task`")
-        } else if args.mode != Mode::Auto {
+        let refused = if args.mode != Mode::Auto {
             Some("`--mode batch` and `--mode step`")
         } else {
             None

@@ -11,13 +11,13 @@ use std::fs;
 use crate::apply::Fixture;
 
 /// A flow task NAME with AGENT, SCOPE and EXTRA lines; its gate checks `out/NAME.txt`.
-fn task(name: &str, agent: &str, scope: &str, extra: &str) -> String {
+pub(crate) fn task(name: &str, agent: &str, scope: &str, extra: &str) -> String {
     format!(
         "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent {agent}\n        scope \"{scope}\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK.txt\"; }}\n        budget iterations=1\n        {extra}\n    }}\n"
     )
 }
 
-fn worker(name: &str, secs: &str, needs: &[&str]) -> String {
+pub(crate) fn worker(name: &str, secs: &str, needs: &[&str]) -> String {
     let mut args = format!("\"@AGENTS/flow_worker.sh\" \"@STATE/log\" \"{secs}\"");
     for n in needs {
         args.push_str(&format!(" \"{n}\""));

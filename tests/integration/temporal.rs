@@ -904,3 +904,59 @@ fn a_worker_makes_attempts_only_for_its_clones_origin() {
     );
     assert_eq!(fixture.tip("main"), fixture.base);
 }
+
+/// `--task NAME` runs one task of a flow on the workers, as locally: the others are not run.
+#[test]
+fn task_runs_one_task_of_a_flow_on_a_worker() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let mut text = crate::flows::worker("quick", "0.1", &[]);
+    text.push_str("flow t {\n    parallel 2\n");
+    for name in ["a", "b"] {
+        text.push_str(&crate::flows::task(
+            name,
+            "quick",
+            &format!("out/{name}.txt"),
+            "",
+        ));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let queue = "mvk-test";
+    let _worker = start_worker(
+        &fixture,
+        dir.path(),
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
+    let run = fixture.run_mvk(
+        &[
+            "apply",
+            "loops/t.kdl",
+            "--task",
+            "b",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            &address,
+            "--task-queue",
+            queue,
+        ],
+        &[],
+    );
+    run.expect_code(0);
+    assert!(fixture.show("main", "out/b.txt").is_some(), "{}", run.why());
+    assert!(fixture.show("main", "out/a.txt").is_none(), "{}", run.why());
+    assert!(
+        run.named("attempt.started")
+            .iter()
+            .all(|e| e["task"] == "b"),
+        "{}",
+        run.why()
+    );
+}
