@@ -265,7 +265,8 @@ fn template(
                             .and_then(|t| {
                                 // Read no further than the limit: `/dev/zero` named as a
                                 // template must not fill memory.
-                                if t.len() >= super::READ_LIMIT {
+                                // (A character cut by the limit is dropped: up to 3 bytes short.)
+                                if t.len() >= super::READ_LIMIT.saturating_sub(3) {
                                     Err(format!("it holds more than {} bytes", super::READ_LIMIT))
                                 } else {
                                     Ok(t)

@@ -16,9 +16,6 @@ pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<RunReport, RunError>
 
 /// Where the attempts of `mvk apply` are made.
 pub trait Executor {
-    /// Its name, as `--executor` takes it.
-    fn name(&self) -> &'static str;
-
     /// Runs `program` as `mvk apply` does: every selected task to its end, each accepted
     /// change landed in order, the run recorded in the ledger.
     fn apply<'a>(
@@ -34,10 +31,6 @@ pub trait Executor {
 pub struct Local;
 
 impl Executor for Local {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
     fn apply<'a>(
         &'a self,
         program: &'a Program,

@@ -953,10 +953,6 @@ pub struct Temporal {
 }
 
 impl crate::run::executor::Executor for Temporal {
-    fn name(&self) -> &'static str {
-        "temporal"
-    }
-
     fn apply<'a>(
         &'a self,
         program: &'a Program,

@@ -1141,9 +1141,9 @@ impl Trusted {
             })?;
         match untrusted::remove_at(&dir, Path::new("index")) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                // What cannot be removed (a directory nested past what mvk removes, review
-                // r8e, M1) is moved aside, under a name of mvk's, in the slot's own git
-                // directory: the attempt goes on, not the run's end.
+                // What cannot be removed (a directory the agent left unreadable to mvk, say) is
+                // moved aside, under a name of mvk's, in the slot's own git directory: the
+                // attempt goes on, not the run's end (review r8e, M1).
                 let aside = format!("index.mvk-aside-{:016x}", unguessable());
                 rustix::fs::renameat(&dir, "index", &dir, aside.as_str())
                     .map_err(|_| io_err("remove the agent's index in", admin)(e))?;

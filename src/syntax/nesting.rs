@@ -1,7 +1,7 @@
 //! KDL text in, the first `{` nested deeper than mvk reads out: checked before the KDL parser,
 //! whose recursive descent overflows the stack on deep nesting (found by the `compile` fuzz target).
 //!
-//! Two counts, one pass. The *lexical* count skips strings (quoted, multi-line, raw) and comments
+//! Two counts, each one pass. The *lexical* count skips strings (quoted, multi-line, raw) and comments
 //! the way KDL 2.0 reads them, so braces in a command or a goal do not count, and refuses nesting
 //! deeper than [`MAX_DEPTH`]. Where the scan is unsure what KDL makes of the text (a string cut
 //! by a newline, a comment or a string never closed) it counts every brace from there on, so it

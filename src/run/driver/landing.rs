@@ -418,7 +418,21 @@ impl<'a> Runner<'a> {
         target: &str,
         tip: Oid,
     ) -> Result<Option<Vec<Request<'a>>>, RunError> {
-        if batch.len() < 2 {
+        // Fewer than two changes that may run their own gates again: nothing to run side by
+        // side, so no merging here for `fit` to do again. Counted before merging, from what is
+        // known: the first change moved only if its base is not the tip, the later ones may
+        // have (never fewer than merging would find).
+        let may_regate = batch
+            .iter()
+            .enumerate()
+            .filter(|&(i, r)| {
+                !r.task.gates.is_empty()
+                    && (r.verify
+                        || (r.task.merge.strategy != crate::ir::Strategy::Ff
+                            && (i > 0 || r.base != tip)))
+            })
+            .count();
+        if may_regate < 2 {
             return Ok(Some(batch));
         }
         let mut onto = tip;

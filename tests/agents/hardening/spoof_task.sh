@@ -9,6 +9,7 @@
 STATE=$1
 if [ "$2" = attack ]; then
     MVK_TASK="$3" setsid sh -c '
+        touch "$1/escaped"
         i=0
         while [ ! -e "$1/honest-running" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
         [ -e "$1/honest-running" ] || exit 0
@@ -16,6 +17,10 @@ if [ "$2" = attack ]; then
         touch "$1/sent"
         sleep 5' escapee "$STATE" "$PPID" </dev/null >/dev/null 2>&1 &
     echo $! > "$STATE/escapee.pid"
+    # Out of the agent's group before the agent exits (`setsid` has run once the shell it starts
+    # writes its mark): else the group kill after the agent takes it, as a straggler, first.
+    i=0
+    while [ ! -e "$STATE/escaped" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 elif [ "$2" = honest ]; then
     touch "$STATE/honest-running"
     i=0
