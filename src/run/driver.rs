@@ -1719,23 +1719,8 @@ impl<'a> Runner<'a> {
                     None
                 };
                 if let Some((which, spent, limit)) = exhausted {
-                    self.emit(
-                        Some(&task.name),
-                        None,
-                        "budget.exhausted",
-                        json!({"budget": which, "spent": spent, "limit": limit}),
-                    )?;
-                    // Out of iterations right after tampering or unprovable evidence: say that.
-                    let outcome = match last.as_ref().map(|f| f.kind) {
-                        Some(FailureKind::Seal) => Outcome::Rejected,
-                        Some(FailureKind::Unknown) => Outcome::Unknown,
-                        _ => Outcome::Budget,
-                    };
-                    let reason = format!(
-                        "the {which} budget ran out ({}){}",
-                        budget_text(which, spent, limit),
-                        last_reason(last.as_ref())
-                    );
+                    let (outcome, reason) =
+                        self.budget_exhausted(&task.name, (which, spent, limit), last.as_ref())?;
                     let r = end_task!(outcome, reason, None, last_branch);
                     return Ok((r, None));
                 }
@@ -2300,6 +2285,36 @@ fn last_reason(f: Option<&Failure>) -> String {
     f.map_or(String::new(), |f| {
         format!("; last failure: {}", f.criterion)
     })
+}
+
+impl Runner<'_> {
+    /// Records that task `name`'s budget `which` ran out (`budget.exhausted`), `spent` of
+    /// `limit`, after the failure `last`: the outcome the task ends with, and why.
+    fn budget_exhausted(
+        &self,
+        name: &str,
+        (which, spent, limit): (&str, u64, u64),
+        last: Option<&Failure>,
+    ) -> Result<(Outcome, String), RunError> {
+        self.emit(
+            Some(name),
+            None,
+            "budget.exhausted",
+            json!({"budget": which, "spent": spent, "limit": limit}),
+        )?;
+        // Out of budget right after tampering or unprovable evidence: say that.
+        let outcome = match last.map(|f| f.kind) {
+            Some(FailureKind::Seal) => Outcome::Rejected,
+            Some(FailureKind::Unknown) => Outcome::Unknown,
+            _ => Outcome::Budget,
+        };
+        let reason = format!(
+            "the {which} budget ran out ({}){}",
+            budget_text(which, spent, limit),
+            last_reason(last)
+        );
+        Ok((outcome, reason))
+    }
 }
 
 fn budget_text(which: &str, spent: u64, limit: u64) -> String {

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::landing::Landing;
 use super::{
-    Observer, Opened, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, budget_text,
-    last_reason, locked, open_apply, rung_label, stuck_outcome,
+    Observer, Opened, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, last_reason,
+    locked, open_apply, rung_label, stuck_outcome,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
@@ -471,22 +471,9 @@ impl<'a> Coordinator<'a> {
         last: Option<&Failure>,
     ) -> Result<TaskReport, RunError> {
         self.task(name)?;
-        self.runner.emit(
-            Some(name),
-            None,
-            "budget.exhausted",
-            json!({"budget": which, "spent": spent, "limit": limit}),
-        )?;
-        let outcome = match last.map(|f| f.kind) {
-            Some(FailureKind::Seal) => Outcome::Rejected,
-            Some(FailureKind::Unknown) => Outcome::Unknown,
-            _ => Outcome::Budget,
-        };
-        let reason = format!(
-            "the {which} budget ran out ({}){}",
-            budget_text(which, spent, limit),
-            last_reason(last)
-        );
+        let (outcome, reason) = self
+            .runner
+            .budget_exhausted(name, (which, spent, limit), last)?;
         self.end_task(name, outcome, &reason, None, used)
     }
 
