@@ -131,15 +131,7 @@ fn a_loop_file_that_never_ends_is_refused_as_too_large() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("zero.kdl");
     std::os::unix::fs::symlink("/dev/zero", &path).expect("symlink");
-    let out = assert_cmd::Command::cargo_bin("mvk")
-        .expect("the mvk binary is built")
-        .arg("check")
-        .arg(&path)
-        .env("NO_COLOR", "1")
-        .timeout(std::time::Duration::from_secs(60))
-        .output()
-        .expect("run mvk check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = check(&path);
     assert_eq!(out.status.code(), Some(65), "{stderr}");
     assert!(
         stderr.contains("mvk::too-large") && stderr.contains("at least 1048576 bytes"),
@@ -161,15 +153,21 @@ fn a_fifo_named_as_a_loop_file_is_refused_without_waiting() {
         0,
     )
     .expect("mkfifo");
+    let (out, stderr) = check(&path);
+    assert!(out.status.code().is_some_and(|c| c != 0), "{stderr}");
+    assert!(stderr.contains("FIFO or socket"), "{stderr}");
+}
+
+/// `mvk check PATH` (at most a minute): its output and its standard error as text.
+fn check(path: &std::path::Path) -> (std::process::Output, String) {
     let out = assert_cmd::Command::cargo_bin("mvk")
         .expect("the mvk binary is built")
         .arg("check")
-        .arg(&path)
+        .arg(path)
         .env("NO_COLOR", "1")
         .timeout(std::time::Duration::from_secs(60))
         .output()
         .expect("run mvk check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.code().is_some_and(|c| c != 0), "{stderr}");
-    assert!(stderr.contains("FIFO or socket"), "{stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
 }
