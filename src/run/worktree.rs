@@ -2398,8 +2398,7 @@ mod tests {
         drop(lease);
         wait_free(&pool, slot);
         fs::remove_dir_all(&path).expect("rm slot");
-        let lease = pool.acquire(f.c2, "mvk/d2").expect("acquire again");
-        assert_eq!(lease.path, path);
+        let lease = acquire_slot(&pool, f.c2, "mvk/d2", &path);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
         let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
         assert_eq!(
@@ -2421,8 +2420,7 @@ mod tests {
         let slot = lease.slot();
         drop(lease);
         wait_free(&pool, slot);
-        let lease = pool.acquire(f.c2, "mvk/g2").expect("acquire again");
-        assert_eq!(lease.path, path);
+        let lease = acquire_slot(&pool, f.c2, "mvk/g2", &path);
         assert_eq!(files(&lease.path), tree_files(&f.repo, f.c2));
         assert_eq!(git(&path, &["status", "--porcelain"]), "");
     }
@@ -2591,6 +2589,22 @@ mod tests {
         fs::create_dir_all(&deep).expect("mkdir deep");
         let head = capture(&lease, "m1").expect("capture succeeds");
         assert_eq!(committed(&lease.path, head, "a.txt"), b"changed\n");
+    }
+
+    /// A lease of the slot at `want` (the one just released). Another test's child process may
+    /// hold the slot's lock for the moment between its fork and its exec (the lock is on the
+    /// open file, which the child shares until exec closes it): then the pool rightly hands out
+    /// another slot, and this tries again.
+    fn acquire_slot(pool: &Pool, base: Oid, branch: &str, want: &Path) -> Lease {
+        for _ in 0..200 {
+            let lease = pool.acquire(base, branch).expect("acquire");
+            if lease.path == want {
+                return lease;
+            }
+            drop(lease);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("slot {} never came back", want.display());
     }
 
     /// What commit `head` holds at `file`, read through the repository at `path`.
@@ -2800,8 +2814,7 @@ mod tests {
         );
         drop(lease);
         // The next lease of the slot, on the base: the file is the base's again.
-        let lease = pool.acquire(f.c1, "mvk/next").expect("acquire");
-        assert_eq!(lease.path, p);
+        let lease = acquire_slot(&pool, f.c1, "mvk/next", &p);
         assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
         git(&p, &["diff", "--quiet", &f.c1.to_string()]);
     }
@@ -2835,8 +2848,7 @@ mod tests {
             index.write().expect("write");
         }
         drop(lease);
-        let lease = pool.acquire(f.c2, "mvk/after").expect("acquire");
-        assert_eq!(lease.path, p);
+        let lease = acquire_slot(&pool, f.c2, "mvk/after", &p);
         assert_eq!(
             fs::read_to_string(outside.join("secret")).expect("the file outside is still there"),
             "keep"
@@ -2882,8 +2894,7 @@ mod tests {
         fs::write(f._tmp.path().join("hard"), "HARD").expect("write");
         fs::hard_link(f._tmp.path().join("hard"), p.join("src/lib.rs")).expect("hard link");
         drop(lease);
-        let lease = pool.acquire(c3, "mvk/w1b").expect("acquire");
-        assert_eq!(lease.path, p);
+        let lease = acquire_slot(&pool, c3, "mvk/w1b", &p);
         assert_eq!(fs::read_to_string(&outside).expect("read"), "VICTIM");
         assert_eq!(
             fs::read_to_string(f._tmp.path().join("hard")).expect("read"),
@@ -2911,8 +2922,7 @@ mod tests {
         drop(lease);
         fs::remove_file(p.join("a.txt")).expect("rm");
         fs::hard_link(p.join("src/lib.rs"), p.join("a.txt")).expect("link");
-        let lease = pool.acquire(f.c1, "mvk/hard2").expect("acquire");
-        assert_eq!(lease.path, p);
+        let lease = acquire_slot(&pool, f.c1, "mvk/hard2", &p);
         use std::os::unix::fs::MetadataExt;
         assert_eq!(fs::metadata(p.join("src/lib.rs")).expect("stat").nlink(), 1);
         assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
