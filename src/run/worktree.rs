@@ -2814,7 +2814,7 @@ mod tests {
         );
         drop(lease);
         // The next lease of the slot, on the base: the file is the base's again.
-        let lease = acquire_slot(&pool, f.c1, "mvk/next", &p);
+        let _lease = acquire_slot(&pool, f.c1, "mvk/next", &p);
         assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
         git(&p, &["diff", "--quiet", &f.c1.to_string()]);
     }
@@ -2848,7 +2848,7 @@ mod tests {
             index.write().expect("write");
         }
         drop(lease);
-        let lease = acquire_slot(&pool, f.c2, "mvk/after", &p);
+        let _lease = acquire_slot(&pool, f.c2, "mvk/after", &p);
         assert_eq!(
             fs::read_to_string(outside.join("secret")).expect("the file outside is still there"),
             "keep"
@@ -2894,7 +2894,7 @@ mod tests {
         fs::write(f._tmp.path().join("hard"), "HARD").expect("write");
         fs::hard_link(f._tmp.path().join("hard"), p.join("src/lib.rs")).expect("hard link");
         drop(lease);
-        let lease = acquire_slot(&pool, c3, "mvk/w1b", &p);
+        let _lease = acquire_slot(&pool, c3, "mvk/w1b", &p);
         assert_eq!(fs::read_to_string(&outside).expect("read"), "VICTIM");
         assert_eq!(
             fs::read_to_string(f._tmp.path().join("hard")).expect("read"),
@@ -2922,7 +2922,7 @@ mod tests {
         drop(lease);
         fs::remove_file(p.join("a.txt")).expect("rm");
         fs::hard_link(p.join("src/lib.rs"), p.join("a.txt")).expect("link");
-        let lease = acquire_slot(&pool, f.c1, "mvk/hard2", &p);
+        let _lease = acquire_slot(&pool, f.c1, "mvk/hard2", &p);
         use std::os::unix::fs::MetadataExt;
         assert_eq!(fs::metadata(p.join("src/lib.rs")).expect("stat").nlink(), 1);
         assert_eq!(fs::read_to_string(p.join("a.txt")).expect("read"), "one\n");
