@@ -134,6 +134,17 @@ pub struct Limits {
     pub wall_ms: Option<u64>,
 }
 
+impl Limits {
+    /// A budget's token, dollar and wall limits, as the workflow carries them.
+    fn of(tokens: Option<u64>, usd_micros: Option<u64>, wall: Option<Duration>) -> Limits {
+        Limits {
+            tokens,
+            usd_micros,
+            wall_ms: wall.map(crate::run::attempt::ms),
+        }
+    }
+}
+
 /// What attempts have spent so far (a task's, or the whole flow's).
 #[derive(Clone, Copy, Debug, Default)]
 struct Spent {
@@ -143,9 +154,8 @@ struct Spent {
 
 impl Spent {
     fn add(&mut self, usage: &crate::cli::attempt::UsageResult) {
-        self.tokens = self
-            .tokens
-            .saturating_add(usage.input_tokens.saturating_add(usage.output_tokens));
+        let usage = crate::run::adapter::Usage::from(*usage);
+        self.tokens = self.tokens.saturating_add(usage.tokens());
         self.usd_micros = self
             .usd_micros
             .saturating_add(usage.usd_micros.unwrap_or(0));
@@ -1027,11 +1037,7 @@ async fn coordinate(
                 })
                 .collect(),
             same_failure: t.budget.same_failure,
-            budget: Limits {
-                tokens: t.budget.tokens,
-                usd_micros: t.budget.usd_micros,
-                wall_ms: t.budget.wall.map(crate::run::attempt::ms),
-            },
+            budget: Limits::of(t.budget.tokens, t.budget.usd_micros, t.budget.wall),
         })
         .collect();
     let longest = coord
@@ -1059,11 +1065,7 @@ async fn coordinate(
         coord_queue: coord_queue.clone(),
         attempt_timeout_ms: crate::run::attempt::ms(longest + ATTEMPT_SLACK),
         budget: flow
-            .map(|f| Limits {
-                tokens: f.budget.tokens,
-                usd_micros: f.budget.usd_micros,
-                wall_ms: f.budget.wall.map(crate::run::attempt::ms),
-            })
+            .map(|f| Limits::of(f.budget.tokens, f.budget.usd_micros, f.budget.wall))
             .unwrap_or_default(),
     };
 
@@ -1532,23 +1534,28 @@ fn same_url(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
+    // A `host:path` (scp-like) URL is no local path either.
     let local = |u: &str| {
-        let p = u.strip_prefix("file://").unwrap_or(u);
-        (!p.contains("://") && !p.contains(':'))
-            .then(|| std::fs::canonicalize(p).ok())
-            .flatten()
+        let scp_like = u.strip_prefix("file://").unwrap_or(u).contains(':');
+        local_path(u).filter(|_| !scp_like)
     };
     matches!((local(a), local(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// The directory a URL names when it is a local path (`file://…` or plain), resolved; `None`
+/// for a URL with a scheme, or a path that does not exist.
+fn local_path(url: &str) -> Option<PathBuf> {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    if path.contains("://") {
+        return None;
+    }
+    std::fs::canonicalize(path).ok()
 }
 
 /// Whether `url` names, as a local path, the repository at `repo` (its checkout or its git
 /// directory): a worker there would check bases out in the coordinator's own checkout.
 fn same_repository(repo: &Path, url: &str) -> bool {
-    let path = url.strip_prefix("file://").unwrap_or(url);
-    if path.contains("://") {
-        return false;
-    }
-    let (Ok(there), Ok(here)) = (std::fs::canonicalize(path), std::fs::canonicalize(repo)) else {
+    let (Some(there), Ok(here)) = (local_path(url), std::fs::canonicalize(repo)) else {
         return false;
     };
     there == here || there == here.join(".git")

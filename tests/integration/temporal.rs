@@ -615,6 +615,11 @@ fn repo_url_without_the_temporal_executor_is_a_usage_error() {
 /// Runs the one-task loop `loops/t.kdl` of `fixture` on one worker against a fresh dev server;
 /// the run as `Fixture::apply` reads it, with the worker's log in its context.
 fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
+    apply_on_a_worker_with(bin, fixture, &[])
+}
+
+/// As [`apply_on_a_worker`], with EXTRA arguments to `mvk apply`.
+fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crate::apply::Run {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(bin, dir.path());
     let queue = "mvk-test";
@@ -626,19 +631,18 @@ fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
         &address,
         queue,
     );
-    let mut run = fixture.run_mvk(
-        &[
-            "apply",
-            "loops/t.kdl",
-            "--executor",
-            "temporal",
-            "--temporal-address",
-            &address,
-            "--task-queue",
-            queue,
-        ],
-        &[],
-    );
+    let mut args = vec![
+        "apply",
+        "loops/t.kdl",
+        "--executor",
+        "temporal",
+        "--temporal-address",
+        &address,
+        "--task-queue",
+        queue,
+    ];
+    args.extend_from_slice(extra);
+    let mut run = fixture.run_mvk(&args, &[]);
     drop(worker);
     run.context.push_str(&format!(
         "\n--- worker0\n{}",
@@ -923,32 +927,7 @@ fn task_runs_one_task_of_a_flow_on_a_worker() {
     }
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
-    let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(&bin, dir.path());
-    let queue = "mvk-test";
-    let _worker = start_worker(
-        &fixture,
-        dir.path(),
-        fixture.root().to_str().unwrap(),
-        0,
-        &address,
-        queue,
-    );
-    let run = fixture.run_mvk(
-        &[
-            "apply",
-            "loops/t.kdl",
-            "--task",
-            "b",
-            "--executor",
-            "temporal",
-            "--temporal-address",
-            &address,
-            "--task-queue",
-            queue,
-        ],
-        &[],
-    );
+    let run = apply_on_a_worker_with(&bin, &fixture, &["--task", "b"]);
     run.expect_code(0);
     assert!(fixture.show("main", "out/b.txt").is_some(), "{}", run.why());
     assert!(fixture.show("main", "out/a.txt").is_none(), "{}", run.why());

@@ -220,7 +220,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Merges `request`'s change onto `onto` and gates the result when it is not what the
-    /// change's gates saw, or the loop has after-merge gates, in a worktree of its own: a clean
+    /// change's gates saw (or they ran on a worker), or the loop has after-merge gates, in a
+    /// worktree of its own: a clean
     /// checkout of that commit, so nothing an earlier change's gates left behind (edited or
     /// untracked files, a lock) reaches its gates.
     async fn fit(&self, request: &Request<'a>, target: &str, onto: Oid) -> Result<Fit, RunError> {
@@ -364,7 +365,8 @@ impl<'a> Runner<'a> {
                 continue;
             }
             if *regate {
-                // The change no longer holds on the moved target: retry from there.
+                // The change does not hold on the moved target, or did not pass here what a
+                // worker said it passed: retry from the target's tip.
                 let mut f = attempt::gate_failure(request.number, &run, &lease.path);
                 f.kind = FailureKind::Merge;
                 f.criterion = if moved {
@@ -446,19 +448,17 @@ impl<'a> Runner<'a> {
                 Merged::Empty | Merged::Leave(_) => return Ok(Some(batch)),
             }
         }
-        let gates: Vec<Vec<(&Gate, bool)>> = batch
+        // Each change's own gates (run again) and its after-merge gates, split once.
+        let (own, after): (Vec<Gates<'_>>, Vec<Gates<'_>>) = batch
             .iter()
             .zip(&chain)
-            .map(|(request, &(_, _, moved))| landing_gates(request, moved))
-            .collect();
-        let own = |i: usize| -> Vec<(&Gate, bool)> {
-            gates[i]
-                .iter()
-                .copied()
-                .filter(|(_, regate)| *regate)
-                .collect()
-        };
-        if (0..batch.len()).filter(|&i| !own(i).is_empty()).count() < 2 {
+            .map(|(request, &(_, _, moved))| {
+                landing_gates(request, moved)
+                    .into_iter()
+                    .partition(|(_, regate)| *regate)
+            })
+            .unzip();
+        if own.iter().filter(|g| !g.is_empty()).count() < 2 {
             return Ok(Some(batch));
         }
         // Each change's verdict: `None` while it passes, else how it fares.
@@ -471,7 +471,7 @@ impl<'a> Runner<'a> {
             .max(1);
         {
             let mut running = futures_util::stream::FuturesUnordered::new();
-            let mut pending = (0..batch.len()).filter(|&i| !own(i).is_empty());
+            let mut pending = (0..batch.len()).filter(|&i| !own[i].is_empty());
             loop {
                 while running.len() < width {
                     let Some(i) = pending.next() else {
@@ -479,12 +479,12 @@ impl<'a> Runner<'a> {
                     };
                     let request = &batch[i];
                     let (parent, commit, moved) = chain[i];
-                    let gates = own(i);
+                    let gates = &own[i];
                     running.push(async move {
                         let branch = landing_branch(&self.run_id, request.task);
                         let lease: Lease = self.acquire(commit, &branch).await?;
                         let fit = self
-                            .gate_on(request, target, (parent, moved), (&gates, 0), lease)
+                            .gate_on(request, target, (parent, moved), (gates, 0), lease)
                             .await?;
                         Ok::<_, RunError>((i, fit))
                     });
@@ -503,12 +503,7 @@ impl<'a> Runner<'a> {
             if verdicts[i].is_some() {
                 break;
             }
-            let after: Vec<(&Gate, bool)> = gates[i]
-                .iter()
-                .copied()
-                .filter(|(_, regate)| !*regate)
-                .collect();
-            if after.is_empty() {
+            if after[i].is_empty() {
                 continue;
             }
             let request = &batch[i];
@@ -516,20 +511,30 @@ impl<'a> Runner<'a> {
             let lease: Lease = self
                 .acquire(commit, &landing_branch(&self.run_id, request.task))
                 .await?;
-            let first = gates[i].len() - after.len();
+            // Their ordinals go on from the own gates' (`landing_gates` puts those first).
             verdicts[i] = self
-                .gate_on(request, target, (parent, moved), (&after, first), lease)
+                .gate_on(
+                    request,
+                    target,
+                    (parent, moved),
+                    (&after[i], own[i].len()),
+                    lease,
+                )
                 .await?;
         }
-        let first = verdicts.iter().position(Option::is_some);
+        // The first change that did not pass, and its verdict.
+        let mut first = verdicts
+            .iter_mut()
+            .enumerate()
+            .find_map(|(k, v)| v.take().map(|fit| (k, fit)));
+        let split = first.as_ref().map(|(k, _)| *k);
         let mut settled: Option<(Request<'a>, Fit)> = None;
         let mut later: Vec<Request<'a>> = Vec::new();
         let mut ready: Vec<Ready<'a>> = Vec::new();
         for (i, (request, (parent, commit, _))) in batch.into_iter().zip(chain).enumerate() {
-            match first {
+            match split {
                 Some(k) if i == k => {
-                    let fit = verdicts[i].take().unwrap_or(Fit::Commit(commit));
-                    settled = Some((request, fit));
+                    settled = first.take().map(|(_, fit)| (request, fit));
                 }
                 // A final rejection (its gate signalled mvk, or left processes behind) stands
                 // wherever it came; the others were gated on commits holding the one that
@@ -788,6 +793,9 @@ enum Fit {
     /// It leaves the batch, to be answered once the batch has landed.
     Leave(Left),
 }
+
+/// Gates to run on a landing, each with whether it is one of the task's own, run again.
+type Gates<'t> = Vec<(&'t Gate, bool)>;
 
 /// What merging one change onto a commit came to, before any gate.
 enum Merged {
