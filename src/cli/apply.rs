@@ -13,6 +13,7 @@ use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
 use crate::run::land::LandError;
 use crate::run::lock::{Holder, LockError, RunLock};
+use crate::run::process::ProcessError;
 use crate::run::trail::Event;
 use crate::run::worktree::WorktreeError;
 
@@ -434,10 +435,24 @@ pub(crate) fn run_error(e: RunError) -> CliError {
         },
         RunError::Agent {
             agent,
-            source: source @ crate::run::process::ProcessError::ProgramNotFound { .. },
+            source: source @ ProcessError::ProgramNotFound { .. },
         } => CliError::Usage {
             message: format!("cannot run agent `{agent}`: {source}"),
             hint: Some("install it, or fix the `run` line of its definition".into()),
+        },
+        RunError::Agent {
+            source: source @ ProcessError::GrantExposes { .. },
+            ..
+        }
+        | RunError::Gate(crate::run::gate::GateError::Process {
+            source: source @ ProcessError::GrantExposes { .. },
+            ..
+        }) => CliError::Usage {
+            message: source.to_string(),
+            hint: Some(
+                "the run stands where it stopped: once the grant is safe again, continue it with `mvk resume`"
+                    .into(),
+            ),
         },
         other => {
             let mut message = chain(&other);

@@ -248,7 +248,7 @@ pub async fn run_attempt(
         };
         let timeout = spec.agent.timeout.min(limit);
         let mut ps = agent_process(
-            runner.run_id(),
+            runner,
             spec,
             (&worktree_path, &prompt_file, &prompt_text),
             &dir,
@@ -591,6 +591,7 @@ pub async fn judge(
             log: dir.join(format!("gate-{}.log", slug(&g.name))),
             timeout: g.timeout.min(left),
             sandbox: task.sandbox.as_ref(),
+            protected: runner.protected(),
         };
         let run = gate::run_gate_counted(g, &cx, Some(&window))
             .await
@@ -730,7 +731,7 @@ fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
 /// The process of `spec.agent` in `worktree` with the agent environment, its command filled in,
 /// its output in `dir/NAME.out` and `dir/NAME.err` and its group in `dir/NAME.pgid`; no timeout.
 pub(crate) fn agent_process(
-    run: &str,
+    runner: &Runner<'_>,
     spec: &AttemptSpec<'_>,
     (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
     dir: &Path,
@@ -738,7 +739,7 @@ pub(crate) fn agent_process(
 ) -> Result<ProcessSpec, RunError> {
     let argv = fill_argv(
         &spec.agent.argv,
-        run,
+        runner.run_id(),
         spec,
         worktree,
         prompt_file,
@@ -754,7 +755,7 @@ pub(crate) fn agent_process(
         dir.join(format!("{name}.err")),
     );
     ps.args = args.to_vec();
-    ps.env = agent_env(run, spec, worktree, prompt_file);
+    ps.env = agent_env(runner.run_id(), spec, worktree, prompt_file);
     // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
     ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
     ps.group_file = Some(dir.join(format!("{name}.pgid")));
@@ -764,6 +765,7 @@ pub(crate) fn agent_process(
             cwd: worktree,
             tmp: dir.join(format!("{name}.tmp")),
             objects: Some(objects_dir(dir, name)),
+            protected: runner.protected(),
         };
         crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
             RunError::Agent {

@@ -25,6 +25,7 @@ use crate::run::attempt::{self, AttemptEnd, AttemptSpec, Failure, FailureKind};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateRun};
 use crate::run::land::{self, LandError};
+use crate::run::sandbox::Protected;
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
 use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
 use crate::run::worktree::{self, Lease, Pool};
@@ -365,6 +366,8 @@ pub struct Runner<'a> {
     run_id: String,
     trail: Trail,
     pool: Pool,
+    /// Where no sandbox grant may lead, checked again at each sandboxed start.
+    protected: Vec<Protected>,
     observer: &'a dyn Observer,
     // The run's tasks share these; each lock is held for one statement and never across an
     // `await`, so tasks running side by side only ever wait for each other's writes.
@@ -448,7 +451,7 @@ pub(crate) fn open_apply<'a>(
     executor: Option<&str>,
 ) -> Result<Opened<'a>, RunError> {
     let repo_root = &opts.repo_root;
-    let (mut ledger, trail, pool) = open_run(program, opts)?;
+    let mut opening = open_run(program, opts)?;
     let selected = select(program, opts)?;
     let targets = targets_of(program, &selected, repo_root, None)?;
     let first_target = selected
@@ -458,8 +461,8 @@ pub(crate) fn open_apply<'a>(
         .unwrap_or_else(|| "HEAD".into());
     let base = land::branch_tip(repo_root, &first_target)?;
 
-    begin_run(&mut ledger, program, opts, base, &first_target)?;
-    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    begin_run(&mut opening.ledger, program, opts, base, &first_target)?;
+    let runner = Runner::new(program, opts, opening, observer, &selected);
     let mut started = json!({
         "file": opts.file,
         "program": program.name,
@@ -504,11 +507,11 @@ pub async fn resume(
     from: ResumeFrom,
 ) -> Result<RunReport, RunError> {
     let run_id = opts.run_id.clone();
-    let (ledger, trail, pool) = open_run(program, opts)?;
+    let opening = open_run(program, opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
-    let orphans = crate::run::reaper::kill_orphans(trail.run_dir(), &run_id);
-    let began = crate::run::resume::began(&ledger, &from.run)?;
+    let orphans = crate::run::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
+    let began = crate::run::resume::began(&opening.ledger, &from.run)?;
     // Its attempts were made by workers and its scheduling lived in a Temporal workflow: the
     // local driver cannot carry that on.
     if let Some(executor) = &began.executor {
@@ -527,7 +530,7 @@ pub async fn resume(
         &opts.repo_root,
         began.current.as_deref(),
     )?;
-    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &selected);
+    let runner = Runner::new(program, opts, opening, observer, &selected);
     let replanned = from
         .drift
         .as_ref()
@@ -575,7 +578,7 @@ pub async fn resume(
 }
 
 /// The ledger, the trail and the worktree pool of a run, with the process ready to run agents.
-fn open_run(program: &Program, opts: &RunOptions) -> Result<(Ledger, Trail, Pool), RunError> {
+fn open_run(program: &Program, opts: &RunOptions) -> Result<Opening, RunError> {
     let repo_root = &opts.repo_root;
     let mvk_dir = repo_root.join(".mvk");
     let pool_root = opts
@@ -589,7 +592,7 @@ fn open_run(program: &Program, opts: &RunOptions) -> Result<(Ledger, Trail, Pool
             .parent()
             .map_or_else(|| pool_root.clone(), Path::to_path_buf),
     };
-    refuse_exposing_grants(program, repo_root, &worktrees)?;
+    let protected = refuse_exposing_grants(program, repo_root, &worktrees)?;
     crate::run::reaper::become_subreaper().map_err(|source| RunError::Io {
         action: "become the reaper of escaped agent processes (prctl)",
         path: PathBuf::from("/proc/self"),
@@ -599,39 +602,59 @@ fn open_run(program: &Program, opts: &RunOptions) -> Result<(Ledger, Trail, Pool
     let ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
     let trail = Trail::create(&mvk_dir, &opts.run_id)?;
     let pool = Pool::open(repo_root, &pool_root)?;
-    Ok((ledger, trail, pool))
+    Ok(Opening {
+        ledger,
+        trail,
+        pool,
+        protected,
+    })
+}
+
+/// What [`open_run`] opened, for the run's [`Runner`].
+struct Opening {
+    ledger: Ledger,
+    trail: Trail,
+    pool: Pool,
+    /// Where no sandbox grant may lead (see [`refuse_exposing_grants`]).
+    protected: Vec<Protected>,
 }
 
 /// Refuses, before anything of the run is written, a sandbox that grants a place where mvk
-/// keeps what no confined process may write (review r8d, W3): `worktrees` holds the pools.
+/// keeps what no confined process may write (review r8d, W3): `worktrees` holds the pools. Out
+/// come those places, which each sandboxed start checks its grants against again.
 fn refuse_exposing_grants(
     program: &Program,
     repo_root: &Path,
     worktrees: &Path,
-) -> Result<(), RunError> {
-    let common = git2::Repository::open(repo_root)
-        .ok()
-        .map(|r| r.commondir().to_path_buf());
-    let cache = crate::resolve::git::default_root();
-    let mut protected: Vec<(&'static str, &Path)> = vec![
-        ("the main checkout and mvk's ledger", repo_root),
-        (
+) -> Result<Vec<Protected>, RunError> {
+    let mut protected = vec![
+        Protected::new("the main checkout and mvk's ledger", repo_root),
+        Protected::new(
             "the attempt worktrees and mvk's trusted index copies",
             worktrees,
         ),
-        ("the cache of imported gate libraries", &cache),
+        Protected::new(
+            "the cache of imported gate libraries",
+            &crate::resolve::git::default_root(),
+        ),
     ];
-    if let Some(common) = &common {
-        protected.push(("the repository's git directory", common));
+    if let Ok(repo) = git2::Repository::open(repo_root) {
+        protected.push(Protected::new(
+            "the repository's git directory",
+            repo.commondir(),
+        ));
     }
     // Every sandboxed process starts through it: replaced (`write "~/.cargo"` holds
     // `~/.cargo/bin/mvk`), the next spawn would run the agent's code unconfined (review r8e, H2).
     if let Ok(exe) = crate::exe::path() {
-        protected.push(("mvk's own executable", exe));
+        protected.push(Protected::new("mvk's own executable", exe));
     }
-    crate::run::sandbox::refuse_exposing_grants(program, &protected).map_err(|e| RunError::Config {
-        message: e.to_string(),
-    })
+    crate::run::sandbox::refuse_exposing_grants(program, &protected).map_err(|e| {
+        RunError::Config {
+            message: e.to_string(),
+        }
+    })?;
+    Ok(protected)
 }
 
 /// The tasks to run, in dependency order: all of them, or the one `--task` names.
@@ -720,12 +743,16 @@ impl<'a> Runner<'a> {
     fn new(
         program: &'a Program,
         opts: &'a RunOptions,
-        ledger: Ledger,
-        trail: Trail,
-        pool: Pool,
+        opening: Opening,
         observer: &'a dyn Observer,
         selected: &[usize],
     ) -> Runner<'a> {
+        let Opening {
+            ledger,
+            trail,
+            pool,
+            protected,
+        } = opening;
         let (now, _) = trail::now();
         let state = LoopState {
             schema: LoopState::SCHEMA,
@@ -761,6 +788,7 @@ impl<'a> Runner<'a> {
             ledger: Mutex::new(ledger),
             trail,
             pool,
+            protected,
             observer,
             state: Mutex::new(state),
             task_started: Mutex::new(BTreeMap::new()),
@@ -1140,6 +1168,11 @@ impl<'a> Runner<'a> {
 impl<'a> Runner<'a> {
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// Where no sandbox grant may lead (see [`Protected`]).
+    pub fn protected(&self) -> &[Protected] {
+        &self.protected
     }
 
     /// `.mvk/runs/<run>`.
@@ -2551,7 +2584,7 @@ pub async fn attempt_once(
             });
         }
     };
-    let (mut ledger, trail, pool) = open_run(program, opts)?;
+    let mut opening = open_run(program, opts)?;
     let (base, target) = match &once.start {
         Some((base, target)) => (*base, target.clone()),
         None => {
@@ -2561,13 +2594,13 @@ pub async fn attempt_once(
         }
     };
     begin_run_of(
-        &mut ledger,
+        &mut opening.ledger,
         program,
         opts,
         (base, &target),
         ledger::RunCommand::Attempt,
     )?;
-    let runner = Runner::new(program, opts, ledger, trail, pool, observer, &[i]);
+    let runner = Runner::new(program, opts, opening, observer, &[i]);
     let _heartbeat = runner.trail.heartbeat();
     runner.emit(
         None,

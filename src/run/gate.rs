@@ -87,6 +87,8 @@ pub struct GateContext<'a> {
     /// The loop's sandbox: the gate writes only in `cwd`, its own temporary directory and the
     /// paths granted, and sees only the base environment and the variables named.
     pub sandbox: Option<&'a crate::ir::Sandbox>,
+    /// Where no grant of the sandbox may lead.
+    pub protected: &'a [crate::run::sandbox::Protected],
 }
 
 /// Whether a variable name looks like it holds a credential.
@@ -155,6 +157,7 @@ pub async fn run_gate_counted(
             cwd: cx.cwd,
             tmp: cx.log.with_extension("tmp"),
             objects: None,
+            protected: cx.protected,
         };
         crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
             GateError::Process {
@@ -284,6 +287,7 @@ mod tests {
             log: dir.path().join("g.log"),
             timeout: Duration::from_secs(30),
             sandbox: None,
+            protected: &[],
         };
         run_gate(&gate(script, mode), &cx).await.unwrap()
     }

@@ -190,6 +190,16 @@ pub enum ProcessError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "refusing to start `{program}`: its sandbox grants `{granted}`, which now leads to {what} (`{}`); a confined process may have put a link there since the run began: remove it, and grant a path no confined process can replace",
+        place.display()
+    )]
+    GrantExposes {
+        program: String,
+        granted: String,
+        what: String,
+        place: PathBuf,
+    },
     #[error("refusing to signal process group `{pgid}` (not a child's group)")]
     UnsafeGroup { pgid: i32 },
     #[error("cannot signal process group `{pgid}`")]

@@ -340,7 +340,7 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
     // is every process mvk may signal) nor mvk's own.
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
-    let recorded: Vec<(i32, Option<u64>)> = walkdir::WalkDir::new(run_dir)
+    let recorded: Vec<Record> = walkdir::WalkDir::new(run_dir)
         .min_depth(3)
         .max_depth(4)
         .into_iter()
@@ -348,12 +348,14 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         .filter(|e| e.file_type().is_file() && recorded_here(e.path(), e.depth()))
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|t| parse_group_record(&t))
-        .filter(|(g, _)| killable(*g, me, my_group))
+        .filter(|r| killable(r.pgid, me, my_group))
+        // Made before a reboot: nothing of it is alive, and its ids name other processes now.
+        .filter(|r| r.boot.is_none() || r.boot.as_deref() == boot_id())
         .collect();
     if recorded.is_empty() {
         return 0;
     }
-    let groups: Vec<i32> = recorded.iter().map(|(g, _)| *g).collect();
+    let groups: Vec<i32> = recorded.iter().map(|r| r.pgid).collect();
     let marker = format!("{}={run}", crate::run::attempt::RUN_VAR);
     let live: Vec<(i32, Stat)> = processes()
         .into_iter()
@@ -371,7 +373,7 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         // be read (review r8d, R3), and its namespace would live on unseen.
         let leader_alive = recorded
             .iter()
-            .any(|(g, start)| *g == pgid && start.is_some() && *start == start_time(pgid));
+            .any(|r| r.pgid == pgid && r.start.is_some() && r.start == start_time(pgid));
         let ours = leader_alive
             || members.iter().any(|pid| {
                 std::fs::read(format!("/proc/{pid}/environ"))
@@ -405,19 +407,43 @@ fn killable(g: i32, me: i32, my_group: i32) -> bool {
     g > 1 && g != me && g != my_group
 }
 
-/// What a `*.pgid` file records: `PGID [START]`, START the leader's start time in clock ticks
-/// since boot (`/proc/PID/stat` field 22), which tells it from a later process given its id.
+/// What a `*.pgid` file records: `PGID [START [BOOT]]`, START the leader's start time in clock
+/// ticks since boot (`/proc/PID/stat` field 22), which tells it from a later process given its
+/// id, and BOOT the kernel's boot id, which tells this boot's ticks from an earlier one's.
 pub fn group_record(pgid: i32) -> String {
-    match start_time(pgid) {
-        Some(start) => format!("{pgid} {start}\n"),
-        None => format!("{pgid}\n"),
+    match (start_time(pgid), boot_id()) {
+        (Some(start), Some(boot)) => format!("{pgid} {start} {boot}\n"),
+        (Some(start), None) => format!("{pgid} {start}\n"),
+        (None, _) => format!("{pgid}\n"),
     }
 }
 
-fn parse_group_record(text: &str) -> Option<(i32, Option<u64>)> {
+/// A `*.pgid` file's record (see [`group_record`]).
+#[derive(Debug, PartialEq, Eq)]
+struct Record {
+    pgid: i32,
+    start: Option<u64>,
+    boot: Option<String>,
+}
+
+fn parse_group_record(text: &str) -> Option<Record> {
     let mut parts = text.split_whitespace();
     let pgid = parts.next()?.parse().ok()?;
-    Some((pgid, parts.next().and_then(|s| s.parse().ok())))
+    let start = parts.next().and_then(|s| s.parse().ok());
+    let boot = parts.next().map(str::to_string);
+    Some(Record { pgid, start, boot })
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), read once.
+fn boot_id() -> Option<&'static str> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty() && !t.contains(char::is_whitespace))
+    })
+    .as_deref()
 }
 
 /// When process `pid` started, in clock ticks since boot; `None` once it is gone.
@@ -514,6 +540,15 @@ mod tests {
         let pid = |c: &std::process::Child| i32::try_from(c.id()).expect("pid");
         std::fs::write(attempt.join("agent.pgid"), group_record(pid(&ours))).expect("write");
         let stale = start_time(pid(&other)).expect("start") + 1;
+        // The leader's id and start time, but from an earlier boot: those ticks were another's.
+        let mut rebooted = spawn();
+        let earlier = format!(
+            "{} {} 00000000-0000-0000-0000-000000000000\n",
+            pid(&rebooted),
+            start_time(pid(&rebooted)).expect("start")
+        );
+        std::fs::write(attempt.join("reviewer.pgid"), earlier).expect("write");
+        assert!(group_record(pid(&ours)).contains(boot_id().expect("a boot id")));
         std::fs::write(
             attempt.join("gate.pgid"),
             format!("{} {stale}\n", pid(&other)),
@@ -530,7 +565,7 @@ mod tests {
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(9)
         );
-        for spared in [&mut other, &mut planted] {
+        for spared in [&mut other, &mut planted, &mut rebooted] {
             assert!(spared.try_wait().expect("try_wait").is_none(), "spared");
             let _ = spared.kill();
             let _ = spared.wait();

@@ -288,7 +288,7 @@ pub async fn review(
     let (outcome, ps, gave_up) = loop {
         let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
-            runner.run_id(),
+            runner,
             &as_reviewer,
             (&checkout, &prompt_file, &text),
             &dir,

@@ -78,7 +78,14 @@ const ABI: landlock::ABI = landlock::ABI::V6;
 /// What the trampoline is told: exactly what it may write, and what to do where it cannot confine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Policy {
+    /// mvk's own places for the process (its worktree, temporary directory, devices).
     write: Vec<PathBuf>,
+    /// The sandbox's grants, which the trampoline opens once and checks against `protected`
+    /// before it hands the kernel the very directories it checked (see [`open_grants`]).
+    #[serde(default)]
+    grants: Vec<PathBuf>,
+    #[serde(default)]
+    protected: Vec<Protected>,
     network: bool,
     required: bool,
     /// The tests' stand-in for an old kernel, from mvk's own environment (see
@@ -96,6 +103,33 @@ pub struct Grants<'a> {
     /// Where the objects of its commits go, emptied first, when it may commit in `cwd`'s
     /// repository (agents may; gates only check): see [`absorb_objects`].
     pub objects: Option<PathBuf>,
+    /// Where mvk keeps what no confined process may write: no grant may lead there.
+    pub protected: &'a [Protected],
+}
+
+/// A place where mvk keeps what no confined process may write, as the kernel finds it (links
+/// resolved when the run began), and what it holds, for the refusal.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Protected {
+    pub what: String,
+    pub place: PathBuf,
+}
+
+impl Protected {
+    pub fn new(what: &str, place: &Path) -> Self {
+        Protected {
+            what: what.to_string(),
+            place: resolved(place),
+        }
+    }
+}
+
+/// The protected place that a grant leading to `path` (links resolved) would expose: one that
+/// holds it, or one that lies inside it.
+fn exposed<'p>(path: &Path, protected: &'p [Protected]) -> Option<&'p Protected> {
+    protected
+        .iter()
+        .find(|p| p.place.starts_with(path) || path.starts_with(&p.place))
 }
 
 /// Whether mvk's own environment holds the tests' stand-in for a kernel without Landlock or
@@ -128,7 +162,7 @@ pub enum SandboxError {
     Exposes {
         owner: String,
         granted: String,
-        what: &'static str,
+        what: String,
         place: PathBuf,
     },
 }
@@ -228,34 +262,25 @@ fn sandboxes(program: &Program) -> Vec<(String, &Sandbox)> {
 /// repository's git directory, the attempt worktrees with mvk's trusted index copies, the
 /// import cache). A grant of `~/.cache` (where the worktrees live by default) would let an
 /// agent edit another attempt's worktree, or the index copy mvk trusts for its next capture.
+/// Checked again at each start ([`confine`], then the trampoline on what it opened): a link a
+/// confined process planted under one grant must not lead the next one into those places.
 pub fn refuse_exposing_grants(
     program: &Program,
-    protected: &[(&'static str, &Path)],
+    protected: &[Protected],
 ) -> Result<(), SandboxError> {
-    let owned = sandboxes(program);
-    if owned.is_empty() {
-        return Ok(());
-    }
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let protected: Vec<(&str, PathBuf)> = protected
-        .iter()
-        .map(|(what, p)| (*what, resolved(p)))
-        .collect();
-    for (owner, sandbox) in owned {
+    for (owner, sandbox) in sandboxes(program) {
         for granted in &sandbox.write {
             let Some(path) = expand(granted, home.as_deref()) else {
                 continue;
             };
-            let path = resolved(&path);
-            for (what, place) in &protected {
-                if place.starts_with(&path) || path.starts_with(place) {
-                    return Err(SandboxError::Exposes {
-                        owner,
-                        granted: granted.clone(),
-                        what,
-                        place: place.clone(),
-                    });
-                }
+            if let Some(p) = exposed(&resolved(&path), protected) {
+                return Err(SandboxError::Exposes {
+                    owner,
+                    granted: granted.clone(),
+                    what: p.what.clone(),
+                    place: p.place.clone(),
+                });
             }
         }
     }
@@ -322,12 +347,23 @@ pub fn confine(
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut write: Vec<PathBuf> = vec![grants.cwd.to_path_buf(), grants.tmp.clone()];
     write.extend(DEVICES.iter().map(PathBuf::from));
-    write.extend(
-        sandbox
-            .write
-            .iter()
-            .filter_map(|g| expand(g, home.as_deref())),
-    );
+    // A grant was checked when the run began; a confined process that may write under one may
+    // since have put a link where another was (review r8e).
+    let mut granted = Vec::new();
+    for g in &sandbox.write {
+        let Some(path) = expand(g, home.as_deref()) else {
+            continue;
+        };
+        if let Some(p) = exposed(&resolved(&path), grants.protected) {
+            return Err(ProcessError::GrantExposes {
+                program: ps.program.clone(),
+                granted: g.clone(),
+                what: p.what.clone(),
+                place: p.place.clone(),
+            });
+        }
+        granted.push(path);
+    }
     let mut git_env = Vec::new();
     if let Some(objects) = &grants.objects
         && let Some(commit) = prepare_commit(grants.cwd, objects).map_err(fail)?
@@ -372,6 +408,8 @@ pub fn confine(
     }
     let policy = Policy {
         write,
+        grants: granted,
+        protected: grants.protected.to_vec(),
         network: sandbox.network,
         required: sandbox.required,
         pretend: pretend_unsupported(),
@@ -671,7 +709,7 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
             Support {
                 network,
                 pid: pidns::isolate().err().map(|e| e.to_string()),
-                landlock: restrict(&[]).unwrap_or_else(|_| "none".into()),
+                landlock: restrict(&[], Vec::new()).unwrap_or_else(|_| "none".into()),
             }
         };
         println!("{}", serde_json::to_string(&support).unwrap_or_default());
@@ -700,6 +738,15 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
         let _ = writeln!(io::stderr(), "mvk sandbox: {text}");
     };
     let pretend = policy.pretend;
+    // First: each grant is opened once, checked where it leads, and that very directory is
+    // what Landlock grants, so no link planted between mvk's check and now can move it.
+    let opened = match open_grants(&policy.grants, &policy.protected) {
+        Ok(opened) => opened,
+        Err(why) => {
+            say(format!("refusing to run: {why}"));
+            return ExitCode::from(REFUSED_EXIT);
+        }
+    };
     if !policy.network {
         let done = if pretend {
             Err(pretending.clone())
@@ -725,7 +772,7 @@ pub fn trampoline(args: &[OsString]) -> ExitCode {
     let level = if pretend {
         Ok("none".to_string())
     } else {
-        restrict(&policy.write)
+        restrict(&policy.write, opened)
     };
     match level {
         Ok(level) if level == "full" => {}
@@ -909,12 +956,54 @@ fn loopback_up() -> io::Result<()> {
     }
 }
 
-/// Applies Landlock to this process: writes only beneath `write`, no signals out of the domain.
-/// Out comes how much the kernel enforces: `full`, `partial` or `none`.
-fn restrict(write: &[PathBuf]) -> Result<String, String> {
+/// A grant held open: the directory or file it led to when it was checked.
+struct Opened {
+    fd: landlock::PathFd,
+    file: bool,
+}
+
+/// Opens each of `grants` (one that does not exist grants nothing, as Landlock would) and
+/// finds where the open descriptor leads; one that leads to or holds a `protected` place is
+/// refused, with why.
+fn open_grants(grants: &[PathBuf], protected: &[Protected]) -> Result<Vec<Opened>, String> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let mut opened = Vec::new();
+    for granted in grants {
+        let Ok(fd) = landlock::PathFd::new(granted) else {
+            continue;
+        };
+        let raw = fd.as_fd().as_raw_fd();
+        let leads = std::fs::read_link(format!("/proc/self/fd/{raw}")).map_err(|e| {
+            format!(
+                "cannot tell where the grant `{}` leads (/proc/self/fd: {e})",
+                granted.display()
+            )
+        })?;
+        if let Some(p) = exposed(&leads, protected) {
+            return Err(format!(
+                "the sandbox grants `{}`, which now leads to {} (`{}`)",
+                granted.display(),
+                p.what,
+                p.place.display()
+            ));
+        }
+        let file = rustix::fs::fstat(&fd)
+            .map(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
+            })
+            .unwrap_or(false);
+        opened.push(Opened { fd, file });
+    }
+    Ok(opened)
+}
+
+/// Applies Landlock to this process: writes only beneath `write` and the `opened` grants, no
+/// signals out of the domain. Out comes how much the kernel enforces: `full`, `partial` or
+/// `none`.
+fn restrict(write: &[PathBuf], opened: Vec<Opened>) -> Result<String, String> {
     use landlock::{
-        Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-        path_beneath_rules,
+        Access, AccessFs, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+        Scope, path_beneath_rules,
     };
     // Every write is handled, so what no rule grants is denied everywhere: device nodes are
     // never made, not even where the program may write (a node of the disk would let it
@@ -927,6 +1016,16 @@ fn restrict(write: &[PathBuf]) -> Result<String, String> {
         .and_then(|r| r.scope(Scope::from_all(ABI)))
         .and_then(|r| r.create())
         .and_then(|r| r.add_rules(path_beneath_rules(write, granted)))
+        .and_then(|r| {
+            r.add_rules(opened.into_iter().map(|o| {
+                let access = if o.file {
+                    granted & AccessFs::from_file(ABI)
+                } else {
+                    granted
+                };
+                Ok::<_, landlock::RulesetError>(PathBeneath::new(o.fd, access))
+            }))
+        })
         .and_then(|r| r.restrict_self())
         .map_err(|e| e.to_string())?;
     Ok(match status.ruleset {

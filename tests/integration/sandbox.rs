@@ -169,6 +169,87 @@ fn a_grant_that_holds_mvks_own_places_is_refused_before_anything_runs() {
     }
 }
 
+/// Review r8e: grants were checked once, when the run began, and opened again (links followed)
+/// at each start, so an agent that may write under one grant could put a link where another was,
+/// and the next attempt's sandbox granted what the link led to: here the main checkout. mvk now
+/// checks each grant again before each start, and the run stops, exit 64.
+#[test]
+fn a_link_planted_where_a_grant_was_does_not_lead_the_next_attempt_out() {
+    let f = Fixture::new(&loop_kdl(
+        &agent_def("bot", "hardening/plant_grant_link.sh", &["@STATE", "@REPO"]),
+        true,
+        TESTS_GATE,
+        "sandbox { write \"@STATE/shared\" \"@STATE/shared/inner\"; }\n    budget iterations=3",
+    ));
+    fs::create_dir_all(f.state("shared/inner")).unwrap();
+    let run = f.apply_with(&[], &[]);
+    run.expect_code(64);
+    assert!(
+        run.context.contains("refusing to start")
+            && run.context.contains("which now leads to the main checkout"),
+        "{}",
+        run.why()
+    );
+    assert_eq!(fs::read_to_string(f.state("shared/count")).unwrap(), "1\n");
+    assert!(!f.root().join("pwned").exists());
+    assert_eq!(f.tip("main"), f.base);
+}
+
+/// The same swap made between mvk's check and the trampoline's start (two agents side by side):
+/// the trampoline opens each grant once, refuses one that leads to a protected place, and
+/// grants the kernel the very directory it checked.
+#[test]
+fn the_trampoline_refuses_a_grant_that_leads_to_a_protected_place() {
+    let mvk = assert_cmd::cargo::cargo_bin("mvk");
+    let dir = tempfile::tempdir().unwrap();
+    let (safe, protected) = (dir.path().join("safe"), dir.path().join("protected"));
+    fs::create_dir_all(&safe).unwrap();
+    fs::create_dir_all(&protected).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&protected, &link).unwrap();
+    let run = |grant: &Path, target: &Path| {
+        let policy = serde_json::json!({
+            "write": [],
+            "grants": [grant],
+            "protected": [{"what": "the main checkout", "place": protected}],
+            "network": true,
+            "required": true,
+        });
+        std::process::Command::new(&mvk)
+            .args([
+                "__sandbox",
+                &policy.to_string(),
+                "--",
+                "sh",
+                "-c",
+                &format!("echo ran; touch '{}/out' && echo wrote", target.display()),
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run(&link, &link);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(out.stdout.is_empty(), "the program did not run");
+    assert!(
+        err.contains("refusing to run: the sandbox grants")
+            && err.contains("which now leads to the main checkout"),
+        "{err}"
+    );
+    assert!(!protected.join("out").exists());
+    // A grant that leads elsewhere is granted, and only it.
+    let out = run(&safe, &safe);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\nwrote\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&safe, &protected);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert!(!protected.join("out").exists());
+}
+
 #[test]
 fn a_sandbox_the_kernel_cannot_enforce_warns_and_says_so_in_the_agents_log() {
     let f = Fixture::new(&loop_kdl(

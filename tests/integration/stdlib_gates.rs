@@ -143,6 +143,7 @@ impl Project {
             log: defs.path().join("gate.log"),
             timeout: std::time::Duration::from_secs(600),
             sandbox: None,
+            protected: &[],
         };
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let mut run = runtime

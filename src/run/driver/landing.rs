@@ -315,6 +315,7 @@ impl<'a> Runner<'a> {
                 log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
                 timeout: g.timeout,
                 sandbox: task.sandbox.as_ref(),
+                protected: &self.protected,
             };
             let run = gate::run_gate_counted(g, &cx, Some(&window))
                 .await
