@@ -191,7 +191,7 @@ pub enum ProcessError {
         source: io::Error,
     },
     #[error(
-        "refusing to start `{program}`: its sandbox grants `{granted}`, which now leads to {what} (`{}`); a confined process may have put a link there since the run began: remove it, and grant a path no confined process can replace",
+        "refusing to start `{program}`: its sandbox grants `{granted}`, which now leads to {what} (`{}`); a confined process may have put a link there since the run began; grant paths no confined process can replace",
         place.display()
     )]
     GrantExposes {

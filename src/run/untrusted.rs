@@ -187,15 +187,15 @@ fn remove_below(
         Err(e) => return Err(e.into()),
     }
     if depth >= REMOVE_DEPTH {
-        // Never over something already there (a name planted in advance fails the move, and
-        // the next number is tried).
+        // Moving a directory to another parent rewrites its `..`: it must be writable (review
+        // r8f, M2: an agent's 0555 directory there stopped the move).
+        if writable_dir_at(dir, name)?.is_none() {
+            return Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?);
+        }
+        // Never over something already there, under a name no one can plant in advance.
         let mut tries = 0;
         loop {
-            let junk = OsString::from(format!(
-                ".mvk-removing-{}-{}",
-                std::process::id(),
-                HOISTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            ));
+            let junk = OsString::from(format!(".mvk-removing-{:016x}", unguessable()));
             match rustix::fs::renameat_with(
                 dir,
                 name,
@@ -212,7 +212,9 @@ fn remove_below(
             }
         }
     }
-    let Some(sub) = open_dir_at(dir, name)? else {
+    // Made readable and writable first: an agent's `chmod 000` must not keep what it holds
+    // (review r8f, M2).
+    let Some(sub) = writable_dir_at(dir, name)? else {
         // No directory any more: what took its place goes as itself.
         return Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?);
     };
@@ -224,8 +226,17 @@ fn remove_below(
     Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
 }
 
-/// Numbers the directories [`remove_at`] moves up, so that their names never meet.
-static HOISTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
+pub fn unguessable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
 
 /// A process racing mvk, for tests: something to do just before each open by name, at the
 /// moment an attacker's swap would do the most harm (after the name was listed and checked).
@@ -313,6 +324,73 @@ mod tests {
         drop((file, at));
         remove_at(&top, Path::new("deep")).unwrap();
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Review r8f, M2: an agent's `chmod 000` directory, a 0555 one at the depth where a pass moves
+    /// what it holds up (the move rewrites its `..`) and hoisting names planted in advance no longer keep the
+    /// removal from finishing. Run on a thread without the capabilities that let root ignore
+    /// permissions, as mvk runs for a user who is not root.
+    #[test]
+    fn unreadable_and_read_only_directories_at_any_depth_are_removed() {
+        use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+        let dir = tempfile::tempdir().unwrap();
+        let top = rustix::fs::open(
+            dir.path(),
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        for n in 0..64 {
+            let planted = format!(".mvk-removing-{}-{n}", std::process::id());
+            rustix::fs::mkdirat(&top, planted.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        }
+        rustix::fs::mkdirat(&top, "junk", Mode::from_raw_mode(0o755)).unwrap();
+        let mut at = rustix::fs::openat(
+            &top,
+            "junk",
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        rustix::fs::mkdirat(&at, "closed", Mode::from_raw_mode(0o755)).unwrap();
+        let closed = rustix::fs::openat(
+            &at,
+            "closed",
+            OFlags::DIRECTORY | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+        rustix::fs::mkdirat(&closed, "inside", Mode::from_raw_mode(0o755)).unwrap();
+        rustix::fs::fchmod(&closed, Mode::empty()).unwrap();
+        for level in 0..300 {
+            rustix::fs::mkdirat(&at, "d", Mode::from_raw_mode(0o755)).unwrap();
+            let next =
+                rustix::fs::openat(&at, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                    .unwrap();
+            if level == 255 {
+                rustix::fs::mkdirat(&next, "x", Mode::from_raw_mode(0o755)).unwrap();
+                rustix::fs::fchmod(&next, Mode::from_raw_mode(0o555)).unwrap();
+            }
+            at = next;
+        }
+        drop((closed, at));
+        let removed = std::thread::spawn(move || {
+            let mut caps = capabilities(None).unwrap();
+            caps.effective -= CapabilitySet::DAC_OVERRIDE
+                | CapabilitySet::DAC_READ_SEARCH
+                | CapabilitySet::FOWNER;
+            set_capabilities(None, caps).unwrap();
+            remove_at(&top, Path::new("junk"))
+        })
+        .join()
+        .unwrap();
+        removed.unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with(".mvk-removing-"))
+            .collect();
         assert!(left.is_empty(), "{left:?}");
     }
 

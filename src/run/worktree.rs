@@ -401,17 +401,7 @@ fn writable_below(dir: &std::os::fd::OwnedFd, depth: usize) {
     }
 }
 
-/// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
-fn unguessable() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
+use crate::run::untrusted::unguessable;
 
 /// Writes the registration of a linked worktree at `path` whose git directory is `admin`
 /// (which must not exist yet) in the repository whose common git directory is `common`

@@ -175,21 +175,25 @@ fn a_grant_that_holds_mvks_own_places_is_refused_before_anything_runs() {
 /// checks each grant again before each start, and the run stops, exit 64.
 #[test]
 fn a_link_planted_where_a_grant_was_does_not_lead_the_next_attempt_out() {
+    // The sandbox is the agent's own: the gates run unconfined, so only the agent's start
+    // checks its grants.
     let f = Fixture::new(&loop_kdl(
-        &agent_def("bot", "hardening/plant_grant_link.sh", &["@STATE", "@REPO"]),
+        "agent bot timeout=\"30s\" {\n    run \"sh\" \"@AGENTS/hardening/plant_grant_link.sh\" \"@STATE\" \"@REPO\"\n    sandbox { write \"@STATE/shared\" \"@STATE/shared/inner\"; }\n}\n",
         true,
         TESTS_GATE,
-        "sandbox { write \"@STATE/shared\" \"@STATE/shared/inner\"; }\n    budget iterations=3",
+        "budget iterations=3",
     ));
     fs::create_dir_all(f.state("shared/inner")).unwrap();
     let run = f.apply_with(&[], &[]);
     run.expect_code(64);
     assert!(
-        run.context.contains("refusing to start")
+        run.context.contains("refusing to start `sh`")
             && run.context.contains("which now leads to the main checkout"),
         "{}",
         run.why()
     );
+    // Attempt 1 ended (its gate failed), attempt 2's agent was refused before it started.
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
     assert_eq!(fs::read_to_string(f.state("shared/count")).unwrap(), "1\n");
     assert!(!f.root().join("pwned").exists());
     assert_eq!(f.tip("main"), f.base);
