@@ -39,7 +39,7 @@ pub struct ApplyArgs {
     /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
     /// whose attempts `mvk worker` processes make, each in its own clone; this process records
     /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
-    /// and does not yet take `--mode batch|step`, a `human` rung, or `mvk resume`.
+    /// and does not yet take `--mode batch|step` or a `human` rung.
     #[arg(long, value_enum, default_value_t = Executor::Local)]
     pub executor: Executor,
     #[command(flatten)]
@@ -450,7 +450,7 @@ pub(crate) fn run_error(e: RunError) -> CliError {
         }) => CliError::Usage {
             message: source.to_string(),
             hint: Some(
-                "the run stands where it stopped: once the grant is safe again, continue it with `mvk resume`"
+                "the run ended here (what landed stays landed): remove the link, then start the flow again with `mvk apply`"
                     .into(),
             ),
         },

@@ -162,6 +162,7 @@ fn decide(
             accept_drift: false,
             wait: false,
             json,
+            temporal_address: None,
         },
     )
 }

@@ -28,6 +28,10 @@ pub struct ResumeArgs {
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
     pub json: bool,
+    /// For a run on Temporal: the server's address, when it is no longer the one the run
+    /// recorded (the task queue and the repository's URL stay the run's).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub temporal_address: Option<String>,
 }
 
 pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
@@ -104,6 +108,17 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     super::apply::sandbox_preflight(printer, &program)?;
     let drift =
         crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;
+    let began = crate::run::resume::began(&ledger, &run).map_err(run_error)?;
+    let elsewhere = match began.executor.as_deref() {
+        None => None,
+        Some(executor) => Some(remote_resume(
+            executor,
+            &ledger,
+            &run,
+            args,
+            !drift.is_empty(),
+        )?),
+    };
     drop(ledger);
     let accepted = if drift.is_empty() {
         None
@@ -139,12 +154,74 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         found: found.into(),
     };
     let progress = Progress::new(printer, args.json);
-    execute(
-        printer,
-        args.json,
-        &progress,
-        driver::resume(&program, &opts, &progress, from),
-    )
+    match elsewhere {
+        None => execute(
+            printer,
+            args.json,
+            &progress,
+            driver::resume(&program, &opts, &progress, from),
+        ),
+        #[cfg(feature = "temporal")]
+        Some(Remote::Temporal(endpoint, repo_url)) => execute(
+            printer,
+            args.json,
+            &progress,
+            crate::run::temporal::resume(&program, &opts, &progress, (&endpoint, &repo_url), from),
+        ),
+    }
+}
+
+/// Where a run made by workers goes on.
+enum Remote {
+    #[cfg(feature = "temporal")]
+    Temporal(crate::run::temporal::Endpoint, String),
+}
+
+/// How the run `run`, made by `executor`'s workers, goes on: its workflow runs the program it
+/// began with (the workflow's stored IR), so drift cannot be accepted there; refused by a build
+/// without that executor.
+fn remote_resume(
+    executor: &str,
+    ledger: &Ledger,
+    run: &RunRow,
+    args: &ResumeArgs,
+    drifted: bool,
+) -> Result<Remote, CliError> {
+    if executor != "temporal" {
+        return Err(CliError::Usage {
+            message: format!(
+                "run `{}` ran with `--executor {executor}`, which this mvk does not know",
+                run.id
+            ),
+            hint: None,
+        });
+    }
+    if drifted && args.accept_drift {
+        return Err(CliError::Usage {
+            message: format!(
+                "run `{}` runs on Temporal, whose workflow goes on with the definition it began with: `--accept-drift` cannot plan its tasks again",
+                run.id
+            ),
+            hint: Some(format!(
+                "restore the definition the run began with (`mvk why {}` shows what changed) and resume, or start the flow again with `mvk apply`",
+                run.id
+            )),
+        });
+    }
+    #[cfg(feature = "temporal")]
+    {
+        let (mut endpoint, repo_url) =
+            crate::run::temporal::recorded_endpoint(ledger, &run.id).map_err(run_error)?;
+        if let Some(address) = &args.temporal_address {
+            endpoint.address.clone_from(address);
+        }
+        Ok(Remote::Temporal(endpoint, repo_url))
+    }
+    #[cfg(not(feature = "temporal"))]
+    {
+        let _ = (ledger, args);
+        Err(super::apply::without_temporal())
+    }
 }
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {

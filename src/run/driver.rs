@@ -506,21 +506,56 @@ pub async fn resume(
     observer: &dyn Observer,
     from: ResumeFrom,
 ) -> Result<RunReport, RunError> {
+    let Reopened {
+        runner,
+        selected,
+        targets,
+        began,
+    } = reopen(program, opts, observer, &from)?;
+    // Its attempts were made by workers and its scheduling lives in a Temporal workflow: the
+    // local driver cannot carry that on (`run::temporal::resume` does).
+    if let Some(executor) = &began.executor {
+        return Err(RunError::Config {
+            message: format!(
+                "run `{}` ran with `--executor {executor}`, which this mvk cannot continue (it was built without that executor); resume it with an mvk that has it",
+                opts.run_id
+            ),
+        });
+    }
+    let replanned = from
+        .drift
+        .as_ref()
+        .map(crate::drift::DriftReport::replanned)
+        .unwrap_or_default();
+    let restored = crate::run::resume::restore(&runner, &selected, &targets, &replanned)?;
+    record_resume(&runner, program, &from)?;
+    runner.drive(&selected, &targets, restored, None).await
+}
+
+/// An interrupted run, opened again for its resume: its runner, the tasks it goes on with (in
+/// plan order) and their target branches, and how it began.
+pub(crate) struct Reopened<'a> {
+    pub runner: Runner<'a>,
+    pub selected: Vec<usize>,
+    pub targets: BTreeMap<usize, String>,
+    pub began: crate::run::resume::Began,
+}
+
+/// Opens the interrupted run `from.run` again, whichever executor ran it: stops what its dead
+/// mvk left running, announces `run.resumed`, and restores the run's clock. Nothing of its
+/// tasks is restored yet, and the resume is not recorded ([`record_resume`]).
+pub(crate) fn reopen<'a>(
+    program: &'a Program,
+    opts: &'a RunOptions,
+    observer: &'a dyn Observer,
+    from: &ResumeFrom,
+) -> Result<Reopened<'a>, RunError> {
     let run_id = opts.run_id.clone();
     let opening = open_run(program, opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
     let began = crate::run::resume::began(&opening.ledger, &from.run)?;
-    // Its attempts were made by workers and its scheduling lived in a Temporal workflow: the
-    // local driver cannot carry that on.
-    if let Some(executor) = &began.executor {
-        return Err(RunError::Config {
-            message: format!(
-                "run `{run_id}` ran with `--executor {executor}`, which `mvk resume` cannot continue yet; start the flow again with `mvk apply` (what landed stays landed)"
-            ),
-        });
-    }
     let selected = crate::run::resume::selected_tasks(&began, program);
     // A task without `merge into=` lands on the branch checked out when the run began, whatever
     // is checked out now.
@@ -531,11 +566,6 @@ pub async fn resume(
         began.current.as_deref(),
     )?;
     let runner = Runner::new(program, opts, opening, observer, &selected);
-    let replanned = from
-        .drift
-        .as_ref()
-        .map(crate::drift::DriftReport::replanned)
-        .unwrap_or_default();
     // Announced first, so what the resume finds (abandoned attempts, settled merges, re-planned
     // tasks) follows it in the trail.
     runner.emit(
@@ -553,10 +583,23 @@ pub async fn resume(
         crate::run::resume::last_sign_of_life(&runner.ledger(), &run_id, None, runner.run_dir())?;
     let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
     runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
-    let restored = crate::run::resume::restore(&runner, &selected, &targets, &replanned)?;
-    // The new program is recorded last: a crash before this leaves the ledger on the old one, so
-    // the next resume sees the drift again and re-plans again, rather than going on half
-    // re-planned under the new digest.
+    Ok(Reopened {
+        runner,
+        selected,
+        targets,
+        began,
+    })
+}
+
+/// Records the resume of `from.run` in the ledger, with the program it goes on with: last, once
+/// its tasks are restored, so that a crash before this leaves the ledger on the old program, and
+/// the next resume sees the drift again and re-plans again, rather than going on half re-planned
+/// under the new digest.
+pub(crate) fn record_resume(
+    runner: &Runner<'_>,
+    program: &Program,
+    from: &ResumeFrom,
+) -> Result<(), RunError> {
     let drift_json = match &from.drift {
         Some(d) => Some(serde_json::to_string(d).map_err(|e| RunError::Config {
             message: format!("cannot encode the drift report: {e}"),
@@ -564,7 +607,7 @@ pub async fn resume(
         None => None,
     };
     runner.ledger().resume_run(&ledger::ResumeStart {
-        run: &run_id,
+        run: runner.run_id(),
         pid: std::process::id(),
         host: &host_name(),
         found: &from.found,
@@ -574,7 +617,7 @@ pub async fn resume(
         sources: &program_sources(program),
         drift_json: drift_json.as_deref(),
     })?;
-    runner.drive(&selected, &targets, restored, None).await
+    Ok(())
 }
 
 /// The ledger, the trail and the worktree pool of a run, with the process ready to run agents.

@@ -163,6 +163,105 @@ pub fn restore(
     Ok(out)
 }
 
+/// Where a task of a run whose attempts were made by workers (`--executor temporal`) stands at
+/// its resume: the workflow on the server holds its progress, the ledger what the coordinator
+/// recorded of it.
+#[derive(Debug, Default)]
+pub struct RemoteTask {
+    /// The base its start recorded, once it started.
+    pub base: Option<Oid>,
+    /// Every base the coordinator may have handed it (see `driver::remote`).
+    pub bases: BTreeSet<Oid>,
+    /// The commit its landing merged (`Some(None)`: an empty change), once one is done.
+    pub landed: Option<Option<Oid>>,
+    /// Its report, once it finished.
+    pub finished: Option<TaskReport>,
+}
+
+/// What each selected task of an interrupted run made by workers carries on from. Merge
+/// intents are settled against git first (a landing asked again then finds its merge, done or
+/// not, and is never done twice); an attempt whose recording was cut short is abandoned, so
+/// that the workflow's retry of the recording writes it whole. A base is taken as handed out
+/// when the task's start, one of its attempts, a landing of the run or its target's tip holds
+/// it (a landing that sent the task back handed it the target's tip then).
+pub fn restore_remote(
+    runner: &Runner<'_>,
+    selected: &[usize],
+    targets: &BTreeMap<usize, String>,
+) -> Result<BTreeMap<String, RemoteTask>, RunError> {
+    let program = runner.program();
+    let run = runner.run_id().to_string();
+    let rows: BTreeMap<String, ledger::TaskRow> = runner
+        .ledger()
+        .task_rows(&run)?
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+    finish_interrupted_publish(runner, rows.keys())?;
+    let mut landed_by_run = BTreeSet::new();
+    for name in rows.keys() {
+        let target = selected
+            .iter()
+            .find(|&&i| program.tasks[i].name == *name)
+            .and_then(|i| targets.get(i))
+            .map_or("HEAD", String::as_str);
+        settle_merges(runner, name, target)?;
+        for m in runner.ledger().merge_rows(&run, name)? {
+            if let Some(c) = m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()) {
+                landed_by_run.insert(c);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for &i in selected {
+        let task = &program.tasks[i];
+        let Some(row) = rows.get(&task.name) else {
+            continue; // never started: the workflow asks for its start
+        };
+        let attempts = runner.ledger().attempt_rows(&run, &task.name)?;
+        let mut restored = RemoteTask {
+            base: row.base.as_deref().and_then(|b| Oid::from_str(b).ok()),
+            ..RemoteTask::default()
+        };
+        if row.state == TaskRowState::Finished {
+            restored.finished = Some(report_of(runner, row, &attempts)?);
+            out.insert(task.name.clone(), restored);
+            continue;
+        }
+        for a in &attempts {
+            if matches!(a.state.as_str(), "running" | "agent-done") {
+                runner.ledger().abandon_attempt(a.id)?;
+                runner.emit(
+                    Some(&task.name),
+                    Some(a.number),
+                    "attempt.abandoned",
+                    json!({"reason": "its recording was cut short; the workflow records it again"}),
+                )?;
+            }
+            if let Ok(b) = Oid::from_str(&a.base) {
+                restored.bases.insert(b);
+            }
+        }
+        let done = runner
+            .ledger()
+            .merge_rows(&run, &task.name)?
+            .into_iter()
+            .find(|m| m.state == "done");
+        if let Some(m) = done {
+            restored.landed = Some(m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()));
+        }
+        restored.bases.extend(restored.base);
+        restored.bases.extend(landed_by_run.iter().copied());
+        if let Some(target) = targets.get(&i) {
+            restored
+                .bases
+                .insert(land::branch_tip(runner.repo_root(), target)?);
+        }
+        out.insert(task.name.clone(), restored);
+    }
+    Ok(out)
+}
+
 /// Carries out a landing cut short between bringing the main checkout to the landing's commit
 /// and moving the branch: the checkout's index holds exactly the tree of a recorded intent's
 /// commit, which descends from the checked-out branch's tip. The branch is moved there with a
@@ -307,7 +406,7 @@ fn settle_merges(runner: &Runner<'_>, task: &str, _target: &str) -> Result<(), R
 }
 
 /// The report of a task that finished before the run was resumed.
-fn report_of(
+pub(crate) fn report_of(
     runner: &Runner<'_>,
     row: &ledger::TaskRow,
     attempts: &[AttemptRow],

@@ -30,7 +30,8 @@ use git2::Oid;
 use serde::{Deserialize, Serialize};
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, RetryPolicy, Url,
-    WorkflowGetResultOptions, WorkflowStartOptions,
+    WorkflowGetResultOptions, WorkflowIdConflictPolicy, WorkflowIdReusePolicy,
+    WorkflowStartOptions,
 };
 use temporalio_macros::{activities, workflow, workflow_methods};
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -55,6 +56,10 @@ pub const DEFAULT_TASK_QUEUE: &str = "mvk";
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a worker heartbeats while its attempt runs.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How long a coordinator's answer may go without a heartbeat before the request is taken for
+/// lost (its `mvk apply` dead) and asked again: long, since a busy coordinator (a gate's output
+/// written, the ledger) must not be taken for dead and asked twice.
+const COORD_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a fetch of a base or a push of a change may take.
 const TRANSFER_LIMIT: Duration = Duration::from_secs(10 * 60);
 
@@ -310,6 +315,21 @@ pub enum EndIn {
     },
 }
 
+impl EndIn {
+    /// The task that ends.
+    fn task(&self) -> &str {
+        match self {
+            EndIn::Landed { task, .. }
+            | EndIn::Ended { task, .. }
+            | EndIn::Iterations { task, .. }
+            | EndIn::Budget { task, .. }
+            | EndIn::Rungs { task, .. }
+            | EndIn::Stuck { task, .. }
+            | EndIn::Skipped { task, .. } => task,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The workflow.
 
@@ -327,12 +347,22 @@ fn outcome_of(name: &str) -> WorkflowResult<Outcome> {
     Outcome::from_name(name).ok_or_else(|| fail_workflow(format!("unknown outcome `{name}`")))
 }
 
-/// Options of an activity the coordinator runs: its own work, never retried (an error of
-/// mvk's own ends the run, as locally).
+/// Options of an activity the coordinator runs. An error it answers is mvk's own and ends the
+/// run, as locally (never retried: its errors are non-retryable); but a coordinator that dies
+/// mid-answer stops heartbeating, and the request is asked again, for as long as it takes, of
+/// the coordinator `mvk resume` starts (its answers are idempotent: see `driver::remote`).
 fn coord_opts(queue: &str) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(Duration::from_secs(24 * 3600))
         .task_queue(queue.to_string())
-        .retry_policy(RetryPolicy::builder().maximum_attempts(1).build())
+        .heartbeat_timeout(COORD_HEARTBEAT_TIMEOUT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(30))
+                .maximum_attempts(0)
+                .build(),
+        )
         .build()
 }
 
@@ -736,10 +766,10 @@ impl CoordActs {
                 )),
             ));
         }
-        self.ask(request).await
+        self.ask(ctx, request).await
     }
 
-    async fn ask(&self, request: Request) -> Result<Reply, ActivityError> {
+    async fn ask(&self, ctx: &ActivityContext, request: Request) -> Result<Reply, ActivityError> {
         let (reply, answer) = oneshot::channel();
         let gone = || {
             ActivityError::application(ApplicationFailure::non_retryable(
@@ -747,7 +777,18 @@ impl CoordActs {
             ))
         };
         self.tx.send((request, reply)).map_err(|_| gone())?;
-        match answer.await.map_err(|_| gone())? {
+        let mut answer = std::pin::pin!(answer);
+        // Beats while the answer is made (a landing waits its turn, gates run): a coordinator
+        // that stops beating is dead, and the request goes to the one `mvk resume` starts.
+        let answered = loop {
+            tokio::select! {
+                a = &mut answer => break a,
+                () = tokio::time::sleep(HEARTBEAT_EVERY) => {
+                    let _ = ctx.record_heartbeat(()).await;
+                }
+            }
+        };
+        match answered.map_err(|_| gone())? {
             Ok(r) => Ok(r),
             // mvk's own error (the ledger, git, the disk): not retried, the run ends on it.
             Err(message) => Err(ActivityError::application(
@@ -896,6 +937,9 @@ async fn answer(
                 },
             })
         }
+        // Asked again (the answer was cut short by the coordinator's death): what the ledger
+        // says, not a second end.
+        Request::End(end) if let Some(r) = coord.ended(end.task()).map_err(e)? => report(r),
         Request::End(end) => report(
             match end {
                 EndIn::Landed {
@@ -989,23 +1033,95 @@ pub async fn apply(
     repo_url: &str,
 ) -> Result<RunReport, RunError> {
     // The server first: a run that cannot start leaves no run behind.
-    let client = endpoint
+    let client = connect(endpoint, "apply", opts).await?;
+    let coord = Coordinator::open(
+        program,
+        opts,
+        observer,
+        "temporal",
+        serde_json::json!({"address": endpoint.address, "task_queue": endpoint.task_queue, "repo_url": repo_url}),
+    )?;
+    coordinate_to_end(&coord, client, program, opts, (endpoint, repo_url)).await
+}
+
+/// A client of the server at `endpoint`, named for the coordinator's command (`apply`, `resume`).
+async fn connect(
+    endpoint: &Endpoint,
+    command: &str,
+    opts: &RunOptions,
+) -> Result<Client, RunError> {
+    endpoint
         .client(format!(
-            "mvk-apply-{}@{}",
+            "mvk-{command}-{}@{}",
             opts.run_id,
             crate::run::driver::host_name()
         ))
         .await
-        .map_err(|message| RunError::Executor { message })?;
-    let coord = Coordinator::open(program, opts, observer, "temporal")?;
-    let result = coordinate(&coord, client, program, opts, endpoint, repo_url).await;
-    match result {
+        .map_err(|message| RunError::Executor { message })
+}
+
+/// Coordinates the run to its end: its report, or mvk's own error, recorded as the run's end.
+async fn coordinate_to_end(
+    coord: &Coordinator<'_>,
+    client: Client,
+    program: &Program,
+    opts: &RunOptions,
+    (endpoint, repo_url): (&Endpoint, &str),
+) -> Result<RunReport, RunError> {
+    match coordinate(coord, client, program, opts, endpoint, repo_url).await {
         Ok(reports) => coord.finish(reports),
         Err(e) => {
             coord.ended_on_error(&e);
             Err(e)
         }
     }
+}
+
+/// Where a Temporal run's workflow lives and how its workers reach the repository, as its
+/// `run.started` event recorded them.
+pub fn recorded_endpoint(
+    ledger: &crate::ledger::Ledger,
+    run: &str,
+) -> Result<(Endpoint, String), RunError> {
+    let detail = ledger
+        .first_event_detail(run, "run.started")?
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&detail).unwrap_or_default();
+    let field = |name: &str| {
+        v.pointer(&format!("/temporal/{name}"))
+            .and_then(serde_json::Value::as_str)
+    };
+    match (field("address"), field("task_queue"), field("repo_url")) {
+        (Some(address), Some(task_queue), Some(repo_url)) => Ok((
+            Endpoint {
+                address: address.to_string(),
+                task_queue: task_queue.to_string(),
+            },
+            repo_url.to_string(),
+        )),
+        _ => Err(RunError::Config {
+            message: format!(
+                "run `{run}`'s `run.started` event does not say where its Temporal workflow is (runs of mvk before 2026-12-05 recorded no address): start the flow again with `mvk apply`"
+            ),
+        }),
+    }
+}
+
+/// Continues the interrupted Temporal run `from.run`: the coordinator's side of `mvk resume`.
+/// The workflow lives on in the server (its attempts go on on the workers meanwhile); the new
+/// coordinator restores from the ledger what the dead one had recorded, serves the workflow's
+/// requests again (those the dead one was answering are asked again once their heartbeat
+/// stops), and waits for its end. A workflow that was never started is started.
+pub async fn resume(
+    program: &Program,
+    opts: &RunOptions,
+    observer: &dyn Observer,
+    (endpoint, repo_url): (&Endpoint, &str),
+    from: crate::run::driver::ResumeFrom,
+) -> Result<RunReport, RunError> {
+    let client = connect(endpoint, "resume", opts).await?;
+    let coord = Coordinator::reopen(program, opts, observer, &from, "temporal")?;
+    coordinate_to_end(&coord, client, program, opts, (endpoint, repo_url)).await
 }
 
 async fn coordinate(
@@ -1093,22 +1209,40 @@ async fn coordinate(
     let mut worker = Worker::new(&runtime, client.clone(), options)
         .map_err(|e| executor(format!("cannot start the coordinator's worker: {e}")))?;
     let stop = worker.shutdown_handle();
-    let handle = client
+    // A resumed run's workflow runs on (or has ended) in the server: it is joined, not started
+    // again; one that a dead coordinator never got to start is started now.
+    let resuming = coord
+        .runner()
+        .ledger()
+        .first_event_detail(&run, "temporal.started")?
+        .is_some();
+    let started = client
         .start_workflow(
             MvkFlow::run,
             input,
-            WorkflowStartOptions::new(coord_queue.clone(), workflow.clone()).build(),
+            WorkflowStartOptions::new(coord_queue.clone(), workflow.clone())
+                .id_conflict_policy(WorkflowIdConflictPolicy::UseExisting)
+                .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
+                .build(),
         )
-        .await
-        .map_err(|e| executor(format!("cannot start workflow `{workflow}`: {e}")))?;
-    coord.runner().emit(
-        None,
-        None,
-        "temporal.started",
-        serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address, "repo_url": repo_url}),
-    )?;
+        .await;
+    let handle = match started {
+        Ok(handle) => handle,
+        // Ended already (its last answers were recorded before the coordinator died): its
+        // result is read.
+        Err(_) if resuming => client.get_workflow_handle::<mvk_flow::Run>(workflow.clone()),
+        Err(e) => return Err(executor(format!("cannot start workflow `{workflow}`: {e}"))),
+    };
+    if !resuming {
+        coord.runner().emit(
+            None,
+            None,
+            "temporal.started",
+            serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address, "repo_url": repo_url}),
+        )?;
+    }
 
-    let reports = std::sync::Mutex::new(BTreeMap::new());
+    let reports = std::sync::Mutex::new(coord.ended_before().clone());
     // The requests run side by side (a landing waits in the merge queue while others record).
     let serve = async {
         let mut pending = FuturesUnordered::new();

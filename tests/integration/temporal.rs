@@ -138,6 +138,11 @@ fn apply_temporal(fixture: &Fixture, address: &str, queue: &str, out: fn() -> St
 /// item after `secs` seconds), then `docs`, which starts after every `port` landed and checks
 /// they all did.
 fn fan_out(secs: &str) -> String {
+    fan_out_gated(secs, r#""grep" "-q" "port" "{{item}}""#)
+}
+
+/// [`fan_out`] whose `port` tasks' gate runs GATE (a `run` node's arguments).
+fn fan_out_gated(secs: &str, gate: &str) -> String {
     format!(
         r#"agent port timeout="60s" {{ run "sh" "@AGENTS/flow_edit.sh" "@STATE/log" "{secs}" "item"; }}
 agent docs timeout="60s" {{ run "sh" "@AGENTS/flow_worker.sh" "@STATE/log" "0"; }}
@@ -147,7 +152,7 @@ flow t {{
         goal "Port {{{{item}}}}."
         agent port
         scope "{{{{item}}}}"
-        gate ported evidence=none {{ run "grep" "-q" "port" "{{{{item}}}}"; }}
+        gate ported evidence=none {{ run {gate}; }}
         budget iterations=2
     }}
     task docs {{
@@ -458,20 +463,32 @@ fn a_worker_killed_mid_attempt_loses_and_doubles_nothing() {
     run_flow(100, "0", true, Reach::Url);
 }
 
+/// The coordinator (`mvk apply`) killed in the middle of a landing, its gate running: the
+/// workflow and the workers live on. `mvk resume` judges drift against the run's program (a
+/// changed goal stops it, exit 5; the workflow cannot take `--accept-drift`, exit 64), then,
+/// with the definition back, serves the workflow again: the landing cut short is asked again
+/// and every task lands exactly once.
 #[test]
-fn resume_refuses_a_temporal_run_whose_coordinator_died() {
+fn a_temporal_run_whose_coordinator_died_mid_landing_is_resumed_and_lands_everything_once() {
     let Some(bin) = temporal_bin() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(&bin, dir.path());
-    let fixture = Fixture::new(&fan_out("3"));
+    // The gate holds while `hold` exists, but only where the coordinator runs it (its pool), so
+    // that the kill comes mid-landing.
+    let gate = r#""sh" "-c" "grep -q port {{item}} || exit 1; case $(pwd) in @WORKTREES*) if [ -e @STATE/hold ]; then touch @STATE/held; while [ -e @STATE/hold ]; do sleep 0.1; done; fi ;; esac""#;
+    let fixture = Fixture::new(&fan_out_gated("0", gate));
     std::fs::create_dir_all(fixture.root().join("items")).unwrap();
-    std::fs::write(fixture.root().join("items/a.txt"), "").unwrap();
+    let items = ["items/a.txt", "items/b.txt", "items/c.txt"];
+    for item in items {
+        std::fs::write(fixture.root().join(item), "").unwrap();
+    }
     fixture.git(&["add", "-A"]);
     fixture.git(&["commit", "-q", "-m", "items"]);
+    std::fs::write(fixture.state("hold"), "").unwrap();
     let queue = "mvk-test";
-    let _worker = start_worker(
+    let worker = start_worker(
         &fixture,
         dir.path(),
         fixture.root().to_str().unwrap(),
@@ -485,24 +502,88 @@ fn resume_refuses_a_temporal_run_whose_coordinator_died() {
             .unwrap(),
     );
     let deadline = Instant::now() + Duration::from_secs(120);
-    while std::fs::read_to_string(fixture.state("log"))
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "no agent started within 120 s");
+    while !fixture.state("held").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no landing gate ran within 120 s: {}",
+            std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // SIGKILL mid-run: the ledger still says running, by a dead process.
+    // SIGKILL mid-landing: the ledger still says running, by a dead process.
     drop(coordinator);
-    let out = fixture.mvk().args(["resume"]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(64), "{stderr}");
-    assert!(
-        stderr.contains("ran with `--executor temporal`, which `mvk resume` cannot continue yet"),
-        "{stderr}"
+    std::fs::remove_file(fixture.state("hold")).unwrap();
+
+    let flow = fixture.root().join("loops/t.kdl");
+    let text = std::fs::read_to_string(&flow).unwrap();
+    std::fs::write(&flow, text.replace("Write out/docs.txt.", "Write docs.")).unwrap();
+    let drifted = fixture.mvk().args(["resume"]).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&drifted.stdout),
+        String::from_utf8_lossy(&drifted.stderr)
     );
-    // Nothing landed behind the refusal.
-    assert_eq!(fixture.show("main", "items/a.txt").as_deref(), Some(""));
+    assert_eq!(drifted.status.code(), Some(5), "{said}");
+    assert!(said.contains("`goal` of task `docs` changed"), "{said}");
+    let accepted = fixture
+        .mvk()
+        .args(["resume", "--accept-drift"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&accepted.stderr);
+    assert_eq!(accepted.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("`--accept-drift` cannot plan its tasks again"),
+        "{err}"
+    );
+    std::fs::write(&flow, &text).unwrap();
+
+    let mut resumed = fixture.run_mvk(&["resume"], &[]);
+    drop(worker);
+    resumed.context.push_str(&format!(
+        "\n--- worker0\n{}",
+        std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
+    ));
+    resumed.expect_code(0);
+    resumed.one("run.resumed");
+    let events = &resumed.events;
+    for item in items {
+        assert_eq!(
+            fixture.show("main", item).as_deref(),
+            Some(format!("port[{item}]\n").as_str()),
+            "{item} was not ported exactly once\n{}",
+            resumed.why()
+        );
+        let touching = fixture.git(&["log", "--format=%H", "main", "--", item]);
+        assert_eq!(touching.lines().count(), 2, "{item}: {touching}");
+        let name = format!("port[{item}]");
+        let merges = events
+            .iter()
+            .filter(|e| e["event"] == "merge.done" && e["task"] == name.as_str())
+            .count();
+        assert_eq!(
+            merges,
+            1,
+            "`{name}` merged {merges} times\n{}",
+            resumed.why()
+        );
+    }
+    assert!(
+        fixture.show("main", "out/docs.txt").is_some(),
+        "{}",
+        resumed.why()
+    );
+    let status = fixture.mvk().args(["status", "--json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["outcome"], "accepted", "{doc}");
+    assert!(
+        doc["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["outcome"] == "accepted"),
+        "{doc}"
+    );
 }
 
 /// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::landing::Landing;
 use super::{
-    Observer, Opened, Outcome, RunError, RunOptions, RunReport, Runner, TaskReport, last_reason,
-    locked, open_apply, rung_label, stuck_outcome,
+    Observer, Opened, Outcome, Reopened, ResumeFrom, RunError, RunOptions, RunReport, Runner,
+    TaskReport, last_reason, locked, open_apply, record_resume, reopen, rung_label, stuck_outcome,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
@@ -62,6 +62,11 @@ pub struct Coordinator<'a> {
     /// back) and how its landing ended: what the workflow asks is checked against them, since
     /// an activity's answer can come from anyone who reaches the server (review r9e, 1).
     handed: std::sync::Mutex<BTreeMap<String, Handed>>,
+    /// The reports of tasks that had ended before the run was resumed.
+    ended_before: BTreeMap<String, TaskReport>,
+    /// Held while a task's change lands: a landing asked again while the first still runs (a
+    /// heartbeat that came too late) waits for it, then finds its merge.
+    landing: std::sync::Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// What the coordinator told one task's workflow.
@@ -73,19 +78,24 @@ struct Handed {
 }
 
 impl<'a> Coordinator<'a> {
-    /// Opens the run as `apply` does (ledger row, trail, `run.started`, with `executor`).
+    /// Opens the run as `apply` does (ledger row, trail, `run.started`, with `executor` and,
+    /// under its name, `detail`: what a resume needs to find the executor again).
     pub fn open(
         program: &'a Program,
         opts: &'a RunOptions,
         observer: &'a dyn Observer,
         executor: &str,
+        detail: serde_json::Value,
     ) -> Result<Coordinator<'a>, RunError> {
         let Opened {
             runner,
             selected,
             targets,
-            started,
+            mut started,
         } = open_apply(program, opts, observer, Some(executor))?;
+        if let Some(fields) = started.as_object_mut() {
+            fields.insert(executor.to_string(), detail);
+        }
         runner.emit(None, None, "run.started", started)?;
         runner.write_state()?;
         let order = selected
@@ -97,7 +107,105 @@ impl<'a> Coordinator<'a> {
             order,
             begun: std::sync::Mutex::new(BTreeMap::new()),
             handed: std::sync::Mutex::new(BTreeMap::new()),
+            ended_before: BTreeMap::new(),
+            landing: std::sync::Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Opens the interrupted run `from.run` again, made by `executor`'s workers: what each task
+    /// had begun, been handed, landed or ended is restored from the ledger (see
+    /// [`crate::run::resume::restore_remote`]), so that the workflow's requests, asked again or
+    /// for the first time, are answered as the dead coordinator would have answered them.
+    pub fn reopen(
+        program: &'a Program,
+        opts: &'a RunOptions,
+        observer: &'a dyn Observer,
+        from: &ResumeFrom,
+        executor: &str,
+    ) -> Result<Coordinator<'a>, RunError> {
+        let Reopened {
+            runner,
+            selected,
+            targets,
+            began,
+        } = reopen(program, opts, observer, from)?;
+        if began.executor.as_deref() != Some(executor) {
+            return Err(RunError::Config {
+                message: format!(
+                    "run `{}` was not made by `--executor {executor}`",
+                    opts.run_id
+                ),
+            });
+        }
+        let restored = crate::run::resume::restore_remote(&runner, &selected, &targets)?;
+        record_resume(&runner, program, from)?;
+        let mut begun = BTreeMap::new();
+        let mut handed = BTreeMap::new();
+        let mut ended_before = BTreeMap::new();
+        for (name, r) in restored {
+            if let Some(report) = r.finished {
+                runner.task_state(&name, |s| {
+                    s.state = report.outcome.name().into();
+                    s.merged = report.merged.clone();
+                });
+                ended_before.insert(name, report);
+                continue;
+            }
+            if let Some(base) = r.base {
+                begun.insert(name.clone(), base);
+                locked(&runner.task_started).insert(name.clone(), std::time::Instant::now());
+                runner.task_state(&name, |s| s.state = "running".into());
+            }
+            handed.insert(
+                name,
+                Handed {
+                    bases: r.bases,
+                    landed: r.landed,
+                },
+            );
+        }
+        runner.write_state()?;
+        let order = selected
+            .iter()
+            .map(|&i| (i, targets.get(&i).cloned().unwrap_or_default()))
+            .collect();
+        Ok(Coordinator {
+            runner,
+            order,
+            begun: std::sync::Mutex::new(begun),
+            handed: std::sync::Mutex::new(handed),
+            ended_before,
+            landing: std::sync::Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The reports of the tasks that had ended before the run was resumed.
+    pub fn ended_before(&self) -> &BTreeMap<String, TaskReport> {
+        &self.ended_before
+    }
+
+    /// The report of task `name` when the ledger says it ended already: an end asked again
+    /// (the workflow's retry of a cut-short answer) is not recorded twice.
+    pub fn ended(&self, name: &str) -> Result<Option<TaskReport>, RunError> {
+        if let Some(r) = self.ended_before.get(name) {
+            return Ok(Some(r.clone()));
+        }
+        let run = &self.runner.run_id;
+        let row = self
+            .runner
+            .ledger()
+            .task_rows(run)?
+            .into_iter()
+            .find(|t| t.name == name && t.state == ledger::TaskRowState::Finished);
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let attempts = self.runner.ledger().attempt_rows(run, name)?;
+        Ok(Some(crate::run::resume::report_of(
+            &self.runner,
+            &row,
+            &attempts,
+        )?))
     }
 
     pub fn runner(&self) -> &Runner<'a> {
@@ -187,7 +295,7 @@ impl<'a> Coordinator<'a> {
             .ledger()
             .attempt_rows(run, name)?
             .into_iter()
-            .find(|r| r.number == a.number)
+            .find(|r| r.number == a.number && r.state == "finished")
         {
             return Ok(row.id);
         }
@@ -293,6 +401,11 @@ impl<'a> Coordinator<'a> {
     ) -> Result<Landed, RunError> {
         let (task, target) = self.task(name)?;
         self.check_base(name, base)?;
+        let turn = locked(&self.landing)
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().await;
         // Its gates run here beside other tasks' (a batch's side by side): while it lands, the
         // sweep after another task's gate leaves its escapees to its own sweep, as locally.
         let _live = crate::run::reaper::live(&self.runner.run_id, name);
