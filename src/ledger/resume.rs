@@ -369,6 +369,26 @@ impl Ledger {
         })
     }
 
+    /// Marks an attempt whose recording was cut short (`running` or `agent-done`: a worker's
+    /// attempt the coordinator was writing down when it died) `abandoned`, so that the
+    /// recording, asked again, writes it whole under the same number.
+    pub fn abandon_half_recorded(&mut self, attempt: i64) -> Result<(), LedgerError> {
+        let what = || format!("attempt #{attempt} as abandoned");
+        self.write(&what, |tx, now| {
+            transition(
+                tx,
+                &what,
+                "UPDATE attempts SET state = 'abandoned', finished_at = ?2
+                     WHERE id = ?1 AND state IN ('running', 'agent-done')",
+                params![attempt, now],
+                &format!("attempt #{attempt}"),
+                "`running` or `agent-done`",
+                "SELECT state FROM attempts WHERE id = ?1",
+                [attempt],
+            )
+        })
+    }
+
     /// Closes a `running` run whose process died and that nothing will continue (an `mvk
     /// attempt`): its attempts in flight `abandoned`, its unfinished tasks and the run itself
     /// `finished` as `interrupted` with `exit_code`, all at once. False when the run was no longer

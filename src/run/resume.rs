@@ -230,7 +230,7 @@ pub fn restore_remote(
         }
         for a in &attempts {
             if matches!(a.state.as_str(), "running" | "agent-done") {
-                runner.ledger().abandon_attempt(a.id)?;
+                runner.ledger().abandon_half_recorded(a.id)?;
                 runner.emit(
                     Some(&task.name),
                     Some(a.number),

@@ -771,11 +771,9 @@ impl CoordActs {
 
     async fn ask(&self, ctx: &ActivityContext, request: Request) -> Result<Reply, ActivityError> {
         let (reply, answer) = oneshot::channel();
-        let gone = || {
-            ActivityError::application(ApplicationFailure::non_retryable(
-                "the coordinator (`mvk apply`) stopped serving its run".to_string(),
-            ))
-        };
+        // Retried: a coordinator stopped by a signal (Ctrl-C, a lost terminal) leaves the
+        // request to the one `mvk resume` starts, rather than failing the workflow.
+        let gone = || retryable("the coordinator stopped serving its run".to_string());
         self.tx.send((request, reply)).map_err(|_| gone())?;
         let mut answer = std::pin::pin!(answer);
         // Beats while the answer is made (a landing waits its turn, gates run): a coordinator
@@ -1205,6 +1203,9 @@ async fn coordinate(
         })
         // The coordinator runs no attempt itself.
         .max_eager_activity_reservations_per_workflow_task(0)
+        // Heartbeats reach the server every 2 s rather than every 16 s (80 % of the timeout):
+        // a live coordinator is never taken for dead and asked the same thing twice.
+        .max_heartbeat_throttle_interval(HEARTBEAT_EVERY)
         .build();
     let mut worker = Worker::new(&runtime, client.clone(), options)
         .map_err(|e| executor(format!("cannot start the coordinator's worker: {e}")))?;

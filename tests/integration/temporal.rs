@@ -567,6 +567,17 @@ fn a_temporal_run_whose_coordinator_died_mid_landing_is_resumed_and_lands_everyt
             "`{name}` merged {merges} times\n{}",
             resumed.why()
         );
+        // The landing cut short was asked again, not replaced by a second attempt.
+        let attempts = events
+            .iter()
+            .filter(|e| e["event"] == "attempt.started" && e["task"] == name.as_str())
+            .count();
+        assert_eq!(
+            attempts,
+            1,
+            "`{name}` made {attempts} attempts\n{}",
+            resumed.why()
+        );
     }
     assert!(
         fixture.show("main", "out/docs.txt").is_some(),
