@@ -134,10 +134,14 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
             "run `{}` was not resumed: its definition drifted since it began",
             run.id
         ));
-        printer.hint(&format!(
-            "review the change; `mvk resume {} --accept-drift` plans the changed tasks and those after them again",
-            run.id
-        ));
+        if elsewhere.is_some() {
+            printer.hint(TEMPORAL_DRIFT_HINT);
+        } else {
+            printer.hint(&format!(
+                "review the change; `mvk resume {} --accept-drift` plans the changed tasks and those after them again",
+                run.id
+            ));
+        }
         return Ok(Exit::Drift);
     };
     let opts = RunOptions {
@@ -171,6 +175,9 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     }
 }
 
+/// What to do about the drift of a run on Temporal, whose workflow cannot be re-planned.
+const TEMPORAL_DRIFT_HINT: &str = "its workflow goes on with what the run began with: put back what changed (the definition, or sealed files a commit on the target changed; `mvk why RUN` names them) and resume, or start the flow again with `mvk apply` (what landed stays landed)";
+
 /// Where a run made by workers goes on.
 enum Remote {
     #[cfg(feature = "temporal")]
@@ -202,10 +209,7 @@ fn remote_resume(
                 "run `{}` runs on Temporal, whose workflow goes on with the definition it began with: `--accept-drift` cannot plan its tasks again",
                 run.id
             ),
-            hint: Some(format!(
-                "restore the definition the run began with (`mvk why {}` shows what changed) and resume, or start the flow again with `mvk apply`",
-                run.id
-            )),
+            hint: Some(TEMPORAL_DRIFT_HINT.into()),
         });
     }
     #[cfg(feature = "temporal")]

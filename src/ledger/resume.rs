@@ -371,7 +371,9 @@ impl Ledger {
 
     /// Marks an attempt whose recording was cut short (`running` or `agent-done`: a worker's
     /// attempt the coordinator was writing down when it died) `abandoned`, so that the
-    /// recording, asked again, writes it whole under the same number.
+    /// recording, asked again, writes it whole under the same number. The costs it had recorded
+    /// go with it, in the same transaction: the recording asked again records them again, and
+    /// they would count twice.
     pub fn abandon_half_recorded(&mut self, attempt: i64) -> Result<(), LedgerError> {
         let what = || format!("attempt #{attempt} as abandoned");
         self.write(&what, |tx, now| {
@@ -385,8 +387,54 @@ impl Ledger {
                 "`running` or `agent-done`",
                 "SELECT state FROM attempts WHERE id = ?1",
                 [attempt],
-            )
+            )?;
+            tx.execute("DELETE FROM costs WHERE attempt_id = ?1", [attempt])
+                .map_err(|source| LedgerError::Write {
+                    what: what(),
+                    source,
+                })?;
+            Ok(())
         })
+    }
+
+    /// Records the coordinator's answer to the landing of attempt `attempt` (JSON), before it is
+    /// given; an answer already recorded stands (see migration 7).
+    pub fn record_landing_answer(&mut self, attempt: i64, answer: &str) -> Result<(), LedgerError> {
+        let what = || format!("the landing answer of attempt #{attempt}");
+        self.write(&what, |tx, now| {
+            tx.execute(
+                "INSERT INTO landing_answers (attempt_id, answer_json, recorded_at)
+                     VALUES (?1, ?2, ?3) ON CONFLICT (attempt_id) DO NOTHING",
+                params![attempt, answer, now],
+            )
+            .map_err(|source| LedgerError::Write {
+                what: what(),
+                source,
+            })?;
+            Ok(())
+        })
+    }
+
+    /// The recorded landing answers of task `task`'s attempts: `(attempt id, JSON)`, in order.
+    pub fn landing_answers(
+        &self,
+        run: &str,
+        task: &str,
+    ) -> Result<Vec<(i64, String)>, LedgerError> {
+        let what = format!("the landing answers of task `{task}` of run `{run}`");
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT l.attempt_id, l.answer_json FROM landing_answers l
+                     JOIN attempts a ON a.id = l.attempt_id
+                     WHERE a.run = ?1 AND a.task = ?2 ORDER BY l.attempt_id",
+            )
+            .map_err(Self::read_err(what.clone()))?;
+        let rows = stmt
+            .query_map([run, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(Self::read_err(what.clone()))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(Self::read_err(what))
     }
 
     /// Closes a `running` run whose process died and that nothing will continue (an `mvk

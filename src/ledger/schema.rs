@@ -18,6 +18,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_human_checkpoint.sql"),
     include_str!("migrations/0005_run_command.sql"),
     include_str!("migrations/0006_interrupted.sql"),
+    include_str!("migrations/0007_landing_answers.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

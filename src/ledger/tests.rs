@@ -163,6 +163,7 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
             "events",
             "followups",
             "gate_results",
+            "landing_answers",
             "merges",
             "program_sources",
             "programs",
@@ -975,6 +976,7 @@ fn shipped_migrations_never_change() {
         "2bb3895e55293b59e457e0a71d3be30d753333b17b03abf6b011d90e81774f9a",
         "75d9fa6d6eda88578ab2cb18ef2d0386e2c65560c457637edb5f5113682c9495",
         "89390a7422475a5c130e23467e9b6505ba37f29e53d4500dcc88c880e6477878",
+        "45f3ae38eb380b7102f3ca5d3425c760af0cd83eb95e68ad5d11821ea44cfc0e",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()

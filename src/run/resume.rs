@@ -181,9 +181,9 @@ pub struct RemoteTask {
 /// What each selected task of an interrupted run made by workers carries on from. Merge
 /// intents are settled against git first (a landing asked again then finds its merge, done or
 /// not, and is never done twice); an attempt whose recording was cut short is abandoned, so
-/// that the workflow's retry of the recording writes it whole. A base is taken as handed out
-/// when the task's start, one of its attempts, a landing of the run or its target's tip holds
-/// it (a landing that sent the task back handed it the target's tip then).
+/// that the workflow's retry of the recording writes it whole. The bases handed out are the
+/// task's start's and its attempts' (those its landings' answers handed, the coordinator adds
+/// from the ledger's `landing_answers`).
 pub fn restore_remote(
     runner: &Runner<'_>,
     selected: &[usize],
@@ -198,7 +198,6 @@ pub fn restore_remote(
         .map(|t| (t.name.clone(), t))
         .collect();
     finish_interrupted_publish(runner, rows.keys())?;
-    let mut landed_by_run = BTreeSet::new();
     for name in rows.keys() {
         let target = selected
             .iter()
@@ -206,11 +205,6 @@ pub fn restore_remote(
             .and_then(|i| targets.get(i))
             .map_or("HEAD", String::as_str);
         settle_merges(runner, name, target)?;
-        for m in runner.ledger().merge_rows(&run, name)? {
-            if let Some(c) = m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()) {
-                landed_by_run.insert(c);
-            }
-        }
     }
     let mut out = BTreeMap::new();
     for &i in selected {
@@ -251,12 +245,6 @@ pub fn restore_remote(
             restored.landed = Some(m.commit.as_deref().and_then(|c| Oid::from_str(c).ok()));
         }
         restored.bases.extend(restored.base);
-        restored.bases.extend(landed_by_run.iter().copied());
-        if let Some(target) = targets.get(&i) {
-            restored
-                .bases
-                .insert(land::branch_tip(runner.repo_root(), target)?);
-        }
         out.insert(task.name.clone(), restored);
     }
     Ok(out)

@@ -1211,28 +1211,36 @@ async fn coordinate(
         .map_err(|e| executor(format!("cannot start the coordinator's worker: {e}")))?;
     let stop = worker.shutdown_handle();
     // A resumed run's workflow runs on (or has ended) in the server: it is joined, not started
-    // again; one that a dead coordinator never got to start is started now.
+    // again; one that a dead coordinator never got to start (or to record) is started now, or
+    // joined if it runs.
     let resuming = coord
         .runner()
         .ledger()
         .first_event_detail(&run, "temporal.started")?
         .is_some();
-    let started = client
-        .start_workflow(
-            MvkFlow::run,
-            input,
-            WorkflowStartOptions::new(coord_queue.clone(), workflow.clone())
-                .id_conflict_policy(WorkflowIdConflictPolicy::UseExisting)
-                .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
-                .build(),
-        )
-        .await;
-    let handle = match started {
-        Ok(handle) => handle,
-        // Ended already (its last answers were recorded before the coordinator died): its
-        // result is read.
-        Err(_) if resuming => client.get_workflow_handle::<mvk_flow::Run>(workflow.clone()),
-        Err(e) => return Err(executor(format!("cannot start workflow `{workflow}`: {e}"))),
+    let handle = if resuming {
+        // Never started again: a workflow the server no longer keeps (past its retention) would
+        // begin every task anew. Its result is read, or its failure said.
+        client.get_workflow_handle::<mvk_flow::Run>(workflow.clone())
+    } else {
+        let started = client
+            .start_workflow(
+                MvkFlow::run,
+                input,
+                WorkflowStartOptions::new(coord_queue.clone(), workflow.clone())
+                    .id_conflict_policy(WorkflowIdConflictPolicy::UseExisting)
+                    .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
+                    .build(),
+            )
+            .await;
+        match started {
+            Ok(handle) => handle,
+            // Started by a coordinator that died before it could say so, and ended since.
+            Err(_) if coord.resumed() => {
+                client.get_workflow_handle::<mvk_flow::Run>(workflow.clone())
+            }
+            Err(e) => return Err(executor(format!("cannot start workflow `{workflow}`: {e}"))),
+        }
     };
     if !resuming {
         coord.runner().emit(

@@ -597,6 +597,98 @@ fn a_temporal_run_whose_coordinator_died_mid_landing_is_resumed_and_lands_everyt
     );
 }
 
+/// `mvk apply --executor temporal` on one worker, its coordinator killed (SIGKILL) at the
+/// failpoint POINT; then `mvk resume`, whose outcome comes back.
+fn crash_and_resume(bin: &Path, fixture: &Fixture, point: &str) -> crate::apply::Run {
+    on_a_worker(bin, fixture, |address, queue| {
+        let first = apply_temporal(fixture, address, queue, Stdio::piped)
+            .env("MVK_FAILPOINT", point)
+            .output()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&first.status),
+            Some(9),
+            "the coordinator did not die at `{point}`: {}{}",
+            String::from_utf8_lossy(&first.stdout),
+            String::from_utf8_lossy(&first.stderr)
+        );
+        fixture.run_mvk(&["resume"], &[])
+    })
+}
+
+/// Review r9f, H1 and M4: the coordinator killed while it writes down a worker's attempt (the
+/// row `agent-done`, its costs recorded, its gates not yet): the resume abandons the half
+/// record, the recording asked again writes it whole, and its tokens count once.
+#[test]
+fn a_coordinator_killed_mid_recording_is_resumed_and_counts_the_attempt_once() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("usage_fix.sh", "budget iterations=2"));
+    let run = crash_and_resume(&bin, &fixture, "coordinator-recording");
+    run.expect_code(0);
+    assert_eq!(fixture.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    run.one("attempt.abandoned");
+    // The task's report adds up the ledger's costs of the run's attempts, abandoned ones too.
+    assert!(run.stdout.contains("1000 tokens"), "{}", run.why());
+    let stats = fixture.mvk().args(["stats", "--json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(doc["spent"]["tokens"], 1000, "{doc}\n{}", run.why());
+}
+
+/// Review r9f, M2: a landing the coordinator answered "send it back" (its gate failed when
+/// mvk ran it again), asked again after the coordinator's death, gets the same answer: the
+/// gate, which would pass the second time, is not run again, and attempt 1 never lands.
+#[test]
+fn a_landing_sent_back_is_sent_back_again_when_asked_after_the_coordinators_death() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let once = "gate once evidence=none { run \"sh\" \"-c\" \"case $(pwd) in @WORKTREES*) n=$(cat @STATE/runs 2>/dev/null || echo 0); echo $((n + 1)) > @STATE/runs; [ $n -ge 1 ] || { echo first-run-fails; exit 1; };; esac\"; }";
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        &format!("{TESTS_GATE}\n    {once}"),
+        "budget iterations=3",
+    ));
+    let run = crash_and_resume(&bin, &fixture, "coordinator-landing-answered");
+    run.expect_code(0);
+    assert_eq!(fixture.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    let merged: Vec<u64> = run
+        .named("merge.done")
+        .iter()
+        .map(|e| e["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(merged, [2], "{}", run.why());
+    assert_eq!(
+        std::fs::read_to_string(fixture.state("runs")).unwrap(),
+        "2\n",
+        "{}",
+        run.why()
+    );
+}
+
+/// Review r9f, M3: an empty change lands as nothing (no merge row); the coordinator killed
+/// before it ended the task, the resumed one takes the end as landed from the landing's
+/// recorded answer.
+#[test]
+fn an_empty_change_ends_accepted_after_the_coordinator_died_before_its_end() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "noop.sh", &[]),
+        true,
+        "gate ok evidence=none { run \"true\"; }",
+        "budget iterations=1",
+    ));
+    let run = crash_and_resume(&bin, &fixture, "coordinator-ending");
+    run.expect_code(0);
+    let finished = run.one("task.finished");
+    assert_eq!(finished["detail"]["outcome"], "accepted", "{}", run.why());
+    assert_eq!(fixture.tip("main"), fixture.base);
+}
+
 /// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one
 /// commit behind) is refused before the workflow starts, with both commits named.
 #[test]
@@ -712,6 +804,29 @@ fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
 
 /// As [`apply_on_a_worker`], with EXTRA arguments to `mvk apply`.
 fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crate::apply::Run {
+    on_a_worker(bin, fixture, |address, queue| {
+        let mut args = vec![
+            "apply",
+            "loops/t.kdl",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            address,
+            "--task-queue",
+            queue,
+        ];
+        args.extend_from_slice(extra);
+        fixture.run_mvk(&args, &[])
+    })
+}
+
+/// A server and one worker for the fixture's repository while `run` runs (given the server's
+/// address and the task queue); its outcome, with the worker's log.
+fn on_a_worker(
+    bin: &Path,
+    fixture: &Fixture,
+    run: impl FnOnce(&str, &str) -> crate::apply::Run,
+) -> crate::apply::Run {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(bin, dir.path());
     let queue = "mvk-test";
@@ -723,18 +838,7 @@ fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crat
         &address,
         queue,
     );
-    let mut args = vec![
-        "apply",
-        "loops/t.kdl",
-        "--executor",
-        "temporal",
-        "--temporal-address",
-        &address,
-        "--task-queue",
-        queue,
-    ];
-    args.extend_from_slice(extra);
-    let mut run = fixture.run_mvk(&args, &[]);
+    let mut run = run(&address, queue);
     drop(worker);
     run.context.push_str(&format!(
         "\n--- worker0\n{}",

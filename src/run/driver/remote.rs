@@ -51,6 +51,50 @@ pub enum Landed {
     Ended(Outcome, String),
 }
 
+/// A landing's answer as the ledger keeps it (`landing_answers`), so that the same request
+/// asked again gets the same answer.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum StoredAnswer {
+    Landed { commit: Option<String> },
+    Retry { failure: Failure, base: String },
+    Ended { outcome: String, reason: String },
+}
+
+impl StoredAnswer {
+    fn of(landed: &Landed) -> StoredAnswer {
+        match landed {
+            Landed::Landed(c) => StoredAnswer::Landed {
+                commit: c.map(|c| c.to_string()),
+            },
+            Landed::Retry(failure, base) => StoredAnswer::Retry {
+                failure: failure.clone(),
+                base: base.to_string(),
+            },
+            Landed::Ended(outcome, reason) => StoredAnswer::Ended {
+                outcome: outcome.name().to_string(),
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    /// The answer again; `None` when the ledger holds something this mvk cannot read back.
+    pub fn landed(&self) -> Option<Landed> {
+        Some(match self {
+            StoredAnswer::Landed { commit } => Landed::Landed(match commit {
+                Some(c) => Some(Oid::from_str(c).ok()?),
+                None => None,
+            }),
+            StoredAnswer::Retry { failure, base } => {
+                Landed::Retry(failure.clone(), Oid::from_str(base).ok()?)
+            }
+            StoredAnswer::Ended { outcome, reason } => {
+                Landed::Ended(Outcome::from_name(outcome)?, reason.clone())
+            }
+        })
+    }
+}
+
 /// A run whose attempts are made elsewhere: the coordinator's side of it.
 pub struct Coordinator<'a> {
     runner: Runner<'a>,
@@ -64,6 +108,8 @@ pub struct Coordinator<'a> {
     handed: std::sync::Mutex<BTreeMap<String, Handed>>,
     /// The reports of tasks that had ended before the run was resumed.
     ended_before: BTreeMap<String, TaskReport>,
+    /// Whether it took over an interrupted run.
+    resumed: bool,
     /// Held while a task's change lands: a landing asked again while the first still runs (a
     /// heartbeat that came too late) waits for it, then finds its merge.
     landing: std::sync::Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
@@ -108,6 +154,7 @@ impl<'a> Coordinator<'a> {
             begun: std::sync::Mutex::new(BTreeMap::new()),
             handed: std::sync::Mutex::new(BTreeMap::new()),
             ended_before: BTreeMap::new(),
+            resumed: false,
             landing: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
@@ -156,13 +203,25 @@ impl<'a> Coordinator<'a> {
                 locked(&runner.task_started).insert(name.clone(), std::time::Instant::now());
                 runner.task_state(&name, |s| s.state = "running".into());
             }
-            handed.insert(
-                name,
-                Handed {
-                    bases: r.bases,
-                    landed: r.landed,
-                },
-            );
+            let mut h = Handed {
+                bases: r.bases,
+                landed: r.landed,
+            };
+            // What its landings' answers handed it: the base a change sent back starts from,
+            // the commit (or nothing, for an empty change) one landed.
+            for (_, json) in runner.ledger().landing_answers(&opts.run_id, &name)? {
+                match serde_json::from_str::<StoredAnswer>(&json)
+                    .ok()
+                    .and_then(|a| a.landed())
+                {
+                    Some(Landed::Landed(commit)) => h.landed = Some(commit),
+                    Some(Landed::Retry(_, base)) => {
+                        h.bases.insert(base);
+                    }
+                    _ => {}
+                }
+            }
+            handed.insert(name, h);
         }
         runner.write_state()?;
         let order = selected
@@ -175,8 +234,14 @@ impl<'a> Coordinator<'a> {
             begun: std::sync::Mutex::new(begun),
             handed: std::sync::Mutex::new(handed),
             ended_before,
+            resumed: true,
             landing: std::sync::Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Whether this coordinator took over an interrupted run (`mvk resume`).
+    pub fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// The reports of the tasks that had ended before the run was resumed.
@@ -326,6 +391,7 @@ impl<'a> Coordinator<'a> {
             &a.usage,
             0,
         )?;
+        crate::run::failpoint("coordinator-recording");
         for (ordinal, g) in a.gates.iter().enumerate() {
             let counts = g
                 .counts
@@ -423,6 +489,26 @@ impl<'a> Coordinator<'a> {
                 ),
             });
         }
+        // Asked before (a late heartbeat, a coordinator that died before its answer arrived):
+        // the answer it got then, whatever it was; a rejection stands.
+        let answered = self
+            .runner
+            .ledger()
+            .landing_answers(&self.runner.run_id, name)?
+            .into_iter()
+            .find(|(id, _)| *id == attempt_id);
+        if let Some((_, json)) = answered {
+            let landed = serde_json::from_str::<StoredAnswer>(&json)
+                .ok()
+                .and_then(|a| a.landed())
+                .ok_or_else(|| RunError::Config {
+                    message: format!(
+                        "the ledger's answer to the landing of attempt {number} of task `{name}` cannot be read: {json}"
+                    ),
+                })?;
+            self.handed_answer(name, &landed);
+            return Ok(landed);
+        }
         let done = self
             .runner
             .ledger()
@@ -431,11 +517,7 @@ impl<'a> Coordinator<'a> {
             .find(|m| m.attempt_id == attempt_id && m.state == "done");
         if let Some(m) = done {
             let commit = m.commit.as_deref().and_then(|c| Oid::from_str(c).ok());
-            locked(&self.handed)
-                .entry(name.to_string())
-                .or_default()
-                .landed = Some(commit);
-            return Ok(Landed::Landed(commit));
+            return self.answer_landing(name, attempt_id, Landed::Landed(commit));
         }
         let agent = agent_on(task, rung)?;
         let spec = AttemptSpec {
@@ -452,30 +534,56 @@ impl<'a> Coordinator<'a> {
         // judged here: the seal from base to head, then the task's gates on a clean checkout.
         if let Some(f) = crate::run::attempt::check_seal(&self.runner, task, &spec, head).await? {
             self.runner.fail(task, number, &f)?;
-            return Ok(Landed::Retry(f, base));
+            return self.answer_landing(name, attempt_id, Landed::Retry(f, base));
         }
-        Ok(
-            match self
-                .runner
-                .land(task, &target, &spec, (attempt_id, head), true)
-                .await?
-            {
-                Landing::Landed(commit) => {
-                    locked(&self.handed)
-                        .entry(name.to_string())
-                        .or_default()
-                        .landed = Some(commit);
-                    Landed::Landed(commit)
-                }
-                Landing::Retry(f, new_base) => {
-                    self.runner.fail(task, number, &f)?;
-                    self.hand_base(name, new_base);
-                    Landed::Retry(f, new_base)
-                }
-                Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
-                Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
-            },
-        )
+        let landed = match self
+            .runner
+            .land(task, &target, &spec, (attempt_id, head), true)
+            .await?
+        {
+            Landing::Landed(commit) => Landed::Landed(commit),
+            Landing::Retry(f, new_base) => {
+                self.runner.fail(task, number, &f)?;
+                Landed::Retry(f, new_base)
+            }
+            Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
+            Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
+        };
+        self.answer_landing(name, attempt_id, landed)
+    }
+
+    /// Records `landed` as the answer to the landing of `attempt_id`, before it is given, and
+    /// what it hands the task.
+    fn answer_landing(
+        &self,
+        name: &str,
+        attempt_id: i64,
+        landed: Landed,
+    ) -> Result<Landed, RunError> {
+        let json =
+            serde_json::to_string(&StoredAnswer::of(&landed)).map_err(|e| RunError::Config {
+                message: format!("cannot encode a landing's answer: {e}"),
+            })?;
+        self.runner
+            .ledger()
+            .record_landing_answer(attempt_id, &json)?;
+        crate::run::failpoint("coordinator-landing-answered");
+        self.handed_answer(name, &landed);
+        Ok(landed)
+    }
+
+    /// What a landing's answer hands task `name`: the commit it landed, or a base to start from.
+    fn handed_answer(&self, name: &str, landed: &Landed) {
+        match landed {
+            Landed::Landed(commit) => {
+                locked(&self.handed)
+                    .entry(name.to_string())
+                    .or_default()
+                    .landed = Some(*commit);
+            }
+            Landed::Retry(_, base) => self.hand_base(name, *base),
+            Landed::Ended(..) => {}
+        }
     }
 
     /// Records that task `name` climbed its ladder to the 0-based rung `to`, as the local driver
@@ -521,6 +629,7 @@ impl<'a> Coordinator<'a> {
         merged: Option<Oid>,
         attempts: u32,
     ) -> Result<TaskReport, RunError> {
+        crate::run::failpoint("coordinator-ending");
         let merged = merged.map(|m| m.to_string());
         let run = &self.runner.run_id;
         self.runner
@@ -608,7 +717,20 @@ impl<'a> Coordinator<'a> {
     /// Ends task `name` unrun: what it starts after (`failed`) did not succeed.
     pub fn skip(&self, name: &str, failed: &[String]) -> Result<TaskReport, RunError> {
         let (task, target) = self.task(name)?;
-        self.runner.skip(task, &target, failed, None)
+        // Begun by a skip cut short before it ended the task: not begun twice.
+        let begun = self
+            .runner
+            .ledger()
+            .task_rows(&self.runner.run_id)?
+            .iter()
+            .any(|t| t.name == name);
+        let restore = begun.then(|| {
+            Box::new(super::Resume {
+                begun: true,
+                ..super::Resume::default()
+            })
+        });
+        self.runner.skip(task, &target, failed, restore)
     }
 
     /// Ends the run with the tasks' reports, in plan order (those missing are not reported).
