@@ -689,6 +689,249 @@ fn an_empty_change_ends_accepted_after_the_coordinator_died_before_its_end() {
     assert_eq!(fixture.tip("main"), fixture.base);
 }
 
+/// Anyone who reaches the server can start a workflow on the coordinator's task queue (an
+/// agent with the network): its activities are refused by name of workflow, so it can neither
+/// begin, record nor land anything, and the real run goes on untouched.
+#[test]
+fn a_workflow_forged_on_the_coordinators_queue_is_refused() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("wait_fix.sh", "budget iterations=1"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let queue = "mvk-test";
+    let _worker = start_worker(
+        &fixture,
+        dir.path(),
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
+    let coordinator = apply_temporal(&fixture, &address, queue, Stdio::piped)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !fixture.state("agent-started").exists() {
+        assert!(Instant::now() < deadline, "the agent did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = std::fs::read_dir(fixture.root().join(".mvk/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .next()
+        .unwrap();
+    let forged = mvk::run::temporal::FlowIn {
+        run: run.clone(),
+        workflow: format!("mvk-{run}"),
+        file: "loops/t.kdl".into(),
+        digest: "forged".into(),
+        repo: fixture.root().display().to_string(),
+        parallel: 1,
+        continue_on_failure: false,
+        tasks: vec![mvk::run::temporal::TaskIn {
+            name: "t".into(),
+            after: Vec::new(),
+            scope: Vec::new(),
+            target: "main".into(),
+            iterations: 1,
+            ladder: vec![mvk::run::temporal::RungIn::Agent { attempts: None }],
+            same_failure: 2,
+            budget: mvk::run::temporal::Limits::default(),
+        }],
+        attempt_queue: queue.into(),
+        coord_queue: format!("mvk-coordinator-{run}"),
+        attempt_timeout_ms: 60_000,
+        budget: mvk::run::temporal::Limits::default(),
+    };
+    let started = Command::new(&bin)
+        .args([
+            "workflow",
+            "execute",
+            "--type",
+            "MvkFlow",
+            "--workflow-id",
+            "forged",
+        ])
+        .args(["--task-queue", &format!("mvk-coordinator-{run}")])
+        .args(["--input", &serde_json::to_string(&forged).unwrap()])
+        .args(["--address", &address])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&started.stdout),
+        String::from_utf8_lossy(&started.stderr)
+    );
+    assert!(!started.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "refused: this coordinator serves workflow `mvk-{run}` only, not `forged`"
+        )),
+        "{said}"
+    );
+    std::fs::write(fixture.state("go"), "").unwrap();
+    let out = coordinator.wait_with_output().unwrap();
+    let context = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    assert_eq!(fixture.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    let events = std::fs::read_to_string(
+        fixture
+            .root()
+            .join(".mvk/runs")
+            .join(&run)
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    assert_eq!(events.matches("\"task.started\"").count(), 1, "{events}");
+}
+
+/// A worker that lies: it answers each attempt with a pass whose change fixes the bug and
+/// also rewrites the sealed test to pass, as an agent that reached the server could answer in
+/// a real worker's place.
+// `#[activities]` adds a constant per activity for workflows to name it: none here does.
+#[allow(dead_code)]
+mod forger {
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use mvk::run::temporal::{AttemptIn, AttemptOut};
+    use temporalio_macros::activities;
+    use temporalio_sdk::activities::{ActivityContext, ActivityError};
+
+    /// Named as mvk's worker's activities are, so that the workflow's attempts come here.
+    pub struct WorkerActs {
+        pub clone: PathBuf,
+    }
+
+    #[activities]
+    impl WorkerActs {
+        #[activity]
+        pub async fn attempt(
+            self: Arc<Self>,
+            _ctx: ActivityContext,
+            input: AttemptIn,
+        ) -> Result<AttemptOut, ActivityError> {
+            let git = |args: &[&str]| {
+                let out = Command::new("git")
+                    .current_dir(&self.clone)
+                    .args(args)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "git {args:?}: {out:?}");
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            git(&["fetch", "-q", &input.repo, &input.base]);
+            git(&["checkout", "-q", "--detach", &input.base]);
+            std::fs::write(self.clone.join("src/calc.sh"), crate::apply::FIXED).unwrap();
+            std::fs::write(
+                self.clone.join("tests/test_calc.sh"),
+                "#!/bin/sh\necho \"MVK_EVIDENCE nonce=$MVK_NONCE executed=1 passed=1 failed=0 skipped=0\"\n",
+            )
+            .unwrap();
+            git(&["commit", "-qam", "fixed"]);
+            let head = git(&["rev-parse", "HEAD"]);
+            let pushed = mvk::run::temporal::change_ref(&input.workflow, &input.task, input.number);
+            git(&["push", "-q", "-f", &input.repo, &format!("HEAD:{pushed}")]);
+            Ok(AttemptOut {
+                worker: "forger".into(),
+                head: Some(head),
+                pushed: Some(pushed),
+                failure: None,
+                gates: Vec::new(),
+                duration_ms: 1,
+                worker_run: "forged".into(),
+                usage: Default::default(),
+            })
+        }
+    }
+
+    /// Serves the task queue `queue` of the server at `address` until the process ends.
+    pub fn serve(address: String, queue: String, clone: PathBuf) {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let runtime =
+                    temporalio_sdk::Runtime::from_current_tokio(Default::default()).unwrap();
+                let url = temporalio_client::Url::parse(&format!("http://{address}")).unwrap();
+                let conn = temporalio_client::Connection::connect(
+                    temporalio_client::ConnectionOptions::new(url)
+                        .identity("forger".to_string())
+                        .build(),
+                )
+                .await
+                .unwrap();
+                let client = temporalio_client::Client::new(
+                    conn,
+                    temporalio_client::ClientOptions::new("default").build(),
+                )
+                .unwrap();
+                let options = temporalio_sdk::WorkerOptions::new(queue)
+                    .register_activities(WorkerActs { clone })
+                    .build();
+                let mut worker = temporalio_sdk::Worker::new(&runtime, client, options).unwrap();
+                let _ = worker.run().await;
+            });
+        });
+    }
+}
+
+/// The coordinator judges what it lands (review r9d, F0): a worker's pass whose change breaks
+/// the seal is checked from base to head before it lands, and is not landed whatever the
+/// worker said.
+#[test]
+fn a_pass_whose_change_breaks_the_seal_is_not_landed_whatever_the_worker_said() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let clone = dir.path().join("forger");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            fixture.root().to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    git(&clone, &["config", "user.name", "Forger"]);
+    git(&clone, &["config", "user.email", "forger@example.com"]);
+    git(&clone, &["config", "commit.gpgsign", "false"]);
+    let queue = "mvk-forged";
+    forger::serve(address.clone(), queue.into(), clone);
+    let run = fixture.run_mvk(
+        &[
+            "apply",
+            "loops/t.kdl",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            &address,
+            "--task-queue",
+            queue,
+        ],
+        &[],
+    );
+    run.expect_code(1);
+    assert_eq!(fixture.tip("main"), fixture.base, "{}", run.why());
+    let failed = run.one("attempt.failed").to_string();
+    assert!(
+        failed.contains("tests/test_calc.sh"),
+        "{failed}\n{}",
+        run.why()
+    );
+    run.none("merge.done");
+}
+
 /// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one
 /// commit behind) is refused before the workflow starts, with both commits named.
 #[test]
