@@ -62,6 +62,10 @@ pub struct TemporalArgs {
     /// The task queue attempts are sent to and `mvk worker` polls.
     #[arg(long, value_name = "QUEUE", default_value = "mvk")]
     pub task_queue: String,
+    /// The Temporal namespace the workflow runs in; the coordinator and its workers must name
+    /// the same one.
+    #[arg(long, value_name = "NAMESPACE", default_value = "default")]
+    pub temporal_namespace: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,6 +144,7 @@ fn executor(
                     endpoint: crate::run::temporal::Endpoint {
                         address: args.temporal.temporal_address.clone(),
                         task_queue: args.temporal.task_queue.clone(),
+                        namespace: args.temporal.temporal_namespace.clone(),
                     },
                     repo_url: args
                         .repo_url

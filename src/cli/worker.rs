@@ -23,12 +23,14 @@ pub fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, C
         let endpoint = crate::run::temporal::Endpoint {
             address: args.temporal.temporal_address.clone(),
             task_queue: args.temporal.task_queue.clone(),
+            namespace: args.temporal.temporal_namespace.clone(),
         };
         printer.status(&format!(
-            "worker {} polls `{}` at {} for attempts, in `{}`",
+            "worker {} polls `{}` at {} (namespace `{}`) for attempts, in `{}`",
             std::process::id(),
             endpoint.task_queue,
             endpoint.address,
+            endpoint.namespace,
             repo.display()
         ));
         super::apply::runtime()?

@@ -78,6 +78,8 @@ pub struct Endpoint {
     /// `HOST:PORT` (or a URL).
     pub address: String,
     pub task_queue: String,
+    /// The server's namespace the workflows run in (`default` unless told).
+    pub namespace: String,
 }
 
 impl Endpoint {
@@ -103,7 +105,7 @@ impl Endpoint {
                 self.address
             )
         })?;
-        Client::new(conn, ClientOptions::new("default").build())
+        Client::new(conn, ClientOptions::new(self.namespace.clone()).build())
             .map_err(|e| format!("cannot make a Temporal client: {e}"))
     }
 }
@@ -1037,7 +1039,7 @@ pub async fn apply(
         opts,
         observer,
         "temporal",
-        serde_json::json!({"address": endpoint.address, "task_queue": endpoint.task_queue, "repo_url": repo_url}),
+        serde_json::json!({"address": endpoint.address, "task_queue": endpoint.task_queue, "namespace": endpoint.namespace, "repo_url": repo_url}),
     )?;
     coordinate_to_end(&coord, client, program, opts, (endpoint, repo_url)).await
 }
@@ -1094,6 +1096,7 @@ pub fn recorded_endpoint(
             Endpoint {
                 address: address.to_string(),
                 task_queue: task_queue.to_string(),
+                namespace: field("namespace").unwrap_or("default").to_string(),
             },
             repo_url.to_string(),
         )),

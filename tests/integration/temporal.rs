@@ -57,6 +57,11 @@ fn free_port() -> u16 {
 
 /// A dev server on a free loopback port, ready for clients; its address.
 fn start_server(bin: &Path, dir: &Path) -> (Killed, String) {
+    start_server_with(bin, dir, &[])
+}
+
+/// [`start_server`] with EXTRA arguments to `temporal server start-dev`.
+fn start_server_with(bin: &Path, dir: &Path, extra: &[&str]) -> (Killed, String) {
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(dir.join("server.log")).unwrap();
@@ -66,6 +71,7 @@ fn start_server(bin: &Path, dir: &Path) -> (Killed, String) {
             .args(["--port", &port.to_string()])
             .arg("--db-filename")
             .arg(dir.join("temporal.db"))
+            .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -102,6 +108,17 @@ fn start_worker(
     address: &str,
     queue: &str,
 ) -> Killed {
+    start_worker_with(fixture, dir, (source, n), (address, queue), &[])
+}
+
+/// [`start_worker`] with EXTRA arguments to `mvk worker`.
+fn start_worker_with(
+    fixture: &Fixture,
+    dir: &Path,
+    (source, n): (&str, usize),
+    (address, queue): (&str, &str),
+    extra: &[&str],
+) -> Killed {
     let clone = dir.join(format!("clone{n}"));
     git(dir, &["clone", "-q", source, clone.to_str().unwrap()]);
     git(&clone, &["config", "user.name", "Worker"]);
@@ -118,6 +135,7 @@ fn start_worker(
             "--task-queue",
             queue,
         ])
+        .args(extra)
         .stdout(log.try_clone().unwrap())
         .stderr(log);
     Killed(cmd.spawn().unwrap())
@@ -930,6 +948,72 @@ fn a_pass_whose_change_breaks_the_seal_is_not_landed_whatever_the_worker_said() 
         run.why()
     );
     run.none("merge.done");
+}
+
+/// A namespace other than `default`: the coordinator and its worker name it, and the run is
+/// made there; `mvk resume` would find it in `run.started`.
+#[test]
+fn a_flow_runs_in_the_namespace_it_names() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server_with(&bin, dir.path(), &["--namespace", "mvk-ns"]);
+    let queue = "mvk-test";
+    let worker = start_worker_with(
+        &fixture,
+        dir.path(),
+        (fixture.root().to_str().unwrap(), 0),
+        (&address, queue),
+        &["--temporal-namespace", "mvk-ns"],
+    );
+    let run = fixture.run_mvk(
+        &[
+            "apply",
+            "loops/t.kdl",
+            "--executor",
+            "temporal",
+            "--temporal-address",
+            &address,
+            "--task-queue",
+            queue,
+            "--temporal-namespace",
+            "mvk-ns",
+        ],
+        &[],
+    );
+    drop(worker);
+    run.expect_code(0);
+    assert_eq!(fixture.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+    assert_eq!(
+        run.one("run.started")["detail"]["temporal"]["namespace"],
+        "mvk-ns",
+        "{}",
+        run.why()
+    );
+    // The workflow is the namespace's, not `default`'s.
+    let listed = |namespace: &str| {
+        let out = Command::new(&bin)
+            .args([
+                "workflow",
+                "list",
+                "--address",
+                &address,
+                "--namespace",
+                namespace,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let workflow = format!("mvk-{}", run.id);
+    assert!(listed("mvk-ns").contains(&workflow), "{}", listed("mvk-ns"));
+    assert!(
+        !listed("default").contains(&workflow),
+        "{}",
+        listed("default")
+    );
 }
 
 /// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one
