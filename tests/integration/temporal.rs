@@ -1016,6 +1016,83 @@ fn a_flow_runs_in_the_namespace_it_names() {
     );
 }
 
+/// A workflow ended while a worker's attempt runs (here terminated by hand): the worker learns
+/// it from its heartbeat, cancels the attempt, and none of the agent's processes outlives it.
+#[test]
+fn an_attempt_of_a_terminated_workflow_is_cancelled_and_leaves_no_process() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("hang.sh", "budget iterations=1"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let queue = "mvk-test";
+    let _worker = start_worker(
+        &fixture,
+        dir.path(),
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        queue,
+    );
+    let coordinator = Killed(
+        apply_temporal(&fixture, &address, queue, Stdio::null)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !fixture.state("agent.pid").exists() {
+        assert!(Instant::now() < deadline, "the agent did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = std::fs::read_dir(fixture.root().join(".mvk/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .next()
+        .unwrap();
+    let terminated = Command::new(&bin)
+        .args([
+            "workflow",
+            "terminate",
+            "--workflow-id",
+            &format!("mvk-{run}"),
+        ])
+        .args(["--address", &address, "--reason", "test"])
+        .output()
+        .unwrap();
+    assert!(terminated.status.success(), "{terminated:?}");
+    drop(coordinator);
+    // The worker's `mvk attempt` stops its agent's whole group before it ends: none of the
+    // agent's processes outlives the cancellation.
+    let read_pid = |name: &str| -> i32 {
+        std::fs::read_to_string(fixture.state(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (agent, child) = (read_pid("agent.pid"), read_pid("child.pid"));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while [agent, child]
+        .iter()
+        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled attempt's agent outlived it\n{}",
+            std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // `mvk attempt` left its run as an interrupted one is left (`running`, its process gone), for
+    // the next `mvk attempt` in the clone to close.
+    let state: String = rusqlite::Connection::open(dir.path().join("clone0/.mvk/ledger.db"))
+        .unwrap()
+        .query_row("SELECT state FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(state, "running");
+}
+
 /// `--repo-url` must lead to the repository `mvk apply` runs in: a stale clone (its `main` one
 /// commit behind) is refused before the workflow starts, with both commits named.
 #[test]
