@@ -135,7 +135,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
             run.id
         ));
         if elsewhere.is_some() {
-            printer.hint(TEMPORAL_DRIFT_HINT);
+            printer.hint(&temporal_drift_hint(&run.id));
         } else {
             printer.hint(&format!(
                 "review the change; `mvk resume {} --accept-drift` plans the changed tasks and those after them again",
@@ -175,8 +175,12 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     }
 }
 
-/// What to do about the drift of a run on Temporal, whose workflow cannot be re-planned.
-const TEMPORAL_DRIFT_HINT: &str = "its workflow goes on with what the run began with: put back what changed (the definition, or sealed files a commit on the target changed; `mvk why RUN` names them) and resume, or start the flow again with `mvk apply` (what landed stays landed)";
+/// What to do about the drift of run `run` on Temporal, whose workflow cannot be re-planned.
+fn temporal_drift_hint(run: &str) -> String {
+    format!(
+        "its workflow goes on with what the run began with: put back what changed (the definition, or sealed files a commit on the target changed; `mvk why {run}` names them) and resume, or start the flow again with `mvk apply` (what landed stays landed)"
+    )
+}
 
 /// Where a run made by workers goes on.
 enum Remote {
@@ -209,7 +213,7 @@ fn remote_resume(
                 "run `{}` runs on Temporal, whose workflow goes on with the definition it began with: `--accept-drift` cannot plan its tasks again",
                 run.id
             ),
-            hint: Some(TEMPORAL_DRIFT_HINT.into()),
+            hint: Some(temporal_drift_hint(&run.id)),
         });
     }
     #[cfg(feature = "temporal")]

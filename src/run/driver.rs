@@ -1322,6 +1322,11 @@ impl<'a> Runner<'a> {
         *locked(&self.run_started) = Instant::now()
             .checked_sub(elapsed)
             .unwrap_or_else(Instant::now);
+        self.restore_spent()
+    }
+
+    /// What the run spent, as the ledger holds it, towards `loop_state.json`.
+    pub(crate) fn restore_spent(&self) -> Result<(), RunError> {
         let spent = self.ledger().spent(&self.run_id, None)?;
         let mut state = self.state();
         state.budget_spent.attempts = spent.attempts;

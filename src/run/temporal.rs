@@ -30,8 +30,8 @@ use git2::Oid;
 use serde::{Deserialize, Serialize};
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, RetryPolicy, Url,
-    WorkflowGetResultOptions, WorkflowIdConflictPolicy, WorkflowIdReusePolicy,
-    WorkflowStartOptions,
+    WorkflowExecutionStatus, WorkflowGetResultOptions, WorkflowIdConflictPolicy,
+    WorkflowIdReusePolicy, WorkflowStartOptions,
 };
 use temporalio_macros::{activities, workflow, workflow_methods};
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -1068,9 +1068,28 @@ async fn coordinate_to_end(
     opts: &RunOptions,
     (endpoint, repo_url): (&Endpoint, &str),
 ) -> Result<RunReport, RunError> {
+    let workflow = format!("mvk-{}", opts.run_id);
+    let asker = client.clone();
     match coordinate(coord, client, program, opts, endpoint, repo_url).await {
         Ok(reports) => coord.finish(reports),
         Err(e) => {
+            // Its workflow runs on (the coordinator failed, not the workflow): the run stays as
+            // it stood, for `mvk resume`. Ended here, it could never be continued, while the
+            // workers went on making attempts that no coordinator would take (review r9g).
+            let lives = asker
+                .get_workflow_handle::<mvk_flow::Run>(workflow.clone())
+                .describe(Default::default())
+                .await
+                .is_ok_and(|d| d.status() == WorkflowExecutionStatus::Running);
+            if lives {
+                return Err(RunError::Executor {
+                    message: format!(
+                        "{}; workflow `{workflow}` runs on: `mvk resume {}` continues the run",
+                        crate::run::error_chain(&e),
+                        opts.run_id
+                    ),
+                });
+            }
             coord.ended_on_error(&e);
             Err(e)
         }

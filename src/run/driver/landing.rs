@@ -67,6 +67,38 @@ pub(super) struct Request<'a> {
     reply: oneshot::Sender<Result<Landing, RunError>>,
 }
 
+/// A landing's answer as the ledger keeps it for a change made elsewhere (`landing_answers`),
+/// so that the same request asked again, after the coordinator's death, gets the same answer.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum StoredAnswer {
+    Landed { commit: Option<String> },
+    Retry { failure: Failure, base: String },
+    Ended { outcome: String, reason: String },
+}
+
+impl StoredAnswer {
+    pub(super) fn of(landing: &Landing) -> StoredAnswer {
+        match landing {
+            Landing::Landed(c) => StoredAnswer::Landed {
+                commit: c.map(|c| c.to_string()),
+            },
+            Landing::Retry(failure, base) => StoredAnswer::Retry {
+                failure: failure.clone(),
+                base: base.to_string(),
+            },
+            Landing::Rejected(outcome, reason) => StoredAnswer::Ended {
+                outcome: outcome.name().to_string(),
+                reason: reason.clone(),
+            },
+            Landing::Human(reason) => StoredAnswer::Ended {
+                outcome: Outcome::Human.name().to_string(),
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
 /// Why a change left its batch, answered once the batch has landed.
 enum Left {
     /// It does not merge onto the target, or cannot fast-forward.
@@ -86,6 +118,24 @@ struct Ready<'a> {
 }
 
 impl<'a> Runner<'a> {
+    /// Tells `request` how its landing ended. The answer for a change made elsewhere is kept in
+    /// the ledger first, the moment it is settled: the task holding the landing lock may settle
+    /// others' changes and go on gating more, and a coordinator that dies meanwhile must not
+    /// lose a rejection it had decided (review r9g).
+    fn answer(&self, request: Request<'_>, landing: Landing) -> Result<(), RunError> {
+        if request.verify {
+            let json = serde_json::to_string(&StoredAnswer::of(&landing)).map_err(|e| {
+                RunError::Config {
+                    message: format!("cannot encode a landing's answer: {e}"),
+                }
+            })?;
+            self.ledger()
+                .record_landing_answer(request.attempt_id, &json)?;
+        }
+        let _ = request.reply.send(Ok(landing));
+        Ok(())
+    }
+
     /// Lands an accepted attempt (`head`, made from `spec.base`) on `target`, in a batch with
     /// whatever else waits, and says how it ended. A change to `verify` was judged elsewhere:
     /// its task gates run again here before it lands.
@@ -199,7 +249,7 @@ impl<'a> Runner<'a> {
                     onto = commit;
                 }
                 Fit::Answer(landing) => {
-                    let _ = request.reply.send(Ok(landing));
+                    self.answer(request, landing)?;
                 }
                 Fit::Leave(why) => left.push((request, why)),
             }
@@ -214,7 +264,7 @@ impl<'a> Runner<'a> {
         // Answered after the batch moved the target, so their next attempts start from it.
         for (request, why) in left {
             let landing = self.left(&request, &target, why).await?;
-            let _ = request.reply.send(Ok(landing));
+            self.answer(request, landing)?;
         }
         Ok(())
     }
@@ -542,7 +592,7 @@ impl<'a> Runner<'a> {
                 // failed, and are gated again (review r5b).
                 Some(k) if i > k => match verdicts[i].take() {
                     Some(Fit::Answer(landing)) => {
-                        let _ = request.reply.send(Ok(landing));
+                        self.answer(request, landing)?;
                     }
                     _ => later.push(request),
                 },
@@ -572,11 +622,11 @@ impl<'a> Runner<'a> {
         let landed = ready.is_empty() || self.publish(target, tip, ready).await?;
         match settled {
             Some((request, Fit::Answer(landing))) => {
-                let _ = request.reply.send(Ok(landing));
+                self.answer(request, landing)?;
             }
             Some((request, Fit::Leave(why))) if landed => {
                 let landing = self.left(&request, target, why).await?;
-                let _ = request.reply.send(Ok(landing));
+                self.answer(request, landing)?;
             }
             // What it left over did not land: it tries again with the rest.
             Some((request, _)) => self.requeue(vec![request]),
@@ -640,7 +690,7 @@ impl<'a> Runner<'a> {
                         "merge.done",
                         json!({"commit": r.commit.to_string(), "into": target, "strategy": task.merge.strategy.name()}),
                     )?;
-                    let _ = r.request.reply.send(Ok(Landing::Landed(Some(r.commit))));
+                    self.answer(r.request, Landing::Landed(Some(r.commit)))?;
                 }
                 return Ok(true);
             }
@@ -658,7 +708,7 @@ impl<'a> Runner<'a> {
                     r.request.moved += 1;
                     if r.request.moved >= LAND_RETRIES {
                         let landing = self.left(&r.request, target, Left::Moving).await?;
-                        let _ = r.request.reply.send(Ok(landing));
+                        self.answer(r.request, landing)?;
                     } else {
                         again.push(r.request);
                     }
@@ -725,7 +775,7 @@ impl<'a> Runner<'a> {
                     "accepted, but {detail}, whose files landing would leave stale; land branch `{branch}` there"
                 ),
             };
-            let _ = r.request.reply.send(Ok(Landing::Human(why)));
+            self.answer(r.request, Landing::Human(why))?;
         }
         Ok(false)
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use git2::Oid;
 use serde_json::json;
 
-use super::landing::Landing;
+use super::landing::{Landing, StoredAnswer};
 use super::{
     Observer, Opened, Outcome, Reopened, ResumeFrom, RunError, RunOptions, RunReport, Runner,
     TaskReport, last_reason, locked, open_apply, record_resume, reopen, rung_label, stuck_outcome,
@@ -51,18 +51,9 @@ pub enum Landed {
     Ended(Outcome, String),
 }
 
-/// A landing's answer as the ledger keeps it (`landing_answers`), so that the same request
-/// asked again gets the same answer.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "answer", rename_all = "snake_case")]
-pub enum StoredAnswer {
-    Landed { commit: Option<String> },
-    Retry { failure: Failure, base: String },
-    Ended { outcome: String, reason: String },
-}
-
 impl StoredAnswer {
-    fn of(landed: &Landed) -> StoredAnswer {
+    /// The answer the coordinator gives the workflow, kept.
+    fn of_landed(landed: &Landed) -> StoredAnswer {
         match landed {
             Landed::Landed(c) => StoredAnswer::Landed {
                 commit: c.map(|c| c.to_string()),
@@ -185,6 +176,8 @@ impl<'a> Coordinator<'a> {
             });
         }
         let restored = crate::run::resume::restore_remote(&runner, &selected, &targets)?;
+        // Counted again: what the abandoned half records had spent is no longer in the ledger.
+        runner.restore_spent()?;
         record_resume(&runner, program, from)?;
         let mut begun = BTreeMap::new();
         let mut handed = BTreeMap::new();
@@ -560,10 +553,11 @@ impl<'a> Coordinator<'a> {
         attempt_id: i64,
         landed: Landed,
     ) -> Result<Landed, RunError> {
-        let json =
-            serde_json::to_string(&StoredAnswer::of(&landed)).map_err(|e| RunError::Config {
+        let json = serde_json::to_string(&StoredAnswer::of_landed(&landed)).map_err(|e| {
+            RunError::Config {
                 message: format!("cannot encode a landing's answer: {e}"),
-            })?;
+            }
+        })?;
         self.runner
             .ledger()
             .record_landing_answer(attempt_id, &json)?;
