@@ -15,7 +15,8 @@ pub const HOME: &str = "HOME";
 /// Crash tests only: the name of a point in mvk's code where the process kills itself with
 /// SIGKILL, as a power cut or the OOM killer would (`agent-captured`, `attempt-passed`, `review-recorded`, `merge-intent`,
 /// `merge-checkout`, `merge-published`; for a Temporal run's coordinator `coordinator-recording`,
-/// `coordinator-landing-answered`, `coordinator-ending`). See [`crate::run::failpoint`].
+/// `coordinator-landing-answered`, `coordinator-ending`), or where it fails with an error of its
+/// own (`coordinator-record-fails`). See [`crate::run::failpoint`] and [`crate::run::failing`].
 pub const MVK_FAILPOINT: &str = "MVK_FAILPOINT";
 /// mvk's cache directory: git imports are fetched into `$MVK_CACHE_DIR/git/<blake3 of URL>`
 /// (default: `$XDG_CACHE_HOME/mvk`, else `~/.cache/mvk`).

@@ -48,6 +48,13 @@ pub fn failpoint(point: &str) {
     }
 }
 
+/// Whether [`crate::env::MVK_FAILPOINT`] names `point`, where crash tests make mvk fail with an
+/// error of its own (as a full disk or a broken git would) at a moment no outside cause can be
+/// timed for.
+pub fn failing(point: &str) -> bool {
+    std::env::var_os(crate::env::MVK_FAILPOINT).is_some_and(|v| v == point)
+}
+
 /// An error and every source under it, on one line (`a: b: c`): what the CLI prints for mvk's
 /// own failures, and what a Temporal activity reports for one of its steps.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -745,7 +745,17 @@ enum Reply {
     Climbed(String),
 }
 
-type Asked = (Request, oneshot::Sender<Result<Reply, String>>);
+/// Why the coordinator gave no answer to a request.
+enum Unanswered {
+    /// Not something the run's own workflow honestly asks (a forged answer earlier in it): the
+    /// workflow fails on it.
+    Refused(String),
+    /// mvk's own failure (the ledger, git, the disk): the coordinator stops, the run stays as it
+    /// stood, and the request, asked again, waits for `mvk resume`.
+    Broken(String),
+}
+
+type Asked = (Request, oneshot::Sender<Result<Reply, Unanswered>>);
 
 pub struct CoordActs {
     tx: mpsc::UnboundedSender<Asked>,
@@ -790,10 +800,10 @@ impl CoordActs {
         };
         match answered.map_err(|_| gone())? {
             Ok(r) => Ok(r),
-            // mvk's own error (the ledger, git, the disk): not retried, the run ends on it.
-            Err(message) => Err(ActivityError::application(
+            Err(Unanswered::Refused(message)) => Err(ActivityError::application(
                 ApplicationFailure::non_retryable(message),
             )),
+            Err(Unanswered::Broken(message)) => Err(retryable(message)),
         }
     }
 }
@@ -876,8 +886,13 @@ async fn answer(
     coord: &Coordinator<'_>,
     request: Request,
     reports: &std::sync::Mutex<BTreeMap<String, TaskReport>>,
-) -> Result<Reply, String> {
-    let e = |e: RunError| crate::run::error_chain(&e);
+) -> Result<Reply, Unanswered> {
+    // A request the checks refuse fails the workflow; any other error of mvk's stops it here.
+    let e = |e: RunError| match e {
+        RunError::Config { .. } => Unanswered::Refused(crate::run::error_chain(&e)),
+        other => Unanswered::Broken(crate::run::error_chain(&other)),
+    };
+    let oid = |hex: &str| oid(hex).map_err(Unanswered::Refused);
     let report = |r: TaskReport| {
         let name = r.outcome.name().to_string();
         if let Ok(mut all) = reports.lock() {
@@ -970,7 +985,9 @@ async fn answer(
                     let o = Outcome::from_name(&outcome)
                         .filter(|o| !matches!(o, Outcome::Accepted | Outcome::Skipped))
                         .ok_or_else(|| {
-                            format!("refused: task `{task}` cannot end `{outcome}` so")
+                            Unanswered::Refused(format!(
+                                "refused: task `{task}` cannot end `{outcome}` so"
+                            ))
                         })?;
                     coord.end_task(&task, o, &reason, None, number)
                 }
@@ -1076,12 +1093,18 @@ async fn coordinate_to_end(
             // Its workflow runs on (the coordinator failed, not the workflow): the run stays as
             // it stood, for `mvk resume`. Ended here, it could never be continued, while the
             // workers went on making attempts that no coordinator would take (review r9g).
-            let lives = asker
+            // Ended only when the server says the workflow is closed, or never had it (a run
+            // that failed before starting one); unreachable, it may well run on.
+            let closed = match asker
                 .get_workflow_handle::<mvk_flow::Run>(workflow.clone())
                 .describe(Default::default())
                 .await
-                .is_ok_and(|d| d.status() == WorkflowExecutionStatus::Running);
-            if lives {
+            {
+                Ok(d) => d.status() != WorkflowExecutionStatus::Running,
+                Err(temporalio_client::errors::WorkflowInteractionError::NotFound(_)) => true,
+                Err(_) => false,
+            };
+            if !closed {
                 return Err(RunError::Executor {
                     message: format!(
                         "{}; workflow `{workflow}` runs on: `mvk resume {}` continues the run",
@@ -1275,18 +1298,29 @@ async fn coordinate(
 
     let reports = std::sync::Mutex::new(coord.ended_before().clone());
     // The requests run side by side (a landing waits in the merge queue while others record).
+    // Out comes why it stopped serving: mvk's own error answering a request, or none.
     let serve = async {
         let mut pending = FuturesUnordered::new();
         loop {
             tokio::select! {
                 asked = rx.recv() => {
-                    let Some((request, reply)) = asked else { break };
+                    let Some((request, reply)) = asked else { break None };
                     let reports = &reports;
                     pending.push(async move {
-                        let _ = reply.send(answer(coord, request, reports).await);
+                        let answered = answer(coord, request, reports).await;
+                        let broken = match &answered {
+                            Err(Unanswered::Broken(why)) => Some(why.clone()),
+                            _ => None,
+                        };
+                        let _ = reply.send(answered);
+                        broken
                     });
                 }
-                Some(()) = pending.next(), if !pending.is_empty() => {}
+                Some(broken) = pending.next(), if !pending.is_empty() => {
+                    if broken.is_some() {
+                        break broken;
+                    }
+                }
             }
         }
     };
@@ -1298,7 +1332,12 @@ async fn coordinate(
     let run_worker = worker.run();
     let (worked, result) = tokio::select! {
         both = futures_util::future::join(run_worker, wait) => both,
-        () = serve => return Err(executor("the coordinator's worker stopped".into())),
+        broken = serve => {
+            return Err(executor(match broken {
+                Some(why) => format!("the coordinator stopped on an error of its own: {why}"),
+                None => "the coordinator's worker stopped".into(),
+            }));
+        }
     };
     worked.map_err(|e| executor(format!("the coordinator's worker failed: {e}")))?;
     let summary = result.map_err(|e| {

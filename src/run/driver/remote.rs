@@ -347,6 +347,13 @@ impl<'a> Coordinator<'a> {
     pub fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
         let (task, _) = self.task(name)?;
         self.check_base(name, a.base)?;
+        if crate::run::failing("coordinator-record-fails") {
+            return Err(RunError::Io {
+                action: "record a worker's attempt (failpoint `coordinator-record-fails`)",
+                path: self.runner.run_dir().to_path_buf(),
+                source: std::io::Error::other("failing as asked"),
+            });
+        }
         let run = &self.runner.run_id;
         if let Some(row) = self
             .runner
