@@ -688,6 +688,11 @@ fn a_coordinator_killed_mid_recording_is_resumed_and_counts_the_attempt_once() {
     let stats = fixture.mvk().args(["stats", "--json"]).output().unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(doc["spent"]["tokens"], 1000, "{doc}\n{}", run.why());
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture.root().join(".mvk/loop_state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["budget_spent"]["tokens"], 1000, "{state}");
 }
 
 /// Review r9f, M2: a landing the coordinator answered "send it back" (its gate failed when
