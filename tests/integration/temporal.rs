@@ -705,7 +705,7 @@ fn a_landing_sent_back_is_sent_back_again_when_asked_after_the_coordinators_deat
     };
     let once = "gate once evidence=none { run \"sh\" \"-c\" \"case $(pwd) in @WORKTREES*) n=$(cat @STATE/runs 2>/dev/null || echo 0); echo $((n + 1)) > @STATE/runs; [ $n -ge 1 ] || { echo first-run-fails; exit 1; };; esac\"; }";
     let fixture = Fixture::new(&loop_kdl(
-        &agent_def("bot", "fix.sh", &[]),
+        &agent_def("bot", "usage_fix.sh", &[]),
         true,
         &format!("{TESTS_GATE}\n    {once}"),
         "budget iterations=3",
@@ -725,6 +725,13 @@ fn a_landing_sent_back_is_sent_back_again_when_asked_after_the_coordinators_deat
         "{}",
         run.why()
     );
+    // What each attempt spent counts once, before the death and after it.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture.root().join(".mvk/loop_state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["budget_spent"]["tokens"], 2000, "{state}");
+    assert_eq!(state["tasks"][0]["spent"]["tokens"], 2000, "{state}");
 }
 
 /// Review r9f, M3: an empty change lands as nothing (no merge row); the coordinator killed

@@ -194,7 +194,14 @@ impl<'a> Coordinator<'a> {
             if let Some(base) = r.base {
                 begun.insert(name.clone(), base);
                 locked(&runner.task_started).insert(name.clone(), std::time::Instant::now());
-                runner.task_state(&name, |s| s.state = "running".into());
+                // What it spent so far, for `loop_state.json` (the run's total is restored).
+                let spent = runner.ledger().spent(&opts.run_id, Some(&name))?;
+                runner.task_state(&name, |s| {
+                    s.state = "running".into();
+                    s.spent.attempts = spent.attempts;
+                    s.spent.tokens = spent.input_tokens.saturating_add(spent.output_tokens);
+                    s.spent.usd_micros = spent.usd_micros;
+                });
             }
             let mut h = Handed {
                 bases: r.bases,
