@@ -349,10 +349,11 @@ fn outcome_of(name: &str) -> WorkflowResult<Outcome> {
     Outcome::from_name(name).ok_or_else(|| fail_workflow(format!("unknown outcome `{name}`")))
 }
 
-/// Options of an activity the coordinator runs. An error it answers is mvk's own and ends the
-/// run, as locally (never retried: its errors are non-retryable); but a coordinator that dies
-/// mid-answer stops heartbeating, and the request is asked again, for as long as it takes, of
-/// the coordinator `mvk resume` starts (its answers are idempotent: see `driver::remote`).
+/// Options of an activity the coordinator runs. A refusal it answers is not retried (the
+/// workflow fails on it); mvk's own error stops the coordinator with a retryable answer, and a
+/// coordinator that dies mid-answer stops heartbeating: either way the request is asked again,
+/// for as long as it takes, of the coordinator `mvk resume` starts (its answers are
+/// idempotent: see `driver::remote`).
 fn coord_opts(queue: &str) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(Duration::from_secs(24 * 3600))
         .task_queue(queue.to_string())
@@ -1093,21 +1094,35 @@ async fn coordinate_to_end(
             // Its workflow runs on (the coordinator failed, not the workflow): the run stays as
             // it stood, for `mvk resume`. Ended here, it could never be continued, while the
             // workers went on making attempts that no coordinator would take (review r9g).
-            // Ended only when the server says the workflow is closed, or never had it (a run
-            // that failed before starting one); unreachable, it may well run on.
+            // Ended only when the server says the workflow is closed, or never had one it was
+            // never asked to start (a run that failed before starting it); unreachable, or not
+            // knowing a workflow that was started (another server?), it may well run on.
+            let started = coord
+                .runner()
+                .ledger()
+                .first_event_detail(&opts.run_id, "temporal.started")
+                .map_or(true, |d| d.is_some());
             let closed = match asker
                 .get_workflow_handle::<mvk_flow::Run>(workflow.clone())
                 .describe(Default::default())
                 .await
             {
-                Ok(d) => d.status() != WorkflowExecutionStatus::Running,
-                Err(temporalio_client::errors::WorkflowInteractionError::NotFound(_)) => true,
+                Ok(d) => matches!(
+                    d.status(),
+                    WorkflowExecutionStatus::Completed
+                        | WorkflowExecutionStatus::Failed
+                        | WorkflowExecutionStatus::Canceled
+                        | WorkflowExecutionStatus::Terminated
+                        | WorkflowExecutionStatus::ContinuedAsNew
+                        | WorkflowExecutionStatus::TimedOut
+                ),
+                Err(temporalio_client::errors::WorkflowInteractionError::NotFound(_)) => !started,
                 Err(_) => false,
             };
             if !closed {
                 return Err(RunError::Executor {
                     message: format!(
-                        "{}; workflow `{workflow}` runs on: `mvk resume {}` continues the run",
+                        "{}; workflow `{workflow}` may run on, so the run stays as it stood: `mvk resume {}` continues it",
                         crate::run::error_chain(&e),
                         opts.run_id
                     ),

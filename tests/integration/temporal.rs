@@ -658,7 +658,7 @@ fn a_coordinator_that_fails_on_its_own_error_leaves_the_run_to_resume() {
         assert!(
             said.contains("the coordinator stopped on an error of its own")
                 && said.contains("failing as asked")
-                && said.contains("runs on: `mvk resume"),
+                && said.contains("the run stays as it stood: `mvk resume"),
             "{said}"
         );
         assert_eq!(fixture.tip("main"), fixture.base);
