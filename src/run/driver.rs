@@ -77,6 +77,10 @@ pub enum RunError {
     },
     #[error("{message}")]
     Config { message: String },
+    /// A request from a Temporal workflow that no honest one sends (an answer to one of its
+    /// activities came from someone else): refused, and the workflow fails on it.
+    #[error("{message}")]
+    Refused { message: String },
     /// The executor that runs attempts elsewhere (Temporal) failed: the server, a worker.
     #[error("{message}")]
     Executor { message: String },

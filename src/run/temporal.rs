@@ -890,7 +890,7 @@ async fn answer(
 ) -> Result<Reply, Unanswered> {
     // A request the checks refuse fails the workflow; any other error of mvk's stops it here.
     let e = |e: RunError| match e {
-        RunError::Config { .. } => Unanswered::Refused(crate::run::error_chain(&e)),
+        RunError::Refused { message } => Unanswered::Refused(message),
         other => Unanswered::Broken(crate::run::error_chain(&other)),
     };
     let oid = |hex: &str| oid(hex).map_err(Unanswered::Refused);

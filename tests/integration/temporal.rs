@@ -874,6 +874,8 @@ mod forger {
     /// Named as mvk's worker's activities are, so that the workflow's attempts come here.
     pub struct WorkerActs {
         pub clone: PathBuf,
+        /// Say a commit that was never pushed made the change, instead.
+        pub unpushed: bool,
     }
 
     #[activities]
@@ -905,7 +907,12 @@ mod forger {
             git(&["commit", "-qam", "fixed"]);
             let head = git(&["rev-parse", "HEAD"]);
             let pushed = mvk::run::temporal::change_ref(&input.workflow, &input.task, input.number);
-            git(&["push", "-q", "-f", &input.repo, &format!("HEAD:{pushed}")]);
+            let head = if self.unpushed {
+                "0123456789abcdef0123456789abcdef01234567".to_string()
+            } else {
+                git(&["push", "-q", "-f", &input.repo, &format!("HEAD:{pushed}")]);
+                head
+            };
             Ok(AttemptOut {
                 worker: "forger".into(),
                 head: Some(head),
@@ -920,7 +927,7 @@ mod forger {
     }
 
     /// Serves the task queue `queue` of the server at `address` until the process ends.
-    pub fn serve(address: String, queue: String, clone: PathBuf) {
+    pub fn serve(address: String, queue: String, clone: PathBuf, unpushed: bool) {
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async move {
@@ -940,7 +947,7 @@ mod forger {
                 )
                 .unwrap();
                 let options = temporalio_sdk::WorkerOptions::new(queue)
-                    .register_activities(WorkerActs { clone })
+                    .register_activities(WorkerActs { clone, unpushed })
                     .build();
                 let mut worker = temporalio_sdk::Worker::new(&runtime, client, options).unwrap();
                 let _ = worker.run().await;
@@ -958,8 +965,43 @@ fn a_pass_whose_change_breaks_the_seal_is_not_landed_whatever_the_worker_said() 
         return;
     };
     let fixture = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
+    let run = apply_with_forger(&bin, &fixture, false);
+    run.expect_code(1);
+    assert_eq!(fixture.tip("main"), fixture.base, "{}", run.why());
+    let failed = run.one("attempt.failed").to_string();
+    assert!(
+        failed.contains("tests/test_calc.sh"),
+        "{failed}\n{}",
+        run.why()
+    );
+    run.none("merge.done");
+}
+
+/// A refusal is not mvk's own trouble: a worker's answer naming a commit this repository does not
+/// hold is refused, and the workflow fails on it (the run ends; nothing is left to resume).
+#[test]
+fn a_change_said_to_be_a_commit_never_pushed_is_refused_and_fails_the_workflow() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let fixture = Fixture::new(&simple_loop("fix.sh", "budget iterations=1"));
+    let run = apply_with_forger(&bin, &fixture, true);
+    run.expect_code(70);
+    assert!(
+        run.context
+            .contains("refused: the change of task `t` is said to be commit 0123456789abcdef"),
+        "{}",
+        run.why()
+    );
+    assert!(!run.context.contains("mvk resume"), "{}", run.why());
+    assert_eq!(fixture.tip("main"), fixture.base);
+}
+
+/// `mvk apply --executor temporal` whose attempts the lying worker [`forger`] answers (with a
+/// commit never pushed, when `unpushed`).
+fn apply_with_forger(bin: &Path, fixture: &Fixture, unpushed: bool) -> crate::apply::Run {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(&bin, dir.path());
+    let (_server, address) = start_server(bin, dir.path());
     let clone = dir.path().join("forger");
     git(
         dir.path(),
@@ -974,8 +1016,8 @@ fn a_pass_whose_change_breaks_the_seal_is_not_landed_whatever_the_worker_said() 
     git(&clone, &["config", "user.email", "forger@example.com"]);
     git(&clone, &["config", "commit.gpgsign", "false"]);
     let queue = "mvk-forged";
-    forger::serve(address.clone(), queue.into(), clone);
-    let run = fixture.run_mvk(
+    forger::serve(address.clone(), queue.into(), clone, unpushed);
+    fixture.run_mvk(
         &[
             "apply",
             "loops/t.kdl",
@@ -987,16 +1029,7 @@ fn a_pass_whose_change_breaks_the_seal_is_not_landed_whatever_the_worker_said() 
             queue,
         ],
         &[],
-    );
-    run.expect_code(1);
-    assert_eq!(fixture.tip("main"), fixture.base, "{}", run.why());
-    let failed = run.one("attempt.failed").to_string();
-    assert!(
-        failed.contains("tests/test_calc.sh"),
-        "{failed}\n{}",
-        run.why()
-    );
-    run.none("merge.done");
+    )
 }
 
 /// A namespace other than `default`: the coordinator and its worker name it, and the run is

@@ -289,7 +289,7 @@ impl<'a> Coordinator<'a> {
         self.tasks()
             .find(|(t, _)| t.name == name)
             .map(|(t, target)| (t, target.to_string()))
-            .ok_or_else(|| RunError::Config {
+            .ok_or_else(|| RunError::Refused {
                 message: format!("the run has no task `{name}`"),
             })
     }
@@ -328,9 +328,29 @@ impl<'a> Coordinator<'a> {
         if known {
             return Ok(());
         }
-        Err(RunError::Config {
+        Err(RunError::Refused {
             message: format!(
                 "refused: task `{name}` was never given base {base} by this coordinator (an answer to one of the run's activities did not come from mvk)"
+            ),
+        })
+    }
+
+    /// Refuses a change said to be made from `base` whose commit `head` is not in this
+    /// repository, or does not descend from `base` (a worker pushes it before it answers).
+    fn check_head(&self, name: &str, base: Oid, head: Oid) -> Result<(), RunError> {
+        let repo =
+            git2::Repository::open(self.runner.repo_root()).map_err(|source| RunError::Git {
+                action: "open the repository".into(),
+                source,
+            })?;
+        let known = repo.find_commit(head).is_ok()
+            && (head == base || repo.graph_descendant_of(head, base).unwrap_or(false));
+        if known {
+            return Ok(());
+        }
+        Err(RunError::Refused {
+            message: format!(
+                "refused: the change of task `{name}` is said to be commit {head}, which this repository does not hold as a descendant of its base {base}"
             ),
         })
     }
@@ -341,7 +361,7 @@ impl<'a> Coordinator<'a> {
         if said == Some(commit) {
             return Ok(());
         }
-        Err(RunError::Config {
+        Err(RunError::Refused {
             message: format!(
                 "refused: task `{name}` is said to have landed ({}), but its landing here did not end so",
                 commit.map_or_else(|| "nothing".to_string(), |c| c.to_string())
@@ -354,6 +374,9 @@ impl<'a> Coordinator<'a> {
     pub fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
         let (task, _) = self.task(name)?;
         self.check_base(name, a.base)?;
+        if let Some(head) = a.head {
+            self.check_head(name, a.base, head)?;
+        }
         if crate::run::failing("coordinator-record-fails") {
             return Err(RunError::Io {
                 action: "record a worker's attempt (failpoint `coordinator-record-fails`)",
@@ -490,7 +513,7 @@ impl<'a> Coordinator<'a> {
             .into_iter()
             .any(|r| r.id == attempt_id && r.number == number && r.head == Some(head.to_string()));
         if !recorded {
-            return Err(RunError::Config {
+            return Err(RunError::Refused {
                 message: format!(
                     "refused: attempt {number} of task `{name}` with head {head} is not the one recorded (id {attempt_id})"
                 ),
@@ -598,7 +621,7 @@ impl<'a> Coordinator<'a> {
     /// records it (`rung.climbed`); the rung's label.
     pub fn climbed(&self, name: &str, to: usize) -> Result<String, RunError> {
         let (task, _) = self.task(name)?;
-        let rung = task.ladder.get(to).ok_or_else(|| RunError::Config {
+        let rung = task.ladder.get(to).ok_or_else(|| RunError::Refused {
             message: format!("task `{name}` has no rung {}", to + 1),
         })?;
         let label = rung_label(rung);
@@ -760,7 +783,7 @@ impl<'a> Coordinator<'a> {
 fn agent_on(task: &Task, rung: u32) -> Result<&crate::ir::Agent, RunError> {
     match task.ladder.get((rung as usize).saturating_sub(1)) {
         Some(Rung::Agent { agent, .. }) => Ok(agent),
-        _ => Err(RunError::Config {
+        _ => Err(RunError::Refused {
             message: format!("task `{}` has no agent on rung {rung}", task.name),
         }),
     }
