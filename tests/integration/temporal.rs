@@ -153,6 +153,29 @@ fn apply_temporal(fixture: &Fixture, address: &str, queue: &str, out: fn() -> St
     apply
 }
 
+/// Waits (two minutes at most) until the fixture's state directory holds NAME, which an agent or
+/// gate writes; the workers' logs under `dir` say why when it does not come.
+fn wait_for_state(fixture: &Fixture, dir: &Path, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !fixture.state(name).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "`{name}` did not appear within 120 s: {}",
+            std::fs::read_to_string(dir.join("worker0.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The id of the fixture's one run.
+fn only_run(fixture: &Fixture) -> String {
+    std::fs::read_dir(fixture.root().join(".mvk/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .next()
+        .unwrap()
+}
+
 /// A flow that fans `port` out over `items/*.txt` (its agent appends its task's name to its
 /// item after `secs` seconds), then `docs`, which starts after every `port` landed and checks
 /// they all did.
@@ -520,15 +543,7 @@ fn a_temporal_run_whose_coordinator_died_mid_landing_is_resumed_and_lands_everyt
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !fixture.state("held").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "no landing gate ran within 120 s: {}",
-            std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_state(&fixture, dir.path(), "held");
     // SIGKILL mid-landing: the ledger still says running, by a dead process.
     drop(coordinator);
     std::fs::remove_file(fixture.state("hold")).unwrap();
@@ -778,16 +793,8 @@ fn a_workflow_forged_on_the_coordinators_queue_is_refused() {
     let coordinator = apply_temporal(&fixture, &address, queue, Stdio::piped)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !fixture.state("agent-started").exists() {
-        assert!(Instant::now() < deadline, "the agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = std::fs::read_dir(fixture.root().join(".mvk/runs"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .next()
-        .unwrap();
+    wait_for_state(&fixture, dir.path(), "agent-started");
+    let run = only_run(&fixture);
     let forged = mvk::run::temporal::FlowIn {
         run: run.clone(),
         workflow: format!("mvk-{run}"),
@@ -1128,16 +1135,8 @@ fn an_attempt_of_a_terminated_workflow_is_cancelled_and_leaves_no_process() {
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !fixture.state("agent.pid").exists() {
-        assert!(Instant::now() < deadline, "the agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = std::fs::read_dir(fixture.root().join(".mvk/runs"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .next()
-        .unwrap();
+    wait_for_state(&fixture, dir.path(), "agent.pid");
+    let run = only_run(&fixture);
     let terminated = Command::new(&bin)
         .args([
             "workflow",
