@@ -110,6 +110,15 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;
     let began = crate::run::resume::began(&ledger, &run).map_err(run_error)?;
     let elsewhere = match began.executor.as_deref() {
+        None if args.temporal_address.is_some() => {
+            return Err(CliError::Usage {
+                message: format!(
+                    "run `{}` ran here (`--executor local`): `--temporal-address` names the server of a run on Temporal",
+                    run.id
+                ),
+                hint: Some(format!("leave it out: `mvk resume {}`", run.id)),
+            });
+        }
         None => None,
         Some(executor) => Some(remote_resume(
             executor,

@@ -112,7 +112,7 @@ pub fn restore(
             continue; // never started: it starts like in a fresh run
         };
         let target = targets.get(&i).map_or("HEAD", String::as_str);
-        settle_merges(runner, &task.name, target)?;
+        settle_merges(runner, &task.name)?;
         let attempts: Vec<AttemptRow> = runner.ledger().attempt_rows(&run, &task.name)?;
         if replanned.contains(&task.name) {
             // What was in flight belonged to the old definition: close it, keep its history.
@@ -187,7 +187,6 @@ pub struct RemoteTask {
 pub fn restore_remote(
     runner: &Runner<'_>,
     selected: &[usize],
-    targets: &BTreeMap<usize, String>,
 ) -> Result<BTreeMap<String, RemoteTask>, RunError> {
     let program = runner.program();
     let run = runner.run_id().to_string();
@@ -199,12 +198,7 @@ pub fn restore_remote(
         .collect();
     finish_interrupted_publish(runner, rows.keys())?;
     for name in rows.keys() {
-        let target = selected
-            .iter()
-            .find(|&&i| program.tasks[i].name == *name)
-            .and_then(|i| targets.get(i))
-            .map_or("HEAD", String::as_str);
-        settle_merges(runner, name, target)?;
+        settle_merges(runner, name)?;
     }
     let mut out = BTreeMap::new();
     for &i in selected {
@@ -348,7 +342,7 @@ fn finish_interrupted_publish<'t>(
 
 /// Settles a task's merge intents against git: done when the target holds the commit, aborted
 /// (to be landed again) when it does not. A merge is never done twice.
-fn settle_merges(runner: &Runner<'_>, task: &str, _target: &str) -> Result<(), RunError> {
+fn settle_merges(runner: &Runner<'_>, task: &str) -> Result<(), RunError> {
     let run = runner.run_id().to_string();
     let merges = runner.ledger().merge_rows(&run, task)?;
     for m in merges.into_iter().filter(|m| m.state == "intent") {

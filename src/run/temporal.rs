@@ -1296,7 +1296,9 @@ async fn coordinate(
         match started {
             Ok(handle) => handle,
             // Started by a coordinator that died before it could say so, and ended since.
-            Err(_) if coord.resumed() => {
+            Err(temporalio_client::errors::WorkflowStartError::AlreadyStarted { .. })
+                if coord.resumed() =>
+            {
                 client.get_workflow_handle::<mvk_flow::Run>(workflow.clone())
             }
             Err(e) => return Err(executor(format!("cannot start workflow `{workflow}`: {e}"))),

@@ -694,6 +694,31 @@ fn a_change_captured_just_before_a_crash_is_kept_on_a_branch() {
     );
 }
 
+/// `--temporal-address` names the server of a run on Temporal: given for a local run, it is
+/// refused rather than ignored, and the run stays resumable.
+#[test]
+fn a_temporal_address_for_a_local_run_is_refused() {
+    let f = Fixture::new(&simple_loop("counted_fix.sh", "budget iterations=3"));
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "agent-captured")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let out = f
+        .mvk()
+        .args(["resume", "--temporal-address", "127.0.0.1:7233"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("`--temporal-address` names the server"),
+        "{err}"
+    );
+    resume(&f, &[]).expect_code(0);
+    fixed(&f);
+}
+
 // Regression: a second resume compared the grown program with the tasks the run began with and
 // dropped the task accepted drift had added.
 #[test]

@@ -175,7 +175,7 @@ impl<'a> Coordinator<'a> {
                 ),
             });
         }
-        let restored = crate::run::resume::restore_remote(&runner, &selected, &targets)?;
+        let restored = crate::run::resume::restore_remote(&runner, &selected)?;
         // Counted again: what the abandoned half records had spent is no longer in the ledger.
         runner.restore_spent()?;
         record_resume(&runner, program, from)?;
