@@ -353,20 +353,7 @@ impl Ledger {
     /// Marks an attempt caught in flight (`running`, its process gone) `abandoned`: a resume
     /// restarts it under the same number.
     pub fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {
-        let what = || format!("attempt #{attempt} as abandoned");
-        self.write(&what, |tx, now| {
-            transition(
-                tx,
-                &what,
-                "UPDATE attempts SET state = 'abandoned', finished_at = ?2
-                     WHERE id = ?1 AND state = 'running'",
-                params![attempt, now],
-                &format!("attempt #{attempt}"),
-                "`running`",
-                "SELECT state FROM attempts WHERE id = ?1",
-                [attempt],
-            )
-        })
+        self.abandon(attempt, false)
     }
 
     /// Marks an attempt whose recording was cut short (`running` or `agent-done`: a worker's
@@ -375,24 +362,37 @@ impl Ledger {
     /// go with it, in the same transaction: the recording asked again records them again, and
     /// they would count twice.
     pub fn abandon_half_recorded(&mut self, attempt: i64) -> Result<(), LedgerError> {
+        self.abandon(attempt, true)
+    }
+
+    fn abandon(&mut self, attempt: i64, half_recorded: bool) -> Result<(), LedgerError> {
         let what = || format!("attempt #{attempt} as abandoned");
+        let (states, expected) = if half_recorded {
+            ("('running', 'agent-done')", "`running` or `agent-done`")
+        } else {
+            ("('running')", "`running`")
+        };
         self.write(&what, |tx, now| {
             transition(
                 tx,
                 &what,
-                "UPDATE attempts SET state = 'abandoned', finished_at = ?2
-                     WHERE id = ?1 AND state IN ('running', 'agent-done')",
+                &format!(
+                    "UPDATE attempts SET state = 'abandoned', finished_at = ?2
+                         WHERE id = ?1 AND state IN {states}"
+                ),
                 params![attempt, now],
                 &format!("attempt #{attempt}"),
-                "`running` or `agent-done`",
+                expected,
                 "SELECT state FROM attempts WHERE id = ?1",
                 [attempt],
             )?;
-            tx.execute("DELETE FROM costs WHERE attempt_id = ?1", [attempt])
-                .map_err(|source| LedgerError::Write {
-                    what: what(),
-                    source,
-                })?;
+            if half_recorded {
+                tx.execute("DELETE FROM costs WHERE attempt_id = ?1", [attempt])
+                    .map_err(|source| LedgerError::Write {
+                        what: what(),
+                        source,
+                    })?;
+            }
             Ok(())
         })
     }

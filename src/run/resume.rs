@@ -98,12 +98,7 @@ pub fn restore(
 ) -> Result<BTreeMap<String, Restored>, RunError> {
     let program = runner.program();
     let run = runner.run_id().to_string();
-    let rows: BTreeMap<String, ledger::TaskRow> = runner
-        .ledger()
-        .task_rows(&run)?
-        .into_iter()
-        .map(|t| (t.name.clone(), t))
-        .collect();
+    let rows = task_rows_by_name(runner)?;
     let mut out = BTreeMap::new();
     finish_interrupted_publish(runner, rows.keys())?;
     for &i in selected {
@@ -190,12 +185,7 @@ pub fn restore_remote(
 ) -> Result<BTreeMap<String, RemoteTask>, RunError> {
     let program = runner.program();
     let run = runner.run_id().to_string();
-    let rows: BTreeMap<String, ledger::TaskRow> = runner
-        .ledger()
-        .task_rows(&run)?
-        .into_iter()
-        .map(|t| (t.name.clone(), t))
-        .collect();
+    let rows = task_rows_by_name(runner)?;
     finish_interrupted_publish(runner, rows.keys())?;
     for name in rows.keys() {
         settle_merges(runner, name)?;
@@ -242,6 +232,16 @@ pub fn restore_remote(
         out.insert(task.name.clone(), restored);
     }
     Ok(out)
+}
+
+/// The run's task rows, by task name.
+fn task_rows_by_name(runner: &Runner<'_>) -> Result<BTreeMap<String, ledger::TaskRow>, RunError> {
+    Ok(runner
+        .ledger()
+        .task_rows(runner.run_id())?
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect())
 }
 
 /// Carries out a landing cut short between bringing the main checkout to the landing's commit

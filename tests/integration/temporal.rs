@@ -142,6 +142,21 @@ fn start_worker_with(
     Killed(cmd.spawn().unwrap())
 }
 
+/// A dev server and one `mvk worker` polling `mvk-test`, in a clone of the fixture's
+/// repository under `dir`: the server, its address, the worker.
+fn server_and_worker(bin: &Path, fixture: &Fixture, dir: &Path) -> (Killed, String, Killed) {
+    let (server, address) = start_server(bin, dir);
+    let worker = start_worker(
+        fixture,
+        dir,
+        fixture.root().to_str().unwrap(),
+        0,
+        &address,
+        "mvk-test",
+    );
+    (server, address, worker)
+}
+
 /// `mvk apply loops/t.kdl --executor temporal` against `address`, its output to `out()`.
 fn apply_temporal(fixture: &Fixture, address: &str, queue: &str, out: fn() -> Stdio) -> Command {
     let mut apply = fixture.mvk_std();
@@ -780,16 +795,8 @@ fn a_workflow_forged_on_the_coordinators_queue_is_refused() {
     };
     let fixture = Fixture::new(&simple_loop("wait_fix.sh", "budget iterations=1"));
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(&bin, dir.path());
+    let (_server, address, _worker) = server_and_worker(&bin, &fixture, dir.path());
     let queue = "mvk-test";
-    let _worker = start_worker(
-        &fixture,
-        dir.path(),
-        fixture.root().to_str().unwrap(),
-        0,
-        &address,
-        queue,
-    );
     let coordinator = apply_temporal(&fixture, &address, queue, Stdio::piped)
         .spawn()
         .unwrap();
@@ -1120,16 +1127,8 @@ fn an_attempt_of_a_terminated_workflow_is_cancelled_and_leaves_no_process() {
         "budget iterations=1",
     ));
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(&bin, dir.path());
+    let (_server, address, _worker) = server_and_worker(&bin, &fixture, dir.path());
     let queue = "mvk-test";
-    let _worker = start_worker(
-        &fixture,
-        dir.path(),
-        fixture.root().to_str().unwrap(),
-        0,
-        &address,
-        queue,
-    );
     let coordinator = Killed(
         apply_temporal(&fixture, &address, queue, Stdio::null)
             .spawn()
@@ -1312,16 +1311,8 @@ fn on_a_worker(
     run: impl FnOnce(&str, &str) -> crate::apply::Run,
 ) -> crate::apply::Run {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(bin, dir.path());
+    let (_server, address, worker) = server_and_worker(bin, fixture, dir.path());
     let queue = "mvk-test";
-    let worker = start_worker(
-        fixture,
-        dir.path(),
-        fixture.root().to_str().unwrap(),
-        0,
-        &address,
-        queue,
-    );
     let mut run = run(&address, queue);
     drop(worker);
     run.context.push_str(&format!(

@@ -52,25 +52,15 @@ pub enum Landed {
 }
 
 impl StoredAnswer {
-    /// The answer the coordinator gives the workflow, kept.
-    fn of_landed(landed: &Landed) -> StoredAnswer {
-        match landed {
-            Landed::Landed(c) => StoredAnswer::Landed {
-                commit: c.map(|c| c.to_string()),
-            },
-            Landed::Retry(failure, base) => StoredAnswer::Retry {
-                failure: failure.clone(),
-                base: base.to_string(),
-            },
-            Landed::Ended(outcome, reason) => StoredAnswer::Ended {
-                outcome: outcome.name().to_string(),
-                reason: reason.clone(),
-            },
-        }
+    /// The answer kept as `json` in the ledger, again; `None` when this mvk cannot read it back.
+    fn read(json: &str) -> Option<Landed> {
+        serde_json::from_str::<StoredAnswer>(json)
+            .ok()
+            .and_then(|a| a.landed())
     }
 
     /// The answer again; `None` when the ledger holds something this mvk cannot read back.
-    pub fn landed(&self) -> Option<Landed> {
+    fn landed(&self) -> Option<Landed> {
         Some(match self {
             StoredAnswer::Landed { commit } => Landed::Landed(match commit {
                 Some(c) => Some(Oid::from_str(c).ok()?),
@@ -83,6 +73,18 @@ impl StoredAnswer {
                 Landed::Ended(Outcome::from_name(outcome)?, reason.clone())
             }
         })
+    }
+}
+
+impl From<Landing> for Landed {
+    /// How the run's merge queue settled a change, as the workflow is told.
+    fn from(landing: Landing) -> Landed {
+        match landing {
+            Landing::Landed(commit) => Landed::Landed(commit),
+            Landing::Retry(f, base) => Landed::Retry(f, base),
+            Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
+            Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
+        }
     }
 }
 
@@ -135,19 +137,30 @@ impl<'a> Coordinator<'a> {
         }
         runner.emit(None, None, "run.started", started)?;
         runner.write_state()?;
+        Ok(Coordinator::new(runner, &selected, &targets, false))
+    }
+
+    /// A coordinator of `runner`'s run for the `selected` tasks and their `targets`, nothing
+    /// begun or handed out yet.
+    fn new(
+        runner: Runner<'a>,
+        selected: &[usize],
+        targets: &BTreeMap<usize, String>,
+        resumed: bool,
+    ) -> Coordinator<'a> {
         let order = selected
             .iter()
             .map(|&i| (i, targets.get(&i).cloned().unwrap_or_default()))
             .collect();
-        Ok(Coordinator {
+        Coordinator {
             runner,
             order,
             begun: std::sync::Mutex::new(BTreeMap::new()),
             handed: std::sync::Mutex::new(BTreeMap::new()),
             ended_before: BTreeMap::new(),
-            resumed: false,
+            resumed,
             landing: std::sync::Mutex::new(BTreeMap::new()),
-        })
+        }
     }
 
     /// Opens the interrupted run `from.run` again, made by `executor`'s workers: what each task
@@ -179,64 +192,46 @@ impl<'a> Coordinator<'a> {
         // Counted again: what the abandoned half records had spent is no longer in the ledger.
         runner.restore_spent()?;
         record_resume(&runner, program, from)?;
-        let mut begun = BTreeMap::new();
-        let mut handed = BTreeMap::new();
-        let mut ended_before = BTreeMap::new();
+        let mut coord = Coordinator::new(runner, &selected, &targets, true);
         for (name, r) in restored {
             if let Some(report) = r.finished {
-                runner.task_state(&name, |s| {
+                coord.runner.task_state(&name, |s| {
                     s.state = report.outcome.name().into();
                     s.merged = report.merged.clone();
                 });
-                ended_before.insert(name, report);
+                coord.ended_before.insert(name, report);
                 continue;
             }
             if let Some(base) = r.base {
-                begun.insert(name.clone(), base);
-                locked(&runner.task_started).insert(name.clone(), std::time::Instant::now());
+                locked(&coord.begun).insert(name.clone(), base);
+                locked(&coord.runner.task_started).insert(name.clone(), std::time::Instant::now());
                 // What it spent so far, for `loop_state.json` (the run's total is restored).
-                let spent = runner.ledger().spent(&opts.run_id, Some(&name))?;
-                runner.task_state(&name, |s| {
+                let spent = coord.runner.ledger().spent(&opts.run_id, Some(&name))?;
+                coord.runner.task_state(&name, |s| {
                     s.state = "running".into();
                     s.spent.attempts = spent.attempts;
                     s.spent.tokens = spent.input_tokens.saturating_add(spent.output_tokens);
                     s.spent.usd_micros = spent.usd_micros;
                 });
             }
-            let mut h = Handed {
-                bases: r.bases,
-                landed: r.landed,
-            };
+            locked(&coord.handed).insert(
+                name.clone(),
+                Handed {
+                    bases: r.bases,
+                    landed: r.landed,
+                },
+            );
             // What its landings' answers handed it: the base a change sent back starts from,
             // the commit (or nothing, for an empty change) one landed.
-            for (_, json) in runner.ledger().landing_answers(&opts.run_id, &name)? {
-                match serde_json::from_str::<StoredAnswer>(&json)
-                    .ok()
-                    .and_then(|a| a.landed())
-                {
-                    Some(Landed::Landed(commit)) => h.landed = Some(commit),
-                    Some(Landed::Retry(_, base)) => {
-                        h.bases.insert(base);
-                    }
-                    _ => {}
+            let answers = coord.runner.ledger().landing_answers(&opts.run_id, &name)?;
+            for (_, json) in answers {
+                if let Some(landed) = StoredAnswer::read(&json) {
+                    coord.handed_answer(&name, &landed);
                 }
             }
-            handed.insert(name, h);
         }
-        runner.write_state()?;
-        let order = selected
-            .iter()
-            .map(|&i| (i, targets.get(&i).cloned().unwrap_or_default()))
-            .collect();
-        Ok(Coordinator {
-            runner,
-            order,
-            begun: std::sync::Mutex::new(begun),
-            handed: std::sync::Mutex::new(handed),
-            ended_before,
-            resumed: true,
-            landing: std::sync::Mutex::new(BTreeMap::new()),
-        })
+        coord.runner.write_state()?;
+        Ok(coord)
     }
 
     /// Whether this coordinator took over an interrupted run (`mvk resume`).
@@ -528,10 +523,7 @@ impl<'a> Coordinator<'a> {
             .into_iter()
             .find(|(id, _)| *id == attempt_id);
         if let Some((_, json)) = answered {
-            let landed = serde_json::from_str::<StoredAnswer>(&json)
-                .ok()
-                .and_then(|a| a.landed())
-                .ok_or_else(|| RunError::Config {
+            let landed = StoredAnswer::read(&json).ok_or_else(|| RunError::Config {
                     message: format!(
                         "the ledger's answer to the landing of attempt {number} of task `{name}` cannot be read: {json}"
                     ),
@@ -547,7 +539,7 @@ impl<'a> Coordinator<'a> {
             .find(|m| m.attempt_id == attempt_id && m.state == "done");
         if let Some(m) = done {
             let commit = m.commit.as_deref().and_then(|c| Oid::from_str(c).ok());
-            return self.answer_landing(name, attempt_id, Landed::Landed(commit));
+            return self.answer_landing(name, attempt_id, Landing::Landed(commit));
         }
         let agent = agent_on(task, rung)?;
         let spec = AttemptSpec {
@@ -564,41 +556,35 @@ impl<'a> Coordinator<'a> {
         // judged here: the seal from base to head, then the task's gates on a clean checkout.
         if let Some(f) = crate::run::attempt::check_seal(&self.runner, task, &spec, head).await? {
             self.runner.fail(task, number, &f)?;
-            return self.answer_landing(name, attempt_id, Landed::Retry(f, base));
+            return self.answer_landing(name, attempt_id, Landing::Retry(f, base));
         }
-        let landed = match self
+        let landing = self
             .runner
             .land(task, &target, &spec, (attempt_id, head), true)
-            .await?
-        {
-            Landing::Landed(commit) => Landed::Landed(commit),
-            Landing::Retry(f, new_base) => {
-                self.runner.fail(task, number, &f)?;
-                Landed::Retry(f, new_base)
-            }
-            Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
-            Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
-        };
-        self.answer_landing(name, attempt_id, landed)
+            .await?;
+        if let Landing::Retry(f, _) = &landing {
+            self.runner.fail(task, number, f)?;
+        }
+        self.answer_landing(name, attempt_id, landing)
     }
 
-    /// Records `landed` as the answer to the landing of `attempt_id`, before it is given, and
-    /// what it hands the task.
+    /// Records `landing` as the answer to the landing of `attempt_id`, before it is given (the
+    /// merge queue may have recorded it already: the first stands), and what it hands the task.
     fn answer_landing(
         &self,
         name: &str,
         attempt_id: i64,
-        landed: Landed,
+        landing: Landing,
     ) -> Result<Landed, RunError> {
-        let json = serde_json::to_string(&StoredAnswer::of_landed(&landed)).map_err(|e| {
-            RunError::Config {
+        let json =
+            serde_json::to_string(&StoredAnswer::of(&landing)).map_err(|e| RunError::Config {
                 message: format!("cannot encode a landing's answer: {e}"),
-            }
-        })?;
+            })?;
         self.runner
             .ledger()
             .record_landing_answer(attempt_id, &json)?;
         crate::run::failpoint("coordinator-landing-answered");
+        let landed = Landed::from(landing);
         self.handed_answer(name, &landed);
         Ok(landed)
     }
