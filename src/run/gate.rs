@@ -303,6 +303,68 @@ mod tests {
         assert_eq!(r.verdict, GateVerdict::Unknown, "{}", r.reason);
     }
 
+    /// Runs `script` as a nonce-evidence gate `times` times in one directory; out come the
+    /// runs whose evidence was not proven, with their reasons.
+    async fn unproven(script: &str, times: usize) -> Vec<(usize, String)> {
+        let dir = tempfile::tempdir().unwrap();
+        let cx = GateContext {
+            cwd: dir.path(),
+            env: &[],
+            log: dir.path().join("g.log"),
+            timeout: Duration::from_secs(30),
+            sandbox: None,
+            protected: &[],
+        };
+        let gate = gate(script, crate::ir::EvidenceMode::Nonce);
+        let mut lost = Vec::new();
+        for i in 0..times {
+            let r = run_gate(&gate, &cx).await.unwrap();
+            if r.verdict != GateVerdict::Pass {
+                lost.push((i, r.reason));
+            }
+        }
+        lost
+    }
+
+    const EVIDENCE: &str = r#"{\"schema\":\"mvk.evidence.v1\",\"nonce\":\"$MVK_NONCE\",\"executed\":3,\"passed\":3,\"failed\":0,\"skipped\":0}"#;
+
+    // Guards against the race of two pipes into one log: a runner's report on stderr, written
+    // a piece at a time as Python's unittest writes it, then the evidence line on stdout lost
+    // the evidence in about one run in five.
+    #[tokio::test]
+    async fn evidence_after_a_report_on_stderr_is_found_every_time() {
+        let script = format!(
+            "for t in 1 2 3; do printf . >&2; done; \
+             printf '\\n----------------------------------------------------------------------\\n' >&2; \
+             printf 'Ran 3 tests in 0.001s\\n\\nOK\\n' >&2; echo \"MVK_EVIDENCE={EVIDENCE}\""
+        );
+        let lost = unproven(&script, 500).await;
+        assert!(
+            lost.is_empty(),
+            "{} of 500 lost: {:?}",
+            lost.len(),
+            lost.first()
+        );
+    }
+
+    // The same with partial lines, no newline between writes, alternating between the streams:
+    // what the gate wrote in order reaches the scanner in order.
+    #[tokio::test]
+    async fn evidence_among_interleaved_partial_lines_is_found_every_time() {
+        let script = format!(
+            "for t in 1 2 3; do printf . >&2; printf 'test %s ' $t; printf 'ok' >&2; printf '\\n'; done; \
+             printf '\\nRan 3' >&2; printf ' tests\\n' >&2; printf 'MVK_EVID'; printf \"ENCE={EVIDENCE}\"; \
+             printf '\\n'; printf 'OK' >&2; printf '\\n' >&2"
+        );
+        let lost = unproven(&script, 500).await;
+        assert!(
+            lost.is_empty(),
+            "{} of 500 lost: {:?}",
+            lost.len(),
+            lost.first()
+        );
+    }
+
     #[tokio::test]
     async fn long_lines_are_survived_and_the_tail_is_bounded() {
         let r = run(

@@ -54,7 +54,8 @@ pub struct ProcessSpec {
     pub kill_grace: Duration,
     /// Full stdout is streamed here (truncated first; parent directories are created).
     pub stdout_log: PathBuf,
-    /// Full stderr is streamed here. May equal `stdout_log` for one combined log.
+    /// Full stderr is streamed here. May equal `stdout_log` for one combined log: then one pipe
+    /// carries both streams, in the order the child wrote them, and everything counts as stdout.
     pub stderr_log: PathBuf,
     /// Memory bound for each of the two tails.
     pub tail_bytes: usize,
@@ -115,7 +116,7 @@ pub struct ProcessOutcome {
     pub termination: Termination,
     /// Last at most `tail_bytes` bytes of stdout (lossy UTF-8; when cut, starts at a line or character boundary).
     pub stdout_tail: String,
-    /// Last at most `tail_bytes` bytes of stderr, cut like `stdout_tail`.
+    /// Last at most `tail_bytes` bytes of stderr, cut like `stdout_tail` (empty for a combined log).
     pub stderr_tail: String,
     /// Total bytes read from stdout (all of them are in `stdout_log`).
     pub stdout_bytes: u64,
@@ -229,28 +230,22 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
         });
     }
 
+    // A log shared by both streams is fed by one pipe, as a shell's `2>&1` does: the child's
+    // writes reach it in the order they were made. Two pipes copied by two tasks interleave as
+    // the scheduler pleases, cutting one stream's line with the other's (an evidence line
+    // printed after a report on stderr was lost that way).
+    let shared = spec.stderr_log == spec.stdout_log;
     let stdout_file = open_log(&spec.stdout_log).await?;
-    let stderr_file = if spec.stderr_log == spec.stdout_log {
-        // A shared file description shares the offset, so the two streams interleave instead of
-        // overwriting each other.
-        stdout_file
-            .try_clone()
-            .await
-            .map_err(|source| ProcessError::CreateLog {
-                path: spec.stderr_log.clone(),
-                source,
-            })?
+    let stderr_file = if shared {
+        None
     } else {
-        open_log(&spec.stderr_log).await?
+        Some(open_log(&spec.stderr_log).await?)
     };
-
     let mut command = Command::new(program);
     command
         .args(&spec.args)
         .current_dir(&spec.cwd)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     if spec.env_clear {
@@ -262,8 +257,29 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
     for (name, value) in &spec.env {
         command.env(name, value);
     }
+    let one_pipe = if shared {
+        let (read, write) = shared_pipe().map_err(|source| ProcessError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let write_too = write.try_clone().map_err(|source| ProcessError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        command
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::from(write_too));
+        Some(read)
+    } else {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        None
+    };
 
-    let mut child = command.spawn().map_err(|source| {
+    let spawned = command.spawn();
+    // The command holds the parent's copies of a shared pipe's write end: closed now, or the
+    // reader would never see the end of the output.
+    drop(command);
+    let mut child = spawned.map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
             ProcessError::ProgramNotFound {
                 program: program.clone(),
@@ -304,22 +320,53 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
         })?;
     }
 
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(ProcessError::Spawn {
-            program: program.clone(),
-            source: io::Error::other("output pipes missing after spawn"),
-        });
-    };
     // Dropping the sender (when this future is dropped) also stops the pumps.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stdout_task = spawn_pump(spec, stdout, stdout_file, Stream::Stdout, stop_rx.clone());
-    let stderr_task = spawn_pump(spec, stderr, stderr_file, Stream::Stderr, stop_rx);
+    let missing = || ProcessError::Spawn {
+        program: program.clone(),
+        source: io::Error::other("output pipes missing after spawn"),
+    };
+    let (stdout_task, stderr_task) = match (one_pipe, stderr_file) {
+        (Some(read), _) => {
+            let reader =
+                tokio::net::unix::pipe::Receiver::from_owned_fd(read).map_err(|source| {
+                    ProcessError::Spawn {
+                        program: program.clone(),
+                        source,
+                    }
+                })?;
+            let both = spawn_pump(spec, reader, stdout_file, Stream::Stdout, stop_rx);
+            (both, None)
+        }
+        (None, Some(stderr_file)) => {
+            let stdout = child.stdout.take().ok_or_else(missing)?;
+            let stderr = child.stderr.take().ok_or_else(missing)?;
+            (
+                spawn_pump(spec, stdout, stdout_file, Stream::Stdout, stop_rx.clone()),
+                Some(spawn_pump(
+                    spec,
+                    stderr,
+                    stderr_file,
+                    Stream::Stderr,
+                    stop_rx,
+                )),
+            )
+        }
+        (None, None) => return Err(missing()),
+    };
 
     let (termination, stragglers_killed) = supervise(&mut child, pgid, spec).await?;
     // The group is gone; from here its id may be reused by an unrelated process, so never signal it again.
     guard.pgid = None;
 
-    let pumps = async { (stdout_task.await, stderr_task.await) };
+    let pumps = async {
+        let stdout = stdout_task.await;
+        let stderr = match stderr_task {
+            Some(task) => Some(task.await),
+            None => None,
+        };
+        (stdout, stderr)
+    };
     tokio::pin!(pumps);
     let (stdout_pumped, stderr_pumped) = tokio::select! {
         done = &mut pumps => done,
@@ -334,7 +381,10 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
         }
     };
     let stdout_pumped = pumped(stdout_pumped, program, "stdout")?;
-    let stderr_pumped = pumped(stderr_pumped, program, "stderr")?;
+    let stderr_pumped = match stderr_pumped {
+        Some(joined) => pumped(joined, program, "stderr")?,
+        None => Pumped::empty(spec.tail_bytes),
+    };
 
     Ok(ProcessOutcome {
         termination,
@@ -543,6 +593,23 @@ struct Pumped {
     /// First error; reading (or at least draining) goes on after a log write error so the child is
     /// not blocked on a full pipe.
     error: Option<ProcessError>,
+}
+
+impl Pumped {
+    /// Nothing read: stderr's share when it went into stdout's pipe.
+    fn empty(tail_bytes: usize) -> Self {
+        Self {
+            tail: Tail::new(tail_bytes),
+            bytes: 0,
+            error: None,
+        }
+    }
+}
+
+/// A pipe for both of a child's output streams: the read end (close-on-exec, kept by mvk) and
+/// the write end to hand the child.
+fn shared_pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)
 }
 
 fn spawn_pump<R>(
@@ -877,17 +944,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn combined_log_keeps_both_streams() {
+    async fn combined_log_keeps_both_streams_in_the_order_written() {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut spec = sh(dir.path(), "echo one; echo two >&2; echo three");
         spec.stderr_log = spec.stdout_log.clone();
         let outcome = run(&spec).await.expect("run");
         let log = std::fs::read_to_string(&spec.stdout_log).expect("stdout log");
-        let mut lines: Vec<&str> = log.lines().collect();
-        lines.sort_unstable();
-        assert_eq!(lines, ["one", "three", "two"]);
-        assert_eq!(outcome.stdout_tail, "one\nthree\n");
-        assert_eq!(outcome.stderr_tail, "two\n");
+        assert_eq!(log, "one\ntwo\nthree\n");
+        // One pipe: the tail is the combined output, in order, and stderr has none of its own.
+        assert_eq!(outcome.stdout_tail, "one\ntwo\nthree\n");
+        assert_eq!(outcome.stderr_tail, "");
+        assert_eq!(outcome.stdout_bytes, 14);
+    }
+
+    // Guards the order two pipes lost: partial lines written alternately to stdout and stderr
+    // must reach a shared log exactly as written (with two pipes this fails within a few runs).
+    #[tokio::test]
+    async fn combined_log_never_cuts_a_line_with_the_other_stream() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = "for i in 1 2 3 4 5 6 7 8; do printf 'err%s-' $i >&2; printf 'out%s-' $i; \
+                      printf 'a\\n' >&2; printf 'b\\n'; done";
+        let mut spec = sh(dir.path(), script);
+        spec.stderr_log = spec.stdout_log.clone();
+        let expected: String = (1..=8).map(|i| format!("err{i}-out{i}-a\nb\n")).collect();
+        for round in 0..100 {
+            run(&spec).await.expect("run");
+            let log = std::fs::read_to_string(&spec.stdout_log).expect("stdout log");
+            assert_eq!(log, expected, "round {round}");
+        }
     }
 
     #[tokio::test]
