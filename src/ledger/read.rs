@@ -126,6 +126,31 @@ pub struct GateResultRow {
     pub duration_ms: i64,
 }
 
+/// The columns [`gate_result_row`] reads, from `gate_results g`.
+pub(super) const GATE_RESULT_SELECT: &str =
+    "SELECT g.attempt_id, g.phase, g.ordinal, g.name, g.verdict, g.exit_code, g.executed,
+        g.passed, g.failed, g.skipped, g.evidence, g.reason, g.duration_ms
+     FROM gate_results g";
+
+/// One row of [`GATE_RESULT_SELECT`].
+pub(super) fn gate_result_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GateResultRow> {
+    Ok(GateResultRow {
+        attempt_id: r.get(0)?,
+        phase: r.get(1)?,
+        ordinal: r.get(2)?,
+        name: r.get(3)?,
+        verdict: r.get(4)?,
+        exit_code: r.get(5)?,
+        executed: r.get(6)?,
+        passed: r.get(7)?,
+        failed: r.get(8)?,
+        skipped: r.get(9)?,
+        evidence: r.get(10)?,
+        reason: r.get(11)?,
+        duration_ms: r.get(12)?,
+    })
+}
+
 /// What one agent (or reviewer) call spent.
 #[derive(Debug, Clone, Serialize)]
 pub struct CostRow {
@@ -337,28 +362,12 @@ impl Reader {
     pub fn gate_results(&self, run: Option<&str>) -> Result<Vec<GateResultRow>, LedgerError> {
         self.rows(
             "the gate results",
-            "SELECT g.attempt_id, g.phase, g.ordinal, g.name, g.verdict, g.exit_code, g.executed,
-                g.passed, g.failed, g.skipped, g.evidence, g.reason, g.duration_ms
-             FROM gate_results g JOIN attempts a ON a.id = g.attempt_id
-             WHERE ?1 IS NULL OR a.run = ?1 ORDER BY g.id",
+            &format!(
+                "{GATE_RESULT_SELECT} JOIN attempts a ON a.id = g.attempt_id
+                 WHERE ?1 IS NULL OR a.run = ?1 ORDER BY g.id"
+            ),
             [run],
-            |r| {
-                Ok(GateResultRow {
-                    attempt_id: r.get(0)?,
-                    phase: r.get(1)?,
-                    ordinal: r.get(2)?,
-                    name: r.get(3)?,
-                    verdict: r.get(4)?,
-                    exit_code: r.get(5)?,
-                    executed: r.get(6)?,
-                    passed: r.get(7)?,
-                    failed: r.get(8)?,
-                    skipped: r.get(9)?,
-                    evidence: r.get(10)?,
-                    reason: r.get(11)?,
-                    duration_ms: r.get(12)?,
-                })
-            },
+            gate_result_row,
         )
     }
 

@@ -239,6 +239,29 @@ impl Ledger {
         Ok(rows)
     }
 
+    /// The gate results (phase `gate`) of a task's attempts, in the order they were recorded.
+    pub fn task_gate_results(
+        &self,
+        run: &str,
+        task: &str,
+    ) -> Result<Vec<super::read::GateResultRow>, LedgerError> {
+        let read = || Self::read_err(format!("the gate results of task `{task}` of run `{run}`"));
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "{} JOIN attempts a ON a.id = g.attempt_id
+                 WHERE a.run = ?1 AND a.task = ?2 AND g.phase = 'gate' ORDER BY g.id",
+                super::read::GATE_RESULT_SELECT
+            ))
+            .map_err(read())?;
+        let rows = stmt
+            .query_map([run, task], super::read::gate_result_row)
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
     /// A task's merges, in the order they were begun.
     pub fn merge_rows(&self, run: &str, task: &str) -> Result<Vec<MergeRow>, LedgerError> {
         let read = || Self::read_err(format!("the merges of task `{task}` of run `{run}`"));

@@ -1686,7 +1686,7 @@ impl<'a> Runner<'a> {
             if pend.is_none()
                 && let Some(f) = last
                     .as_ref()
-                    .filter(|_| same >= task.budget.same_failure.max(1))
+                    .filter(|f| brakes(f, same, task.budget.same_failure))
             {
                 let reason = format!(
                     "stuck: the same failure {same} times in a row: {}",
@@ -2069,7 +2069,7 @@ impl<'a> Runner<'a> {
                     return Ok((r, Some(path)));
                 }
             }
-            if same >= task.budget.same_failure.max(1) {
+            if brakes(&failure, same, task.budget.same_failure) {
                 let outcome = stuck_outcome(failure.kind);
                 let reason = format!(
                     "stuck: the same failure {same} times in a row: {}",
@@ -2306,11 +2306,35 @@ impl<'a> Runner<'a> {
         if tried.is_empty() {
             let _ = writeln!(text, "No attempt was made.");
         }
+        // Each attempt's gates with their evidence, so that a person asked to overrule a
+        // reviewer sees what the oracle said without opening the logs.
+        let (made, gates) = {
+            let ledger = self.ledger();
+            (
+                ledger.attempt_rows(&self.run_id, &task.name)?,
+                ledger.task_gate_results(&self.run_id, &task.name)?,
+            )
+        };
         for (_, n, branch, f) in tried {
             let what = f.as_ref().map_or("passed".to_string(), |f| {
                 format!("{} failure: {}", f.kind.name(), f.criterion)
             });
             let _ = writeln!(text, "- attempt {n} on branch `{branch}`: {what}");
+            let ids: Vec<i64> = made
+                .iter()
+                .filter(|a| a.number == n && a.branch == branch)
+                .map(|a| a.id)
+                .collect();
+            for g in gates.iter().filter(|g| ids.contains(&g.attempt_id)) {
+                let counts = match (g.executed, g.passed, g.failed, g.skipped) {
+                    (Some(e), Some(p), Some(f), Some(s)) => format!(
+                        "{e} executed, {p} passed, {f} failed, {s} skipped; evidence: {}",
+                        g.evidence
+                    ),
+                    _ => format!("evidence: {}", g.evidence),
+                };
+                let _ = writeln!(text, "  - gate `{}`: {} ({counts})", g.name, g.verdict);
+            }
         }
         if let Some(f) = last
             && !f.tail.is_empty()
@@ -2343,6 +2367,15 @@ impl<'a> Runner<'a> {
 
 /// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
 /// (the contract's 1), however often; unprovable evidence is unknown.
+/// Whether `same` equal failures in a row, the last `failure`, stop the task as stuck. A
+/// reviewer's rejection never does: the review's rounds bound a disagreement, and past them a
+/// person decides. The brake is for work that makes no progress against a deterministic
+/// oracle (gates, the seal, the agent itself); a reviewer that keeps rejecting may be the one
+/// that is wrong.
+pub(crate) fn brakes(failure: &Failure, same: u32, limit: u32) -> bool {
+    failure.kind != FailureKind::Review && same >= limit.max(1)
+}
+
 fn stuck_outcome(kind: FailureKind) -> Outcome {
     match kind {
         FailureKind::Seal => Outcome::Rejected,

@@ -193,6 +193,10 @@ pub struct TaskIn {
     /// The task's ladder, as the workflow climbs it.
     pub ladder: Vec<RungIn>,
     pub same_failure: u32,
+    /// The review's rounds of rework: past them a rejection ends the task for a person. `None`
+    /// when the task has no reviewer (and in a workflow started by an older mvk).
+    #[serde(default)]
+    pub review_rounds: Option<u32>,
     /// The task's token, dollar and wall budgets.
     #[serde(default)]
     pub budget: Limits,
@@ -530,12 +534,16 @@ async fn run_task(
         .await?;
     let mut last: Option<Failure> = None;
     let mut same = 0u32;
+    let mut rejections = 0u32;
     let mut number = 0u32;
     // The 0-based rung and the attempts made on it.
     let mut rung_idx = 0usize;
     let mut rung_used = 0u32;
     loop {
-        if let Some(f) = last.as_ref().filter(|_| same >= task.same_failure.max(1)) {
+        if let Some(f) = last
+            .as_ref()
+            .filter(|f| crate::run::driver::brakes(f, same, task.same_failure))
+        {
             let o = end(EndIn::Stuck {
                 task: task.name.clone(),
                 same,
@@ -722,6 +730,30 @@ async fn run_task(
         } else {
             1
         };
+        // Bounded review, as locally: past its rounds a rejection goes to a person. This
+        // executor has no checkpoint to wait at, so the task ends for a person with the branch.
+        if failure.kind == crate::run::attempt::FailureKind::Review {
+            rejections += 1;
+            if let Some(rounds) = task.review_rounds.filter(|r| rejections > *r) {
+                let blockers: Vec<String> = failure
+                    .blockers
+                    .iter()
+                    .map(crate::prompt::Blocker::line)
+                    .collect();
+                let o = end(EndIn::Ended {
+                    task: task.name.clone(),
+                    number,
+                    outcome: Outcome::Human.name().to_string(),
+                    reason: format!(
+                        "the reviewer rejected attempt {number} after {rounds} round{} of rework: {}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it",
+                        if rounds == 1 { "" } else { "s" },
+                        blockers.join("; ")
+                    ),
+                })
+                .await?;
+                return outcome_of(&o);
+            }
+        }
         last = Some(failure);
     }
 }
@@ -1211,6 +1243,7 @@ async fn coordinate(
                 })
                 .collect(),
             same_failure: t.budget.same_failure,
+            review_rounds: t.review.as_ref().map(|r| r.rounds),
             budget: Limits::of(t.budget.tokens, t.budget.usd_micros, t.budget.wall),
         })
         .collect();

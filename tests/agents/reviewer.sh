@@ -3,6 +3,8 @@
 #   reject-then-approve  rejects its first review; approves the second only when its prompt lists
 #                        the first one's blocker to check first (it rejects again otherwise)
 #   always-reject        rejects every time, a different blocker each call
+#   same-reject          rejects every time with the same blocker (a reviewer and a maker who
+#                        cannot agree)
 #   garbage              answers in prose, with no verdict line
 #   limited-then-approve hits a rate limit on its first call, then approves
 #   signal-then-approve  sends SIGTERM to mvk's process group, then approves
@@ -47,6 +49,9 @@ reject-then-approve)
     ;;
 always-reject)
     blocker "add() is still wrong (review $n)" "note $n"
+    ;;
+same-reject)
+    blocker "add() must not use shell arithmetic" "none"
     ;;
 limited-then-approve)
     echo '{"verdict":"approve"}'

@@ -174,6 +174,43 @@ fn rejections_past_the_rounds_stop_for_a_person_and_never_merge() {
     assert_eq!(f.tip("main"), f.base);
 }
 
+// Guards against the same-failure brake ending a review disagreement as "stuck" (exit 2): a
+// reviewer that rejects with the same blocker every time is bounded by its rounds, then a
+// person decides (exit 4), whatever the brake's count.
+#[test]
+fn the_same_rejection_again_and_again_goes_to_a_person_never_to_the_brake() {
+    for rounds in [1_u32, 2] {
+        let f = reviewed("same-reject", rounds, "budget iterations=10 same-failure=2");
+        let run = f.apply();
+        run.expect_code(4);
+        let made: Vec<u64> = (1..=u64::from(rounds) + 1).collect();
+        assert_eq!(
+            run.attempts(),
+            made,
+            "rounds={rounds}: {rounds} of rework, then a person\n{}",
+            run.why()
+        );
+        run.none("task.stuck");
+        assert_eq!(f.tip("main"), f.base, "main moved\n{}", run.why());
+        let waiting = run.one("checkpoint.waiting");
+        assert_eq!(waiting["detail"]["kind"], "review", "rounds={rounds}");
+        let handoff = run.one("human.handoff");
+        assert_eq!(
+            handoff["detail"]["blockers"][0]["evidence"], "add() must not use shell arithmetic",
+            "rounds={rounds}"
+        );
+        let text = fs::read_to_string(run.dir.join("HANDOFF.md")).unwrap();
+        assert!(
+            text.contains("add() must not use shell arithmetic")
+                && text.contains(
+                    "  - gate `tests`: pass (2 executed, 2 passed, 0 failed, 0 skipped; evidence: nonce)"
+                ),
+            "rounds={rounds}: the handoff carries the blocker and the evidence\n{text}"
+        );
+        assert_eq!(run_state(&f, &run.id), "paused", "rounds={rounds}");
+    }
+}
+
 /// The attempt numbers started since the run was last resumed (the trail holds the whole run).
 fn new_attempts(run: &Run) -> Vec<u64> {
     let last = run

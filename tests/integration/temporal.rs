@@ -818,6 +818,7 @@ fn a_workflow_forged_on_the_coordinators_queue_is_refused() {
             iterations: 1,
             ladder: vec![mvk::run::temporal::RungIn::Agent { attempts: None }],
             same_failure: 2,
+            review_rounds: None,
             budget: mvk::run::temporal::Limits::default(),
         }],
         attempt_queue: queue.into(),
