@@ -455,7 +455,7 @@ pub(crate) fn run_error(e: RunError) -> CliError {
         }) => CliError::Usage {
             message: source.to_string(),
             hint: Some(
-                "the run ended here (what landed stays landed): remove the link, then start the flow again with `mvk apply`"
+                "mvk stopped here (what landed stays landed): remove the link, then continue the run with `mvk resume`, or start the flow again with `mvk apply`"
                     .into(),
             ),
         },

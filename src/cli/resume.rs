@@ -40,7 +40,9 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         Some(given) => find_run(cli, Some(given))?,
         None => latest_apply_run(cli)?,
     };
-    refuse_finished(&run)?;
+    if stopped_on_error(&repo_root, &run)?.is_none() {
+        refuse_finished(&run)?;
+    }
     refuse_attempt(printer, &repo_root, &run)?;
     close_all_dead_attempts(printer, &repo_root)?;
     let _lock = lock(
@@ -52,9 +54,27 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         args.wait,
     )?;
     // Read again under the lock: the holder we waited for may have finished the run.
-    let run = find_run(cli, Some(&run.id))?;
-    refuse_finished(&run)?;
-    let ledger = open_ledger(&repo_root)?;
+    let mut run = find_run(cli, Some(&run.id))?;
+    let mut ledger = open_ledger(&repo_root)?;
+    match crate::run::resume::stopped_on_error(&ledger, &run).map_err(run_error)? {
+        // An earlier mvk recorded the run finished on its own error with tasks still going:
+        // it did not end, so it goes on as an interrupted run.
+        Some(unended) => {
+            ledger
+                .reopen_stopped_run(&run.id)
+                .map_err(|e| CliError::Internal {
+                    message: super::apply::chain(&e),
+                })?;
+            printer.status(&format!(
+                "run `{}` was recorded finished on mvk's own error (exit {}) while {} had not ended; it goes on",
+                run.id,
+                run.exit_code.unwrap_or(70),
+                names(unended.iter())
+            ));
+            run = find_run(cli, Some(&run.id))?;
+        }
+        None => refuse_finished(&run)?,
+    }
     let checkpoints = ledger
         .checkpoints(&run.id)
         .map_err(|e| CliError::Internal {
@@ -248,6 +268,16 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     } else {
         v.join(", ")
     }
+}
+
+/// The tasks that did not end of `run`, when an earlier mvk recorded it finished on its own
+/// error all the same (see [`crate::run::resume::stopped_on_error`]).
+fn stopped_on_error(repo_root: &Path, run: &RunRow) -> Result<Option<Vec<String>>, CliError> {
+    if run.state != "finished" || run.outcome.as_deref() != Some("error") {
+        return Ok(None);
+    }
+    let ledger = open_ledger(repo_root)?;
+    crate::run::resume::stopped_on_error(&ledger, run).map_err(run_error)
 }
 
 fn refuse_finished(run: &RunRow) -> Result<(), CliError> {

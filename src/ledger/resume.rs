@@ -373,6 +373,27 @@ impl Ledger {
         })
     }
 
+    /// Takes run `run`, recorded finished on mvk's own error (`error`) while some of its tasks
+    /// had not ended, back to `running`, for `mvk resume` to continue like an interrupted run
+    /// (see `run::resume::stopped_on_error`, which decides it may).
+    pub fn reopen_stopped_run(&mut self, run: &str) -> Result<(), LedgerError> {
+        let what = || format!("the reopening of run `{run}`");
+        self.write(&what, |tx, now| {
+            transition(
+                tx,
+                &what,
+                "UPDATE runs SET state = 'running', outcome = NULL, exit_code = NULL,
+                        finished_at = NULL, heartbeat_at = ?2
+                     WHERE id = ?1 AND state = 'finished' AND outcome = 'error'",
+                params![run, now],
+                &format!("run `{run}`"),
+                "`finished` on an error",
+                "SELECT state FROM runs WHERE id = ?1",
+                [run],
+            )
+        })
+    }
+
     /// Marks an attempt caught in flight (`running`, its process gone) `abandoned`: a resume
     /// restarts it under the same number.
     pub fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {

@@ -104,6 +104,18 @@ pub fn describe(event: &str, d: &Value) -> Option<String> {
         "checkpoint.waiting" => format!("waiting for a person ({}): {}", s("kind"), s("question")),
         "checkpoint.answered" => format!("a person answered: {}", s("decision")),
         "run.paused" => "paused: answer with `mvk approve` or `mvk reject`".to_string(),
+        "run.stopped" => format!(
+            "stopped on mvk's own error, tasks unended (exit 70): {}; continue it with `mvk resume`",
+            s("error")
+        ),
+        "worktree.retry" => format!(
+            "no worktree for {} yet ({}); trying again in {}",
+            s("branch"),
+            s("error"),
+            crate::plan::format_duration(Duration::from_millis(
+                d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
+            ))
+        ),
         "run.finished" => format!(
             "{} (exit {})",
             s("outcome"),

@@ -28,7 +28,8 @@ pub struct Status {
     /// The ledger's `running`, `paused` or `finished`.
     pub state: String,
     pub liveness: Liveness,
-    /// starting, agent, seal, gates, merging, waiting-human, finished: from the last event.
+    /// starting, agent, seal, gates, merging, waiting-human, finished, stopped (mvk's own error
+    /// with tasks unended): from the last event.
     pub phase: String,
     pub outcome: Option<String>,
     pub exit_code: Option<i32>,
@@ -321,6 +322,7 @@ fn phase(events: &[EventRow]) -> String {
         "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
         | "merge.blocked" | "merge.batch-split" => "merging",
         "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
+        "run.stopped" => "stopped",
         "run.finished" => {
             if last.detail.get("outcome").and_then(Value::as_str) == Some("human") {
                 "waiting-human"

@@ -398,6 +398,16 @@ pub struct Runner<'a> {
     state_flushed: std::sync::atomic::AtomicBool,
 }
 
+/// The waits before a worktree is asked for again after an error that may pass (see
+/// [`Runner::acquire`]): about eight seconds in all.
+const WORKTREE_WAITS: [std::time::Duration; 5] = [
+    std::time::Duration::from_millis(250),
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(2),
+    std::time::Duration::from_secs(4),
+];
+
 /// How often, at most, phase changes alone rewrite `.loop_state.json` and STATUS.md: each
 /// write renders every task, and a wide flow changes phase thousands of times.
 const STATE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -1014,8 +1024,9 @@ impl<'a> Runner<'a> {
                 locked(&self.slots).running = running_idx.len();
                 // A task back from landing may take the slot this one held.
                 self.slots_changed.notify_waiters();
-                // mvk's own failure ends the run; the other tasks' futures are dropped with
-                // it, which kills their agents and gates (their process groups die with them).
+                // mvk's own failure stops the run (left for `mvk resume` while tasks have not
+                // ended: `ended_on_error`); the other tasks' futures are dropped with it, which
+                // kills their agents and gates (their process groups die with them).
                 let (report, h) = result?;
                 if h.is_some() {
                     handoff = h;
@@ -1087,15 +1098,45 @@ impl<'a> Runner<'a> {
         })
     }
 
-    /// Says in the ledger and the trail that the run ended on mvk's own error `e`.
+    /// Says in the ledger and the trail that mvk stopped on its own error `e`. A run whose
+    /// tasks did not all end is left as it stands, not finished: `mvk resume` continues it
+    /// (and refuses a finished run); its process gone, it reads as interrupted. Only a run
+    /// whose every task ended is recorded finished, `error` (exit 70).
     pub(crate) fn ended_on_error(&self, e: &RunError) {
-        let run_id = self.run_id.clone();
-        // Said so no one waits for the run; best effort, since the error may be the ledger
-        // itself. (A full disk leaves the run as it stands instead, so that `mvk resume` carries
-        // it on.)
+        // A full disk leaves no word at all: writing one would fail too.
         if e.is_out_of_space() {
             return;
         }
+        let names: Vec<String> = self.state().tasks.iter().map(|t| t.name.clone()).collect();
+        let unended = crate::run::resume::unended_tasks(&self.ledger(), &self.run_id, &names);
+        // When the ledger cannot say, the run stays resumable: the side that loses nothing.
+        if unended.as_ref().map_or(true, |u| !u.is_empty()) {
+            let _ = self.emit(
+                None,
+                None,
+                "run.stopped",
+                json!({
+                    "exit_code": 70,
+                    "error": e.to_string(),
+                    "unended": unended.unwrap_or_default(),
+                }),
+            );
+            self.state().phase = "stopped".into();
+            let _ = self.write_state();
+            return;
+        }
+        self.closed_on_error(e);
+    }
+
+    /// Records the run finished on mvk's own error `e`, whatever its tasks: for a run nothing
+    /// can continue (a Temporal run whose workflow is closed).
+    pub(crate) fn closed_on_error(&self, e: &RunError) {
+        // Said so no one waits for the run; best effort, since the error may be the ledger
+        // itself. (A full disk leaves the run as it stands instead.)
+        if e.is_out_of_space() {
+            return;
+        }
+        let run_id = self.run_id.clone();
         let message = e.to_string();
         let _ = self.ledger().finish_run(&run_id, "error", 70);
         let _ = self.emit(
@@ -1360,10 +1401,45 @@ impl<'a> Runner<'a> {
         self.pool.root()
     }
 
+    /// A lease on a clean checkout of `base` on `branch`. A worktree error that may pass (a
+    /// neighbour's lease holding the branch, a slot's lock held by another process, the disk)
+    /// is tried again after each of [`WORKTREE_WAITS`], each wait an event: a moment's trouble
+    /// of the pool must not end the run; one that outlasts them is mvk's own error.
     pub async fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
-        let pool = self.pool.clone();
-        let branch = branch.to_string();
-        Ok(blocking("check out a worktree", move || pool.acquire(base, &branch)).await??)
+        let mut waits = WORKTREE_WAITS.iter();
+        loop {
+            let pool = self.pool.clone();
+            let wanted = branch.to_string();
+            let got = blocking("check out a worktree", move || {
+                if crate::run::failing("worktree-acquire") {
+                    return Err(worktree::WorktreeError::Io {
+                        action: "check out a worktree",
+                        path: pool.root().to_path_buf(),
+                        source: std::io::Error::other("failing on purpose (MVK_FAILPOINT)"),
+                    });
+                }
+                pool.acquire(base, &wanted)
+            })
+            .await?;
+            let e = match got {
+                Ok(lease) => return Ok(lease),
+                Err(e) => e,
+            };
+            let Some(wait) = waits.next().filter(|_| e.is_transient()) else {
+                return Err(e.into());
+            };
+            self.emit(
+                None,
+                None,
+                "worktree.retry",
+                json!({
+                    "branch": branch,
+                    "error": crate::run::error_chain(&e),
+                    "wait_ms": attempt::ms(*wait),
+                }),
+            )?;
+            tokio::time::sleep(*wait).await;
+        }
     }
 
     /// Writes an event to the ledger and the trail (in that order), then shows it.

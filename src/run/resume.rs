@@ -74,6 +74,49 @@ pub fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
     })
 }
 
+/// Which tasks of run `run` did not end: of `names` (the tasks it set out to run), those the
+/// ledger does not hold finished, and any other it holds begun and not finished; sorted.
+pub fn unended_tasks(
+    ledger: &Ledger,
+    run: &str,
+    names: &[String],
+) -> Result<Vec<String>, RunError> {
+    let rows = ledger.task_rows(run)?;
+    let ended: BTreeSet<&str> = rows
+        .iter()
+        .filter(|r| r.state == TaskRowState::Finished)
+        .map(|r| r.name.as_str())
+        .collect();
+    let mut unended: BTreeSet<String> = names
+        .iter()
+        .filter(|n| !ended.contains(n.as_str()))
+        .cloned()
+        .collect();
+    unended.extend(
+        rows.iter()
+            .filter(|r| r.state != TaskRowState::Finished)
+            .map(|r| r.name.clone()),
+    );
+    Ok(unended.into_iter().collect())
+}
+
+/// The tasks that did not end of a run recorded finished on mvk's own error (`error`, exit 70)
+/// while they had not: what an earlier mvk wrote when a worktree error stopped it, which
+/// `mvk resume` takes up again as an interrupted run. `None` for any other run, and for a run
+/// on Temporal (its workflow closed, nothing can continue it).
+pub fn stopped_on_error(ledger: &Ledger, run: &RunRow) -> Result<Option<Vec<String>>, RunError> {
+    if run.state != "finished" || run.outcome.as_deref() != Some("error") || run.command != "apply"
+    {
+        return Ok(None);
+    }
+    let began = began(ledger, run)?;
+    if began.executor.is_some() {
+        return Ok(None);
+    }
+    let unended = unended_tasks(ledger, &run.id, &began.tasks)?;
+    Ok((!unended.is_empty()).then_some(unended))
+}
+
 /// The tasks a resumed run goes on with, in dependency order: all of the program's (tasks
 /// added by accepted drift included) when it began with all of them, else the one `--task`
 /// chose.

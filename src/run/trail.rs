@@ -264,7 +264,7 @@ pub struct LoopState {
     pub run: String,
     pub file: String,
     pub program: String,
-    /// starting, agent, seal, gates, merging, waiting-human, finished.
+    /// starting, agent, seal, gates, merging, waiting-human, finished, stopped.
     pub phase: String,
     pub started: String,
     pub updated: String,

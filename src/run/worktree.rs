@@ -4,7 +4,8 @@
 //!
 //! Layout under the pool root (always outside the repository):
 //! `slot-N/` is a linked git worktree registered with the repository (`git worktree list` shows
-//! it) and `slot-N.lock` is the file whose exclusive lock says the slot is leased. Lock files
+//! it) and `slot-N.lock` is the file whose exclusive lock says the slot is leased and which
+//! names the branch of its lease; a lease takes both under the pool's registry lock. Lock files
 //! are never deleted: unlinking a lock file another process has already opened would let two
 //! processes believe they hold the same slot.
 //!
@@ -81,6 +82,29 @@ pub enum WorktreeError {
     },
     #[error("no free worktree slot under `{root}` after trying {tried} slots")]
     PoolExhausted { root: PathBuf, tried: usize },
+}
+
+impl WorktreeError {
+    /// Whether the same request may succeed a moment later: a neighbour's lease holding the
+    /// branch, the disk, git's files in the middle of another process's write. Not one that
+    /// can never be met (a bad branch name, a base the repository lacks, a root inside it, a
+    /// repository without commits), nor a verdict on an agent's work.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            WorktreeError::Git { .. }
+                | WorktreeError::Io { .. }
+                | WorktreeError::BranchCheckedOut { .. }
+                | WorktreeError::PoolExhausted { .. }
+        )
+    }
+}
+
+/// Writes the branch a slot's lease holds into the slot's lock file, which holds nothing else
+/// (empty: a lease of no branch, as `gc`'s).
+fn record_lease(lock: &File, branch: &str) -> io::Result<()> {
+    lock.set_len(0)
+        .and_then(|()| std::os::unix::fs::FileExt::write_all_at(lock, branch.as_bytes(), 0))
 }
 
 /// Opens (creating) the lock file at PATH, without locking it yet.
@@ -518,11 +542,7 @@ impl Pool {
                 source,
             });
         }
-        let (slot, lock) = self.lock_slot()?;
-        // The branch this lease holds, for neighbours to read (see `free_branch`).
-        lock.set_len(0)
-            .and_then(|()| std::os::unix::fs::FileExt::write_all_at(&lock, branch.as_bytes(), 0))
-            .map_err(io_err("record the lease in", &self.lock_path(slot)))?;
+        let (slot, lock) = self.claim_slot(branch)?;
         let path = self.slot_path(slot);
         let reused = if self.slot_is_healthy(&main, &path) {
             match self.reset_slot(&main, &path, base, branch) {
@@ -574,7 +594,17 @@ impl Pool {
         }
         let mut removed = Vec::new();
         for n in slots {
-            let Some(_lock) = self.try_lock_slot(n)? else {
+            // Claimed as a lease is (see `claim_slot`), for no branch.
+            let claimed = {
+                let _registry = self.lock_registry()?;
+                let lock = self.try_lock_slot(n)?;
+                if let Some(lock) = &lock {
+                    record_lease(lock, "")
+                        .map_err(io_err("record the lease in", &self.lock_path(n)))?;
+                }
+                lock
+            };
+            let Some(_lock) = claimed else {
                 continue;
             };
             let path = self.slot_path(n);
@@ -728,8 +758,22 @@ impl Pool {
         }
     }
 
+    /// Claims a slot for a lease of `branch`: its lock taken and its lock file naming the
+    /// branch, both under the registry lock, which `free_branch` holds while it judges whether
+    /// a live lease holds a branch. Taken apart, a neighbour's judgement could fall between the
+    /// two: a slot a crash left on `branch` would look leased for it (its lock newly held, its
+    /// file still naming the dead lease's branch), and the branch could never be made again.
+    fn claim_slot(&self, branch: &str) -> Result<(usize, File), WorktreeError> {
+        let _registry = self.lock_registry()?;
+        let (slot, lock) = self.lock_slot()?;
+        record_lease(&lock, branch)
+            .map_err(io_err("record the lease in", &self.lock_path(slot)))?;
+        Ok((slot, lock))
+    }
+
     /// Locks an existing idle slot if there is one (lowest number first), else the lowest
-    /// free number; never a retired one (see [`Lease::retire`]).
+    /// free number; never a retired one (see [`Lease::retire`]). Only under the registry lock
+    /// (see [`Pool::claim_slot`]).
     fn lock_slot(&self) -> Result<(usize, File), WorktreeError> {
         let on_disk = self.slot_numbers_on_disk()?;
         for &n in &on_disk {
@@ -962,6 +1006,10 @@ impl Pool {
             let Some(n) = slot else {
                 return Err(busy());
             };
+            // Leased for this very branch: its lock held and its file naming the branch. A
+            // lease claims both under the registry lock, held here (see `claim_slot`), so a
+            // file naming the branch under a lock held is never a crashed lease's leftover
+            // that a neighbour has just begun to claim.
             if self.try_lock_slot(n)?.is_none()
                 && fs::read_to_string(self.lock_path(n)).is_ok_and(|held| held == branch)
             {
@@ -2089,6 +2137,51 @@ mod tests {
         let head = git(&a_path, &["rev-parse", "--abbrev-ref", "HEAD"]);
         assert_eq!(head.trim(), "HEAD", "idle slot detached");
         assert_eq!(git(&a_path, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_lease_claims_its_slot_only_under_the_registry_lock_so_a_crashed_slot_never_looks_leased() {
+        // A crash left a slot on `mvk/c`: its HEAD names the branch, so does its lock file, and
+        // no one holds its lock. `free_branch` judges under the registry lock whether a live
+        // lease holds the branch; were a neighbour's claim of the slot (the lock, then the file)
+        // not under that lock too, the judgement could fall between the two and find the slot
+        // leased for `mvk/c`, and the branch could never be made again.
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let crashed = pool.acquire(f.c1, "mvk/c").expect("c");
+        let (slot, admin) = (crashed.slot(), crashed.admin.clone());
+        drop(crashed);
+        wait_free(&pool, slot);
+        fs::write(admin.join("HEAD"), "ref: refs/heads/mvk/c\n").expect("leave HEAD on c");
+        let registry = pool.lock_registry().expect("lock registry");
+        let neighbour = {
+            let pool = pool.clone();
+            let base = f.c2;
+            std::thread::spawn(move || pool.acquire(base, "mvk/d"))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            pool.try_lock_slot(slot).expect("probe slot").is_some(),
+            "a neighbour took the slot's lock outside the registry lock"
+        );
+        let main = pool.main().expect("main");
+        pool.free_branch(&main, "refs/heads/mvk/c", "mvk/c", None)
+            .expect("a crashed lease's slot is no live lease");
+        assert_eq!(
+            fs::read_to_string(admin.join("HEAD")).expect("HEAD").trim(),
+            f.c1.to_string(),
+            "detached where the branch points"
+        );
+        drop(registry);
+        let d = neighbour.join().expect("join").expect("d");
+        assert_eq!(d.slot(), slot, "the neighbour leased the crashed slot");
+        assert_eq!(
+            fs::read_to_string(pool.lock_path(slot)).expect("lock file"),
+            "mvk/d"
+        );
+        let c = pool.acquire(f.c2, "mvk/c").expect("c made again");
+        assert_eq!(branch_tip(&f.repo, "mvk/c"), f.c2);
+        drop((c, d));
     }
 
     #[test]

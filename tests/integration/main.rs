@@ -18,6 +18,7 @@ mod human;
 mod imports;
 mod init;
 mod invalid;
+mod knots;
 mod mcp;
 mod prompts;
 mod reading;

@@ -759,9 +759,10 @@ impl<'a> Coordinator<'a> {
         self.runner.finished(ordered, None)
     }
 
-    /// Records that the run ended on mvk's own error.
+    /// Records that the run ended on mvk's own error, its workflow closed: nothing can
+    /// continue it, so it is finished whatever its tasks.
     pub fn ended_on_error(&self, e: &RunError) {
-        self.runner.ended_on_error(e);
+        self.runner.closed_on_error(e);
     }
 }
 
