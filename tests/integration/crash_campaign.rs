@@ -852,8 +852,22 @@ fn tail(text: &str, lines: usize) -> String {
 
 /// What a failed trial prints: enough to reproduce it and to see what went wrong.
 fn report(settings: &Settings, plan: &Plan, trial: &Trial, problems: &[String]) -> String {
+    let log = trial.output(&["log"]);
+    // What mvk said went wrong, for the one-line summary: its last error, else the first task
+    // that did not end accepted.
+    let said = trial
+        .stages
+        .iter()
+        .rev()
+        .flat_map(|s| s.stderr.lines().rev())
+        .find(|l| l.starts_with("error:"))
+        .or_else(|| {
+            log.lines()
+                .find(|l| l.contains(" task.finished ") && !l.contains(" task.finished accepted"))
+        })
+        .unwrap_or("nothing");
     let mut text = format!(
-        "CRASH-FAIL trial {} of seed {}: {}\n  reproduce: MVK_CRASH_SEED={} MVK_CRASH_ONLY={} cargo test --test integration crash_campaign -- --nocapture\n  plan: {plan}\n  stages:\n",
+        "CRASH-FAIL trial {} of seed {}: {} | mvk: {said}\n  reproduce: MVK_CRASH_SEED={} MVK_CRASH_ONLY={} cargo test --test integration crash_campaign -- --nocapture\n  plan: {plan}\n  stages:\n",
         plan.trial,
         settings.seed,
         problems.first().map(String::as_str).unwrap_or_default(),
@@ -875,10 +889,7 @@ fn report(settings: &Settings, plan: &Plan, trial: &Trial, problems: &[String]) 
             tail(&stage.stderr, 40)
         ));
     }
-    text.push_str(&format!(
-        "--- mvk log, last 80 lines\n{}\n",
-        tail(&trial.output(&["log"]), 80)
-    ));
+    text.push_str(&format!("--- mvk log, last 80 lines\n{}\n", tail(&log, 80)));
     text.push_str(&format!(
         "--- git log --oneline --all\n{}",
         String::from_utf8_lossy(&git_output(&trial.repo(), &["log", "--oneline", "--all"]).stdout)
