@@ -27,9 +27,9 @@ if [ -z "$figure" ]; then
 fi
 echo "$figure (seed $seed, $(($(date +%s) - start)) s)"
 if grep -q '^CRASH-FAIL' "$log"; then
-    echo "failures, by their first problem and what mvk said (paths, numbers and hashes blanked):"
+    echo "failures, by their first problem and what mvk said (quotes, paths and numbers blanked):"
     sed -n 's/^CRASH-FAIL trial [0-9]* of seed [0-9]*: //p' "$log" |
-        sed -E "s|/tmp/[^ ':\`]*|PATH|g; s/[0-9a-f]{7,40}/H/g; s/[0-9]+/N/g" | sort | uniq -c | sort -rn
+        sed -E "s/\`[^\`]*\`/Q/g; s/'[^']*'/Q/g; s/\"[^\"]*\"/Q/g; s|[^ ]*/[^ ]*|P|g; s/[0-9]+/N/g" | sort | uniq -c | sort -rn
     echo "failed trials:"
     grep '^CRASH-FAIL' "$log" | sed -E 's/^CRASH-FAIL trial ([0-9]+) of seed [0-9]+: (.*)/  \1: \2/'
     echo "reproduce one: MVK_CRASH_SEED=$seed MVK_CRASH_ONLY=N cargo test --test integration crash_campaign -- --nocapture"

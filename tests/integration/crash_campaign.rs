@@ -298,8 +298,6 @@ struct Stage {
     kill: Option<Kill>,
     /// The signal was sent (a timed kill whose moment came before mvk ended).
     fired: bool,
-    /// When it was sent, in milliseconds since the epoch (the ledger's clock).
-    fired_at: Option<i64>,
     status: Option<ExitStatus>,
     took: Duration,
     stderr: String,
@@ -410,7 +408,6 @@ impl Trial {
         self.sessions.push(session);
         let moment = kill.and_then(|k| k.moment(whole));
         let mut fired = false;
-        let mut fired_at = None;
         let status = loop {
             if let Some(status) = child.try_wait().expect("wait for mvk") {
                 break Some(status);
@@ -421,7 +418,6 @@ impl Trial {
             {
                 strike(kill, session);
                 fired = true;
-                fired_at = Some(epoch_ms());
             }
             if start.elapsed() > STAGE_LIMIT {
                 kill_session(session);
@@ -434,7 +430,6 @@ impl Trial {
             command,
             kill,
             fired,
-            fired_at,
             status,
             took: start.elapsed(),
             stderr: String::from_utf8_lossy(&fs::read(&err_path).unwrap_or_default()).into_owned(),
@@ -492,13 +487,6 @@ impl Trial {
             Err(e) => format!("cannot run mvk {args:?}: {e}"),
         }
     }
-}
-
-fn epoch_ms() -> i64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970");
-    i64::try_from(now.as_millis()).unwrap()
 }
 
 /// Sends KILL's signal to the stage whose mvk (and session) is SESSION.
@@ -654,21 +642,27 @@ fn problems(trial: &Trial, code: Option<i32>, expected: &Expected) -> Vec<String
             expected.code
         ));
     }
-    // SIGTERM stops a run with 130, unless the run had finished before it came.
-    let finished_at: Option<i64> = Connection::open(repo.join(".mvk/ledger.db"))
-        .and_then(|db| db.query_row("SELECT max(finished_at) FROM runs", [], |r| r.get(0)))
+    // SIGTERM stops a run with 130; a signal that comes as the run ends may let it end (its
+    // result is judged like any other), never with another code than the run's own.
+    let recorded: Option<i32> = Connection::open(repo.join(".mvk/ledger.db"))
+        .and_then(|db| {
+            db.query_row(
+                "SELECT exit_code FROM runs WHERE state = 'finished'",
+                [],
+                |r| r.get(0),
+            )
+        })
         .ok()
         .flatten();
     for stage in &trial.stages {
         let code = stage.status.and_then(|s| s.code());
-        let before = matches!((finished_at, stage.fired_at), (Some(f), Some(t)) if f <= t);
         if matches!(stage.kill, Some(Kill::Term(_)))
             && stage.fired
             && code.is_some_and(|c| c != 130)
-            && !before
+            && code != recorded
         {
             out.push(format!(
-                "`mvk {}` stopped by SIGTERM exited {code:?}, not 130, and finished the run after the signal",
+                "`mvk {}` stopped by SIGTERM exited {code:?}, not 130 (the run recorded {recorded:?})",
                 stage.command
             ));
         }
@@ -889,7 +883,22 @@ fn report(settings: &Settings, plan: &Plan, trial: &Trial, problems: &[String]) 
             tail(&stage.stderr, 40)
         ));
     }
-    text.push_str(&format!("--- mvk log, last 80 lines\n{}\n", tail(&log, 80)));
+    text.push_str(&format!("--- mvk log\n{log}\n"));
+    // What each resume found and killed, which `mvk log` does not show.
+    let events = fs::read_dir(trial.repo().join(".mvk/runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|run| fs::read_to_string(run.path().join("events.jsonl")).ok())
+        .collect::<String>();
+    text.push_str("--- run.resumed and attempt.abandoned events\n");
+    for line in events
+        .lines()
+        .filter(|l| l.contains("\"run.resumed\"") || l.contains("\"attempt.abandoned\""))
+    {
+        text.push_str(line);
+        text.push('\n');
+    }
     text.push_str(&format!(
         "--- git log --oneline --all\n{}",
         String::from_utf8_lossy(&git_output(&trial.repo(), &["log", "--oneline", "--all"]).stdout)
@@ -999,6 +1008,8 @@ fn crash_campaign() {
     // By kind of kill: stages planned with it, and those it cut short (a timed kill whose
     // moment comes after mvk ended, or a failpoint mvk does not reach, cuts nothing).
     let mut struck: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    // SIGTERMs that came as mvk was ending the run, which it ended (not 130).
+    let mut ended_anyway = 0;
     for &n in &trials {
         let plan = Plan::new(settings.seed, n);
         let mut trial = Trial::new(
@@ -1016,6 +1027,12 @@ fn crash_campaign() {
                 let seen = struck.entry(kill.kind()).or_default();
                 seen.0 += 1;
                 seen.1 += usize::from(stage.interrupted());
+                if matches!(kill, Kill::Term(_))
+                    && stage.fired
+                    && stage.status.and_then(|s| s.code()) != Some(130)
+                {
+                    ended_anyway += 1;
+                }
             }
         }
         if found.is_empty() {
@@ -1038,6 +1055,7 @@ fn crash_campaign() {
     for (kind, (planned, cut)) in &struck {
         eprintln!("crash campaign: {kind}: {cut} of {planned} stages cut short");
     }
+    eprintln!("crash campaign: SIGTERM came as the run ended, which ended it: {ended_anyway}");
     eprintln!("crash campaign: {figure}");
     assert!(failed.is_empty(), "{figure}");
 }
