@@ -3,7 +3,7 @@
 # trials (default 200) of seed SEED (default: a fresh one, printed), then prints the figure
 # "N of M trials ended identical to an uninterrupted run", the failed trials' first problems
 # counted by kind, and how to reproduce one. Not run by CI (CI runs the same test, 8 trials of
-# seed 23). Each trial is a few seconds of a debug build; 200 take 15 to 30 minutes on 2 cores.
+# seed 23). Each trial is a few seconds of a debug build; 200 took 10 minutes on 2 shared cores.
 # Usage: benches/crash-campaign.sh [TRIALS] [SEED]
 # The whole output (every failed trial's plan, stages, stderr and `mvk log`) is kept in
 # ${TMPDIR:-/tmp}/mvk-crash-campaign-SEED.log; `tail -f` it to follow the trials.
