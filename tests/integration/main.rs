@@ -6,6 +6,7 @@
 
 mod apply;
 mod book;
+mod crash_campaign;
 mod digests;
 mod example_python;
 mod example_run;
