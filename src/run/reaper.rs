@@ -352,16 +352,22 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         // Made before a reboot: nothing of it is alive, and its ids name other processes now.
         .filter(|r| r.boot.is_none() || r.boot.as_deref() == boot_id())
         .collect();
-    if recorded.is_empty() {
-        return 0;
-    }
     let groups: Vec<i32> = recorded.iter().map(|r| r.pgid).collect();
     let marker = format!("{}={run}", crate::run::attempt::RUN_VAR);
-    let live: Vec<(i32, Stat)> = processes()
+    let all: Vec<(i32, Stat)> = processes()
         .into_iter()
-        .filter(|(_, s)| groups.contains(&s.pgrp) && s.state != "Z" && s.state != "X")
+        .filter(|(_, s)| s.state != "Z" && s.state != "X")
         .collect();
-    let mut killed = 0;
+    let carries_marker = |pid: i32| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+    };
+    let live: Vec<(i32, Stat)> = all
+        .iter()
+        .filter(|(_, s)| groups.contains(&s.pgrp))
+        .map(|(pid, s)| (*pid, s.clone()))
+        .collect();
+    let mut killed = unrecorded(&all, &groups, me, my_group, &carries_marker);
     for &pgid in &groups {
         let members: Vec<i32> = live
             .iter()
@@ -374,16 +380,64 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         let leader_alive = recorded
             .iter()
             .any(|r| r.pgid == pgid && r.start.is_some() && r.start == start_time(pgid));
-        let ours = leader_alive
-            || members.iter().any(|pid| {
-                std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
-            });
+        let ours = leader_alive || members.iter().any(|pid| carries_marker(*pid));
         if ours
             && let Some(p) = Pid::from_raw(pgid)
             && rustix::process::kill_process_group(p, Signal::KILL).is_ok()
         {
             killed += members.len();
+        }
+    }
+    killed
+}
+
+/// Kills the groups of the run's processes no record names: an agent or gate a dead mvk
+/// started but had not yet recorded (the record is written once the child runs, so a kill in
+/// between leaves it unnamed) still carries the run's `MVK_RUN` in its environment. Never a
+/// recorded group (the caller judges those), nor mvk's own group or mvk itself; a marked
+/// process in a group that also holds unmarked ones (it was started from elsewhere with the
+/// variable set) is killed alone. Returns how many processes were killed.
+fn unrecorded(
+    all: &[(i32, Stat)],
+    recorded: &[i32],
+    me: i32,
+    my_group: i32,
+    carries_marker: &dyn Fn(i32) -> bool,
+) -> usize {
+    let marked: Vec<(i32, i32)> = all
+        .iter()
+        .filter(|(pid, s)| {
+            *pid != me && s.pgrp != my_group && !recorded.contains(&s.pgrp) && carries_marker(*pid)
+        })
+        .map(|(pid, s)| (*pid, s.pgrp))
+        .collect();
+    let mut groups: Vec<i32> = marked.iter().map(|(_, g)| *g).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut killed = 0;
+    for g in groups {
+        let members: Vec<i32> = all
+            .iter()
+            .filter(|(_, s)| s.pgrp == g)
+            .map(|(pid, _)| *pid)
+            .collect();
+        let whole = members
+            .iter()
+            .all(|pid| marked.iter().any(|(m, _)| m == pid));
+        if whole
+            && killable(g, me, my_group)
+            && let Some(p) = Pid::from_raw(g)
+            && rustix::process::kill_process_group(p, Signal::KILL).is_ok()
+        {
+            killed += members.len();
+            continue;
+        }
+        for (pid, _) in marked.iter().filter(|(_, mg)| *mg == g) {
+            if let Some(p) = Pid::from_raw(*pid)
+                && rustix::process::kill_process(p, Signal::KILL).is_ok()
+            {
+                killed += 1;
+            }
         }
     }
     killed
@@ -458,6 +512,7 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// What `/proc/PID/stat` says of a process.
+#[derive(Clone)]
 struct Stat {
     state: String,
     ppid: i32,
@@ -566,6 +621,53 @@ mod tests {
             Some(9)
         );
         for spared in [&mut other, &mut planted, &mut rebooted] {
+            assert!(spared.try_wait().expect("try_wait").is_none(), "spared");
+            let _ = spared.kill();
+            let _ = spared.wait();
+        }
+    }
+
+    // Guards against the gap between spawning a child and writing its record: a dead mvk's
+    // agent that no record names still carries the run in its environment and is killed; one
+    // of another run, and a group mixing marked and unmarked processes, are not killed whole.
+    #[test]
+    fn an_orphan_no_record_names_is_known_by_its_run_in_its_environment() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = format!("run-unrecorded-{}", std::process::id());
+        let spawn = |run: &str| {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .env_clear()
+                .env(crate::run::attempt::RUN_VAR, run)
+                .process_group(0)
+                .spawn()
+                .expect("spawn sleep")
+        };
+        let (mut ours, mut other) = (spawn(&run), spawn("another-run"));
+        // An unmarked leader whose group a marked process joined: only the marked one dies.
+        let mut unmarked = std::process::Command::new("sleep")
+            .arg("60")
+            .env_clear()
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let mut joined = std::process::Command::new("sleep")
+            .arg("60")
+            .env_clear()
+            .env(crate::run::attempt::RUN_VAR, &run)
+            .process_group(i32::try_from(unmarked.id()).expect("pid"))
+            .spawn()
+            .expect("spawn sleep");
+        assert_eq!(kill_orphans(dir.path(), &run), 2);
+        for killed in [&mut ours, &mut joined] {
+            let status = killed.wait().expect("wait");
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(9)
+            );
+        }
+        for spared in [&mut other, &mut unmarked] {
             assert!(spared.try_wait().expect("try_wait").is_none(), "spared");
             let _ = spared.kill();
             let _ = spared.wait();
