@@ -383,6 +383,48 @@ fn finish_interrupted_publish<'t>(
     Ok(())
 }
 
+/// Removes the lock files a killed mvk left on the run's own branches
+/// (`refs/heads/mvk/RUN/…/*.lock`: libgit2 writes a ref through such a file, and a kill between
+/// its creation and the rename leaves it). Only this run's mvk writes those refs, and a resume
+/// runs once its processes are dead and their orphans killed, so such a file is always stale;
+/// left, every later update of that branch fails as `Locked`. Out come the files removed.
+pub fn clear_ref_locks(repo_root: &Path, run: &str) -> Result<Vec<std::path::PathBuf>, RunError> {
+    let repo = Repository::open(repo_root).map_err(|source| RunError::Git {
+        action: "open the repository".into(),
+        source,
+    })?;
+    let dir = repo.commondir().join("refs/heads/mvk").join(run);
+    let mut removed = Vec::new();
+    // Plain files only, never through a link (the walk does not follow them).
+    for entry in walkdir::WalkDir::new(&dir).min_depth(1).into_iter() {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e)
+                if e.io_error().map(std::io::Error::kind) == Some(std::io::ErrorKind::NotFound) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                return Err(RunError::Io {
+                    action: "read the run's branches",
+                    path: dir.clone(),
+                    source: e.into(),
+                });
+            }
+        };
+        let path = entry.path();
+        if entry.file_type().is_file() && path.extension().is_some_and(|x| x == "lock") {
+            std::fs::remove_file(path).map_err(|source| RunError::Io {
+                action: "remove a stale lock of the run's branch",
+                path: path.to_path_buf(),
+                source,
+            })?;
+            removed.push(path.to_path_buf());
+        }
+    }
+    Ok(removed)
+}
+
 /// Settles a task's merge intents against git: done when the target holds the commit, aborted
 /// (to be landed again) when it does not. A merge is never done twice.
 fn settle_merges(runner: &Runner<'_>, task: &str) -> Result<(), RunError> {

@@ -227,3 +227,27 @@ fn a_run_an_earlier_mvk_recorded_finished_on_its_error_with_tasks_running_is_res
     assert_eq!(again.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already finished"));
 }
+
+// Guards against a kill inside libgit2's write of an attempt's branch: the `.lock` file it
+// leaves beside the ref made every later reset of that branch fail as `Locked`, exit 70, on
+// every resume. Only the run's own mvk writes those refs, so the resume removes such files.
+#[test]
+fn a_lock_a_killed_mvk_left_on_its_attempts_branch_is_removed_by_the_resume() {
+    let f = four();
+    let run = killed_mid_attempt(&f);
+    let refs = f.root().join(".git/refs/heads/mvk").join(&run);
+    let stale = refs.join("c/1.lock");
+    assert!(refs.join("c/1").exists(), "c's branch is a loose ref");
+    fs::write(&stale, "0000000000000000000000000000000000000000\n").unwrap();
+    fs::write(f.state("go"), "").unwrap();
+    let resumed = resume(&f, &[&run]);
+    resumed.expect_code(0);
+    assert!(!stale.exists(), "the stale ref lock is gone");
+    let event = resumed.one("run.resumed");
+    assert_eq!(
+        event["detail"]["ref_locks_removed"][0].as_str(),
+        Some(stale.to_str().unwrap()),
+        "{event}"
+    );
+    uninterrupted(&f, &run, &resumed.why());
+}
