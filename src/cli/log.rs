@@ -85,7 +85,10 @@ pub fn log(cli: &Cli, printer: &Printer, args: &LogArgs) -> Result<Exit, CliErro
             } else {
                 printer.out(&line(&e));
             }
-            if e.event == "run.finished" {
+            // A run an earlier mvk closed on its error and a resume reopened has a
+            // `run.finished` it went on past: it ends the following only while the ledger
+            // says the run is over.
+            if e.event == "run.finished" && current.state != "running" {
                 return Ok(Exit::Ok);
             }
         }

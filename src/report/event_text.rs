@@ -105,7 +105,7 @@ pub fn describe(event: &str, d: &Value) -> Option<String> {
         "checkpoint.answered" => format!("a person answered: {}", s("decision")),
         "run.paused" => "paused: answer with `mvk approve` or `mvk reject`".to_string(),
         "run.stopped" => format!(
-            "stopped on mvk's own error, tasks unended (exit 70): {}; continue it with `mvk resume`",
+            "stopped on mvk's own error, tasks unended: {}; continue it with `mvk resume`",
             s("error")
         ),
         "worktree.retry" => format!(

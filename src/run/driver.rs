@@ -1117,6 +1117,7 @@ impl<'a> Runner<'a> {
                 None,
                 None,
                 "run.stopped",
+                // No exit code: the CLI decides it (64 for a usage error, else 70).
                 json!({
                     "exit_code": 70,
                     "error": e.to_string(),
