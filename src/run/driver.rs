@@ -1119,7 +1119,6 @@ impl<'a> Runner<'a> {
                 "run.stopped",
                 // No exit code: the CLI decides it (64 for a usage error, else 70).
                 json!({
-                    "exit_code": 70,
                     "error": e.to_string(),
                     "unended": unended.unwrap_or_default(),
                 }),
@@ -1761,6 +1760,24 @@ impl<'a> Runner<'a> {
         loop {
             let pend = pending.take();
             let mut fresh_agent = None;
+            // A resumed task may have been stopped by a rejection past the review's rounds just
+            // before mvk was interrupted, before its checkpoint was opened: a person decides.
+            if pend.is_none()
+                && let Some(f) = last.as_ref().filter(|f| f.kind == FailureKind::Review)
+                && let Some(review) = &task.review
+            {
+                let rejections =
+                    self.ledger()
+                        .review_rejections(&self.run_id, &task.name, epoch)?;
+                if rejections > review.rounds
+                    && let Some(a) = self.last_attempt_row(task, epoch, f.attempt)?
+                {
+                    let why = rounds_used(a.number, review.rounds, rejections, f);
+                    let (r, path) =
+                        self.review_checkpoint(task, target, f, (a.id, a.number, &a.branch), &why)?;
+                    return Ok((r, Some(path)));
+                }
+            }
             // A resumed task may have hit the brake just before mvk was interrupted.
             if pend.is_none()
                 && let Some(f) = last
@@ -1796,6 +1813,31 @@ impl<'a> Runner<'a> {
                     }
                 }
                 fresh_agent = Some(match task.ladder.get(rung_idx) {
+                    // The rungs ran out on a reviewer's rejection: the maker and the reviewer
+                    // did not agree, and only a person can say which was wrong.
+                    None if let Some(f) =
+                        last.as_ref().filter(|f| f.kind == FailureKind::Review)
+                        && let Some(a) = self.last_attempt_row(task, epoch, f.attempt)? =>
+                    {
+                        let blockers: Vec<String> = f
+                            .blockers
+                            .iter()
+                            .map(crate::prompt::Blocker::line)
+                            .collect();
+                        let why = format!(
+                            "every rung's attempts were used and the reviewer rejected the last, attempt {}: {}",
+                            a.number,
+                            blockers.join("; ")
+                        );
+                        let (r, path) = self.review_checkpoint(
+                            task,
+                            target,
+                            f,
+                            (a.id, a.number, &a.branch),
+                            &why,
+                        )?;
+                        return Ok((r, Some(path)));
+                    }
                     None => {
                         let outcome = if last
                             .as_ref()
@@ -2117,33 +2159,18 @@ impl<'a> Runner<'a> {
             if failure.kind == FailureKind::Review
                 && let Some(review) = &task.review
             {
+                crate::run::failpoint("review-rejected");
                 let rejections =
                     self.ledger()
                         .review_rejections(&self.run_id, &task.name, epoch)?;
                 if rejections > review.rounds {
-                    let blockers: Vec<String> = failure
-                        .blockers
-                        .iter()
-                        .map(crate::prompt::Blocker::line)
-                        .collect();
-                    let why = format!(
-                        "the reviewer rejected attempt {number} after {} round{} of rework ({rejections} rejection{} in all): {}",
-                        review.rounds,
-                        if review.rounds == 1 { "" } else { "s" },
-                        if rejections == 1 { "" } else { "s" },
-                        blockers.join("; ")
-                    );
-                    let path = self.stop_for_person(task, target, Some(&failure), Some(&why))?;
-                    let question = format!(
-                        "{why}; approve to land attempt {number} on `{target}` anyway, or reject with a reason for another attempt (see {})",
-                        path.display()
-                    );
-                    let r = self.checkpoint(
+                    let why = rounds_used(number, review.rounds, rejections, &failure);
+                    let (r, path) = self.review_checkpoint(
                         task,
+                        target,
+                        &failure,
                         (record.ledger_id, number, &record.branch),
-                        "review",
-                        true,
-                        &question,
+                        &why,
                     )?;
                     return Ok((r, Some(path)));
                 }
@@ -2185,6 +2212,47 @@ impl<'a> Runner<'a> {
             }
             last = Some(failure);
         }
+    }
+
+    /// Stops at a `review` checkpoint on attempt `(id, number, branch)`, whose rejection
+    /// `failure` the maker and the reviewer could not settle (`why`): a person decides, and
+    /// approving lands the attempt the reviewer rejected.
+    fn review_checkpoint(
+        &self,
+        task: &Task,
+        target: &str,
+        failure: &Failure,
+        (attempt_id, number, branch): (i64, u32, &str),
+        why: &str,
+    ) -> Result<(TaskReport, PathBuf), RunError> {
+        let path = self.stop_for_person(task, target, Some(failure), Some(why))?;
+        let question = format!(
+            "{why}; approve to land attempt {number} on `{target}` anyway, or reject with a reason for another attempt (see {})",
+            path.display()
+        );
+        let r = self.checkpoint(
+            task,
+            (attempt_id, number, branch),
+            "review",
+            true,
+            &question,
+        )?;
+        Ok((r, path))
+    }
+
+    /// The row of attempt `number` of `task` in `epoch` that was not abandoned, if any.
+    fn last_attempt_row(
+        &self,
+        task: &Task,
+        epoch: u32,
+        number: u32,
+    ) -> Result<Option<ledger::AttemptRow>, RunError> {
+        Ok(self
+            .ledger()
+            .attempt_rows(&self.run_id, &task.name)?
+            .into_iter()
+            .filter(|a| a.epoch == epoch && a.number == number && a.state != "abandoned")
+            .max_by_key(|a| a.id))
     }
 
     /// Stops `task` at attempt `(id, number, branch)` for a person, and pauses the run.
@@ -2444,8 +2512,6 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
-/// (the contract's 1), however often; unprovable evidence is unknown.
 /// Whether `same` equal failures in a row, the last `failure`, stop the task as stuck. A
 /// reviewer's rejection never does: the review's rounds bound a disagreement, and past them a
 /// person decides. The brake is for work that makes no progress against a deterministic
@@ -2455,6 +2521,8 @@ pub(crate) fn brakes(failure: &Failure, same: u32, limit: u32) -> bool {
     failure.kind != FailureKind::Review && same >= limit.max(1)
 }
 
+/// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
+/// (the contract's 1), however often; unprovable evidence is unknown.
 fn stuck_outcome(kind: FailureKind) -> Outcome {
     match kind {
         FailureKind::Seal => Outcome::Rejected,
@@ -2476,6 +2544,21 @@ fn rung_label(r: &Rung) -> String {
         Rung::Agent { agent, .. } => agent.label(),
         Rung::Human => "human".into(),
     }
+}
+
+/// Why attempt `number`'s rejection, the `rejections`-th, went past the review's `rounds`.
+fn rounds_used(number: u32, rounds: u32, rejections: u32, failure: &Failure) -> String {
+    let blockers: Vec<String> = failure
+        .blockers
+        .iter()
+        .map(crate::prompt::Blocker::line)
+        .collect();
+    format!(
+        "the reviewer rejected attempt {number} after {rounds} round{} of rework ({rejections} rejection{} in all): {}",
+        if rounds == 1 { "" } else { "s" },
+        if rejections == 1 { "" } else { "s" },
+        blockers.join("; ")
+    )
 }
 
 fn last_reason(f: Option<&Failure>) -> String {

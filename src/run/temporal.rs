@@ -540,10 +540,12 @@ async fn run_task(
     let mut rung_idx = 0usize;
     let mut rung_used = 0u32;
     loop {
-        if let Some(f) = last
-            .as_ref()
-            .filter(|f| crate::run::driver::brakes(f, same, task.same_failure))
-        {
+        if let Some(f) = last.as_ref().filter(|f| match task.review_rounds {
+            Some(_) => crate::run::driver::brakes(f, same, task.same_failure),
+            // A workflow an older mvk started braked on every failure: replayed, it must
+            // decide as it did then.
+            None => same >= task.same_failure.max(1),
+        }) {
             let o = end(EndIn::Stuck {
                 task: task.name.clone(),
                 same,

@@ -8,6 +8,15 @@ use rusqlite::Connection;
 
 use crate::apply::{CALC, FIXED, Fixture, Run, TESTS_GATE, agent_def, loop_kdl};
 
+/// The defs of maker `bot` and reviewer `rev` answering as MODE.
+fn maker_and_reviewer(mode: &str) -> String {
+    format!(
+        "{}{}",
+        agent_def("bot", "marked_fix.sh", &["@STATE"]),
+        agent_def("rev", "reviewer.sh", &["@STATE", mode])
+    )
+}
+
 /// A loop whose maker fixes the bug and whose reviewer answers as MODE, with ROUNDS of rework.
 fn reviewed(mode: &str, rounds: u32, extra: &str) -> Fixture {
     let defs = format!(
@@ -209,6 +218,54 @@ fn the_same_rejection_again_and_again_goes_to_a_person_never_to_the_brake() {
         );
         assert_eq!(run_state(&f, &run.id), "paused", "rounds={rounds}");
     }
+}
+
+// Guards against a disagreement ending without a person when the ladder's rungs run out
+// before the review's rounds do: it was "every rung's attempts were used", exit 1.
+#[test]
+fn rungs_used_up_on_a_rejection_go_to_a_person() {
+    let f = Fixture::new(&loop_kdl(
+        &maker_and_reviewer("same-reject"),
+        false,
+        TESTS_GATE,
+        "ladder { rung agent=bot attempts=2; }\n    review agent=rev rounds=3",
+    ));
+    let run = f.apply();
+    run.expect_code(4);
+    assert_eq!(run.attempts(), vec![1, 2], "{}", run.why());
+    let waiting = run.one("checkpoint.waiting");
+    assert_eq!(waiting["detail"]["kind"], "review");
+    assert_eq!(waiting["attempt"], 2);
+    assert_eq!(f.tip("main"), f.base);
+    // Approving lands what the reviewer rejected, as past the rounds.
+    let approved = f.run_mvk(&["approve", &run.id, "t"], &[]);
+    approved.expect_code(0);
+    assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
+}
+
+// Guards against a crash between recording a rejection past the rounds and opening its
+// checkpoint: the resume made one more attempt than the rounds allow.
+#[test]
+fn a_rejection_past_the_rounds_cut_short_by_a_crash_still_goes_to_a_person() {
+    let f = reviewed("same-reject", 0, "");
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "review-rejected")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    crashed.none("checkpoint.waiting");
+    let resumed = f.run_mvk(&["resume"], &[]);
+    resumed.expect_code(4);
+    assert_eq!(
+        resumed.attempts(),
+        vec![1],
+        "no attempt past the rounds\n{}",
+        resumed.why()
+    );
+    let waiting = resumed.one("checkpoint.waiting");
+    assert_eq!(waiting["detail"]["kind"], "review");
+    assert_eq!(waiting["attempt"], 1);
+    assert_eq!(f.tip("main"), f.base);
 }
 
 /// The attempt numbers started since the run was last resumed (the trail holds the whole run).
