@@ -14,7 +14,8 @@ pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 pub const HOME: &str = "HOME";
 /// Crash tests only: the name of a point in mvk's code where the process kills itself with
 /// SIGKILL, as a power cut or the OOM killer would (`agent-captured`, `attempt-passed`, `review-recorded`, `merge-intent`,
-/// `merge-checkout`, `merge-published`; for a Temporal run's coordinator `coordinator-recording`,
+/// `merge-locked`, `merge-files-half`, `merge-checkout`, `merge-ref-moved`, `merge-unlocked`,
+/// `merge-published` (a landing's steps, in order); for a Temporal run's coordinator `coordinator-recording`,
 /// `coordinator-landing-answered`, `coordinator-ending`), or where it fails with an error of its
 /// own (`coordinator-record-fails`). See [`crate::run::failpoint`] and [`crate::run::failing`].
 pub const MVK_FAILPOINT: &str = "MVK_FAILPOINT";

@@ -222,6 +222,9 @@ pub struct MergeStart<'a> {
     pub strategy: &'a str,
     pub old_tip: &'a str,
     pub new_commit: &'a str,
+    /// The file through which the landing takes the main checkout's index lock
+    /// (`run::land::lock_name`), recorded before it is taken.
+    pub index_lock: Option<&'a str>,
 }
 
 /// What a run (or one of its tasks) has spent so far.
@@ -630,8 +633,8 @@ impl Ledger {
         self.write(&what, |tx, now| {
             tx.execute(
                 "INSERT INTO merges (run, task, attempt_id, into_branch, strategy, old_tip,
-                    new_commit, state, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'intent', ?8)",
+                    new_commit, state, started_at, index_lock)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'intent', ?8, ?9)",
                 params![
                     m.run,
                     m.task,
@@ -640,7 +643,8 @@ impl Ledger {
                     m.strategy,
                     m.old_tip,
                     m.new_commit,
-                    now
+                    now,
+                    m.index_lock
                 ],
             )
             .map_err(|source| LedgerError::Write {

@@ -71,6 +71,9 @@ pub struct MergeRow {
     /// `intent`, `done`, `conflict`, `failed` or `aborted`.
     pub state: String,
     pub commit: Option<String>,
+    /// The file through which the landing takes the main checkout's index lock (none for
+    /// intents recorded before migration 8).
+    pub index_lock: Option<String>,
 }
 
 /// A program as stored with a run: its IR as JSON and the sources it was compiled from.
@@ -268,7 +271,8 @@ impl Ledger {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, attempt_id, into_branch, strategy, old_tip, new_commit, state, commit_id
+                "SELECT id, attempt_id, into_branch, strategy, old_tip, new_commit, state, commit_id,
+                    index_lock
                  FROM merges WHERE run = ?1 AND task = ?2 ORDER BY id",
             )
             .map_err(read())?;
@@ -283,12 +287,25 @@ impl Ledger {
                     new_commit: r.get(5)?,
                     state: r.get(6)?,
                     commit: r.get(7)?,
+                    index_lock: r.get(8)?,
                 })
             })
             .map_err(read())?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(read())?;
         Ok(rows)
+    }
+
+    /// The run whose landing recorded `lock` as its index lock's file, if any did.
+    pub fn run_of_index_lock(&self, lock: &str) -> Result<Option<String>, LedgerError> {
+        self.conn
+            .query_row(
+                "SELECT run FROM merges WHERE index_lock = ?1 ORDER BY id LIMIT 1",
+                [lock],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(Self::read_err(format!("the landing that took `{lock}`")))
     }
 
     /// The time of the last event recorded for a run (or one of its tasks), in ms.

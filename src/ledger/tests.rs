@@ -320,6 +320,7 @@ fn a_full_run_round_trips_and_spent_sums_its_costs() {
             strategy: "squash",
             old_tip: "b0",
             new_commit: "c9",
+            index_lock: None,
         })
         .expect("merge intent");
     ledger
@@ -726,6 +727,7 @@ fn foreign_key_violations_are_errors_and_leave_nothing() {
             strategy: "squash",
             old_tip: "b0",
             new_commit: "c1",
+            index_lock: None,
         })
         .expect_err("a merge of another task's attempt");
     assert_eq!(sqlite_code(&err), fk, "{err:?}");
@@ -808,6 +810,7 @@ fn transitions_from_the_wrong_state_are_errors() {
             strategy: "ff",
             old_tip: "b0",
             new_commit: "c1",
+            index_lock: None,
         })
         .expect("intent");
     let err = ledger
@@ -977,6 +980,7 @@ fn shipped_migrations_never_change() {
         "75d9fa6d6eda88578ab2cb18ef2d0386e2c65560c457637edb5f5113682c9495",
         "89390a7422475a5c130e23467e9b6505ba37f29e53d4500dcc88c880e6477878",
         "45f3ae38eb380b7102f3ca5d3425c760af0cd83eb95e68ad5d11821ea44cfc0e",
+        "b6761bc317ed8ef7d9b9824deb2bed7ca712933716efcfc5ad54f20c9a12d16a",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()

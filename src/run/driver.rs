@@ -2133,6 +2133,16 @@ impl<'a> Runner<'a> {
                             let r = end_task!(Outcome::Human, reason, None, Some(record.branch));
                             return Ok((r, Some(path)));
                         }
+                        Landing::Wait(question) => {
+                            let r = self.checkpoint(
+                                task,
+                                (record.ledger_id, number, &record.branch),
+                                "landing",
+                                true,
+                                &question,
+                            )?;
+                            return Ok((r, None));
+                        }
                     }
                 }
             };

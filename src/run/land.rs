@@ -6,10 +6,11 @@
 //! Preparing first lets the caller gate the merged result and record its intent in the ledger
 //! before anything a person can see changes.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{CheckoutNotificationType, ErrorCode, MergeOptions, Oid, Repository};
+use git2::{CheckoutNotificationType, ErrorCode, Index, MergeOptions, Oid, Repository};
 
 use crate::ir::Strategy;
 
@@ -41,9 +42,31 @@ pub enum LandError {
     /// Local changes in the main checkout would be overwritten.
     #[error("the main checkout has local changes that landing would overwrite: {}", paths.join(", "))]
     Dirty { paths: Vec<String> },
-    /// Another git process holds the main checkout's index, or one died holding it.
-    #[error("the main checkout's index is locked (`{}` exists): another git process is running, or one crashed", lock.display())]
-    IndexLocked { lock: PathBuf },
+    /// Another git process holds the main checkout's index, or one died holding it; `owner`
+    /// names mvk's own file when the lock is one a landing of mvk's took.
+    #[error("the main checkout's index is locked (`{}` exists): {}", lock.display(), match owner {
+        Some(own) => format!("a landing of mvk's holds it (its file `{own}`)"),
+        None => "another git process is running, or one crashed".to_string(),
+    })]
+    IndexLocked {
+        lock: PathBuf,
+        owner: Option<String>,
+    },
+    #[error("cannot {action} `{}`", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A landing failed half-way and the main checkout could not be put back: the lock stays
+    /// held, and the ledger's intent says how to finish or undo it (`mvk resume`).
+    #[error("the landing stopped half-way and the main checkout could not be put back; `{}` stays, for `mvk resume` to finish or undo the landing", lock.display())]
+    Knotted {
+        lock: PathBuf,
+        #[source]
+        source: Box<LandError>,
+    },
 }
 
 fn git_err(action: impl Into<String>, repo: &Path) -> impl FnOnce(git2::Error) -> LandError {
@@ -190,15 +213,44 @@ pub fn prepare(
     Ok(Prepared::Commit { tip, commit, moved })
 }
 
+/// A fresh name for the file through which one landing takes the main checkout's index lock,
+/// to be recorded in the ledger's intents before [`publish`] takes it.
+pub fn lock_name(run: &str) -> String {
+    let run: String = run
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "{LOCK_PREFIX}{run}-{:016x}",
+        crate::run::untrusted::unguessable()
+    )
+}
+
+/// How the names of mvk's lock files begin, in the main checkout's git directory.
+const LOCK_PREFIX: &str = "mvk-index-";
+
 /// Moves `branch` from `tip` to `commit`. When the main checkout has `branch` checked out, its
-/// files and index are brought to `commit` first with a safe checkout: a local change that
-/// would be overwritten refuses the landing ([`LandError::Dirty`]) and nothing moves.
+/// files and index are brought to `commit` first, under the main checkout's `index.lock`, which
+/// the landing takes as git does, through a file of its own named `lock` (recorded in the
+/// ledger first, so that a resume can tell the lock is mvk's and finish or undo the landing):
+/// a lock someone else holds refuses the landing before any file is written
+/// ([`LandError::IndexLocked`]), and so does a local change that would be overwritten
+/// ([`LandError::Dirty`]). The order — files, then the index (written aside and renamed over),
+/// then the branch, then the lock given back — means the branch holds `commit` only once the
+/// checkout does, and a landing cut short anywhere holds the lock.
 pub fn publish(
     repo_root: &Path,
     branch: &str,
     tip: Oid,
     commit: Oid,
     reflog: &str,
+    lock: &str,
 ) -> Result<(), LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     let full = format!("refs/heads/{branch}");
@@ -213,21 +265,73 @@ pub fn publish(
             path,
         });
     }
-    let checked_out = !repo.is_bare()
-        && repo
-            .find_reference("HEAD")
-            .ok()
-            .and_then(|h| h.symbolic_target().ok().flatten().map(str::to_string))
-            .is_some_and(|t| t == full);
-    if checked_out {
-        let target = repo
-            .find_commit(commit)
-            .map_err(git_err(format!("read commit `{commit}`"), repo_root))?;
+    if !checked_out(&repo, &full) {
+        return move_branch(&repo, repo_root, branch, (tip, commit), reflog);
+    }
+    let held = Lock::take(repo.path(), lock)?;
+    crate::run::failpoint("merge-locked");
+    // Checked again under the lock, which keeps git from moving HEAD: the checkout's baseline
+    // is HEAD's tree, and must be the old tip the landing's paths are reckoned from.
+    match tip_of(&repo, branch, repo_root) {
+        Ok(now) if now == tip && checked_out(&repo, &full) => {}
+        Ok(_) => {
+            held.release()?;
+            return Err(LandError::Moved {
+                branch: branch.to_string(),
+            });
+        }
+        Err(e) => {
+            held.release()?;
+            return Err(e);
+        }
+    }
+    let landed = Landed {
+        repo: &repo,
+        root: repo_root,
+        held: &held,
+    };
+    match landed.land(branch, tip, commit, reflog) {
+        Ok(()) => held.release(),
+        Err(Stop::Clean(e)) => {
+            held.release()?;
+            Err(e)
+        }
+        Err(Stop::Held(e)) => Err(LandError::Knotted {
+            lock: held.lock.clone(),
+            source: Box::new(e),
+        }),
+    }
+}
+
+/// How a landing that holds the lock and cannot go on leaves the main checkout.
+enum Stop {
+    /// As it found it (nothing written, or what was written put back): the lock is given back.
+    Clean(LandError),
+    /// Half-landed and not put back: the lock stays, for a resume to recover from the intent.
+    Held(LandError),
+}
+
+/// A landing under the main checkout's lock.
+struct Landed<'r> {
+    repo: &'r Repository,
+    root: &'r Path,
+    held: &'r Lock,
+}
+
+impl Landed<'_> {
+    fn land(&self, branch: &str, tip: Oid, commit: Oid, reflog: &str) -> Result<(), Stop> {
+        let old = self.tree(tip).map_err(Stop::Clean)?;
+        let new = self.tree(commit).map_err(Stop::Clean)?;
+        let paths = changed_paths(self.repo, self.root, &old, &new).map_err(Stop::Clean)?;
+        // Safe: only files that still match HEAD (the old tip, which HEAD names, and which git
+        // cannot move while the lock is held) are written, and libgit2 finds every conflict
+        // before it writes the first file. The index is left alone: it is written below, from
+        // the lock's own file.
         let mut conflicts = Vec::new();
-        let result = {
+        let written = {
             let mut opts = CheckoutBuilder::new();
-            // Safe: only files that still match HEAD are rewritten; the baseline is HEAD's tree.
             opts.safe();
+            opts.update_index(false);
             // An ignored file (a user's `.env`, mvk's `.mvk/`) is never overwritten by a landing.
             opts.overwrite_ignored(false);
             opts.notify_on(CheckoutNotificationType::CONFLICT);
@@ -237,24 +341,87 @@ pub fn publish(
                 }
                 true
             });
-            repo.checkout_tree(target.as_object(), Some(&mut opts))
+            opts.progress(|path, done, _| {
+                if path.is_some() && done == 1 {
+                    crate::run::failpoint("merge-files-half");
+                }
+            });
+            self.repo.checkout_tree(new.as_object(), Some(&mut opts))
         };
-        match result {
+        match written {
             Ok(()) => {}
             Err(e) if e.code() == ErrorCode::Conflict || !conflicts.is_empty() => {
                 conflicts.sort();
                 conflicts.dedup();
-                return Err(LandError::Dirty { paths: conflicts });
+                return Err(Stop::Clean(LandError::Dirty { paths: conflicts }));
             }
-            Err(e) if e.code() == ErrorCode::Locked => {
-                return Err(LandError::IndexLocked {
-                    lock: repo.path().join("index.lock"),
-                });
+            Err(e) => {
+                return Err(self.undo(
+                    &old,
+                    &paths,
+                    git_err("update the main checkout", self.root)(e),
+                ));
             }
-            Err(e) => return Err(git_err("update the main checkout", repo_root)(e)),
+        }
+        if let Err(e) = stage(self.repo, self.root, self.held, &new, &paths) {
+            return Err(self.undo(&old, &paths, e));
+        }
+        crate::run::failpoint("merge-checkout");
+        match move_branch(self.repo, self.root, branch, (tip, commit), reflog) {
+            Ok(()) => {
+                crate::run::failpoint("merge-ref-moved");
+                Ok(())
+            }
+            Err(e) => Err(self.undo(&old, &paths, e)),
         }
     }
-    crate::run::failpoint("merge-checkout");
+
+    /// Puts `paths` back as `old` has them (files and index) after the landing failed with
+    /// `cause`: clean when that worked.
+    fn undo(&self, old: &git2::Tree<'_>, paths: &[Vec<u8>], cause: LandError) -> Stop {
+        match put(self.repo, self.root, self.held, old, paths, paths) {
+            Ok(()) => Stop::Clean(cause),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot put the main checkout back after a failed landing");
+                Stop::Held(cause)
+            }
+        }
+    }
+
+    fn tree(&self, commit: Oid) -> Result<git2::Tree<'_>, LandError> {
+        tree_of(self.repo, self.root, commit)
+    }
+}
+
+fn tree_of<'r>(
+    repo: &'r Repository,
+    root: &Path,
+    commit: Oid,
+) -> Result<git2::Tree<'r>, LandError> {
+    repo.find_commit(commit)
+        .and_then(|c| c.tree())
+        .map_err(git_err(format!("read the tree of commit `{commit}`"), root))
+}
+
+/// Whether the main checkout (not a bare repository) has `full_ref` checked out.
+fn checked_out(repo: &Repository, full_ref: &str) -> bool {
+    !repo.is_bare()
+        && repo
+            .find_reference("HEAD")
+            .ok()
+            .and_then(|h| h.symbolic_target().ok().flatten().map(str::to_string))
+            .is_some_and(|t| t == full_ref)
+}
+
+/// Moves `branch` from `tip` to `commit` with a compare-and-swap.
+fn move_branch(
+    repo: &Repository,
+    root: &Path,
+    branch: &str,
+    (tip, commit): (Oid, Oid),
+    reflog: &str,
+) -> Result<(), LandError> {
+    let full = format!("refs/heads/{branch}");
     match repo.reference_matching(&full, commit, true, tip, reflog) {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::Modified || e.code() == ErrorCode::Locked => {
@@ -262,8 +429,425 @@ pub fn publish(
                 branch: branch.to_string(),
             })
         }
-        Err(e) => Err(git_err(format!("move branch `{branch}`"), repo_root)(e)),
+        Err(e) => Err(git_err(format!("move branch `{branch}`"), root)(e)),
     }
+}
+
+/// The paths whose entries differ between `old` and `new` (no rename detection: a rename is a
+/// path removed and one added).
+fn changed_paths(
+    repo: &Repository,
+    root: &Path,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Vec<Vec<u8>>, LandError> {
+    let mut opts = git2::DiffOptions::new();
+    opts.include_typechange(true);
+    let diff = repo
+        .diff_tree_to_tree(Some(old), Some(new), Some(&mut opts))
+        .map_err(git_err("compare the landing's trees", root))?;
+    let mut paths: Vec<Vec<u8>> = Vec::new();
+    for d in diff.deltas() {
+        for f in [d.old_file(), d.new_file()] {
+            if let Some(p) = f.path_bytes() {
+                paths.push(p.to_vec());
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// Writes `files` (of `paths`, which `tree` and the checkout's current state differ at) as
+/// `tree` has them, whatever the checkout holds there, then the index's entries of `paths`.
+fn put(
+    repo: &Repository,
+    root: &Path,
+    held: &Lock,
+    tree: &git2::Tree<'_>,
+    paths: &[Vec<u8>],
+    files: &[Vec<u8>],
+) -> Result<(), LandError> {
+    if !files.is_empty() {
+        let mut opts = CheckoutBuilder::new();
+        opts.force();
+        opts.update_index(false);
+        // Only the landing's own paths, where a file the tree lacks is mvk's to remove.
+        opts.remove_untracked(true);
+        opts.remove_ignored(true);
+        opts.disable_pathspec_match(true);
+        for p in files {
+            opts.path(p.clone());
+        }
+        repo.checkout_tree(tree.as_object(), Some(&mut opts))
+            .map_err(git_err(
+                "write the landing's files in the main checkout",
+                root,
+            ))?;
+    }
+    stage(repo, root, held, tree, paths)
+}
+
+/// Replaces the main checkout's index by one whose entries at `paths` are `tree`'s (with the
+/// stat data of the files as they now are), the others kept: written to the lock's own
+/// `.index` file through a bare index (so libgit2 takes no lock of its own on `.git/index`),
+/// then renamed over `.git/index`.
+fn stage(
+    repo: &Repository,
+    root: &Path,
+    held: &Lock,
+    tree: &git2::Tree<'_>,
+    paths: &[Vec<u8>],
+) -> Result<(), LandError> {
+    use std::os::unix::ffi::OsStrExt;
+    let index_path = repo.path().join("index");
+    let workdir = repo.workdir().unwrap_or(root);
+    remove_if_there(&held.staged)?;
+    match std::fs::copy(&index_path, &held.staged) {
+        Ok(_) => {}
+        // A repository whose index was never written: the new one starts empty.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(LandError::Io {
+                action: "copy the main checkout's index",
+                path: index_path,
+                source,
+            });
+        }
+    }
+    let mut index =
+        Index::open(&held.staged).map_err(git_err("build the main checkout's new index", root))?;
+    for p in paths {
+        let path = Path::new(std::ffi::OsStr::from_bytes(p));
+        for stage in 0..=3 {
+            match index.remove(path, stage) {
+                Ok(()) => {}
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                Err(e) => return Err(git_err("build the main checkout's new index", root)(e)),
+            }
+        }
+    }
+    for p in paths {
+        let path = Path::new(std::ffi::OsStr::from_bytes(p));
+        let Ok(entry) = tree.get_path(path) else {
+            continue; // not in the tree: removed above
+        };
+        let mode = u32::try_from(entry.filemode()).unwrap_or(0);
+        let meta = if entry.kind() == Some(git2::ObjectType::Commit) {
+            None // a submodule: no file of its own here
+        } else {
+            std::fs::symlink_metadata(workdir.join(path)).ok()
+        };
+        index
+            .add(&index_entry(p, entry.id(), mode, meta.as_ref()))
+            .map_err(git_err("build the main checkout's new index", root))?;
+    }
+    index
+        .write()
+        .map_err(git_err("write the main checkout's new index", root))?;
+    std::fs::rename(&held.staged, &index_path).map_err(|source| LandError::Io {
+        action: "put the new index in place",
+        path: index_path,
+        source,
+    })
+}
+
+/// An index entry for `path` at blob (or commit) `id`, with the stat data of `meta` (none: git
+/// reads the file to compare it).
+fn index_entry(
+    path: &[u8],
+    id: Oid,
+    mode: u32,
+    meta: Option<&std::fs::Metadata>,
+) -> git2::IndexEntry {
+    use std::os::unix::fs::MetadataExt;
+    // Git keeps 32 bits of each: the low ones.
+    let low = |v: u64| u32::try_from(v & 0xffff_ffff).unwrap_or(0);
+    let secs = |v: i64| i32::try_from(v).unwrap_or(0);
+    let nanos = |v: i64| u32::try_from(v).unwrap_or(0);
+    let time = |s: i64, n: i64| git2::IndexTime::new(secs(s), nanos(n));
+    git2::IndexEntry {
+        ctime: meta.map_or(time(0, 0), |m| time(m.ctime(), m.ctime_nsec())),
+        mtime: meta.map_or(time(0, 0), |m| time(m.mtime(), m.mtime_nsec())),
+        dev: meta.map_or(0, |m| low(m.dev())),
+        ino: meta.map_or(0, |m| low(m.ino())),
+        mode,
+        uid: meta.map_or(0, |m| m.uid()),
+        gid: meta.map_or(0, |m| m.gid()),
+        file_size: meta.map_or(0, |m| low(m.size())),
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path: path.to_vec(),
+    }
+}
+
+fn remove_if_there(path: &Path) -> Result<(), LandError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(LandError::Io {
+            action: "remove a file of mvk's landing",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The main checkout's `index.lock` as a landing holds it: a hard link to a file of its own
+/// (`own`, named in the ledger), so whoever finds the lock can tell it is mvk's, and whose.
+struct Lock {
+    own: PathBuf,
+    lock: PathBuf,
+    /// Where the new index is written before it is renamed over `.git/index`.
+    staged: PathBuf,
+}
+
+impl Lock {
+    fn at(git_dir: &Path, name: &str) -> Lock {
+        Lock {
+            own: git_dir.join(name),
+            lock: git_dir.join("index.lock"),
+            staged: git_dir.join(format!("{name}.index")),
+        }
+    }
+
+    /// Takes the lock: the own file made, then linked to `index.lock`, which fails when the
+    /// lock exists, as git's own `O_EXCL` creation does; then nothing has been written.
+    fn take(git_dir: &Path, name: &str) -> Result<Lock, LandError> {
+        use std::io::Write as _;
+        let held = Lock::at(git_dir, name);
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&held.own)
+            .and_then(|mut f| {
+                f.write_all(
+                    format!(
+                        "the main checkout's index lock, taken by mvk (process {}) for a landing\n",
+                        std::process::id()
+                    )
+                    .as_bytes(),
+                )
+            });
+        if let Err(source) = made {
+            let _ = std::fs::remove_file(&held.own);
+            return Err(LandError::Io {
+                action: "make the landing's lock file",
+                path: held.own,
+                source,
+            });
+        }
+        match std::fs::hard_link(&held.own, &held.lock) {
+            Ok(()) => Ok(held),
+            Err(e) => {
+                let _ = std::fs::remove_file(&held.own);
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Err(LandError::IndexLocked {
+                        owner: lock_owner(git_dir),
+                        lock: held.lock,
+                    })
+                } else {
+                    Err(LandError::Io {
+                        action: "take the main checkout's index lock",
+                        path: held.lock,
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Whether `index.lock` is this landing's own file.
+    fn held(&self) -> bool {
+        same_file(&self.own, &self.lock)
+    }
+
+    /// Gives the lock back (`index.lock` only while it is still the own file), then removes
+    /// the landing's own files.
+    fn release(&self) -> Result<(), LandError> {
+        if self.held() {
+            remove_if_there(&self.lock)?;
+        }
+        crate::run::failpoint("merge-unlocked");
+        remove_if_there(&self.own)?;
+        remove_if_there(&self.staged)?;
+        let mut staged_lock = self.staged.clone().into_os_string();
+        staged_lock.push(".lock");
+        remove_if_there(Path::new(&staged_lock))
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The name of the file of mvk's that the main checkout's `index.lock` (in `git_dir`) is, when
+/// it is one: a landing's, named in the ledger's intent.
+pub fn lock_owner(git_dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let lock = std::fs::symlink_metadata(git_dir.join("index.lock")).ok()?;
+    if lock.nlink() < 2 {
+        return None;
+    }
+    std::fs::read_dir(git_dir)
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let meta = std::fs::symlink_metadata(entry.path()).ok()?;
+            (name.starts_with(LOCK_PREFIX) && meta.dev() == lock.dev() && meta.ino() == lock.ino())
+                .then_some(name)
+        })
+}
+
+/// What [`recover`] did with a landing cut short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// The landing did not hold the main checkout's lock (never took it, or gave it back, or
+    /// did not need it): nothing of it is left in the checkout.
+    NotHeld,
+    /// The branch already held the landing's commit, and so did the checkout: the lock was
+    /// given back.
+    Released,
+    /// The landing was carried out: files, index, the branch moved, the lock given back.
+    Finished,
+    /// The landing was undone: its paths hold the old tip's content again, except `foreign`
+    /// ones, whose content is neither mvk's nor the old tip's (a person's), left as they are;
+    /// the lock was given back.
+    Undone { foreign: Vec<String> },
+}
+
+/// Finishes or undoes a landing of `commit` (a descendant of `old_tip`, landing on `branch`)
+/// that was cut short while it may have held the main checkout's lock through its file `lock`
+/// (as the ledger's intent recorded): whatever instant it stopped at, the main checkout ends
+/// as it would have after the landing, or as before it, never between. Finished when the
+/// branch is still at `old_tip` and every path of the landing holds the old content, the new,
+/// or a part of the new (a file cut short as it was written): those are mvk's own, never a
+/// person's change. Undone when the branch moved elsewhere, or a path holds something else.
+pub fn recover(
+    repo_root: &Path,
+    branch: &str,
+    (old_tip, commit): (Oid, Oid),
+    lock: &str,
+    reflog: &str,
+) -> Result<Recovery, LandError> {
+    let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
+    let held = Lock::at(repo.path(), lock);
+    if !held.held() {
+        held.release()?;
+        return Ok(Recovery::NotHeld);
+    }
+    let tip = tip_of(&repo, branch, repo_root)?;
+    let holds = tip == commit
+        || repo
+            .graph_descendant_of(tip, commit)
+            .map_err(git_err("compare histories", repo_root))?;
+    let full = format!("refs/heads/{branch}");
+    if holds || !checked_out(&repo, &full) {
+        // The branch moves only after the files and the index are written: nothing is left
+        // to do but to give the lock back. (HEAD changed under the lock: not mvk's to judge.)
+        held.release()?;
+        return Ok(Recovery::Released);
+    }
+    let old = tree_of(&repo, repo_root, old_tip)?;
+    let new = tree_of(&repo, repo_root, commit)?;
+    let paths = changed_paths(&repo, repo_root, &old, &new)?;
+    let foreign = foreign_paths(&repo, repo_root, &old, &new, &paths)?;
+    if tip == old_tip && foreign.is_empty() {
+        put(&repo, repo_root, &held, &new, &paths, &paths)?;
+        match move_branch(&repo, repo_root, branch, (old_tip, commit), reflog) {
+            Ok(()) => {
+                held.release()?;
+                return Ok(Recovery::Finished);
+            }
+            Err(LandError::Moved { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let own: Vec<Vec<u8>> = paths
+        .iter()
+        .filter(|p| !foreign.contains(*p))
+        .cloned()
+        .collect();
+    put(&repo, repo_root, &held, &old, &paths, &own)?;
+    held.release()?;
+    let mut foreign: Vec<String> = foreign
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    foreign.sort();
+    Ok(Recovery::Undone { foreign })
+}
+
+/// The paths of a landing (`old` → `new`) whose file in the main checkout is neither `old`'s
+/// nor `new`'s content nor a beginning of `new`'s (a file cut short as it was written).
+fn foreign_paths(
+    repo: &Repository,
+    root: &Path,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+    paths: &[Vec<u8>],
+) -> Result<BTreeSet<Vec<u8>>, LandError> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let workdir = repo.workdir().unwrap_or(root);
+    let mut foreign = BTreeSet::new();
+    for p in paths {
+        let path = Path::new(std::ffi::OsStr::from_bytes(p));
+        let file = workdir.join(path);
+        let Ok(meta) = std::fs::symlink_metadata(&file) else {
+            continue; // absent: removed, or not written yet
+        };
+        let id_in = |tree: &git2::Tree<'_>| tree.get_path(path).ok().map(|e| e.id());
+        let (was, will) = (id_in(old), id_in(new));
+        if meta.is_dir() {
+            // A directory where the landing has a file: one of the landing's own trees (the
+            // new one being written, or the old one being removed) holds paths under it.
+            continue;
+        }
+        let bytes = if meta.file_type().is_symlink() {
+            std::fs::read_link(&file)
+                .map(|t| t.into_os_string().into_vec())
+                .map_err(|source| LandError::Io {
+                    action: "read a link in the main checkout",
+                    path: file.clone(),
+                    source,
+                })?
+        } else {
+            std::fs::read(&file).map_err(|source| LandError::Io {
+                action: "read a file in the main checkout",
+                path: file.clone(),
+                source,
+            })?
+        };
+        let id = Oid::hash_object(git2::ObjectType::Blob, &bytes)
+            .map_err(git_err("hash a file of the main checkout", root))?;
+        if Some(id) == was || Some(id) == will {
+            continue;
+        }
+        // A file cut short as it was written: the landing's, or its undoing's.
+        let begins = |id: Option<Oid>| {
+            id.and_then(|w| repo.find_blob(w).ok())
+                .is_some_and(|b| b.content().starts_with(&bytes))
+        };
+        if begins(will) || begins(was) {
+            continue;
+        }
+        // Content through the repository's filters (line endings), as libgit2 wrote it.
+        if !meta.file_type().is_symlink()
+            && let Ok(filtered) = repo.blob_path(&file)
+            && (Some(filtered) == was || Some(filtered) == will)
+        {
+            continue;
+        }
+        foreign.insert(p.clone());
+    }
+    Ok(foreign)
 }
 
 /// A linked worktree (not one of mvk's pool slots, which never hold a target) that has
@@ -353,7 +937,7 @@ mod tests {
         assert_eq!(tip, base);
         // Nothing visible changed yet.
         assert_eq!(head(dir.path()), base);
-        publish(dir.path(), "main", tip, commit, "land").unwrap();
+        publish(dir.path(), "main", tip, commit, "land", &lock_name("r")).unwrap();
         assert_eq!(head(dir.path()), commit);
         assert_eq!(
             std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
@@ -387,7 +971,7 @@ mod tests {
             panic!("{p:?}")
         };
         assert!(moved);
-        publish(dir.path(), "main", other, commit, "land").unwrap();
+        publish(dir.path(), "main", other, commit, "land", &lock_name("r")).unwrap();
         let parents = git(dir.path(), &["log", "-1", "--format=%P", "main"]);
         assert_eq!(parents.trim(), format!("{other} {change}"));
         assert_eq!(git(dir.path(), &["show", "main:b.txt"]), "TWO\n");
@@ -441,14 +1025,260 @@ mod tests {
         };
         assert_eq!(commit, change);
         std::fs::write(dir.path().join("a.txt"), "mine\n").unwrap();
-        let err = publish(dir.path(), "main", tip, commit, "land").unwrap_err();
+        let err = publish(dir.path(), "main", tip, commit, "land", &lock_name("r")).unwrap_err();
         assert!(matches!(&err, LandError::Dirty { paths } if paths == &["a.txt".to_string()]));
         assert_eq!(head(dir.path()), base);
         assert_eq!(
             std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
             "mine\n"
         );
-        let err = publish(dir.path(), "main", change, commit, "land").unwrap_err();
+        let err = publish(dir.path(), "main", change, commit, "land", &lock_name("r")).unwrap_err();
         assert!(matches!(err, LandError::Moved { .. }));
+    }
+
+    /// What mvk's landing left in the git directory: `index.lock` and its own files.
+    fn leftovers(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(".git"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n == "index.lock" || n.starts_with(LOCK_PREFIX))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A landing of `main` that changes `a.txt`, removes `b.txt` and adds `c/d.txt`, prepared.
+    fn three_paths() -> (tempfile::TempDir, Oid, Oid) {
+        let dir = repo_with(&[("a.txt", "one\n"), ("b.txt", "two\n")]);
+        let base = head(dir.path());
+        let change = commit_on(dir.path(), "work", "main", "a.txt", "ONE ONE ONE\n");
+        let own = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let wt = dir.path().join(format!("../{own}-three"));
+        let _ = std::fs::remove_dir_all(&wt);
+        git(
+            dir.path(),
+            &["worktree", "add", "-q", wt.to_str().unwrap(), "work"],
+        );
+        std::fs::create_dir_all(wt.join("c")).unwrap();
+        std::fs::write(wt.join("c/d.txt"), "new file\n").unwrap();
+        git(&wt, &["rm", "-q", "b.txt"]);
+        git(&wt, &["add", "c/d.txt"]);
+        git(&wt, &["commit", "-qm", "more"]);
+        let change2 = Oid::from_str(git(&wt, &["rev-parse", "HEAD"]).trim()).unwrap();
+        git(
+            dir.path(),
+            &["worktree", "remove", "--force", wt.to_str().unwrap()],
+        );
+        let _ = change;
+        let Prepared::Commit { commit, .. } = prepare(
+            dir.path(),
+            "main",
+            base,
+            Strategy::Squash,
+            base,
+            change2,
+            "m",
+        )
+        .unwrap() else {
+            panic!()
+        };
+        (dir, base, commit)
+    }
+
+    #[test]
+    fn a_landing_takes_and_gives_back_the_index_lock_and_leaves_a_clean_checkout() {
+        let (dir, base, commit) = three_paths();
+        publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap();
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert!(!dir.path().join("b.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            "new file\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_lock_of_unknown_owner_refuses_the_landing_before_any_file_is_written() {
+        let (dir, base, commit) = three_paths();
+        std::fs::write(dir.path().join(".git/index.lock"), "").unwrap();
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::IndexLocked { owner: None, lock } if lock.ends_with("index.lock")),
+            "{err:?}"
+        );
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "one\n"
+        );
+        assert!(dir.path().join("b.txt").exists());
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert_eq!(
+            leftovers(dir.path()),
+            ["index.lock"],
+            "the lock is not mvk's to remove"
+        );
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_lock_another_landing_of_mvks_holds_is_named_as_its() {
+        let (dir, base, commit) = three_paths();
+        let other = lock_name("other-run");
+        let _held = Lock::take(&dir.path().join(".git"), &other).unwrap();
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::IndexLocked { owner: Some(o), .. } if *o == other),
+            "{err:?}"
+        );
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert_eq!(leftovers(dir.path()), ["index.lock".to_string(), other]);
+    }
+
+    #[test]
+    fn a_local_change_refuses_the_landing_and_gives_the_lock_back() {
+        let (dir, base, commit) = three_paths();
+        std::fs::write(dir.path().join("b.txt"), "mine\n").unwrap();
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::Dirty { paths } if paths == &["b.txt".to_string()]),
+            "{err:?}"
+        );
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "one\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    /// A landing cut short under its lock with `a.txt` written whole and `c/d.txt` cut short
+    /// (its first bytes), `b.txt` not yet removed: the index and the branch as before.
+    fn cut_short(dir: &Path, name: &str) {
+        Lock::take(&dir.join(".git"), name).unwrap();
+        std::fs::write(dir.join("a.txt"), "ONE ONE ONE\n").unwrap();
+        std::fs::create_dir_all(dir.join("c")).unwrap();
+        std::fs::write(dir.join("c/d.txt"), "new f").unwrap();
+    }
+
+    #[test]
+    fn recovery_finishes_a_landing_cut_short_under_its_lock() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            "new file\n"
+        );
+        assert!(!dir.path().join("b.txt").exists());
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        // Done once: asked again, there is nothing of it left to recover.
+        let again = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(again, Recovery::NotHeld);
+        assert_eq!(head(dir.path()), commit);
+    }
+
+    #[test]
+    fn recovery_undoes_a_landing_whose_paths_hold_a_persons_change_and_keeps_it() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        std::fs::write(dir.path().join("b.txt"), "a person's\n").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(
+            done,
+            Recovery::Undone {
+                foreign: vec!["b.txt".into()]
+            }
+        );
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(
+            git(dir.path(), &["status", "--porcelain"]),
+            " M b.txt\n",
+            "only the person's change is left"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "a person's\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_undoes_a_landing_whose_branch_moved_elsewhere() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // The index written too, then someone moves `main` (a push: no index lock needed).
+        let repo = Repository::open(dir.path()).unwrap();
+        let held = Lock::at(repo.path(), &name);
+        let new = tree_of(&repo, dir.path(), commit).unwrap();
+        let old = tree_of(&repo, dir.path(), base).unwrap();
+        let paths = changed_paths(&repo, dir.path(), &old, &new).unwrap();
+        put(&repo, dir.path(), &held, &new, &paths, &paths).unwrap();
+        let other = commit_on(dir.path(), "other", "main", "b.txt", "TWO\n");
+        git(
+            dir.path(),
+            &["update-ref", "refs/heads/main", &other.to_string()],
+        );
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Undone { foreign: vec![] });
+        assert_eq!(head(dir.path()), other, "not mvk's to move back");
+        // The checkout is the old tip's again, so the person sees exactly what the push did.
+        assert_eq!(
+            git(dir.path(), &["diff", "--stat", "HEAD", "--", "a.txt", "c"]),
+            ""
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "one\n"
+        );
+        assert!(!dir.path().join("c").exists());
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_gives_back_the_lock_of_a_landing_that_moved_its_branch() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        let repo = Repository::open(dir.path()).unwrap();
+        let held = Lock::at(repo.path(), &name);
+        let new = tree_of(&repo, dir.path(), commit).unwrap();
+        let old = tree_of(&repo, dir.path(), base).unwrap();
+        let paths = changed_paths(&repo, dir.path(), &old, &new).unwrap();
+        put(&repo, dir.path(), &held, &new, &paths, &paths).unwrap();
+        move_branch(&repo, dir.path(), "main", (base, commit), "land").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Released);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_leaves_a_lock_that_is_not_the_landings_and_removes_its_own_file() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        // Killed between making its file and linking it; someone else's lock meanwhile.
+        std::fs::write(dir.path().join(".git").join(&name), "").unwrap();
+        std::fs::write(dir.path().join(".git/index.lock"), "").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::NotHeld);
+        assert_eq!(leftovers(dir.path()), ["index.lock"]);
+        assert_eq!(head(dir.path()), base);
     }
 }

@@ -143,6 +143,7 @@ pub fn restore(
     let run = runner.run_id().to_string();
     let rows = task_rows_by_name(runner)?;
     let mut out = BTreeMap::new();
+    recover_landings(runner, rows.keys())?;
     finish_interrupted_publish(runner, rows.keys())?;
     for &i in selected {
         let task = &program.tasks[i];
@@ -229,6 +230,7 @@ pub fn restore_remote(
     let program = runner.program();
     let run = runner.run_id().to_string();
     let rows = task_rows_by_name(runner)?;
+    recover_landings(runner, rows.keys())?;
     finish_interrupted_publish(runner, rows.keys())?;
     for name in rows.keys() {
         settle_merges(runner, name)?;
@@ -287,8 +289,75 @@ fn task_rows_by_name(runner: &Runner<'_>) -> Result<BTreeMap<String, ledger::Tas
         .collect())
 }
 
+/// Finishes or undoes each landing of the run cut short while it may have held the main
+/// checkout's index lock (its intents name the lock's file): `land::recover` carries it out
+/// when the branch is still where the landing began and the checkout holds nothing but mvk's
+/// own files on the landing's paths, and puts those paths back otherwise, so that the main
+/// checkout ends as after the landing or as before it, the lock given back either way. Runs
+/// before any intent is settled, so that settling sees the branch as the landing leaves it.
+fn recover_landings<'t>(
+    runner: &Runner<'_>,
+    tasks: impl Iterator<Item = &'t String>,
+) -> Result<(), RunError> {
+    let run = runner.run_id().to_string();
+    // A batch's intents share one lock: the batch moves its target from the first change's
+    // parent to the last change's commit.
+    let mut batches: BTreeMap<String, Vec<(&String, ledger::MergeRow)>> = BTreeMap::new();
+    for task in tasks {
+        for m in runner.ledger().merge_rows(&run, task)? {
+            if m.state != "intent" {
+                continue;
+            }
+            if let Some(lock) = m.index_lock.clone() {
+                batches.entry(lock).or_default().push((task, m));
+            }
+        }
+    }
+    let oid = |id: &str, what: &str| {
+        Oid::from_str(id).map_err(|source| RunError::Git {
+            action: format!("read the {what} `{id}` of an interrupted landing"),
+            source,
+        })
+    };
+    for (lock, mut rows) in batches {
+        rows.sort_by_key(|(_, m)| m.id);
+        let (Some((_, first)), Some((task, last))) = (rows.first(), rows.last()) else {
+            continue;
+        };
+        let old_tip = oid(&first.old_tip, "old tip")?;
+        let commit = oid(&last.new_commit, "commit")?;
+        let reflog = format!("mvk: resume of run {run} finishes an interrupted landing");
+        let recovery = land::recover(
+            runner.repo_root(),
+            &last.into,
+            (old_tip, commit),
+            &lock,
+            &reflog,
+        )?;
+        let merges: Vec<i64> = rows.iter().map(|(_, m)| m.id).collect();
+        match recovery {
+            // Settling finds out from git whether the branch holds the landing.
+            land::Recovery::NotHeld | land::Recovery::Released => {}
+            land::Recovery::Finished => runner.emit(
+                Some(task),
+                None,
+                "merge.finished-by-resume",
+                json!({"merge": last.id, "merges": merges, "commit": last.new_commit, "into": last.into}),
+            )?,
+            land::Recovery::Undone { foreign } => runner.emit(
+                Some(task),
+                None,
+                "merge.undone-by-resume",
+                json!({"merge": last.id, "merges": merges, "into": last.into, "foreign": foreign}),
+            )?,
+        }
+    }
+    Ok(())
+}
+
 /// Carries out a landing cut short between bringing the main checkout to the landing's commit
-/// and moving the branch: the checkout's index holds exactly the tree of a recorded intent's
+/// and moving the branch, for intents recorded before landings took the index lock themselves
+/// (migration 8): the checkout's index holds exactly the tree of a recorded intent's
 /// commit, which descends from the checked-out branch's tip. The branch is moved there with a
 /// compare-and-swap, as the landing would have, instead of the checkout's new files being taken
 /// for a person's local changes (which would stop every change of the batch). Runs before any
@@ -303,7 +372,7 @@ fn finish_interrupted_publish<'t>(
         let rows = runner.ledger().merge_rows(&run, task)?;
         intents.extend(
             rows.into_iter()
-                .filter(|m| m.state == "intent")
+                .filter(|m| m.state == "intent" && m.index_lock.is_none())
                 .map(|m| (task, m)),
         );
     }

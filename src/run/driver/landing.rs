@@ -13,6 +13,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use git2::Oid;
 use serde_json::json;
@@ -30,6 +31,11 @@ use crate::run::worktree::Lease;
 /// Numbers the changes in the order they were accepted.
 static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 
+/// How long a landing waits for the main checkout's index lock while another landing of
+/// mvk's holds it, and how often it looks.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+const LOCK_POLL: Duration = Duration::from_millis(200);
+
 /// How often a change is landed again when the target moves between preparing and publishing
 /// (someone else pushed to it meanwhile).
 const LAND_RETRIES: u32 = 3;
@@ -41,6 +47,9 @@ pub(super) enum Landing {
     Retry(Failure, Oid),
     Rejected(Outcome, String),
     Human(String),
+    /// Not landed, for a reason outside the change (the main checkout's index is locked): it
+    /// waits for a person at a checkpoint, and lands when they approve.
+    Wait(String),
 }
 
 /// The changes waiting to land, in the order they were accepted.
@@ -91,7 +100,7 @@ impl StoredAnswer {
                 outcome: outcome.name().to_string(),
                 reason: reason.clone(),
             },
-            Landing::Human(reason) => StoredAnswer::Ended {
+            Landing::Human(reason) | Landing::Wait(reason) => StoredAnswer::Ended {
                 outcome: Outcome::Human.name().to_string(),
                 reason: reason.clone(),
             },
@@ -645,6 +654,9 @@ impl<'a> Runner<'a> {
         tip: Oid,
         ready: Vec<Ready<'a>>,
     ) -> Result<bool, RunError> {
+        // Named in every intent before the lock is taken: whatever instant mvk dies at, a resume
+        // can tell the main checkout's `index.lock` is this landing's and finish or undo it.
+        let lock = land::lock_name(&self.run_id);
         let mut intents = Vec::with_capacity(ready.len());
         for r in &ready {
             let task = r.request.task;
@@ -656,6 +668,7 @@ impl<'a> Runner<'a> {
                 strategy: task.merge.strategy.name(),
                 old_tip: &r.parent.to_string(),
                 new_commit: &r.commit.to_string(),
+                index_lock: Some(&lock),
             })?);
         }
         crate::run::failpoint("merge-intent");
@@ -670,12 +683,23 @@ impl<'a> Runner<'a> {
             ),
             [] => format!("mvk: land nothing of run {}", self.run_id),
         };
-        let published = {
+        let mut waited = Duration::ZERO;
+        let published = loop {
             let (root, into) = (self.opts.repo_root.clone(), target.to_string());
-            blocking("land a change", move || {
-                land::publish(&root, &into, tip, last, &reflog)
+            let (reflog, lock) = (reflog.clone(), lock.clone());
+            let published = blocking("land a change", move || {
+                land::publish(&root, &into, tip, last, &reflog, &lock)
             })
-            .await?
+            .await?;
+            match &published {
+                // Another landing of mvk's (another run's, in this checkout) holds the lock for
+                // the moment it takes to land: wait for it rather than stop for a person.
+                Err(LandError::IndexLocked { owner: Some(_), .. }) if waited < LOCK_WAIT => {
+                    tokio::time::sleep(LOCK_POLL).await;
+                    waited += LOCK_POLL;
+                }
+                _ => break published,
+            }
         };
         let refused = match published {
             Ok(()) => {
@@ -720,9 +744,31 @@ impl<'a> Runner<'a> {
                 let detail = format!("local changes in the main checkout: {}", paths.join(", "));
                 Refused::Dirty(paths, detail)
             }
-            Err(LandError::IndexLocked { lock }) => {
-                Refused::Locked(format!("`{}` exists", lock.display()))
+            Err(LandError::IndexLocked { lock, owner }) => {
+                let whose = match &owner {
+                    Some(own) => {
+                        let run = self.ledger().run_of_index_lock(own)?;
+                        format!(
+                            "a landing of mvk's holds it (its file `{own}`{}): if no mvk runs, `mvk resume{}` finishes or undoes that landing",
+                            run.as_deref()
+                                .map(|r| format!(", run {r}"))
+                                .unwrap_or_default(),
+                            run.as_deref().map(|r| format!(" {r}")).unwrap_or_default(),
+                        )
+                    }
+                    None => format!(
+                        "another git process is running, or one crashed; when none runs, remove it (`rm {}`)",
+                        lock.display()
+                    ),
+                };
+                Refused::Locked(format!(
+                    "the main checkout's index is locked: `{}` exists, and {whose}; nothing was written to the main checkout",
+                    lock.display()
+                ))
             }
+            // Half-landed and not put back: the intents stay open, for `mvk resume` to finish
+            // or undo the landing from them.
+            Err(e @ LandError::Knotted { .. }) => return Err(e.into()),
             Err(LandError::CheckedOutElsewhere { path, .. }) => {
                 Refused::Elsewhere(format!("`{target}` is checked out in `{}`", path.display()))
             }
@@ -738,9 +784,9 @@ impl<'a> Runner<'a> {
             self.ledger()
                 .finish_merge(id, "aborted", None, refused.detail())?;
         }
-        if ready.len() > 1 {
+        if ready.len() > 1 && !matches!(refused, Refused::Locked(_)) {
             // Which of them the main checkout refuses is for each alone to find out; the
-            // others land.
+            // others land. (A lock refuses every one of them alike.)
             self.requeue(
                 ready
                     .into_iter()
@@ -768,9 +814,21 @@ impl<'a> Runner<'a> {
                         paths.join(", ")
                     )
                 }
-                Refused::Locked(detail) => format!(
-                    "accepted, but the main checkout's index is locked ({detail}): another git process is running, or one crashed; when none runs, remove the lock and land branch `{branch}`"
-                ),
+                Refused::Locked(detail) => {
+                    self.emit(
+                        Some(&task.name),
+                        Some(r.request.number),
+                        "merge.locked",
+                        json!({"reason": detail}),
+                    )?;
+                    // Not the task's end: once the lock is gone, approving lands the change.
+                    let question = format!(
+                        "attempt {} was accepted, but {detail}; then approve to land it on `{target}` (branch `{branch}`), or reject with a reason for another attempt",
+                        r.request.number
+                    );
+                    self.answer(r.request, Landing::Wait(question))?;
+                    continue;
+                }
                 Refused::Elsewhere(detail) => format!(
                     "accepted, but {detail}, whose files landing would leave stale; land branch `{branch}` there"
                 ),

@@ -83,7 +83,7 @@ impl From<Landing> for Landed {
             Landing::Landed(commit) => Landed::Landed(commit),
             Landing::Retry(f, base) => Landed::Retry(f, base),
             Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
-            Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
+            Landing::Human(reason) | Landing::Wait(reason) => Landed::Ended(Outcome::Human, reason),
         }
     }
 }
