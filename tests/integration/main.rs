@@ -20,6 +20,7 @@ mod imports;
 mod init;
 mod invalid;
 mod knots;
+mod landing;
 mod mcp;
 mod prompts;
 mod reading;
