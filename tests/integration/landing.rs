@@ -14,10 +14,16 @@ use super::resume::resume;
 /// Three tasks run one after the other (`parallel 1`), each writing three files of 200 lines
 /// under `out/TASK/`, and each landing alone on `main`.
 fn three_tasks() -> Fixture {
-    let mut text =
-        "agent files timeout=\"60s\" { run \"sh\" \"@AGENTS/flow_files.sh\"; }\nflow t {\n    parallel 1\n"
-            .to_string();
-    for name in TASKS {
+    tasks(&TASKS, 1)
+}
+
+/// NAMES as tasks writing three files of 200 lines each under `out/NAME/`, up to PARALLEL at
+/// once.
+fn tasks(names: &[&str], parallel: u32) -> Fixture {
+    let mut text = format!(
+        "agent files timeout=\"60s\" {{ run \"sh\" \"@AGENTS/flow_files.sh\"; }}\nflow t {{\n    parallel {parallel}\n"
+    );
+    for name in names {
         text.push_str(&format!(
             "    task {name} {{\n        goal \"Write out/{name}/.\"\n        agent files\n        scope \"out/{name}/**\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/$MVK_TASK/c.txt\"; }}\n        budget iterations=1\n    }}\n"
         ));
@@ -48,7 +54,11 @@ fn leftovers(f: &Fixture) -> Vec<String> {
 /// The run ended as an uninterrupted one: every task's files on `main` and in the checkout,
 /// one commit per task, the checkout clean, nothing of the lock left.
 fn as_if_uninterrupted(f: &Fixture, r: &Run) {
-    for task in TASKS {
+    all_landed(f, r, &TASKS);
+}
+
+fn all_landed(f: &Fixture, r: &Run, names: &[&str]) {
+    for &task in names {
         for file in ["a", "b", "c"] {
             let path = format!("out/{task}/{file}.txt");
             assert_eq!(
@@ -68,16 +78,11 @@ fn as_if_uninterrupted(f: &Fixture, r: &Run) {
     let landed = f.git(&["log", "--format=%s", &format!("{}..main", f.base)]);
     let mut subjects: Vec<&str> = landed.lines().collect();
     subjects.sort_unstable();
-    assert_eq!(
-        subjects,
-        [
-            "mvk: x: Write out/x/.",
-            "mvk: y: Write out/y/.",
-            "mvk: z: Write out/z/."
-        ],
-        "one commit per task\n{}",
-        r.why()
-    );
+    let one_each: Vec<String> = names
+        .iter()
+        .map(|t| format!("mvk: {t}: Write out/{t}/."))
+        .collect();
+    assert_eq!(subjects, one_each, "one commit per task\n{}", r.why());
     assert_eq!(
         f.git(&["status", "--porcelain", "--untracked-files=all"]),
         "",
@@ -271,5 +276,37 @@ fn a_landing_waits_while_another_landing_of_mvks_holds_the_lock() {
     releaser.join().unwrap();
     r.expect_code(0);
     r.none("merge.locked");
+    as_if_uninterrupted(&f, &r);
+}
+
+/// The issue's measurement: eight tasks side by side, landing in batches, mvk killed as the
+/// first landing's files are written; the resume lands every task once and leaves the main
+/// checkout clean (before: 3 of 8 landed, the checkout dirty, exit 4).
+#[test]
+fn eight_tasks_killed_mid_landing_all_land_once_after_resume() {
+    const EIGHT: [&str; 8] = ["t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"];
+    let f = tasks(&EIGHT, 4);
+    let crashed = f.run_mvk(
+        &["apply", "loops/t.kdl"],
+        &[("MVK_FAILPOINT", "merge-files-half")],
+    );
+    assert_eq!(crashed.code, -1, "{}", crashed.why());
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    all_landed(&f, &r, &EIGHT);
+    r.none("merge.blocked");
+    r.none("merge.locked");
+}
+
+#[test]
+fn a_lock_the_dead_mvk_left_beside_a_branch_of_its_run_does_not_stop_the_resume() {
+    let (f, r) = killed_at("merge-intent", |f| {
+        // As a kill while the next task's branch was being written leaves it.
+        let run = super::resume::the_run(f);
+        let dir = f.root().join(format!(".git/refs/heads/mvk/{run}/z"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("1.lock"), "").unwrap();
+    });
+    r.expect_code(0);
     as_if_uninterrupted(&f, &r);
 }
