@@ -87,9 +87,13 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         .map_err(|e| CliError::Internal {
             message: super::apply::chain(&e),
         })?;
-    let news = checkpoints
-        .iter()
-        .any(|c| c.decision.is_some() && !answered.contains(&c.id));
+    // A landing stopped on someone else's index lock asked only for the lock to go: gone, the
+    // resume itself is the answer.
+    let unlocked = crate::run::land::index_unlocked(&repo_root);
+    let news = checkpoints.iter().any(|c| {
+        (c.decision.is_some() && !answered.contains(&c.id))
+            || (c.decision.is_none() && c.kind == "landing" && unlocked)
+    });
     if run.state == "paused"
         && !news
         && let Some(c) = super::decide::undecided(&checkpoints).first()

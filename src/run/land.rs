@@ -706,6 +706,12 @@ pub fn lock_owner(git_dir: &Path) -> Option<String> {
         })
 }
 
+/// Whether the main checkout of `repo_root` has no `index.lock` (a repository that cannot be
+/// opened says no): what a landing stopped on someone else's lock waits for.
+pub fn index_unlocked(repo_root: &Path) -> bool {
+    Repository::open(repo_root).is_ok_and(|repo| !repo.path().join("index.lock").exists())
+}
+
 /// What [`recover`] did with a landing cut short.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {

@@ -712,7 +712,23 @@ fn progress_of(
     if let (Some(a), Some(c)) = (last_attempt, checkpoint)
         && c.attempt_id == a.id
     {
-        let Some(decision) = c.decision.as_deref() else {
+        // A landing that stopped on someone else's index lock asked only for the lock to go:
+        // gone, the resume is the answer (recorded, as a person's would be).
+        let lock_gone =
+            c.decision.is_none() && c.kind == "landing" && land::index_unlocked(runner.repo_root());
+        if lock_gone {
+            runner.ledger().decide(
+                c.id,
+                "approve",
+                Some("the main checkout's index lock was gone when the run was resumed"),
+            )?;
+        }
+        let decision = if lock_gone {
+            Some("approve")
+        } else {
+            c.decision.as_deref()
+        };
+        let Some(decision) = decision else {
             // Still unanswered: the task stays at its checkpoint while the others go on.
             let spent = runner.ledger().spent(&run, Some(&task.name))?;
             return Ok(Restored::Waiting(TaskReport {

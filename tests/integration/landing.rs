@@ -234,8 +234,9 @@ fn a_landing_whose_paths_hold_a_persons_change_after_the_kill_is_undone_and_keep
     assert_eq!(leftovers(&f), Vec::<String>::new(), "{}", r.why());
 }
 
-#[test]
-fn a_stale_index_lock_of_unknown_owner_stops_for_a_person_before_any_file_is_written() {
+/// Runs the three tasks with a stale `index.lock` no one recorded: each landing stops for a
+/// person before writing anything; then the lock is removed.
+fn stopped_on_a_stale_lock() -> (Fixture, Run) {
     let f = three_tasks();
     fs::write(f.root().join(".git/index.lock"), "").unwrap();
     let r = f.apply();
@@ -254,9 +255,23 @@ fn a_stale_index_lock_of_unknown_owner_stops_for_a_person_before_any_file_is_wri
 
     fs::remove_file(f.root().join(".git/index.lock")).unwrap();
     assert_eq!(f.git(&["status", "--porcelain"]), "", "nothing written");
+    (f, r)
+}
+
+#[test]
+fn a_stale_index_lock_of_unknown_owner_stops_for_a_person_before_any_file_is_written() {
+    let (f, r) = stopped_on_a_stale_lock();
     let approved = f.run_mvk(&["approve", &r.id], &[]);
     approved.expect_code(0);
     as_if_uninterrupted(&f, &approved);
+}
+
+#[test]
+fn once_the_stale_lock_is_gone_a_resume_lands_what_it_stopped() {
+    let (f, _) = stopped_on_a_stale_lock();
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    as_if_uninterrupted(&f, &r);
 }
 
 #[test]
