@@ -578,6 +578,25 @@ async fn run_task(
             }
         }
         match task.ladder.get(rung_idx) {
+            // The rungs ran out on a reviewer's rejection: a person decides, as locally (not
+            // for a workflow an older mvk started, whose replay must decide as it did).
+            None if task.review_rounds.is_some()
+                && last
+                    .as_ref()
+                    .is_some_and(|f| f.kind == crate::run::attempt::FailureKind::Review) =>
+            {
+                let o = end(EndIn::Ended {
+                    task: task.name.clone(),
+                    number,
+                    outcome: Outcome::Human.name().to_string(),
+                    reason: format!(
+                        "every rung's attempts were used and the reviewer rejected the last, attempt {number}{}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it",
+                        last.as_ref().map_or(String::new(), |f| format!(": {}", f.criterion))
+                    ),
+                })
+                .await?;
+                return outcome_of(&o);
+            }
             None => {
                 let o = end(EndIn::Rungs {
                     task: task.name.clone(),

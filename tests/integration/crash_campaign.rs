@@ -37,7 +37,11 @@ const FAILPOINTS: &[&str] = &[
     "agent-captured",
     "attempt-passed",
     "merge-intent",
+    "merge-locked",
+    "merge-files-half",
     "merge-checkout",
+    "merge-ref-moved",
+    "merge-unlocked",
     "merge-published",
 ];
 /// A stage that has not ended by then is hung: the trial fails (nothing is timed otherwise).
