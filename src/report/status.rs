@@ -320,7 +320,7 @@ fn phase(events: &[EventRow]) -> String {
         "agent.finished" => "seal",
         "seal.passed" | "gate.finished" => "gates",
         "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
-        | "merge.blocked" | "merge.locked" | "merge.batch-split" => "merging",
+        | "merge.blocked" | "merge.locked" | "merge.lock-wait" | "merge.batch-split" => "merging",
         "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
         "run.stopped" => "stopped",
         "run.finished" => {

@@ -282,10 +282,16 @@ impl Fixture {
             cmd.env(name, value);
         }
         let out = cmd.output().unwrap();
+        self.run_of(&out, args.contains(&"--json"))
+    }
+
+    /// The run a finished `mvk` command (one that runs a loop and prints its run id first, or
+    /// a JSON report with JSON) reported in OUT, with its events.
+    pub(crate) fn run_of(&self, out: &std::process::Output, json: bool) -> Run {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let code = out.status.code().unwrap_or(-1);
-        let id = if args.contains(&"--json") {
+        let id = if json {
             serde_json::from_str::<Value>(&stdout)
                 .ok()
                 .and_then(|doc| doc["run"].as_str().map(str::to_string))

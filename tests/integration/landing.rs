@@ -282,13 +282,13 @@ fn a_landing_waits_while_another_landing_of_mvks_holds_the_lock() {
     let own = git_dir.join("mvk-index-other-run-0123456789abcdef");
     fs::write(&own, "").unwrap();
     fs::hard_link(&own, git_dir.join("index.lock")).unwrap();
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(3));
-        fs::remove_file(git_dir.join("index.lock")).unwrap();
-        fs::remove_file(&own).unwrap();
-    });
-    let r = f.apply();
-    releaser.join().unwrap();
+    let mut child = super::resume::spawn_apply(&f, &[]);
+    // Let go only once the landing found the lock and waits for it.
+    wait_for_event(&f, "merge.lock-wait", &mut child);
+    fs::remove_file(git_dir.join("index.lock")).unwrap();
+    fs::remove_file(&own).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = f.run_of(&out, false);
     r.expect_code(0);
     r.none("merge.locked");
     as_if_uninterrupted(&f, &r);
@@ -324,4 +324,56 @@ fn a_lock_the_dead_mvk_left_beside_a_branch_of_its_run_does_not_stop_the_resume(
     });
     r.expect_code(0);
     as_if_uninterrupted(&f, &r);
+}
+
+// Guards against a lock git holds for a moment (an editor's periodic `git status`) stopping
+// the run for a person: a lock of unknown owner is waited for briefly, and the landing goes on
+// once it is gone.
+#[test]
+fn a_lock_of_unknown_owner_that_goes_away_at_once_is_waited_for() {
+    let f = tasks(&["x"], 1);
+    let lock = f.root().join(".git/index.lock");
+    fs::write(&lock, "").unwrap();
+    let mut child = super::resume::spawn_apply(&f, &[]);
+    wait_for_event(&f, "merge.lock-wait", &mut child);
+    fs::remove_file(&lock).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in ["a", "b", "c"] {
+        let path = format!("out/x/{file}.txt");
+        assert_eq!(
+            f.show("main", &path).as_deref(),
+            Some(content("x", file).as_str()),
+            "{path} on main"
+        );
+    }
+    assert!(leftovers(&f).is_empty(), "{:?}", leftovers(&f));
+}
+
+/// Waits (up to a minute) until the only run of F has written an event named NAME.
+fn wait_for_event(f: &Fixture, name: &str, child: &mut std::process::Child) {
+    let start = std::time::Instant::now();
+    let quoted = format!("\"{name}\"");
+    loop {
+        let events = fs::read_dir(f.root().join(".mvk/runs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .and_then(|e| fs::read_to_string(e.path().join("events.jsonl")).ok())
+            .unwrap_or_default();
+        if events.contains(&quoted) {
+            return;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "mvk ended before `{name}`"
+        );
+        assert!(start.elapsed().as_secs() < 60, "no `{name}`");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -34,6 +34,10 @@ static ACCEPTED: AtomicU64 = AtomicU64::new(0);
 /// How long a landing waits for the main checkout's index lock while another landing of
 /// mvk's holds it, and how often it looks.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long it waits for a lock of unknown owner: git holds one for the moment a command
+/// takes (an editor's periodic `git status`); one still there after this is stale, and a
+/// person is asked.
+const FOREIGN_LOCK_WAIT: Duration = Duration::from_secs(2);
 const LOCK_POLL: Duration = Duration::from_millis(200);
 
 /// How often a change is landed again when the target moves between preparing and publishing
@@ -694,7 +698,20 @@ impl<'a> Runner<'a> {
             match &published {
                 // Another landing of mvk's (another run's, in this checkout) holds the lock for
                 // the moment it takes to land: wait for it rather than stop for a person.
-                Err(LandError::IndexLocked { owner: Some(_), .. }) if waited < LOCK_WAIT => {
+                Err(LandError::IndexLocked {
+                    lock,
+                    owner: Some(_),
+                }) if waited < LOCK_WAIT => {
+                    if waited.is_zero() {
+                        self.lock_wait(&ready, lock, LOCK_WAIT)?;
+                    }
+                    tokio::time::sleep(LOCK_POLL).await;
+                    waited += LOCK_POLL;
+                }
+                Err(LandError::IndexLocked { lock, owner: None }) if waited < FOREIGN_LOCK_WAIT => {
+                    if waited.is_zero() {
+                        self.lock_wait(&ready, lock, FOREIGN_LOCK_WAIT)?;
+                    }
                     tokio::time::sleep(LOCK_POLL).await;
                     waited += LOCK_POLL;
                 }
@@ -836,6 +853,25 @@ impl<'a> Runner<'a> {
             self.answer(r.request, Landing::Human(why))?;
         }
         Ok(false)
+    }
+
+    /// Says that the landing of `ready` waits (at most `wait`) for the main checkout's index
+    /// lock at `lock`: `merge.lock-wait`, once per change.
+    fn lock_wait(
+        &self,
+        ready: &[Ready<'a>],
+        lock: &std::path::Path,
+        wait: Duration,
+    ) -> Result<(), RunError> {
+        for r in ready {
+            self.emit(
+                Some(&r.request.task.name),
+                Some(r.request.number),
+                "merge.lock-wait",
+                json!({"lock": lock.display().to_string(), "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)}),
+            )?;
+        }
+        Ok(())
     }
 
     /// Puts `requests` back in the queue, in the order they were accepted, for the next batch.

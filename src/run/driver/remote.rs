@@ -83,7 +83,14 @@ impl From<Landing> for Landed {
             Landing::Landed(commit) => Landed::Landed(commit),
             Landing::Retry(f, base) => Landed::Retry(f, base),
             Landing::Rejected(outcome, reason) => Landed::Ended(outcome, reason),
-            Landing::Human(reason) | Landing::Wait(reason) => Landed::Ended(Outcome::Human, reason),
+            Landing::Human(reason) => Landed::Ended(Outcome::Human, reason),
+            // This executor has no checkpoint to approve: the person lands the branch.
+            Landing::Wait(reason) => Landed::Ended(
+                Outcome::Human,
+                format!(
+                    "{reason} (under the Temporal executor there is no checkpoint: once the lock is gone, land the branch yourself, or run the task again with `--executor local`)"
+                ),
+            ),
         }
     }
 }
