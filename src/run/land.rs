@@ -334,7 +334,13 @@ impl Landed<'_> {
         let paths = changed_paths(self.repo, self.root, &old, &new).map_err(Stop::Clean)?;
         // The index is read before any file is written: one libgit2 cannot read (a split or
         // sparse index) would otherwise fail the checkout, and then its undoing, half-way.
-        read_index(self.repo, self.held).map_err(Stop::Clean)?;
+        let index = read_index(self.repo, self.held).map_err(Stop::Clean)?;
+        // A change a person staged at a landing's path (whatever the file holds) would be lost
+        // when the index is rebuilt from the new tree: git's own checkout refuses it too.
+        let staged = staged_changes(&index, &old, &paths);
+        if !staged.is_empty() {
+            return Err(Stop::Clean(LandError::Dirty { paths: staged }));
+        }
         // Whether the checkout began to write (its progress reports the start before the
         // first write): a checkout that fails before that left every file as it was.
         let mut started = false;
@@ -1451,5 +1457,29 @@ mod tests {
         assert_eq!(head(dir.path()), base);
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_staged_change_at_a_landings_path_refuses_the_landing_before_any_file_is_written() {
+        let (dir, base, commit) = three_paths();
+        // Staged, then the file put back as HEAD has it: only the index holds the change.
+        std::fs::write(dir.path().join("a.txt"), "staged\n").unwrap();
+        git(dir.path(), &["add", "a.txt"]);
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
+        // And a removal staged, the file kept.
+        git(dir.path(), &["rm", "-q", "--cached", "b.txt"]);
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::Dirty { paths } if paths == &["a.txt".to_string(), "b.txt".to_string()]),
+            "{err:?}"
+        );
+        assert_eq!(head(dir.path()), base);
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert_eq!(git(dir.path(), &["show", ":a.txt"]), "staged\n", "kept");
+        assert_eq!(
+            git(dir.path(), &["status", "--porcelain"]),
+            "MM a.txt\nD  b.txt\n?? b.txt\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 }
