@@ -708,6 +708,30 @@ impl Lock {
         }
     }
 
+    /// Takes the lock again through the own file, when it is still there and no one holds the
+    /// lock: whether it now holds it.
+    fn retake(&self) -> Result<bool, LandError> {
+        if std::fs::symlink_metadata(&self.own).is_err() {
+            return Ok(false);
+        }
+        match std::fs::hard_link(&self.own, &self.lock) {
+            Ok(()) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(LandError::Io {
+                action: "take the main checkout's index lock again",
+                path: self.lock.clone(),
+                source,
+            }),
+        }
+    }
+
     /// Whether `index.lock` is this landing's own file.
     fn held(&self) -> bool {
         same_file(&self.own, &self.lock)
@@ -797,7 +821,10 @@ pub fn recover(
 ) -> Result<Recovery, LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     let held = Lock::at(repo.path(), lock);
-    if !held.held() {
+    // A person may have removed the lock after the crash (as git's own message says to):
+    // while the landing's own file is there, its files may be in the checkout, so it takes
+    // the lock again and finishes or undoes as if it had held it all along.
+    if !held.held() && !held.retake()? {
         held.release()?;
         return Ok(Recovery::NotHeld);
     }
@@ -1480,6 +1507,20 @@ mod tests {
             git(dir.path(), &["status", "--porcelain"]),
             "MM a.txt\nD  b.txt\n?? b.txt\n"
         );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_takes_the_lock_again_when_a_person_removed_it_and_finishes_the_landing() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // `git commit` says to remove the lock; the person does.
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 }

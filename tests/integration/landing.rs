@@ -164,6 +164,18 @@ fn a_landing_killed_with_its_files_half_written_is_finished_by_resume() {
 }
 
 #[test]
+fn a_landing_killed_mid_files_whose_lock_a_person_removed_is_still_finished_by_resume() {
+    let (f, r) = killed_at("merge-files-half", |f| {
+        // `git commit` fails on the lock and says to remove it; the person does.
+        fs::remove_file(f.root().join(".git/index.lock")).unwrap();
+    });
+    r.expect_code(0);
+    as_if_uninterrupted(&f, &r);
+    r.none("merge.blocked");
+    r.one("merge.finished-by-resume");
+}
+
+#[test]
 fn a_landing_killed_with_its_index_written_is_finished_by_resume() {
     let r = resumed_as_if_uninterrupted("merge-checkout");
     r.one("merge.finished-by-resume");
