@@ -907,10 +907,16 @@ fn foreign_paths(
         {
             continue;
         }
-        // A file cut short as it was written: the landing's, or its undoing's.
+        // A file cut short as it was written: the landing's, or its undoing's — as the blob is,
+        // or with its line endings made CRLF, as checkout writes a text file under
+        // `core.autocrlf=true` or `eol=crlf`. (git2 has no safe way to run the repository's
+        // filters towards the checkout; other filters — `ident`, an encoding, an external
+        // smudge driver such as Git LFS — are not recognised here, and such a file cut short
+        // is taken for a person's.)
         let begins = |id: Option<Oid>| {
-            id.and_then(|w| repo.find_blob(w).ok())
-                .is_some_and(|b| b.content().starts_with(&bytes))
+            id.and_then(|w| repo.find_blob(w).ok()).is_some_and(|b| {
+                b.content().starts_with(&bytes) || crlf(b.content()).starts_with(&bytes)
+            })
         };
         if begins(will) || begins(was) {
             continue;
@@ -918,6 +924,20 @@ fn foreign_paths(
         foreign.insert(p.clone());
     }
     Ok(foreign)
+}
+
+/// `text` with each LF not already after a CR made CRLF.
+fn crlf(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + text.len() / 16);
+    let mut prev = 0u8;
+    for &b in text {
+        if b == b'\n' && prev != b'\r' {
+            out.push(b'\r');
+        }
+        out.push(b);
+        prev = b;
+    }
+    out
 }
 
 /// The bytes of `file` in the main checkout (a link's target for a link).
@@ -1521,6 +1541,26 @@ mod tests {
         assert_eq!(done, Recovery::Finished);
         assert_eq!(head(dir.path()), commit);
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_finishes_a_landing_cut_short_with_its_line_endings_converted() {
+        let (dir, base, commit) = three_paths();
+        git(dir.path(), &["config", "core.autocrlf", "true"]);
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // As checkout writes them under `core.autocrlf`: CRLF, `c/d.txt` cut short mid-line-end.
+        std::fs::write(dir.path().join("a.txt"), "ONE ONE ONE\r\n").unwrap();
+        std::fs::write(dir.path().join("c/d.txt"), "new file\r").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            "new file\r\n"
+        );
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 }
