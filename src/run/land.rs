@@ -732,6 +732,38 @@ impl Lock {
         }
     }
 
+    /// Removes `index.lock`, found to be the own file: renamed aside first and checked there,
+    /// so that a lock git took between the check and the removal (ours gone meanwhile) is put
+    /// back rather than removed.
+    fn unlock(&self) -> Result<(), LandError> {
+        let mut aside = self.own.clone().into_os_string();
+        aside.push(".unlocking");
+        let aside = PathBuf::from(aside);
+        match std::fs::rename(&self.lock, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(LandError::Io {
+                    action: "give back the main checkout's index lock",
+                    path: self.lock.clone(),
+                    source,
+                });
+            }
+        }
+        if same_file(&self.own, &aside) {
+            return remove_if_there(&aside);
+        }
+        // Someone else's: back in place, unless yet another took the lock in between, when it
+        // stays aside (named after this landing) rather than be lost.
+        match std::fs::hard_link(&aside, &self.lock) {
+            Ok(()) => remove_if_there(&aside),
+            Err(e) => {
+                tracing::warn!(error = %e, aside = %aside.display(), "cannot put back an index lock that is not mvk's");
+                Ok(())
+            }
+        }
+    }
+
     /// Whether `index.lock` is this landing's own file.
     fn held(&self) -> bool {
         same_file(&self.own, &self.lock)
@@ -741,7 +773,7 @@ impl Lock {
     /// the landing's own files.
     fn release(&self) -> Result<(), LandError> {
         if self.held() {
-            remove_if_there(&self.lock)?;
+            self.unlock()?;
         }
         crate::run::failpoint("merge-unlocked");
         remove_if_there(&self.own)?;
@@ -1562,5 +1594,20 @@ mod tests {
             "new file\r\n"
         );
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn giving_the_lock_back_leaves_a_lock_git_took_after_the_check() {
+        let (dir, _, _) = three_paths();
+        let name = lock_name("r");
+        let held = Lock::take(&dir.path().join(".git"), &name).unwrap();
+        assert!(held.held());
+        // Between the check and the removal, ours goes and git takes the lock.
+        std::fs::remove_file(&held.lock).unwrap();
+        std::fs::write(&held.lock, "git's").unwrap();
+        held.unlock().unwrap();
+        assert_eq!(std::fs::read_to_string(&held.lock).unwrap(), "git's");
+        held.release().unwrap();
+        assert_eq!(leftovers(dir.path()), ["index.lock"]);
     }
 }
