@@ -287,6 +287,30 @@ fn once_the_stale_lock_is_gone_a_resume_lands_what_it_stopped() {
 }
 
 #[test]
+fn a_split_index_stops_the_landing_untouched_and_a_resume_lands_once_it_is_turned_off() {
+    let f = three_tasks();
+    f.git(&["update-index", "--split-index"]);
+    let r = f.apply();
+    r.expect_code(4);
+    assert!(
+        r.stdout.contains("git update-index --no-split-index"),
+        "says what to do\n{}",
+        r.why()
+    );
+    assert_eq!(f.tip("main"), f.base, "main did not move");
+    assert!(
+        !f.root().join("out").exists(),
+        "nothing written\n{}",
+        r.why()
+    );
+    assert_eq!(leftovers(&f), Vec::<String>::new(), "{}", r.why());
+    f.git(&["update-index", "--no-split-index"]);
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    as_if_uninterrupted(&f, &r);
+}
+
+#[test]
 fn a_landing_waits_while_another_landing_of_mvks_holds_the_lock() {
     let f = three_tasks();
     // Another run's landing, as mvk takes the lock: its own file, linked to `index.lock`.
