@@ -52,6 +52,15 @@ pub enum LandError {
         lock: PathBuf,
         owner: Option<String>,
     },
+    /// libgit2, which lands the change, cannot read the main checkout's index (a git feature it
+    /// lacks, `advice` says which and how to turn it off): refused before any file is written.
+    #[error("libgit2, which mvk lands changes with, cannot read the main checkout's index `{}`: {advice}", path.display())]
+    UnreadableIndex {
+        path: PathBuf,
+        advice: &'static str,
+        #[source]
+        source: git2::Error,
+    },
     #[error("cannot {action} `{}`", path.display())]
     Io {
         action: &'static str,
@@ -323,6 +332,18 @@ impl Landed<'_> {
         let old = self.tree(tip).map_err(Stop::Clean)?;
         let new = self.tree(commit).map_err(Stop::Clean)?;
         let paths = changed_paths(self.repo, self.root, &old, &new).map_err(Stop::Clean)?;
+        // The index is read before any file is written: one libgit2 cannot read (a split or
+        // sparse index) would otherwise fail the checkout, and then its undoing, half-way.
+        let index = read_index(self.repo, self.held).map_err(Stop::Clean)?;
+        // A change a person staged at a landing's path (whatever the file holds) would be lost
+        // when the index is rebuilt from the new tree: git's own checkout refuses it too.
+        let staged = staged_changes(&index, &old, &paths);
+        if !staged.is_empty() {
+            return Err(Stop::Clean(LandError::Dirty { paths: staged }));
+        }
+        // Whether the checkout began to write (its progress reports the start before the
+        // first write): a checkout that fails before that left every file as it was.
+        let mut started = false;
         // Safe: only files that still match HEAD (the old tip, which HEAD names, and which git
         // cannot move while the lock is held) are written, and libgit2 finds every conflict
         // before it writes the first file. The index is left alone: it is written below, from
@@ -342,6 +363,7 @@ impl Landed<'_> {
                 true
             });
             opts.progress(|path, done, _| {
+                started = true;
                 if path.is_some() && done == 1 {
                     crate::run::failpoint("merge-files-half");
                 }
@@ -354,6 +376,11 @@ impl Landed<'_> {
                 conflicts.sort();
                 conflicts.dedup();
                 return Err(Stop::Clean(LandError::Dirty { paths: conflicts }));
+            }
+            Err(e) if !started => {
+                return Err(Stop::Clean(git_err("update the main checkout", self.root)(
+                    e,
+                )));
             }
             Err(e) => {
                 return Err(self.undo(
@@ -503,21 +530,7 @@ fn stage(
     use std::os::unix::ffi::OsStrExt;
     let index_path = repo.path().join("index");
     let workdir = repo.workdir().unwrap_or(root);
-    remove_if_there(&held.staged)?;
-    match std::fs::copy(&index_path, &held.staged) {
-        Ok(_) => {}
-        // A repository whose index was never written: the new one starts empty.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(LandError::Io {
-                action: "copy the main checkout's index",
-                path: index_path,
-                source,
-            });
-        }
-    }
-    let mut index =
-        Index::open(&held.staged).map_err(git_err("build the main checkout's new index", root))?;
+    let mut index = read_index(repo, held)?;
     for p in paths {
         let path = Path::new(std::ffi::OsStr::from_bytes(p));
         for stage in 0..=3 {
@@ -550,6 +563,42 @@ fn stage(
         action: "put the new index in place",
         path: index_path,
         source,
+    })
+}
+
+/// The main checkout's index, copied to the lock's `staged` file and opened there (a bare
+/// index: libgit2 takes no lock of its own on `.git/index`).
+fn read_index(repo: &Repository, held: &Lock) -> Result<Index, LandError> {
+    let index_path = repo.path().join("index");
+    remove_if_there(&held.staged)?;
+    match std::fs::copy(&index_path, &held.staged) {
+        Ok(_) => {}
+        // A repository whose index was never written: the new one starts empty.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(LandError::Io {
+                action: "copy the main checkout's index",
+                path: index_path,
+                source,
+            });
+        }
+    }
+    Index::open(&held.staged).map_err(|source| {
+        // libgit2 names the extension it refuses: "unsupported mandatory extension: 'link'".
+        let advice = if source.message().contains("'link'") {
+            "it is a split index (`git update-index --split-index`, `core.splitIndex`), which libgit2 does not support; `git update-index --no-split-index` (and `git config core.splitIndex false`) makes it one it reads"
+        } else if source.message().contains("'sdir'") {
+            "it is a sparse index (`git sparse-checkout init --sparse-index`, `index.sparse`), which libgit2 does not support; `git sparse-checkout init --no-sparse-index` (or `git config index.sparse false`) makes it one it reads"
+        } else if source.class() == git2::ErrorClass::Index {
+            "it uses an index feature libgit2 does not support; `git update-index --no-split-index` and `git sparse-checkout init --no-sparse-index` turn off the usual ones"
+        } else {
+            "see the cause below"
+        };
+        LandError::UnreadableIndex {
+            path: index_path.clone(),
+            advice,
+            source,
+        }
     })
 }
 
@@ -659,6 +708,62 @@ impl Lock {
         }
     }
 
+    /// Takes the lock again through the own file, when it is still there and no one holds the
+    /// lock: whether it now holds it.
+    fn retake(&self) -> Result<bool, LandError> {
+        if std::fs::symlink_metadata(&self.own).is_err() {
+            return Ok(false);
+        }
+        match std::fs::hard_link(&self.own, &self.lock) {
+            Ok(()) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(LandError::Io {
+                action: "take the main checkout's index lock again",
+                path: self.lock.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Removes `index.lock`, found to be the own file: renamed aside first and checked there,
+    /// so that a lock git took between the check and the removal (ours gone meanwhile) is put
+    /// back rather than removed.
+    fn unlock(&self) -> Result<(), LandError> {
+        let mut aside = self.own.clone().into_os_string();
+        aside.push(".unlocking");
+        let aside = PathBuf::from(aside);
+        match std::fs::rename(&self.lock, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(LandError::Io {
+                    action: "give back the main checkout's index lock",
+                    path: self.lock.clone(),
+                    source,
+                });
+            }
+        }
+        if same_file(&self.own, &aside) {
+            return remove_if_there(&aside);
+        }
+        // Someone else's: back in place, unless yet another took the lock in between, when it
+        // stays aside (named after this landing) rather than be lost.
+        match std::fs::hard_link(&aside, &self.lock) {
+            Ok(()) => remove_if_there(&aside),
+            Err(e) => {
+                tracing::warn!(error = %e, aside = %aside.display(), "cannot put back an index lock that is not mvk's");
+                Ok(())
+            }
+        }
+    }
+
     /// Whether `index.lock` is this landing's own file.
     fn held(&self) -> bool {
         same_file(&self.own, &self.lock)
@@ -668,7 +773,7 @@ impl Lock {
     /// the landing's own files.
     fn release(&self) -> Result<(), LandError> {
         if self.held() {
-            remove_if_there(&self.lock)?;
+            self.unlock()?;
         }
         crate::run::failpoint("merge-unlocked");
         remove_if_there(&self.own)?;
@@ -721,6 +826,9 @@ pub enum Recovery {
     /// The branch already held the landing's commit, and so did the checkout: the lock was
     /// given back.
     Released,
+    /// The landing held the lock but nothing of it reached the checkout (files and index as
+    /// the old tip has them): the lock was given back.
+    Untouched,
     /// The landing was carried out: files, index, the branch moved, the lock given back.
     Finished,
     /// The landing was undone: its paths hold the old tip's content again, except `foreign`
@@ -745,7 +853,10 @@ pub fn recover(
 ) -> Result<Recovery, LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     let held = Lock::at(repo.path(), lock);
-    if !held.held() {
+    // A person may have removed the lock after the crash (as git's own message says to):
+    // while the landing's own file is there, its files may be in the checkout, so it takes
+    // the lock again and finishes or undoes as if it had held it all along.
+    if !held.held() && !held.retake()? {
         held.release()?;
         return Ok(Recovery::NotHeld);
     }
@@ -764,6 +875,12 @@ pub fn recover(
     let old = tree_of(&repo, repo_root, old_tip)?;
     let new = tree_of(&repo, repo_root, commit)?;
     let paths = changed_paths(&repo, repo_root, &old, &new)?;
+    if untouched(&repo, repo_root, &held, &old, &paths)? {
+        // Cut short before its first write (or refused by an index libgit2 cannot read):
+        // nothing to finish or undo, and the change is landed again.
+        held.release()?;
+        return Ok(Recovery::Untouched);
+    }
     let foreign = foreign_paths(&repo, repo_root, &old, &new, &paths)?;
     if tip == old_tip && foreign.is_empty() {
         put(&repo, repo_root, &held, &new, &paths, &paths)?;
@@ -800,7 +917,7 @@ fn foreign_paths(
     new: &git2::Tree<'_>,
     paths: &[Vec<u8>],
 ) -> Result<BTreeSet<Vec<u8>>, LandError> {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::os::unix::ffi::OsStrExt;
     let workdir = repo.workdir().unwrap_or(root);
     let mut foreign = BTreeSet::new();
     for p in paths {
@@ -816,44 +933,142 @@ fn foreign_paths(
             // new one being written, or the old one being removed) holds paths under it.
             continue;
         }
-        let bytes = if meta.file_type().is_symlink() {
-            std::fs::read_link(&file)
-                .map(|t| t.into_os_string().into_vec())
-                .map_err(|source| LandError::Io {
-                    action: "read a link in the main checkout",
-                    path: file.clone(),
-                    source,
-                })?
-        } else {
-            std::fs::read(&file).map_err(|source| LandError::Io {
-                action: "read a file in the main checkout",
-                path: file.clone(),
-                source,
-            })?
-        };
-        let id = Oid::hash_object(git2::ObjectType::Blob, &bytes)
-            .map_err(git_err("hash a file of the main checkout", root))?;
-        if Some(id) == was || Some(id) == will {
+        let bytes = file_bytes(&file, &meta)?;
+        if holds(repo, root, &file, &meta, &bytes, was)?
+            || holds(repo, root, &file, &meta, &bytes, will)?
+        {
             continue;
         }
-        // A file cut short as it was written: the landing's, or its undoing's.
+        // A file cut short as it was written: the landing's, or its undoing's — as the blob is,
+        // or with its line endings made CRLF, as checkout writes a text file under
+        // `core.autocrlf=true` or `eol=crlf`. (git2 has no safe way to run the repository's
+        // filters towards the checkout; other filters — `ident`, an encoding, an external
+        // smudge driver such as Git LFS — are not recognised here, and such a file cut short
+        // is taken for a person's.)
         let begins = |id: Option<Oid>| {
-            id.and_then(|w| repo.find_blob(w).ok())
-                .is_some_and(|b| b.content().starts_with(&bytes))
+            id.and_then(|w| repo.find_blob(w).ok()).is_some_and(|b| {
+                b.content().starts_with(&bytes) || crlf(b.content()).starts_with(&bytes)
+            })
         };
         if begins(will) || begins(was) {
-            continue;
-        }
-        // Content through the repository's filters (line endings), as libgit2 wrote it.
-        if !meta.file_type().is_symlink()
-            && let Ok(filtered) = repo.blob_path(&file)
-            && (Some(filtered) == was || Some(filtered) == will)
-        {
             continue;
         }
         foreign.insert(p.clone());
     }
     Ok(foreign)
+}
+
+/// `text` with each LF not already after a CR made CRLF.
+fn crlf(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + text.len() / 16);
+    let mut prev = 0u8;
+    for &b in text {
+        if b == b'\n' && prev != b'\r' {
+            out.push(b'\r');
+        }
+        out.push(b);
+        prev = b;
+    }
+    out
+}
+
+/// The bytes of `file` in the main checkout (a link's target for a link).
+fn file_bytes(file: &Path, meta: &std::fs::Metadata) -> Result<Vec<u8>, LandError> {
+    use std::os::unix::ffi::OsStringExt;
+    if meta.file_type().is_symlink() {
+        std::fs::read_link(file)
+            .map(|t| t.into_os_string().into_vec())
+            .map_err(|source| LandError::Io {
+                action: "read a link in the main checkout",
+                path: file.to_path_buf(),
+                source,
+            })
+    } else {
+        std::fs::read(file).map_err(|source| LandError::Io {
+            action: "read a file in the main checkout",
+            path: file.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Whether `file` (`bytes`) holds blob `id`: the same bytes, or the same once through the
+/// repository's filters (line endings), as libgit2 wrote it.
+fn holds(
+    repo: &Repository,
+    root: &Path,
+    file: &Path,
+    meta: &std::fs::Metadata,
+    bytes: &[u8],
+    id: Option<Oid>,
+) -> Result<bool, LandError> {
+    let Some(id) = id else {
+        return Ok(false);
+    };
+    let raw = Oid::hash_object(git2::ObjectType::Blob, bytes)
+        .map_err(git_err("hash a file of the main checkout", root))?;
+    Ok(
+        raw == id
+            || (!meta.file_type().is_symlink() && repo.blob_path(file).is_ok_and(|f| f == id)),
+    )
+}
+
+/// Whether nothing of a landing from `old` is in the main checkout: each of its `paths` holds
+/// `old`'s content (absent where `old` lacks it), and the index's entries there are `old`'s —
+/// or the index is one libgit2 cannot read, which mvk therefore never wrote.
+fn untouched(
+    repo: &Repository,
+    root: &Path,
+    held: &Lock,
+    old: &git2::Tree<'_>,
+    paths: &[Vec<u8>],
+) -> Result<bool, LandError> {
+    use std::os::unix::ffi::OsStrExt;
+    let workdir = repo.workdir().unwrap_or(root);
+    for p in paths {
+        let path = Path::new(std::ffi::OsStr::from_bytes(p));
+        let file = workdir.join(path);
+        let entry = old.get_path(path).ok();
+        match (std::fs::symlink_metadata(&file).ok(), entry) {
+            (None, None) => {}
+            (Some(meta), Some(entry)) if meta.is_dir() => {
+                // A submodule's directory: not the landing's to write.
+                if entry.kind() != Some(git2::ObjectType::Commit) {
+                    return Ok(false);
+                }
+            }
+            (Some(meta), Some(entry)) => {
+                let bytes = file_bytes(&file, &meta)?;
+                if !holds(repo, root, &file, &meta, &bytes, Some(entry.id()))? {
+                    return Ok(false);
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
+    match read_index(repo, held) {
+        Ok(index) => Ok(staged_changes(&index, old, paths).is_empty()),
+        Err(_) => Ok(true),
+    }
+}
+
+/// The `paths` whose entry in `index` is not `tree`'s (blob and mode; present or absent; any
+/// conflict stage): a change a person staged there.
+fn staged_changes(index: &Index, tree: &git2::Tree<'_>, paths: &[Vec<u8>]) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    paths
+        .iter()
+        .filter(|p| {
+            let path = Path::new(std::ffi::OsStr::from_bytes(p));
+            let want = tree
+                .get_path(path)
+                .ok()
+                .map(|e| (e.id(), u32::try_from(e.filemode()).unwrap_or(0)));
+            let have = index.get_path(path, 0).map(|e| (e.id, e.mode));
+            have != want || (1..=3).any(|stage| index.get_path(path, stage).is_some())
+        })
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect()
 }
 
 /// A linked worktree (not one of mvk's pool slots, which never hold a target) that has
@@ -1286,5 +1501,113 @@ mod tests {
         assert_eq!(done, Recovery::NotHeld);
         assert_eq!(leftovers(dir.path()), ["index.lock"]);
         assert_eq!(head(dir.path()), base);
+    }
+
+    #[test]
+    fn a_split_index_refuses_the_landing_before_any_file_is_written_and_gives_the_lock_back() {
+        let (dir, base, commit) = three_paths();
+        git(dir.path(), &["update-index", "--split-index"]);
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::UnreadableIndex { advice, .. } if advice.contains("--no-split-index")),
+            "{err:?}"
+        );
+        assert_eq!(head(dir.path()), base);
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert!(dir.path().join("b.txt").exists());
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        // As the error says: then it lands.
+        git(dir.path(), &["update-index", "--no-split-index"]);
+        publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap();
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn recovery_gives_back_a_lock_whose_landing_wrote_nothing_even_over_a_split_index() {
+        let (dir, base, commit) = three_paths();
+        git(dir.path(), &["update-index", "--split-index"]);
+        // As an mvk that checked out before reading the index left it: the lock, no file.
+        let name = lock_name("r");
+        Lock::take(&dir.path().join(".git"), &name).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Untouched);
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_staged_change_at_a_landings_path_refuses_the_landing_before_any_file_is_written() {
+        let (dir, base, commit) = three_paths();
+        // Staged, then the file put back as HEAD has it: only the index holds the change.
+        std::fs::write(dir.path().join("a.txt"), "staged\n").unwrap();
+        git(dir.path(), &["add", "a.txt"]);
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
+        // And a removal staged, the file kept.
+        git(dir.path(), &["rm", "-q", "--cached", "b.txt"]);
+        let err = publish(dir.path(), "main", base, commit, "land", &lock_name("r")).unwrap_err();
+        assert!(
+            matches!(&err, LandError::Dirty { paths } if paths == &["a.txt".to_string(), "b.txt".to_string()]),
+            "{err:?}"
+        );
+        assert_eq!(head(dir.path()), base);
+        assert!(!dir.path().join("c").exists(), "nothing written");
+        assert_eq!(git(dir.path(), &["show", ":a.txt"]), "staged\n", "kept");
+        assert_eq!(
+            git(dir.path(), &["status", "--porcelain"]),
+            "MM a.txt\nD  b.txt\n?? b.txt\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_takes_the_lock_again_when_a_person_removed_it_and_finishes_the_landing() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // `git commit` says to remove the lock; the person does.
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_finishes_a_landing_cut_short_with_its_line_endings_converted() {
+        let (dir, base, commit) = three_paths();
+        git(dir.path(), &["config", "core.autocrlf", "true"]);
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // As checkout writes them under `core.autocrlf`: CRLF, `c/d.txt` cut short mid-line-end.
+        std::fs::write(dir.path().join("a.txt"), "ONE ONE ONE\r\n").unwrap();
+        std::fs::write(dir.path().join("c/d.txt"), "new file\r").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            "new file\r\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn giving_the_lock_back_leaves_a_lock_git_took_after_the_check() {
+        let (dir, _, _) = three_paths();
+        let name = lock_name("r");
+        let held = Lock::take(&dir.path().join(".git"), &name).unwrap();
+        assert!(held.held());
+        // Between the check and the removal, ours goes and git takes the lock.
+        std::fs::remove_file(&held.lock).unwrap();
+        std::fs::write(&held.lock, "git's").unwrap();
+        held.unlock().unwrap();
+        assert_eq!(std::fs::read_to_string(&held.lock).unwrap(), "git's");
+        held.release().unwrap();
+        assert_eq!(leftovers(dir.path()), ["index.lock"]);
     }
 }

@@ -337,7 +337,7 @@ fn recover_landings<'t>(
         let merges: Vec<i64> = rows.iter().map(|(_, m)| m.id).collect();
         match recovery {
             // Settling finds out from git whether the branch holds the landing.
-            land::Recovery::NotHeld | land::Recovery::Released => {}
+            land::Recovery::NotHeld | land::Recovery::Released | land::Recovery::Untouched => {}
             land::Recovery::Finished => runner.emit(
                 Some(task),
                 None,

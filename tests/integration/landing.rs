@@ -164,6 +164,18 @@ fn a_landing_killed_with_its_files_half_written_is_finished_by_resume() {
 }
 
 #[test]
+fn a_landing_killed_mid_files_whose_lock_a_person_removed_is_still_finished_by_resume() {
+    let (f, r) = killed_at("merge-files-half", |f| {
+        // `git commit` fails on the lock and says to remove it; the person does.
+        fs::remove_file(f.root().join(".git/index.lock")).unwrap();
+    });
+    r.expect_code(0);
+    as_if_uninterrupted(&f, &r);
+    r.none("merge.blocked");
+    r.one("merge.finished-by-resume");
+}
+
+#[test]
 fn a_landing_killed_with_its_index_written_is_finished_by_resume() {
     let r = resumed_as_if_uninterrupted("merge-checkout");
     r.one("merge.finished-by-resume");
@@ -269,6 +281,30 @@ fn a_stale_index_lock_of_unknown_owner_stops_for_a_person_before_any_file_is_wri
 #[test]
 fn once_the_stale_lock_is_gone_a_resume_lands_what_it_stopped() {
     let (f, _) = stopped_on_a_stale_lock();
+    let r = resume(&f, &[]);
+    r.expect_code(0);
+    as_if_uninterrupted(&f, &r);
+}
+
+#[test]
+fn a_split_index_stops_the_landing_untouched_and_a_resume_lands_once_it_is_turned_off() {
+    let f = three_tasks();
+    f.git(&["update-index", "--split-index"]);
+    let r = f.apply();
+    r.expect_code(4);
+    assert!(
+        r.stdout.contains("git update-index --no-split-index"),
+        "says what to do\n{}",
+        r.why()
+    );
+    assert_eq!(f.tip("main"), f.base, "main did not move");
+    assert!(
+        !f.root().join("out").exists(),
+        "nothing written\n{}",
+        r.why()
+    );
+    assert_eq!(leftovers(&f), Vec::<String>::new(), "{}", r.why());
+    f.git(&["update-index", "--no-split-index"]);
     let r = resume(&f, &[]);
     r.expect_code(0);
     as_if_uninterrupted(&f, &r);

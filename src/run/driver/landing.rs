@@ -783,6 +783,11 @@ impl<'a> Runner<'a> {
                     lock.display()
                 ))
             }
+            // An index libgit2 cannot read stops every change alike, before any file is
+            // written, until the person turns the feature off: a wait, as for a lock.
+            Err(e @ LandError::UnreadableIndex { .. }) => {
+                Refused::Locked(format!("{e}; nothing was written to the main checkout"))
+            }
             // Half-landed and not put back: the intents stay open, for `mvk resume` to finish
             // or undo the landing from them.
             Err(e @ LandError::Knotted { .. }) => return Err(e.into()),
