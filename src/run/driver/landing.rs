@@ -845,7 +845,7 @@ impl<'a> Runner<'a> {
                     )?;
                     // Not the task's end: once the lock is gone, approving lands the change.
                     let question = format!(
-                        "attempt {} was accepted, but {detail}; then approve to land it on `{target}` (branch `{branch}`; a resume that finds the lock gone lands it too), or reject with a reason for another attempt",
+                        "attempt {} was accepted, but {detail}; once that is put right, approve to land it on `{target}` (branch `{branch}`; `mvk resume` lands it too once nothing stops it), or reject with a reason for another attempt",
                         r.request.number
                     );
                     self.answer(r.request, Landing::Wait(question))?;
