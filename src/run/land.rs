@@ -875,9 +875,20 @@ pub fn recover(
     let old = tree_of(&repo, repo_root, old_tip)?;
     let new = tree_of(&repo, repo_root, commit)?;
     let paths = changed_paths(&repo, repo_root, &old, &new)?;
-    if untouched(&repo, repo_root, &held, &old, &paths)? {
-        // Cut short before its first write (or refused by an index libgit2 cannot read):
-        // nothing to finish or undo, and the change is landed again.
+    // The index first: a landing reads it before its first write, so one libgit2 cannot read
+    // means mvk never wrote here, whatever the files hold (a person's edits); and finishing or
+    // undoing would fail on it while holding the lock, on every resume.
+    let index = match read_index(&repo, &held) {
+        Ok(index) => index,
+        Err(LandError::UnreadableIndex { .. }) => {
+            held.release()?;
+            return Ok(Recovery::Untouched);
+        }
+        Err(e) => return Err(e),
+    };
+    if untouched(&repo, repo_root, &index, &old, &paths)? {
+        // Cut short before its first write: nothing to finish or undo, and the change is
+        // landed again.
         held.release()?;
         return Ok(Recovery::Untouched);
     }
@@ -1014,12 +1025,11 @@ fn holds(
 }
 
 /// Whether nothing of a landing from `old` is in the main checkout: each of its `paths` holds
-/// `old`'s content (absent where `old` lacks it), and the index's entries there are `old`'s —
-/// or the index is one libgit2 cannot read, which mvk therefore never wrote.
+/// `old`'s content (absent where `old` lacks it), and `index`'s entries there are `old`'s.
 fn untouched(
     repo: &Repository,
     root: &Path,
-    held: &Lock,
+    index: &Index,
     old: &git2::Tree<'_>,
     paths: &[Vec<u8>],
 ) -> Result<bool, LandError> {
@@ -1046,10 +1056,7 @@ fn untouched(
             _ => return Ok(false),
         }
     }
-    match read_index(repo, held) {
-        Ok(index) => Ok(staged_changes(&index, old, paths).is_empty()),
-        Err(_) => Ok(true),
-    }
+    Ok(staged_changes(index, old, paths).is_empty())
 }
 
 /// The `paths` whose entry in `index` is not `tree`'s (blob and mode; present or absent; any
@@ -1536,6 +1543,27 @@ mod tests {
         assert_eq!(head(dir.path()), base);
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn recovery_gives_back_the_lock_over_a_split_index_whatever_a_person_changed() {
+        let (dir, base, commit) = three_paths();
+        git(dir.path(), &["update-index", "--split-index"]);
+        let name = lock_name("r");
+        Lock::take(&dir.path().join(".git"), &name).unwrap();
+        // A person's edit at a landing's path: not mvk's (it never wrote over this index).
+        std::fs::write(dir.path().join("b.txt"), "mine\n").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Untouched);
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "mine\n"
+        );
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), " M b.txt\n");
+        // The person can now turn the split index off.
+        git(dir.path(), &["update-index", "--no-split-index"]);
     }
 
     #[test]
