@@ -708,22 +708,23 @@ impl Lock {
         }
     }
 
-    /// Takes the lock again through the own file, when it is still there and no one holds the
-    /// lock: whether it now holds it.
+    /// Takes the lock again through the own file: whether it now holds it (not when the own
+    /// file is gone). Someone else holding the lock is an error, the own file kept: mvk's
+    /// files may be in the checkout, and only a later resume, under the lock, can tell them
+    /// from a person's.
     fn retake(&self) -> Result<bool, LandError> {
         if std::fs::symlink_metadata(&self.own).is_err() {
             return Ok(false);
         }
         match std::fs::hard_link(&self.own, &self.lock) {
             Ok(()) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
-                ) =>
-            {
-                Ok(false)
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(LandError::IndexLocked {
+                    owner: self.lock.parent().and_then(lock_owner),
+                    lock: self.lock.clone(),
+                })
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(source) => Err(LandError::Io {
                 action: "take the main checkout's index lock again",
                 path: self.lock.clone(),
@@ -1498,16 +1499,49 @@ mod tests {
     }
 
     #[test]
-    fn recovery_leaves_a_lock_that_is_not_the_landings_and_removes_its_own_file() {
+    fn recovery_leaves_a_lock_that_is_not_the_landings_and_keeps_its_own_file() {
         let (dir, base, commit) = three_paths();
         let name = lock_name("r");
         // Killed between making its file and linking it; someone else's lock meanwhile.
         std::fs::write(dir.path().join(".git").join(&name), "").unwrap();
         std::fs::write(dir.path().join(".git/index.lock"), "").unwrap();
-        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
-        assert_eq!(done, Recovery::NotHeld);
-        assert_eq!(leftovers(dir.path()), ["index.lock"]);
+        let err = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap_err();
+        assert!(
+            matches!(&err, LandError::IndexLocked { owner: None, .. }),
+            "{err:?}"
+        );
+        assert_eq!(leftovers(dir.path()), ["index.lock".to_string(), name]);
         assert_eq!(head(dir.path()), base);
+    }
+
+    #[test]
+    fn recovery_stops_while_someone_holds_the_lock_it_would_take_again_and_retries_later() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // The person removes mvk's lock, and a git process takes it.
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        std::fs::write(dir.path().join(".git/index.lock"), "git's").unwrap();
+        let err = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap_err();
+        assert!(
+            matches!(&err, LandError::IndexLocked { owner: None, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            leftovers(dir.path()),
+            ["index.lock".to_string(), name.clone()]
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(".git/index.lock")).unwrap(),
+            "git's"
+        );
+        // Once git is done, a later resume finishes the landing: mvk's files are still its own.
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
     #[test]
