@@ -341,6 +341,7 @@ impl Landed<'_> {
         if !staged.is_empty() {
             return Err(Stop::Clean(LandError::Dirty { paths: staged }));
         }
+        self.held.begin_writing().map_err(Stop::Clean)?;
         // Whether the checkout began to write (its progress reports the start before the
         // first write): a checkout that fails before that left every file as it was.
         let mut started = false;
@@ -651,6 +652,10 @@ struct Lock {
     lock: PathBuf,
     /// Where the new index is written before it is renamed over `.git/index`.
     staged: PathBuf,
+    /// There from just before the landing's first write in the checkout until just before the
+    /// lock is given back: without it, the checkout holds nothing of mvk's, so a resume that
+    /// finds the lock gone (a person's, or never taken) must not take it again.
+    writing: PathBuf,
 }
 
 impl Lock {
@@ -659,6 +664,7 @@ impl Lock {
             own: git_dir.join(name),
             lock: git_dir.join("index.lock"),
             staged: git_dir.join(format!("{name}.index")),
+            writing: git_dir.join(format!("{name}.writing")),
         }
     }
 
@@ -770,9 +776,31 @@ impl Lock {
         same_file(&self.own, &self.lock)
     }
 
+    /// Marks that the landing (or its recovery) is about to write in the checkout.
+    fn begin_writing(&self) -> Result<(), LandError> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.writing)
+            .map(drop)
+            .map_err(|source| LandError::Io {
+                action: "mark the landing as writing in the main checkout",
+                path: self.writing.clone(),
+                source,
+            })
+    }
+
+    /// Whether the landing may have written in the checkout (see [`Lock::writing`]).
+    fn wrote(&self) -> bool {
+        std::fs::symlink_metadata(&self.writing).is_ok()
+    }
+
     /// Gives the lock back (`index.lock` only while it is still the own file), then removes
-    /// the landing's own files.
+    /// the landing's own files. The writing mark goes first: once the lock is gone, the own
+    /// file alone must not make a resume take the lock again.
     fn release(&self) -> Result<(), LandError> {
+        remove_if_there(&self.writing)?;
         if self.held() {
             self.unlock()?;
         }
@@ -855,9 +883,11 @@ pub fn recover(
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     let held = Lock::at(repo.path(), lock);
     // A person may have removed the lock after the crash (as git's own message says to):
-    // while the landing's own file is there, its files may be in the checkout, so it takes
-    // the lock again and finishes or undoes as if it had held it all along.
-    if !held.held() && !held.retake()? {
+    // while the landing's writing mark is there, its files may be in the checkout, so it
+    // takes the lock again and finishes or undoes as if it had held it all along. Without
+    // the mark (killed before linking its file, or after a refusal gave the lock back) mvk
+    // wrote nothing, and what the paths hold now is a person's.
+    if !held.held() && (!held.wrote() || !held.retake()?) {
         held.release()?;
         return Ok(Recovery::NotHeld);
     }
@@ -894,6 +924,8 @@ pub fn recover(
         return Ok(Recovery::Untouched);
     }
     let foreign = foreign_paths(&repo, repo_root, &old, &new, &paths)?;
+    // Marked before writing, so that a resume killed in turn can still take the lock again.
+    held.begin_writing()?;
     if tip == old_tip && foreign.is_empty() {
         put(&repo, repo_root, &held, &new, &paths, &paths)?;
         match move_branch(&repo, repo_root, branch, (old_tip, commit), reflog) {
@@ -1393,7 +1425,10 @@ mod tests {
     /// A landing cut short under its lock with `a.txt` written whole and `c/d.txt` cut short
     /// (its first bytes), `b.txt` not yet removed: the index and the branch as before.
     fn cut_short(dir: &Path, name: &str) {
-        Lock::take(&dir.join(".git"), name).unwrap();
+        Lock::take(&dir.join(".git"), name)
+            .unwrap()
+            .begin_writing()
+            .unwrap();
         std::fs::write(dir.join("a.txt"), "ONE ONE ONE\n").unwrap();
         std::fs::create_dir_all(dir.join("c")).unwrap();
         std::fs::write(dir.join("c/d.txt"), "new f").unwrap();
@@ -1499,19 +1534,48 @@ mod tests {
     }
 
     #[test]
-    fn recovery_leaves_a_lock_that_is_not_the_landings_and_keeps_its_own_file() {
+    fn recovery_leaves_a_lock_that_is_not_the_landings_and_removes_its_own_file() {
         let (dir, base, commit) = three_paths();
         let name = lock_name("r");
         // Killed between making its file and linking it; someone else's lock meanwhile.
         std::fs::write(dir.path().join(".git").join(&name), "").unwrap();
         std::fs::write(dir.path().join(".git/index.lock"), "").unwrap();
-        let err = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap_err();
-        assert!(
-            matches!(&err, LandError::IndexLocked { owner: None, .. }),
-            "{err:?}"
-        );
-        assert_eq!(leftovers(dir.path()), ["index.lock".to_string(), name]);
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::NotHeld);
+        assert_eq!(leftovers(dir.path()), ["index.lock"]);
         assert_eq!(head(dir.path()), base);
+    }
+
+    #[test]
+    fn recovery_does_not_take_the_lock_again_for_a_landing_that_never_wrote() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        // Refused cleanly and killed as it gave the lock back: its own file left, no lock.
+        Lock::take(&dir.path().join(".git"), &name)
+            .unwrap()
+            .unlock()
+            .unwrap();
+        // The person's later work at the landing's paths: `a.txt` emptied, `c/d.txt` begun
+        // empty: each one a beginning of mvk's content, and none of it mvk's.
+        std::fs::write(dir.path().join("a.txt"), "").unwrap();
+        std::fs::create_dir_all(dir.path().join("c")).unwrap();
+        std::fs::write(dir.path().join("c/d.txt"), "").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::NotHeld);
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            ""
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            ""
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "two\n"
+        );
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
     #[test]
@@ -1529,7 +1593,11 @@ mod tests {
         );
         assert_eq!(
             leftovers(dir.path()),
-            ["index.lock".to_string(), name.clone()]
+            [
+                "index.lock".to_string(),
+                name.clone(),
+                format!("{name}.writing")
+            ]
         );
         assert_eq!(
             std::fs::read_to_string(dir.path().join(".git/index.lock")).unwrap(),
