@@ -855,8 +855,9 @@ pub enum Recovery {
     /// The branch already held the landing's commit, and so did the checkout: the lock was
     /// given back.
     Released,
-    /// The landing held the lock but nothing of it reached the checkout (files and index as
-    /// the old tip has them): the lock was given back.
+    /// The landing held the lock but nothing of it reached the checkout (files as the old tip
+    /// has them, no index entry the new tip's; a person's staged ones kept): the lock was given
+    /// back.
     Untouched,
     /// The landing was carried out: files, index, the branch moved, the lock given back.
     Finished,
@@ -917,13 +918,21 @@ pub fn recover(
         }
         Err(e) => return Err(e),
     };
-    if untouched(&repo, repo_root, &index, &old, &paths)? {
+    // An entry that is neither the old tree's nor the new one's was staged by a person (mvk
+    // stages only those): kept, and its path left alone.
+    let staged: BTreeSet<Vec<u8>> = paths
+        .iter()
+        .filter(|p| !entry_is(&index, &old, p) && !entry_is(&index, &new, p))
+        .cloned()
+        .collect();
+    if untouched(&repo, repo_root, &index, (&old, &new), &paths)? {
         // Cut short before its first write: nothing to finish or undo, and the change is
         // landed again.
         held.release()?;
         return Ok(Recovery::Untouched);
     }
-    let foreign = foreign_paths(&repo, repo_root, &old, &new, &paths)?;
+    let mut foreign = foreign_paths(&repo, repo_root, &old, &new, &paths)?;
+    foreign.extend(staged.iter().cloned());
     // Marked before writing, so that a resume killed in turn can still take the lock again.
     held.begin_writing()?;
     if tip == old_tip && foreign.is_empty() {
@@ -942,7 +951,12 @@ pub fn recover(
         .filter(|p| !foreign.contains(*p))
         .cloned()
         .collect();
-    put(&repo, repo_root, &held, &old, &paths, &own)?;
+    let restage: Vec<Vec<u8>> = paths
+        .iter()
+        .filter(|p| !staged.contains(*p))
+        .cloned()
+        .collect();
+    put(&repo, repo_root, &held, &old, &restage, &own)?;
     held.release()?;
     let mut foreign: Vec<String> = foreign
         .iter()
@@ -1057,13 +1071,14 @@ fn holds(
     )
 }
 
-/// Whether nothing of a landing from `old` is in the main checkout: each of its `paths` holds
-/// `old`'s content (absent where `old` lacks it), and `index`'s entries there are `old`'s.
+/// Whether nothing of a landing from `old` to `new` is in the main checkout: each of its
+/// `paths` holds `old`'s content (absent where `old` lacks it), and none of `index`'s entries
+/// there is `new`'s (each is `old`'s, or one a person staged).
 fn untouched(
     repo: &Repository,
     root: &Path,
     index: &Index,
-    old: &git2::Tree<'_>,
+    (old, new): (&git2::Tree<'_>, &git2::Tree<'_>),
     paths: &[Vec<u8>],
 ) -> Result<bool, LandError> {
     use std::os::unix::ffi::OsStrExt;
@@ -1089,26 +1104,30 @@ fn untouched(
             _ => return Ok(false),
         }
     }
-    Ok(staged_changes(index, old, paths).is_empty())
+    Ok(!paths.iter().any(|p| entry_is(index, new, p)))
 }
 
 /// The `paths` whose entry in `index` is not `tree`'s (blob and mode; present or absent; any
 /// conflict stage): a change a person staged there.
 fn staged_changes(index: &Index, tree: &git2::Tree<'_>, paths: &[Vec<u8>]) -> Vec<String> {
-    use std::os::unix::ffi::OsStrExt;
     paths
         .iter()
-        .filter(|p| {
-            let path = Path::new(std::ffi::OsStr::from_bytes(p));
-            let want = tree
-                .get_path(path)
-                .ok()
-                .map(|e| (e.id(), u32::try_from(e.filemode()).unwrap_or(0)));
-            let have = index.get_path(path, 0).map(|e| (e.id, e.mode));
-            have != want || (1..=3).any(|stage| index.get_path(path, stage).is_some())
-        })
+        .filter(|p| !entry_is(index, tree, p))
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect()
+}
+
+/// Whether `index`'s entry at `path` is `tree`'s (blob and mode, or absent from both) and
+/// there is no conflict stage there.
+fn entry_is(index: &Index, tree: &git2::Tree<'_>, path: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let path = Path::new(std::ffi::OsStr::from_bytes(path));
+    let want = tree
+        .get_path(path)
+        .ok()
+        .map(|e| (e.id(), u32::try_from(e.filemode()).unwrap_or(0)));
+    let have = index.get_path(path, 0).map(|e| (e.id, e.mode));
+    have == want && !(1..=3).any(|stage| index.get_path(path, stage).is_some())
 }
 
 /// A linked worktree (not one of mvk's pool slots, which never hold a target) that has
@@ -1666,6 +1685,49 @@ mod tests {
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), " M b.txt\n");
         // The person can now turn the split index off.
         git(dir.path(), &["update-index", "--no-split-index"]);
+    }
+
+    /// A change a person staged at `b.txt` (the landing's to remove), the file kept as it was.
+    fn stage_a_change_at_b(dir: &Path) {
+        std::fs::write(dir.join("b.txt"), "staged\n").unwrap();
+        git(dir, &["add", "b.txt"]);
+        std::fs::write(dir.join("b.txt"), "two\n").unwrap();
+    }
+
+    #[test]
+    fn recovery_keeps_a_change_a_person_staged_and_undoes_the_rest_of_the_landing() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        // The person removes the lock and stages a change at a landing's path.
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        stage_a_change_at_b(dir.path());
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(
+            done,
+            Recovery::Undone {
+                foreign: vec!["b.txt".into()]
+            }
+        );
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(git(dir.path(), &["show", ":b.txt"]), "staged\n", "kept");
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "MM b.txt\n");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recovery_gives_back_the_lock_of_a_landing_that_wrote_nothing_over_a_staged_change() {
+        let (dir, base, commit) = three_paths();
+        stage_a_change_at_b(dir.path());
+        // Killed with the lock taken, before the check that would have refused the landing.
+        let name = lock_name("r");
+        Lock::take(&dir.path().join(".git"), &name).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Untouched);
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(git(dir.path(), &["show", ":b.txt"]), "staged\n", "kept");
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "MM b.txt\n");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
     #[test]
