@@ -569,7 +569,8 @@ pub(crate) fn reopen<'a>(
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
-    let ref_locks = crate::run::resume::clear_ref_locks(&opts.repo_root, &run_id)?;
+    let mut ref_locks = crate::run::resume::clear_ref_locks(&opts.repo_root, &run_id)?;
+    ref_locks.extend(opening.pool.clear_idle_locks()?);
     let began = crate::run::resume::began(&opening.ledger, &from.run)?;
     let selected = crate::run::resume::selected_tasks(&began, program);
     // A task without `merge into=` lands on the branch checked out when the run began, whatever

@@ -581,6 +581,52 @@ impl Pool {
         })
     }
 
+    /// Removes the lock files git left in the git directories of the slots no one leases
+    /// (`index.lock`, `HEAD.lock`): a kill inside libgit2's write of a slot's index or HEAD
+    /// leaves one, which would fail the slot's next reset. A slot is judged idle as a lease
+    /// claims one (its lock taken under the registry lock), so a slot in use is never touched.
+    /// Out come the files removed.
+    pub fn clear_idle_locks(&self) -> Result<Vec<PathBuf>, WorktreeError> {
+        let mut removed = Vec::new();
+        for n in self.slot_numbers_on_disk()? {
+            let claimed = {
+                let _registry = self.lock_registry()?;
+                let lock = self.try_lock_slot(n)?;
+                if let Some(lock) = &lock {
+                    record_lease(lock, "")
+                        .map_err(io_err("record the lease in", &self.lock_path(n)))?;
+                }
+                lock
+            };
+            let Some(_lock) = claimed else {
+                continue;
+            };
+            // Only through the slot's own registration, checked as a lease checks it: an
+            // agent may have pointed the slot's `.git` elsewhere.
+            let main = self.main()?;
+            let path = self.slot_path(n);
+            if !self.slot_is_healthy(&main, &path) {
+                continue;
+            }
+            let Ok(slot) = Repository::open(&path) else {
+                continue;
+            };
+            for name in ["index.lock", "HEAD.lock"] {
+                let file = slot.path().join(name);
+                match fs::symlink_metadata(&file) {
+                    Ok(meta) if meta.is_file() => {
+                        fs::remove_file(&file).map_err(io_err("remove stale lock", &file))?;
+                        removed.push(file);
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("read", &file)(e)),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes every slot that is not leased, together with its git worktree registration (and
     /// the marker of a retired one: its number is free again). Branches stay. Returns the slot
     /// directories removed (or whose stale registration was pruned), sorted.
@@ -2137,6 +2183,30 @@ mod tests {
         let head = git(&a_path, &["rev-parse", "--abbrev-ref", "HEAD"]);
         assert_eq!(head.trim(), "HEAD", "idle slot detached");
         assert_eq!(git(&a_path, &["status", "--porcelain"]), "");
+    }
+
+    // Guards against a kill inside libgit2's write of a slot's index: the `index.lock` it left
+    // in the slot's git directory outlived the resumed run (crash campaign, seed 5, trial 55).
+    #[test]
+    fn stale_git_locks_of_idle_slots_are_removed_and_a_leased_slot_is_left_alone() {
+        let f = fixture();
+        let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+        let leased = pool.acquire(f.c1, "mvk/leased").expect("leased");
+        let idle = pool.acquire(f.c1, "mvk/idle").expect("idle");
+        let idle_admin = idle.admin.clone();
+        let slot = idle.slot();
+        drop(idle);
+        wait_free(&pool, slot);
+        fs::write(idle_admin.join("index.lock"), "").expect("stale lock");
+        fs::write(leased.admin.join("index.lock"), "").expect("live lock");
+        let removed = pool.clear_idle_locks().expect("clear");
+        assert_eq!(removed, vec![idle_admin.join("index.lock")]);
+        assert!(
+            leased.admin.join("index.lock").exists(),
+            "a leased slot's lock stays"
+        );
+        fs::remove_file(leased.admin.join("index.lock")).expect("tidy");
+        drop(leased);
     }
 
     #[test]
