@@ -804,6 +804,31 @@ impl Lock {
         if self.held() {
             self.unlock()?;
         }
+        // A kill inside `unlock` may have left the lock set aside: mvk's own is removed below
+        // with the own file; another's is put back where git looks for it.
+        let mut aside = self.own.clone().into_os_string();
+        aside.push(".unlocking");
+        let aside = PathBuf::from(aside);
+        if std::fs::symlink_metadata(&aside).is_ok() && !same_file(&self.own, &aside) {
+            match std::fs::hard_link(&aside, &self.lock) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    tracing::warn!(aside = %aside.display(), "an index lock set aside stays aside: another holds the lock");
+                }
+                Err(source) => {
+                    return Err(LandError::Io {
+                        action: "put back an index lock that is not mvk's",
+                        path: self.lock.clone(),
+                        source,
+                    });
+                }
+            }
+            if same_file(&aside, &self.lock) {
+                remove_if_there(&aside)?;
+            }
+        } else {
+            remove_if_there(&aside)?;
+        }
         crate::run::failpoint("merge-unlocked");
         remove_if_there(&self.own)?;
         remove_if_there(&self.staged)?;
@@ -904,6 +929,13 @@ pub fn recover(
         held.release()?;
         return Ok(Recovery::Released);
     }
+    // Held, but no writing mark: killed before the first write, or after an undo finished.
+    // Nothing of mvk's is in the checkout, so what the paths hold now (a person may edit
+    // files while the lock stands) is theirs, never guessed to be mvk's half-written work.
+    if !held.wrote() {
+        held.release()?;
+        return Ok(Recovery::Untouched);
+    }
     let old = tree_of(&repo, repo_root, old_tip)?;
     let new = tree_of(&repo, repo_root, commit)?;
     let paths = changed_paths(&repo, repo_root, &old, &new)?;
@@ -912,9 +944,13 @@ pub fn recover(
     // undoing would fail on it while holding the lock, on every resume.
     let index = match read_index(&repo, &held) {
         Ok(index) => index,
-        Err(LandError::UnreadableIndex { .. }) => {
-            held.release()?;
-            return Ok(Recovery::Untouched);
+        // Files may have been written (the mark is there) and the index became unreadable
+        // since (a person removed the lock, then git wrote a split or sparse index): only
+        // the lock is given back, so that they can turn the feature off, and the landing's
+        // record stays for the next resume to take the lock again and finish or undo.
+        Err(e @ LandError::UnreadableIndex { .. }) => {
+            held.unlock()?;
+            return Err(e);
         }
         Err(e) => return Err(e),
     };
@@ -1765,6 +1801,51 @@ mod tests {
         assert_eq!(done, Recovery::Finished);
         assert_eq!(head(dir.path()), commit);
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    // Guards (review r10d, 1) against an index that became unreadable after a person removed
+    // the lock of a landing that had written files: the record stays, so that once the
+    // feature is off the next resume finishes the landing rather than leave mvk's files as if
+    // they were the person's.
+    #[test]
+    fn a_retaken_lock_over_an_index_made_unreadable_keeps_the_landings_record() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
+        git(dir.path(), &["update-index", "--split-index"]);
+        let err = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap_err();
+        assert!(matches!(err, LandError::UnreadableIndex { .. }), "{err}");
+        assert!(
+            !dir.path().join(".git/index.lock").exists(),
+            "the lock is given back"
+        );
+        git(dir.path(), &["update-index", "--no-split-index"]);
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    // Guards (review r10d, 3) against a person's edit made while a landing killed before its
+    // first write still held the lock being taken for mvk's half-written work.
+    #[test]
+    fn a_held_lock_without_the_writing_mark_leaves_a_persons_edit_alone() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        Lock::take(&dir.path().join(".git"), &name).unwrap();
+        // A prefix of the new content: it would pass for mvk's file cut short.
+        std::fs::create_dir_all(dir.path().join("c")).unwrap();
+        std::fs::write(dir.path().join("c/d.txt"), "new f").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Untouched);
+        assert_eq!(head(dir.path()), base);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("c/d.txt")).unwrap(),
+            "new f"
+        );
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
