@@ -572,6 +572,11 @@ fn stage(
 fn read_index(repo: &Repository, held: &Lock) -> Result<Index, LandError> {
     let index_path = repo.path().join("index");
     remove_if_there(&held.staged)?;
+    // libgit2 writes the staged index through `STAGED.lock`; one a kill left would fail this
+    // landing's write as `Locked`. Both are this landing's alone (named after its own file).
+    let mut staged_lock = held.staged.clone().into_os_string();
+    staged_lock.push(".lock");
+    remove_if_there(Path::new(&staged_lock))?;
     match std::fs::copy(&index_path, &held.staged) {
         Ok(_) => {}
         // A repository whose index was never written: the new one starts empty.
@@ -928,6 +933,18 @@ pub fn recover(
         // to do but to give the lock back. (HEAD changed under the lock: not mvk's to judge.)
         held.release()?;
         return Ok(Recovery::Released);
+    }
+    // A kill inside the branch's move leaves libgit2's `refs/heads/BRANCH.lock` holding (a
+    // beginning of) the commit this landing moves the branch to: that is mvk's own, and would
+    // fail the move as `Locked`. A lock holding anything else is another's and stays.
+    if held.wrote() {
+        let ref_lock = repo.commondir().join(format!("refs/heads/{branch}.lock"));
+        if std::fs::symlink_metadata(&ref_lock).is_ok_and(|m| m.is_file())
+            && let Ok(bytes) = std::fs::read(&ref_lock)
+            && format!("{commit}\n").as_bytes().starts_with(&bytes)
+        {
+            remove_if_there(&ref_lock)?;
+        }
     }
     // Held, but no writing mark: killed before the first write, or after an undo finished.
     // Nothing of mvk's is in the checkout, so what the paths hold now (a person may edit
@@ -1826,6 +1843,47 @@ mod tests {
         assert_eq!(done, Recovery::Finished);
         assert_eq!(head(dir.path()), commit);
         assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    }
+
+    // Guards against a kill inside the branch's move (crash campaign, seed 202218917, trial
+    // 199): libgit2's `refs/heads/main.lock`, holding the commit the landing moves main to, is
+    // mvk's and removed; one holding another commit stays, and the landing is not finished.
+    #[test]
+    fn recovery_removes_its_own_half_written_branch_lock_and_no_other() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        let ref_lock = dir.path().join(".git/refs/heads/main.lock");
+        std::fs::write(&ref_lock, &commit.to_string()[..12]).unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
+        assert!(!ref_lock.exists());
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        let ref_lock = dir.path().join(".git/refs/heads/main.lock");
+        std::fs::write(&ref_lock, format!("{base}\n")).unwrap();
+        let other = recover(dir.path(), "main", (base, commit), &name, "resume");
+        assert!(!matches!(other, Ok(Recovery::Finished)), "{other:?}");
+        assert!(ref_lock.exists(), "another's lock stays");
+        assert_eq!(head(dir.path()), base);
+    }
+
+    // Guards against a kill while libgit2 wrote the staged index (crash campaign, seed
+    // 202218917, trial 11): its `.lock` beside the landing's staged file failed the next write.
+    #[test]
+    fn recovery_is_not_stopped_by_the_lock_of_its_own_staged_index() {
+        let (dir, base, commit) = three_paths();
+        let name = lock_name("r");
+        cut_short(dir.path(), &name);
+        std::fs::write(dir.path().join(format!(".git/{name}.index.lock")), "").unwrap();
+        let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
+        assert_eq!(done, Recovery::Finished);
+        assert_eq!(head(dir.path()), commit);
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
