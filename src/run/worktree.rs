@@ -590,18 +590,8 @@ impl Pool {
         let main = self.main()?;
         let mut removed = Vec::new();
         for n in self.slot_numbers_on_disk()? {
-            // Claimed as a lease claims one; never a retired slot, where processes mvk could
-            // not end may still run git.
-            let claimed = {
-                let _registry = self.lock_registry()?;
-                let lock = self.try_lock_slot_in_use(n)?;
-                if let Some(lock) = &lock {
-                    record_lease(lock, "")
-                        .map_err(io_err("record the lease in", &self.lock_path(n)))?;
-                }
-                lock
-            };
-            let Some(_lock) = claimed else {
+            // Never a retired slot, where processes mvk could not end may still run git.
+            let Some(_lock) = self.claim_idle(n, false)? else {
                 continue;
             };
             // The slot's git directory as the repository registers it
@@ -643,17 +633,7 @@ impl Pool {
         }
         let mut removed = Vec::new();
         for n in slots {
-            // Claimed as a lease is (see `claim_slot`), for no branch.
-            let claimed = {
-                let _registry = self.lock_registry()?;
-                let lock = self.try_lock_slot(n)?;
-                if let Some(lock) = &lock {
-                    record_lease(lock, "")
-                        .map_err(io_err("record the lease in", &self.lock_path(n)))?;
-                }
-                lock
-            };
-            let Some(_lock) = claimed else {
+            let Some(_lock) = self.claim_idle(n, true)? else {
                 continue;
             };
             let path = self.slot_path(n);
@@ -805,6 +785,21 @@ impl Pool {
                 source,
             }),
         }
+    }
+
+    /// Claims slot `n` when no one leases it (a retired one too with `retired`), as a lease
+    /// claims one (see [`Pool::claim_slot`]) but for no branch; `None` when it is leased.
+    fn claim_idle(&self, n: usize, retired: bool) -> Result<Option<File>, WorktreeError> {
+        let _registry = self.lock_registry()?;
+        let lock = if retired {
+            self.try_lock_slot(n)?
+        } else {
+            self.try_lock_slot_in_use(n)?
+        };
+        if let Some(lock) = &lock {
+            record_lease(lock, "").map_err(io_err("record the lease in", &self.lock_path(n)))?;
+        }
+        Ok(lock)
     }
 
     /// Claims a slot for a lease of `branch`: its lock taken and its lock file naming the
