@@ -1494,6 +1494,14 @@ mod tests {
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
     }
 
+    /// The landing of `commit` is whole: the branch at it, the checkout clean, nothing of the
+    /// lock left in `.git`.
+    fn assert_landed_clean(dir: &Path, commit: Oid) {
+        assert_eq!(head(dir), commit);
+        assert_eq!(git(dir, &["status", "--porcelain"]), "");
+        assert_eq!(leftovers(dir), Vec::<String>::new());
+    }
+
     /// A landing cut short under its lock with `a.txt` written whole and `c/d.txt` cut short
     /// (its first bytes), `b.txt` not yet removed: the index and the branch as before.
     fn cut_short(dir: &Path, name: &str) {
@@ -1600,9 +1608,7 @@ mod tests {
         move_branch(&repo, dir.path(), "main", (base, commit), "land").unwrap();
         let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
         assert_eq!(done, Recovery::Released);
-        assert_eq!(head(dir.path()), commit);
-        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_landed_clean(dir.path(), commit);
     }
 
     #[test]
@@ -1679,9 +1685,7 @@ mod tests {
         std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
         let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
         assert_eq!(done, Recovery::Finished);
-        assert_eq!(head(dir.path()), commit);
-        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_landed_clean(dir.path(), commit);
     }
 
     #[test]
@@ -1816,9 +1820,7 @@ mod tests {
         std::fs::remove_file(dir.path().join(".git/index.lock")).unwrap();
         let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
         assert_eq!(done, Recovery::Finished);
-        assert_eq!(head(dir.path()), commit);
-        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_landed_clean(dir.path(), commit);
     }
 
     // Guards (review r10d, 1) against an index that became unreadable after a person removed
@@ -1841,9 +1843,7 @@ mod tests {
         git(dir.path(), &["update-index", "--no-split-index"]);
         let done = recover(dir.path(), "main", (base, commit), &name, "resume").unwrap();
         assert_eq!(done, Recovery::Finished);
-        assert_eq!(head(dir.path()), commit);
-        assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
-        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_landed_clean(dir.path(), commit);
     }
 
     // Guards against a kill inside the branch's move (crash campaign, seed 202218917, trial

@@ -362,14 +362,9 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         std::fs::read(format!("/proc/{pid}/environ"))
             .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
     };
-    let live: Vec<(i32, Stat)> = all
-        .iter()
-        .filter(|(_, s)| groups.contains(&s.pgrp))
-        .map(|(pid, s)| (*pid, s.clone()))
-        .collect();
     let mut killed = unrecorded(&all, &groups, me, my_group, &carries_marker);
     for &pgid in &groups {
-        let members: Vec<i32> = live
+        let members: Vec<i32> = all
             .iter()
             .filter(|(_, s)| s.pgrp == pgid)
             .map(|(pid, _)| *pid)
@@ -512,7 +507,6 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// What `/proc/PID/stat` says of a process.
-#[derive(Clone)]
 struct Stat {
     state: String,
     ppid: i32,
