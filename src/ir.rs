@@ -22,6 +22,7 @@ pub const RESERVED_PARAMS: &[&str] = &[
     "rung",
     "task",
     "run",
+    "verdict_schema",
 ];
 
 /// Placeholders in an agent command that are filled in when the attempt starts.
@@ -33,6 +34,7 @@ pub const RUNTIME_PLACEHOLDERS: &[&str] = &[
     "rung",
     "task",
     "run",
+    "verdict_schema",
 ];
 
 pub const DEFAULT_ITERATIONS: u32 = 5;
@@ -262,9 +264,53 @@ pub struct Agent {
     /// when absent, so agents without one keep their digests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Sandbox>,
+    /// What its model's tokens cost, for an agent that reports tokens but no dollars; left out
+    /// of the encoding when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+/// A model's price in micro-dollars per million tokens (so `1.25` dollars is `1_250_000`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Price {
+    /// The model the price is for, as the `price` node names it.
+    pub model: String,
+    pub input: u64,
+    pub output: u64,
+    /// Cached input tokens (a part of the input tokens).
+    pub cached: u64,
+    /// Where the price was written (`std/prices.kdl`, `loops/fix.kdl`), for `plan`; not part of
+    /// the meaning, so not of the digest.
+    #[serde(skip)]
+    pub from: String,
+}
+
+impl Price {
+    /// What `input` tokens (of which `cached` were cache reads) and `output` tokens cost, in
+    /// micro-dollars, rounded to the nearest.
+    pub fn cost(&self, input: u64, cached: u64, output: u64) -> u64 {
+        let cached = cached.min(input);
+        let millionths = u128::from(input - cached) * u128::from(self.input)
+            + u128::from(cached) * u128::from(self.cached)
+            + u128::from(output) * u128::from(self.output);
+        u64::try_from((millionths + 500_000) / 1_000_000).unwrap_or(u64::MAX)
+    }
 }
 
 impl Agent {
+    /// Whether the agent's program reports what it cost in dollars itself (Claude Code, aider);
+    /// the others report tokens, which mvk prices from [`Agent::price`].
+    pub fn reports_dollars(&self) -> bool {
+        matches!(self.adapter, Adapter::Claude | Adapter::Aider)
+    }
+
+    /// The name its price is looked up by: its `model` parameter, else the agent's own name.
+    pub fn price_key(&self) -> &str {
+        self.params
+            .get("model")
+            .map_or(self.name.as_str(), String::as_str)
+    }
+
     /// `claude (model=sonnet)`: how a person recognises this agent.
     pub fn label(&self) -> String {
         if self.params.is_empty() {

@@ -39,6 +39,7 @@
 pub mod cli;
 pub mod diag;
 pub mod digest;
+pub mod doctor;
 pub mod drift;
 pub mod env;
 pub mod exe;

@@ -5,6 +5,7 @@
 /// Every stdlib file, by the path a loop imports it as.
 pub const FILES: &[(&str, &str)] = &[
     ("std/agents.kdl", include_str!("../stdlib/agents.kdl")),
+    ("std/prices.kdl", include_str!("../stdlib/prices.kdl")),
     (
         "std/gates/generic.kdl",
         include_str!("../stdlib/gates/generic.kdl"),
@@ -31,6 +32,9 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../stdlib/prompts/reviewer.hbs"),
     ),
 ];
+
+/// The price table every loop sees (`price` nodes), whether or not it imports it.
+pub const PRICES: &str = "std/prices.kdl";
 
 pub const MAKER_PROMPT: &str = "std/prompts/maker.hbs";
 pub const REVIEWER_PROMPT: &str = "std/prompts/reviewer.hbs";

@@ -97,6 +97,9 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
     }
     sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
+    if args.executor == Executor::Local {
+        refuse_unrunnable(printer, &program, &repo_root)?;
+    }
     super::resume::close_all_dead_attempts(printer, &repo_root)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
     let _lock = lock(
@@ -128,6 +131,36 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         &progress,
         executor.apply(&program, &opts, &progress),
     )
+}
+
+/// `mvk doctor`'s checks, before anything runs: an agent or gate that cannot start (not
+/// installed, a flag its program refuses, Claude Code as root without `IS_SANDBOX`) is refused
+/// as a usage error rather than burning attempts; what may fail (credentials) is a warning.
+/// Temporal's workers run the agents elsewhere, so that executor is not checked here.
+fn refuse_unrunnable(
+    printer: &Printer,
+    program: &crate::ir::Program,
+    repo_root: &Path,
+) -> Result<(), CliError> {
+    use crate::doctor::{self, Depth, Level};
+    let findings = doctor::check_program(program, repo_root, Depth { deep: true });
+    for f in findings.iter().filter(|f| f.level == Level::Warn) {
+        printer.warn(&format!("{}: {}", f.subject, f.detail));
+    }
+    let failed: Vec<_> = findings.iter().filter(|f| f.level == Level::Fail).collect();
+    let Some(first) = failed.first() else {
+        return Ok(());
+    };
+    for f in &failed[1..] {
+        printer.error(&format!("{}: {}", f.subject, f.detail));
+    }
+    Err(CliError::Usage {
+        message: format!("{}: {}", first.subject, first.detail),
+        hint: Some(match &first.fix {
+            Some(fix) => format!("{fix} (`mvk doctor FILE` checks every agent and gate)"),
+            None => "`mvk doctor FILE` checks every agent and gate".into(),
+        }),
+    })
 }
 
 /// The executor `--executor` names.

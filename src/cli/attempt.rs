@@ -133,6 +133,7 @@ impl From<UsageResult> for crate::run::adapter::Usage {
         crate::run::adapter::Usage {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
+            cached_tokens: 0,
             usd_micros: u.usd_micros,
             session: None,
         }

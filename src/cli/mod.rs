@@ -6,6 +6,7 @@ pub mod attempt;
 pub mod check;
 pub mod completions;
 pub mod decide;
+pub mod doctor;
 pub mod exit;
 pub mod followups;
 pub mod gc;
@@ -66,6 +67,9 @@ pub enum Command {
     Apply(apply::ApplyArgs),
     /// Validate loop files; report every problem at once.
     Check(check::CheckArgs),
+    /// Can this machine run a loop's agents and gates: installed, version, flags, credentials,
+    /// root, sandbox. One line each, with a fix; exit 1 when a run would fail.
+    Doctor(doctor::DoctorArgs),
     /// Compile a loop file and print its DAG, digests, budgets and worst-case cost; runs nothing.
     Plan(plan::PlanArgs),
     /// Print a loop file's DAG as Graphviz dot or Mermaid.
@@ -173,6 +177,7 @@ where
         Command::Reject(args) => decide::reject(&cli, &printer, args),
         Command::Why(args) => why::why(&cli, &printer, args),
         Command::Check(args) => check::check(&cli, &printer, args),
+        Command::Doctor(args) => doctor::doctor(&cli, &printer, args),
         Command::Plan(args) => plan::plan(&cli, &printer, args),
         Command::Graph(args) => graph::graph(&cli, &printer, args),
         Command::Lock(args) => lock::lock(&cli, &printer, args),

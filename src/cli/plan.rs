@@ -204,6 +204,9 @@ fn task_text(t: &Task, c: &Cost, out: &mut String) {
         row("sandbox", sandbox_line(sandbox));
     }
     row("budget", budget_line(&t.budget));
+    for (i, line) in dollar_lines(t).into_iter().enumerate() {
+        row(if i == 0 { "dollars" } else { "" }, line);
+    }
     row(
         "merge",
         format!("{} into {}", t.merge.strategy.name(), into_text(&t.merge)),
@@ -275,6 +278,77 @@ pub fn to_text(p: &Program, plan: &Plan) -> String {
     out
 }
 
+/// Each agent of a task (rungs, then the reviewer), once.
+fn agents_of(t: &ir::Task) -> Vec<&ir::Agent> {
+    let mut out: Vec<&ir::Agent> = Vec::new();
+    let rungs = t.ladder.iter().filter_map(|r| match r {
+        ir::Rung::Agent { agent, .. } => Some(agent),
+        ir::Rung::Human => None,
+    });
+    for a in rungs.chain(t.review.as_ref().map(|r| &r.agent)) {
+        if !out.iter().any(|b| b.label() == a.label()) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Where each agent's dollars come from: its own report, or a price of the table.
+fn dollar_source(a: &ir::Agent) -> Value {
+    match (&a.price, a.reports_dollars(), a.adapter) {
+        (_, true, _) => json!({"agent": a.label(), "source": "reported"}),
+        (Some(p), _, _) => json!({
+            "agent": a.label(),
+            "source": "price",
+            "model": p.model,
+            "from": p.from,
+            "input_per_mtok": p.input as f64 / 1e6,
+            "output_per_mtok": p.output as f64 / 1e6,
+            "cached_per_mtok": p.cached as f64 / 1e6,
+        }),
+        (None, _, ir::Adapter::Command) => json!({"agent": a.label(), "source": "mvk-usage"}),
+        (None, _, _) => json!({"agent": a.label(), "source": "none"}),
+    }
+}
+
+fn dollar_lines(t: &ir::Task) -> Vec<String> {
+    let per = |m: u64| {
+        let s = format!("{:.4}", m as f64 / 1e6);
+        let s = s.trim_end_matches('0');
+        format!(
+            "${}",
+            if s.ends_with('.') {
+                format!("{s}00")
+            } else {
+                s.to_string()
+            }
+        )
+    };
+    agents_of(t)
+        .into_iter()
+        .map(|a| match (&a.price, a.reports_dollars(), a.adapter) {
+            (_, true, _) => format!("{}: as the agent reports them", a.label()),
+            (Some(p), _, _) => format!(
+                "{}: tokens priced as `{}` ({}): {} in, {} cached, {} out per million",
+                a.label(),
+                p.model,
+                p.from,
+                per(p.input),
+                per(p.cached),
+                per(p.output)
+            ),
+            (None, _, ir::Adapter::Command) => {
+                format!("{}: only what it reports on an MVK_USAGE line", a.label())
+            }
+            (None, _, _) => format!(
+                "{}: none (tokens only; model `{}` has no price)",
+                a.label(),
+                a.price_key()
+            ),
+        })
+        .collect()
+}
+
 fn cost_json(c: &Cost) -> Value {
     json!({
         "attempts": c.attempts,
@@ -299,6 +373,10 @@ pub fn to_json(p: &Program, plan: &Plan) -> Value {
                 );
                 map.insert("prompt".into(), json!({"name": t.prompt.name, "digest": crate::digest::hash("template", &json!(t.prompt.text)).hex()}));
                 map.insert("worst_case".into(), cost_json(&plan.costs[i]));
+                map.insert(
+                    "dollars".into(),
+                    Value::Array(agents_of(t).into_iter().map(dollar_source).collect()),
+                );
             }
             v
         })

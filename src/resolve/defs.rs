@@ -9,7 +9,7 @@ use super::interp::{self, InterpError};
 use super::{DefRef, World};
 use crate::diag::{Diagnostic, suggest};
 use crate::ir::{self, Adapter, EvidenceMode};
-use crate::source::Span;
+use crate::source::{Origin, Span};
 use crate::syntax::ast::{AgentUse, Binding, Command, EnvVar, GateDecl, Item, ParamDecl, Spanned};
 
 #[derive(Debug, Clone)]
@@ -581,7 +581,7 @@ impl World {
                 env.insert(e.key.node.clone(), v.into_owned());
             }
         }
-        Some(ir::Agent {
+        let mut agent = ir::Agent {
             name: use_.name.node.clone(),
             argv,
             env,
@@ -590,7 +590,89 @@ impl World {
             rate_limits: def.rate_limits.clone(),
             params: values,
             sandbox: def.sandbox.clone(),
+            price: None,
+        };
+        if !agent.reports_dollars() {
+            agent.price = self.price_of(agent.price_key());
+        }
+        Some(agent)
+    }
+
+    /// The price of `model`: written in the entry file, else in another file loaded (in load
+    /// order), else in the stdlib's table.
+    pub fn price_of(&self, model: &str) -> Option<ir::Price> {
+        let std = Origin::Std(crate::stdlib::PRICES.to_string());
+        let mut order: Vec<usize> = (0..self.modules.len())
+            .filter(|&m| self.file_of(m).origin != std)
+            .collect();
+        order.extend((0..self.modules.len()).filter(|&m| self.file_of(m).origin == std));
+        order.into_iter().find_map(|m| {
+            self.modules[m]
+                .ast
+                .items
+                .iter()
+                .find_map(|item| match item {
+                    Item::Price(p) if p.model.node == model => Some(ir::Price {
+                        model: model.to_string(),
+                        input: p.input.node,
+                        output: p.output.node,
+                        cached: p.cached.as_ref().map_or(p.input.node, |c| c.node),
+                        from: self.file_of(m).name.clone(),
+                    }),
+                    _ => None,
+                })
         })
+    }
+
+    /// Two prices for one model must agree, except that the entry file's (and the user's over
+    /// the stdlib's) wins: a price written twice in one file, or differently in two imported
+    /// files, is an error.
+    pub fn check_prices(&mut self) {
+        let std = Origin::Std(crate::stdlib::PRICES.to_string());
+        let mut seen: BTreeMap<String, (usize, Span, [u64; 3])> = BTreeMap::new();
+        let mut found = Vec::new();
+        for (m, module) in self.modules.iter().enumerate() {
+            if self.file_of(m).origin == std {
+                continue;
+            }
+            for item in &module.ast.items {
+                if let Item::Price(p) = item {
+                    let cached = p.cached.as_ref().map_or(p.input.node, |c| c.node);
+                    found.push((m, p.model.clone(), [p.input.node, p.output.node, cached]));
+                }
+            }
+        }
+        for (m, model, amounts) in found {
+            match seen.get(&model.node) {
+                None => {
+                    seen.insert(model.node.clone(), (m, model.span, amounts));
+                }
+                Some((first, span, _)) if *first == m => {
+                    let d = Diagnostic::error(
+                        "mvk::duplicate-name",
+                        format!("the price of `{}` is written twice", model.node),
+                    )
+                    .at(model.span, "written again here")
+                    .also(*span, "first written here")
+                    .help("keep one `price` per model in a file");
+                    self.diags.push(d);
+                }
+                Some((first, span, was)) if *first != 0 && *was != amounts => {
+                    let d = Diagnostic::error(
+                        "mvk::conflicting-price",
+                        format!("two imported files give `{}` different prices", model.node),
+                    )
+                    .at(model.span, "this price")
+                    .also(*span, "differs from this one")
+                    .help(format!(
+                        "write the price you mean in the loop file itself: price \"{}\" input=… output=… cached=…",
+                        model.node
+                    ));
+                    self.diags.push(d);
+                }
+                Some(_) => {}
+            }
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use crate::diag::{Diagnostic, Diagnostics, suggest};
 use crate::ir::Program;
 use crate::source::{FileId, GitFile, Origin, SourceFile, Sources, Span, display_path};
-use crate::syntax::ast::{FileAst, Import, Item};
+use crate::syntax::ast::{FileAst, Import, Item, Spanned};
 
 /// What the compiler needs besides the entry file.
 #[derive(Debug, Clone, Default)]
@@ -56,8 +56,16 @@ pub fn compile(entry: &Path, options: &Options) -> Compiled {
     world.open_lock(&entry);
     let program = match world.load(Origin::Disk(entry), None, LoadAs::Entry) {
         Some(root) => {
+            // Every loop sees the stdlib's price table, imported or not.
+            world.load(
+                Origin::Std(crate::stdlib::PRICES.to_string()),
+                None,
+                LoadAs::Import,
+            );
             world.check_all_definitions();
-            task::build_program(&mut world, root)
+            let program = task::build_program(&mut world, root);
+            world.check_prices();
+            program
         }
         None => None,
     };
@@ -73,6 +81,40 @@ pub fn compile(entry: &Path, options: &Options) -> Compiled {
         pins: world.pins,
         lock_path: world.lock_path,
     }
+}
+
+/// Every agent the stdlib defines (`std/agents.kdl`), with its parameters' defaults, as a loop
+/// that writes `agent NAME` would run it (for `mvk doctor` without a file).
+pub fn stdlib_agents() -> Vec<crate::ir::Agent> {
+    let mut world = World::new(Options::default());
+    let Some(m) = world.load(Origin::Std("std/agents.kdl".into()), None, LoadAs::Import) else {
+        return Vec::new();
+    };
+    world.load(
+        Origin::Std(crate::stdlib::PRICES.to_string()),
+        None,
+        LoadAs::Import,
+    );
+    let names: Vec<Spanned<String>> = world.modules[m]
+        .ast
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Agent(a) => Some(a.name.clone()),
+            _ => None,
+        })
+        .collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let use_ = crate::syntax::ast::AgentUse {
+                span: name.span,
+                name,
+                bindings: Vec::new(),
+            };
+            world.instantiate_agent(m, &use_, None)
+        })
+        .collect()
 }
 
 /// Why a file is being loaded, which decides what it may contain.

@@ -587,6 +587,25 @@ fn finish(
         }
         field_spans.insert("review".to_string(), *rspan);
     }
+    if let Some(usd) = &p.budget.usd_micros {
+        let mut agents: Vec<(&ir::Agent, Span)> = Vec::new();
+        match (&p.ladder, &p.agent) {
+            (Some((rungs, _)), _) => agents.extend(rungs.iter().filter_map(|(r, s)| match r {
+                Rung::Agent { agent, .. } => Some((agent, *s)),
+                Rung::Human => None,
+            })),
+            (None, Some((agent, span))) => agents.push((agent, *span)),
+            (None, None) => {}
+        }
+        if let Some((review, span)) = &p.review {
+            agents.push((&review.agent, *span));
+        }
+        for (agent, span) in agents {
+            if let Some(d) = unpriced(agent, usd.span, span) {
+                world.diags.push(d);
+            }
+        }
+    }
     let b = &p.budget;
     let budget = Budget {
         iterations: b
@@ -975,6 +994,26 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
             }
         }
     }
+    if let Some(usd) = flow.budget.as_ref().and_then(|b| b.usd_micros.as_ref()) {
+        // One diagnostic per agent, however many tasks use it.
+        let mut told = std::collections::BTreeSet::new();
+        for t in &tasks {
+            let rungs = t.ladder.iter().filter_map(|r| match r {
+                Rung::Agent { agent, .. } => Some((agent, "ladder")),
+                Rung::Human => None,
+            });
+            let review = t.review.iter().map(|r| (&r.agent, "review"));
+            for (agent, field) in rungs.chain(review) {
+                let used = t.meta.field_spans.get(field).or(t.meta.span.as_ref());
+                if let Some(used) = used
+                    && told.insert(agent.label())
+                    && let Some(d) = unpriced(agent, usd.span, *used)
+                {
+                    world.diags.push(d);
+                }
+            }
+        }
+    }
     let settings = ir::FlowSettings {
         parallel: flow
             .parallel
@@ -1042,4 +1081,27 @@ fn expand_glob(world: &mut World, g: &Spanned<String>) -> Option<Vec<String>> {
         );
     }
     Some(items)
+}
+
+/// A dollar budget that an agent could never be held to: it reports tokens but no dollars, and
+/// its model has no price.
+pub(crate) fn unpriced(agent: &ir::Agent, budget: Span, used: Span) -> Option<Diagnostic> {
+    if agent.reports_dollars() || agent.price.is_some() || agent.adapter == ir::Adapter::Command {
+        return None;
+    }
+    let model = agent.price_key();
+    Some(
+        Diagnostic::error(
+            "mvk::unpriced-agent",
+            format!(
+                "`{}` reports tokens, not dollars, and model `{model}` has no price: this dollar budget could never be counted",
+                agent.label()
+            ),
+        )
+        .at(budget, "a dollar budget")
+        .also(used, "no price for its model")
+        .help(format!(
+            "give the model's price in US dollars per million tokens, as the provider publishes it: price \"{model}\" input=1.25 output=10.0 cached=0.125 (a top-level node of this file or a file it imports); or budget tokens= instead of usd="
+        )),
+    )
 }

@@ -41,6 +41,10 @@ pub struct Usage {
     /// Every input token, cache writes and cache reads included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The input tokens read from the provider's cache (a part of `input_tokens`), which a price
+    /// table prices apart; 0 where the agent does not say.
+    #[serde(default)]
+    pub cached_tokens: u64,
     /// US dollars in millionths; `None` when the agent reported no cost.
     pub usd_micros: Option<u64>,
     /// The tool's session (or thread) id, for resuming it or finding its own logs.
@@ -57,6 +61,7 @@ impl Usage {
     pub fn absorb(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
         if let Some(u) = other.usd_micros {
             self.usd_micros = Some(self.usd_micros.unwrap_or(0).saturating_add(u));
         }
@@ -74,6 +79,20 @@ impl Usage {
 /// itself reported: a wrapper script that prints it knows the whole cost. A log that does not
 /// exist reported nothing.
 pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usage>> {
+    Ok(scan(adapter, stdout_log)?.and_then(Scanner::finish))
+}
+
+/// The agent's final message as its tool reports it, where the adapter knows the tool's
+/// structured output: Claude Code's `result`, Codex's last `agent_message`, the Gemini CLI's
+/// `response` (or, streaming, the assistant's text after its last tool call), goose's last
+/// assistant message. `None` for aider and plain commands (their output is the message), or when
+/// the tool printed none.
+pub fn final_message(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<String>> {
+    Ok(scan(adapter, stdout_log)?.and_then(|s| s.message.or(s.streamed)))
+}
+
+/// Reads the whole log once through a [`Scanner`]; `None` when the log does not exist.
+fn scan(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Scanner>> {
     let file = match File::open(stdout_log) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -91,7 +110,7 @@ pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usag
         let text = String::from_utf8_lossy(&buf);
         scanner.line(text.strip_suffix('\r').unwrap_or(&text));
     }
-    Ok(scanner.finish())
+    Ok(Some(scanner))
 }
 
 /// Reads the next line into `buf`, without its newline. `Ok(None)` at the end of the input;
@@ -134,6 +153,8 @@ struct Tally {
     seen: bool,
     input: u64,
     output: u64,
+    /// Cache reads, a part of `input`.
+    cached: u64,
     usd_micros: Option<u64>,
 }
 
@@ -146,6 +167,10 @@ impl Tally {
             self.usd_micros = Some(self.usd_micros.unwrap_or(0).saturating_add(u));
         }
     }
+
+    fn add_cached(&mut self, cached: u64) {
+        self.cached = self.cached.saturating_add(cached);
+    }
 }
 
 /// The last `MVK_USAGE=` line: each field `None` when the line did not name it.
@@ -153,6 +178,7 @@ impl Tally {
 struct Reported {
     input: Option<u64>,
     output: Option<u64>,
+    cached: Option<u64>,
     usd_micros: Option<u64>,
     session: Option<String>,
 }
@@ -172,8 +198,9 @@ struct Native {
     /// the message in progress (id, input, output) is counted once its id changes, so memory
     /// stays constant however many messages there are.
     pending: Option<(String, u64, u64)>,
-    /// aider: the session cost on its last `Cost:` line.
-    session_usd: Option<u64>,
+    /// aider: the sum of the message costs on its `Cost:` lines (each printed to a cent, or to
+    /// two significant digits below one, where the session figure is the sum rounded once more).
+    message_usd: Option<u64>,
 }
 
 struct Scanner {
@@ -184,6 +211,10 @@ struct Scanner {
     /// A pretty-printed JSON document being collected (Gemini and goose `--output-format json`).
     doc: Option<String>,
     aider: Option<AiderPatterns>,
+    /// The last final message the tool reported as a whole.
+    message: Option<String>,
+    /// The Gemini CLI's stream: the assistant's text since its last tool call.
+    streamed: Option<String>,
 }
 
 struct AiderPatterns {
@@ -211,6 +242,8 @@ impl Scanner {
             session: None,
             doc: None,
             aider,
+            message: None,
+            streamed: None,
         })
     }
 
@@ -284,6 +317,7 @@ impl Scanner {
                     .or_else(|| v.get("cost_usd"))
                     .and_then(usd_micros);
                 self.native.primary.add(input, output, usd);
+                self.keep_message(v.get("result"));
             }
             Some("assistant") => {
                 let Some(message) = v.get("message") else {
@@ -323,6 +357,13 @@ impl Scanner {
         let kind = v.get("type").and_then(Value::as_str);
         match kind {
             Some("thread.started") => self.set_session(v.get("thread_id")),
+            Some("item.completed") => {
+                let item = v.get("item");
+                if item.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message")
+                {
+                    self.keep_message(item.and_then(|i| i.get("text")));
+                }
+            }
             Some("session.created") => self.set_session(v.get("session_id")),
             Some("turn.completed") => {
                 // OpenAI's input_tokens already hold the cached ones.
@@ -330,6 +371,9 @@ impl Scanner {
                 let input = field(usage, "input_tokens");
                 let output = field(usage, "output_tokens");
                 self.native.primary.add(input, output, None);
+                self.native
+                    .primary
+                    .add_cached(field(usage, "cached_input_tokens"));
             }
             _ => {}
         }
@@ -353,10 +397,16 @@ impl Scanner {
                     let output = field(Some(total), "output_tokens");
                     self.native.fallback = Tally::default();
                     self.native.fallback.add(input, output, None);
+                    self.native
+                        .fallback
+                        .add_cached(field(Some(total), "cached_input_tokens"));
                 } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
                     let input = field(Some(msg), "input_tokens");
                     let output = field(Some(msg), "output_tokens");
                     self.native.legacy.add(input, output, None);
+                    self.native
+                        .legacy
+                        .add_cached(field(Some(msg), "cached_input_tokens"));
                 }
             }
             _ => {}
@@ -366,6 +416,19 @@ impl Scanner {
     fn gemini(&mut self, v: &Value) {
         self.set_session(v.get("session_id"));
         let kind = v.get("type").and_then(Value::as_str);
+        match kind {
+            None => self.keep_message(v.get("response")),
+            Some("message") if v.get("role").and_then(Value::as_str) == Some("assistant") => {
+                if let Some(text) = v.get("content").and_then(Value::as_str) {
+                    let streamed = self.streamed.get_or_insert_with(String::new);
+                    if streamed.len() + text.len() <= MAX_LINE {
+                        streamed.push_str(text);
+                    }
+                }
+            }
+            Some("tool_use" | "tool_result") => self.streamed = None,
+            _ => {}
+        }
         // stream-json's final `result` event, or the `--output-format json` document (no type).
         if !matches!(kind, None | Some("result")) {
             return;
@@ -374,8 +437,18 @@ impl Scanner {
             return;
         };
         if let Some(models) = stats.get("models").and_then(Value::as_object) {
-            let (mut input, mut output) = (0u64, 0u64);
+            let (mut input, mut output, mut cached) = (0u64, 0u64, 0u64);
             for model in models.values() {
+                // stream-json's `result` gives each model flat counts, as its totals.
+                if model.get("tokens").is_none() {
+                    let i = field(Some(model), "input_tokens");
+                    let o = field(Some(model), "output_tokens");
+                    let total = field(Some(model), "total_tokens");
+                    input = input.saturating_add(i);
+                    output = output.saturating_add(o.max(total.saturating_sub(i)));
+                    cached = cached.saturating_add(field(Some(model), "cached"));
+                    continue;
+                }
                 let t = model.get("tokens");
                 // total = prompt + candidates + thoughts + tool; thoughts are billed as output,
                 // tool-use prompts as input; `cached` is part of `prompt`.
@@ -385,8 +458,10 @@ impl Scanner {
                 output = output
                     .saturating_add(field(t, "candidates"))
                     .saturating_add(field(t, "thoughts"));
+                cached = cached.saturating_add(field(t, "cached"));
             }
             self.native.primary.add(input, output, None);
+            self.native.primary.add_cached(cached);
         } else if stats.get("input_tokens").is_some() || stats.get("total_tokens").is_some() {
             let input = field(Some(stats), "input_tokens");
             let output = field(Some(stats), "output_tokens");
@@ -421,10 +496,17 @@ impl Scanner {
             self.native.primary.add(input, n(4), None);
         }
         if let Some(c) = p.cost.captures(&clean)
-            && let Some(usd) = c.get(2).and_then(|m| m.as_str().parse::<f64>().ok())
+            && let Some(usd) = c.get(1).and_then(|m| m.as_str().parse::<f64>().ok())
+            && let Some(micros) = f64_micros(usd)
         {
-            // The session figure is cumulative: the last one is the total.
-            self.native.session_usd = f64_micros(usd).or(self.native.session_usd);
+            let sum = self.native.message_usd.unwrap_or(0).saturating_add(micros);
+            self.native.message_usd = Some(sum);
+        }
+    }
+
+    fn keep_message(&mut self, v: Option<&Value>) {
+        if let Some(text) = v.and_then(Value::as_str) {
+            self.message = Some(text.to_string());
         }
     }
 
@@ -447,9 +529,9 @@ impl Scanner {
                 .unwrap_or_default(),
             Adapter::Aider => {
                 let mut t = n.primary.clone();
-                if n.session_usd.is_some() {
+                if n.message_usd.is_some() {
                     t.seen = true;
-                    t.usd_micros = n.session_usd;
+                    t.usd_micros = n.message_usd;
                 }
                 t
             }
@@ -463,6 +545,7 @@ impl Scanner {
         Some(Usage {
             input_tokens: r.input.unwrap_or(native.input),
             output_tokens: r.output.unwrap_or(native.output),
+            cached_tokens: r.cached.unwrap_or(native.cached),
             usd_micros: r.usd_micros.or(native.usd_micros),
             session: r.session.or(self.session),
         })
@@ -477,6 +560,7 @@ fn mvk_usage(line: &str) -> Option<Reported> {
     let obj = value.as_object()?;
     Some(Reported {
         input: obj.get("input_tokens").and_then(count),
+        cached: obj.get("cached_tokens").and_then(count),
         output: obj.get("output_tokens").and_then(count),
         usd_micros: obj.get("usd").and_then(usd_micros),
         session: obj.get("session").and_then(session_id),
@@ -605,6 +689,10 @@ const CLAUDE_LIMITS: &[&str] = &[
     r"(?i)\busage limit reached\b",
     r"(?i)\bhit your (?:\w+ )?limit\b",
     r"(?i)\b(?:5-hour|weekly|session|opus|sonnet) limit reached\b",
+    // Print mode's result once its own retries gave up: {"type":"result","is_error":true,
+    // "api_error_status":429,…,"result":"API Error: Request rejected (429) · …"}.
+    r#""api_error_status"\s*:\s*(?:429|529)\b"#,
+    r"(?i)\bAPI Error: [^\n]{0,80}\((?:429|529)\)",
 ];
 
 /// Codex's ChatGPT-plan limit: "You've hit your usage limit. … try again in 2 days 17 hours".
@@ -812,10 +900,18 @@ mod tests {
 
     fn usage(input: u64, output: u64, usd_micros: Option<u64>, session: Option<&str>) -> Usage {
         Usage {
+            cached_tokens: 0,
             input_tokens: input,
             output_tokens: output,
             usd_micros,
             session: session.map(str::to_string),
+        }
+    }
+
+    fn cached(u: Usage, n: u64) -> Usage {
+        Usage {
+            cached_tokens: n,
+            ..u
         }
     }
 
@@ -982,11 +1078,14 @@ mod tests {
         // cached_input_tokens are part of input_tokens, not added again.
         assert_eq!(
             u,
-            Some(usage(
-                26549 + 1200,
-                1590 + 345,
-                None,
-                Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+            Some(cached(
+                usage(
+                    26549 + 1200,
+                    1590 + 345,
+                    None,
+                    Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+                ),
+                22272 + 200
             ))
         );
     }
@@ -996,11 +1095,14 @@ mod tests {
         let u = read_usage(Adapter::Codex, &fixture("codex-token-count.jsonl")).expect("read");
         assert_eq!(
             u,
-            Some(usage(
-                26549,
-                1590,
-                None,
-                Some("5973b6c0-94b8-487b-a530-2aeb6098ae0e")
+            Some(cached(
+                usage(
+                    26549,
+                    1590,
+                    None,
+                    Some("5973b6c0-94b8-487b-a530-2aeb6098ae0e")
+                ),
+                22272
             ))
         );
     }
@@ -1011,7 +1113,7 @@ mod tests {
                     {\"id\":\"1\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":50,\"output_tokens\":3}}\n";
         assert_eq!(
             usage_of(Adapter::Codex, text),
-            Some(usage(150, 10, None, None))
+            Some(cached(usage(150, 10, None, None), 10))
         );
     }
 
@@ -1026,13 +1128,13 @@ mod tests {
     }
 
     #[test]
-    fn aider_reads_token_lines_and_the_last_session_cost() {
+    fn aider_reads_token_lines_and_sums_the_message_costs() {
         let u = read_usage(Adapter::Aider, &fixture("aider.out")).expect("read");
         // 12k sent; then 2.1k sent + 8.0k cache hit (cache writes are inside "sent").
-        // Cost: the session's, $0.06.
+        // Cost: $0.05 + $0.0089, not the session's rounded $0.06.
         assert_eq!(
             u,
-            Some(usage(12_000 + 2100 + 8000, 150 + 310, Some(60_000), None))
+            Some(usage(12_000 + 2100 + 8000, 150 + 310, Some(58_900), None))
         );
     }
 
@@ -1050,11 +1152,14 @@ mod tests {
         let u = read_usage(Adapter::Gemini, &fixture("gemini-json.out")).expect("read");
         assert_eq!(
             u,
-            Some(usage(
-                24939 + 8965 + 28,
-                20 + 154 + 10 + 30,
-                None,
-                Some("b4f1c2d3-0e9f-4a8b-9c7d-6e5f4a3b2c1d")
+            Some(cached(
+                usage(
+                    24939 + 8965 + 28,
+                    20 + 154 + 10 + 30,
+                    None,
+                    Some("b4f1c2d3-0e9f-4a8b-9c7d-6e5f4a3b2c1d")
+                ),
+                21263
             ))
         );
     }

@@ -267,8 +267,6 @@ pub async fn run_attempt(
         survived |= swept.survived;
         refused = absorb_agent_objects(runner, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
-            // A call that reported tokens but no dollars still counts as reporting a cost.
-            usage.usd_micros = Some(usage.usd_micros.unwrap_or(0));
             usage.absorb(&u);
         }
         let limited = rate_limited(&matcher, &outcome);
@@ -298,6 +296,7 @@ pub async fn run_attempt(
             json!({"wait_ms": ms(wait), "message": limit_hit.message}),
         )?;
         runner.set_phase("rate-limited", Some(&task.name), spec.number)?;
+        keep_limited_logs(&ps, retries)?;
         tokio::time::sleep(wait).await;
         // The same attempt again, from a clean checkout of the same base; what the limited try
         // left is kept on the branch's history first.
@@ -737,13 +736,18 @@ pub(crate) fn agent_process(
     dir: &Path,
     name: &str,
 ) -> Result<ProcessSpec, RunError> {
+    // A reviewer is given the verdict's JSON schema, for an agent that can be held to one.
+    let schema = if name == crate::run::review::LOG_NAME {
+        Some(crate::run::review::write_schema(dir)?)
+    } else {
+        None
+    };
     let argv = fill_argv(
         &spec.agent.argv,
         runner.run_id(),
         spec,
-        worktree,
-        prompt_file,
-        prompt_text,
+        (worktree, prompt_file, prompt_text),
+        schema.as_deref(),
     )?;
     let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
         message: format!("agent `{}` has an empty command", spec.agent.name),
@@ -815,12 +819,48 @@ async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<Option<
 }
 
 /// What one call of `agent` spent, as its adapter reads it from its standard output `log`.
+/// Tokens reported without dollars are priced from the agent's price table entry.
 pub(crate) fn usage_of(agent: &Agent, log: &Path) -> Result<Option<Usage>, RunError> {
-    adapter::read_usage(agent.adapter, log).map_err(|source| RunError::Io {
+    let usage = adapter::read_usage(agent.adapter, log).map_err(|source| RunError::Io {
         action: "read the agent's output",
         path: log.to_path_buf(),
         source,
-    })
+    })?;
+    Ok(usage.map(|mut u| {
+        if u.usd_micros.is_none()
+            && let Some(p) = &agent.price
+        {
+            u.usd_micros = Some(p.cost(u.input_tokens, u.cached_tokens, u.output_tokens));
+        }
+        u
+    }))
+}
+
+/// A rate-limited try's logs are kept beside the next try's, as `agent.limited-N.out` (and
+/// `.err`), so what the agent printed when it hit the limit is never overwritten.
+pub(crate) fn keep_limited_logs(ps: &ProcessSpec, try_number: u32) -> Result<(), RunError> {
+    for log in [&ps.stdout_log, &ps.stderr_log] {
+        let (Some(stem), Some(ext)) = (log.file_stem(), log.extension()) else {
+            continue;
+        };
+        let kept = log.with_file_name(format!(
+            "{}.limited-{try_number}.{}",
+            stem.to_string_lossy(),
+            ext.to_string_lossy()
+        ));
+        match std::fs::rename(log, &kept) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(RunError::Io {
+                    action: "keep a rate-limited try's output",
+                    path: log.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The rate-limit matcher of `agent`'s adapter and its `rate-limit` patterns.
@@ -1178,9 +1218,8 @@ fn fill_argv(
     argv: &[String],
     run: &str,
     spec: &AttemptSpec<'_>,
-    worktree: &Path,
-    prompt_file: &Path,
-    prompt_text: &str,
+    (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
+    verdict_schema: Option<&Path>,
 ) -> Result<Vec<String>, RunError> {
     let lookup = |name: &str| -> Option<String> {
         Some(match name {
@@ -1191,18 +1230,28 @@ fn fill_argv(
             "rung" => spec.rung.to_string(),
             "task" => spec.task.name.clone(),
             "run" => run.to_string(),
+            "verdict_schema" => verdict_schema
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             _ => return None,
         })
     };
-    argv.iter()
-        .map(|arg| {
-            crate::resolve::interp::interpolate(arg, &lookup, &[])
-                .map(std::borrow::Cow::into_owned)
-                .map_err(|e| RunError::Config {
-                    message: format!("agent `{}`: cannot fill in `{arg}`: {e:?}", spec.agent.name),
-                })
-        })
-        .collect()
+    let mut out = Vec::with_capacity(argv.len());
+    for arg in argv {
+        // `{{verdict_schema}}` or `--flag={{verdict_schema}}` outside a review adds nothing.
+        if verdict_schema.is_none()
+            && (arg == "{{verdict_schema}}" || arg.ends_with("={{verdict_schema}}"))
+        {
+            continue;
+        }
+        let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|e| RunError::Config {
+                message: format!("agent `{}`: cannot fill in `{arg}`: {e:?}", spec.agent.name),
+            })?;
+        out.push(filled);
+    }
+    Ok(out)
 }
 
 /// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;

@@ -2,9 +2,11 @@
 //! a fresh worktree of the attempt's result (one commit on the base, without the maker's commit
 //! messages) with its own prompt: the task's contract (goal,
 //! scope, seal), the gates and their results, the diff against the base and the blockers it
-//! raised before, never the maker's output or self-report. Its answer is the last line of its
-//! standard output that parses as a JSON object with a `verdict` key; anything else, a reject
-//! without blockers included, is [`Verdict::Unknown`], never approval.
+//! raised before, never the maker's output or self-report. Its answer is a JSON object with a
+//! `verdict` key: its final message where the adapter reads the tool's structured output
+//! (Claude Code's `result`, Codex's last agent message, the Gemini CLI's `response`), else the
+//! last line of its standard output that is one; anything else, a reject without blockers
+//! included, is [`Verdict::Unknown`], never approval.
 
 use std::path::Path;
 
@@ -13,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::ir::Review;
 use crate::prompt::{self, Blocker, GateInfo, PromptContext};
-use crate::run::adapter::Usage;
+use crate::run::adapter::{self, Usage};
 use crate::run::attempt::{self, AttemptSpec};
 use crate::run::driver::{Budgets, RunError, Runner};
 use crate::run::gate::{self, GateRun};
@@ -27,6 +29,48 @@ pub const CATEGORIES: &[&str] = &[
     "contract",
     "failing-test",
 ];
+
+/// The name of the reviewer's logs (`review.out`, `review.err`) in the attempt's directory.
+pub const LOG_NAME: &str = "review";
+
+/// The verdict's form as a JSON schema (strict: every property required, no others), for an
+/// agent that can be held to one (`{{verdict_schema}}` in its command line: Codex's
+/// `--output-schema`).
+pub fn verdict_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["approve", "reject"]},
+            "blockers": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "category": {"type": "string", "enum": CATEGORIES},
+                        "evidence": {"type": "string"},
+                        "location": {"type": "string"}
+                    },
+                    "required": ["category", "evidence", "location"],
+                    "additionalProperties": false
+                }
+            },
+            "notes": {"type": "array", "items": {"type": "string"}}
+        },
+        "required": ["verdict", "blockers", "notes"],
+        "additionalProperties": false
+    })
+}
+
+/// Writes [`verdict_schema`] into the attempt's directory; its path.
+pub fn write_schema(dir: &Path) -> Result<std::path::PathBuf, RunError> {
+    let path = dir.join("verdict.schema.json");
+    std::fs::write(&path, verdict_schema().to_string()).map_err(|source| RunError::Io {
+        action: "write the verdict's schema",
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
 
 /// The end of the reviewer's output that is searched for its verdict.
 const VERDICT_TAIL_BYTES: u64 = 256 * 1024;
@@ -67,10 +111,20 @@ impl Verdict {
 /// Reads the verdict from a reviewer's standard output: the last line that parses as a JSON
 /// object with a `verdict` key, held to the contract's form.
 pub fn parse_verdict(output: &str) -> Verdict {
-    let found = output.lines().rev().find_map(|line| {
-        let v: Value = serde_json::from_str(line.trim()).ok()?;
+    let as_verdict = |text: &str| {
+        let v: Value = serde_json::from_str(text.trim()).ok()?;
         v.as_object()?.contains_key("verdict").then_some(v)
-    });
+    };
+    // A final message may be the object alone, pretty-printed or in a ```json fence, as models
+    // answer when asked for JSON; otherwise its last line that is one.
+    let whole = output.trim();
+    let fenced = whole
+        .strip_prefix("```json")
+        .or_else(|| whole.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"));
+    let found = as_verdict(whole)
+        .or_else(|| fenced.and_then(as_verdict))
+        .or_else(|| output.lines().rev().find_map(as_verdict));
     let Some(v) = found else {
         return unknown("no line of the reviewer's output is a JSON object with a `verdict` key");
     };
@@ -292,7 +346,7 @@ pub async fn review(
             &as_reviewer,
             (&checkout, &prompt_file, &text),
             &dir,
-            "review",
+            LOG_NAME,
         )?;
         let left = budgets
             .time_left(runner.started(&task.name))
@@ -332,6 +386,7 @@ pub async fn review(
             );
             break (outcome, ps, Some(why));
         }
+        attempt::keep_limited_logs(&ps, retries)?;
         tokio::time::sleep(wait).await;
     };
     let exit_code = match outcome.termination {
@@ -357,14 +412,19 @@ pub async fn review(
         ),
         _ if gave_up.is_some() => unknown(gave_up.as_deref().unwrap_or_default()),
         Termination::Exited(0) => {
-            let out = gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(|source| {
-                RunError::Io {
-                    action: "read the reviewer's output",
-                    path: ps.stdout_log.clone(),
-                    source,
+            let io = |source| RunError::Io {
+                action: "read the reviewer's output",
+                path: ps.stdout_log.clone(),
+                source,
+            };
+            // The final message where the adapter knows the tool's structured output (the
+            // verdict is read from it alone); else the end of what the reviewer printed.
+            match adapter::final_message(review.agent.adapter, &ps.stdout_log).map_err(io)? {
+                Some(message) => parse_verdict(&message),
+                None => {
+                    parse_verdict(&gate::tail_of(&ps.stdout_log, VERDICT_TAIL_BYTES).map_err(io)?)
                 }
-            })?;
-            parse_verdict(&out)
+            }
         }
         Termination::Exited(code) => unknown(&format!("the reviewer exited with code {code}")),
         Termination::Signaled(_) => unknown("the reviewer was killed by a signal"),

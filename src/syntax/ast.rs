@@ -55,6 +55,19 @@ pub enum Item {
     Agent(AgentDecl),
     Loop(LoopDecl),
     Flow(FlowDecl),
+    Price(PriceDecl),
+}
+
+/// `price "MODEL" input=USD output=USD [cached=USD]`: what a model's tokens cost, in US dollars
+/// per million tokens (kept as micro-dollars per million).
+#[derive(Debug, Clone)]
+pub struct PriceDecl {
+    pub model: Spanned<String>,
+    pub input: Spanned<u64>,
+    pub output: Spanned<u64>,
+    /// Cached input tokens; `None`: priced as input.
+    pub cached: Option<Spanned<u64>>,
+    pub span: Span,
 }
 
 /// `import "path" [git="URL" [rev="REV"]] [as=ns]`

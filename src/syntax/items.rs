@@ -4,12 +4,13 @@
 use kdl::{KdlDocument, KdlNode};
 
 use super::ast::{
-    AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, GitSource, Item, ParamDecl, Spanned,
+    AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, GitSource, Item, ParamDecl, PriceDecl,
+    Spanned,
 };
 use super::{Cx, NodeView, body, duplicate_node, flow, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
 
-const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow"];
+const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow", "price"];
 
 pub fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
     let mut items = Vec::new();
@@ -21,6 +22,7 @@ pub fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
             "agent" => agent_decl(cx, &mut view).map(Item::Agent),
             "loop" => body::loop_decl(cx, &mut view).map(Item::Loop),
             "flow" => flow::flow_decl(cx, &mut view).map(Item::Flow),
+            "price" => price_decl(cx, &mut view).map(Item::Price),
             _ => {
                 unknown_node(cx, &view, "a loop file", TOP_LEVEL);
                 None
@@ -508,6 +510,46 @@ fn agent_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentDecl> {
         rate_limits: shared.rate_limits,
         sandbox: shared.sandbox,
         doc: shared.doc,
+        span: view.head,
+    })
+}
+
+const PRICE_PROPS: &[&str] = &["input", "output", "cached"];
+
+/// A top-level `price "MODEL" input=USD output=USD [cached=USD]` (per million tokens).
+fn price_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<PriceDecl> {
+    let usage = "price \"gpt-5\" input=1.25 output=10.0 cached=0.125";
+    view.no_children(cx);
+    let (input, output) = (view.take("input"), view.take("output"));
+    let cached = view
+        .take("cached")
+        .and_then(|e| values::usd(cx, e, "`cached`"));
+    view.finish(cx, PRICE_PROPS);
+    let name_ok = view.expect_args(cx, 1, usage);
+    let model = if name_ok {
+        values::nonempty(cx, view.args[0], "a model name")
+    } else {
+        None
+    };
+    let mut amount = |entry: Option<&kdl::KdlEntry>, key: &str| match entry {
+        Some(e) => values::usd(cx, e, &format!("`{key}`")),
+        None => {
+            cx.push(
+                Diagnostic::error("mvk::missing-property", format!("a price needs `{key}=`"))
+                    .at(view.head, format!("no `{key}`"))
+                    .help(format!(
+                        "give US dollars per million tokens, as the provider publishes them: {usage}"
+                    )),
+            );
+            None
+        }
+    };
+    let (input, output) = (amount(input, "input"), amount(output, "output"));
+    Some(PriceDecl {
+        model: model?,
+        input: input?,
+        output: output?,
+        cached,
         span: view.head,
     })
 }

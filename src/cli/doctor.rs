@@ -1,0 +1,70 @@
+//! `mvk doctor [FILE]`: can this machine run FILE's agents and gates (without FILE: the
+//! stdlib's agents)? One line each, a fix for each problem; exit 1 when a run would fail.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::printer::Printer;
+use super::{Cli, CliError, Exit};
+use crate::doctor::{self, Depth, Finding, Level};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A loop or flow file; without it, every agent of the standard library is checked.
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Print one JSON document: a list of findings (subject, level, detail, fix).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, CliError> {
+    let deep = Depth { deep: true };
+    let findings = match &args.file {
+        Some(file) => {
+            let program = super::compile(cli, printer, file)?;
+            let root = super::apply::repository(cli, file).or_else(|_| {
+                std::env::current_dir().map_err(|e| CliError::Usage {
+                    message: format!("cannot read the current directory: {e}"),
+                    hint: None,
+                })
+            })?;
+            doctor::check_program(&program, &root, deep)
+        }
+        None => {
+            let root = std::env::current_dir().unwrap_or_default();
+            crate::resolve::stdlib_agents()
+                .iter()
+                .map(|a| doctor::check_agent(a, &root, deep))
+                .collect()
+        }
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&findings).map_err(|e| CliError::Internal {
+            message: format!("cannot encode the findings: {e}"),
+        })?;
+        printer.out(&text);
+    } else {
+        print(printer, &findings);
+    }
+    let failed = findings.iter().any(|f| f.level == Level::Fail);
+    Ok(if failed { Exit::Rejected } else { Exit::Ok })
+}
+
+/// One line per finding (`✓`, `!`, `✗`), then its fix.
+pub fn print(printer: &Printer, findings: &[Finding]) {
+    for f in findings {
+        let mark = match f.level {
+            Level::Ok => "✓",
+            Level::Warn => "!",
+            Level::Fail => "✗",
+        };
+        printer.out(&format!("{mark} {}: {}", f.subject, f.detail));
+        if let Some(fix) = &f.fix
+            && f.level != Level::Ok
+        {
+            printer.out(&format!("    fix: {fix}"));
+        }
+    }
+}

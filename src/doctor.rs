@@ -1,0 +1,529 @@
+//! A compiled program's agents and gates in, what this machine lacks to run them out: for each,
+//! whether its program is installed and which version, whether it accepts the flags its
+//! definition passes (read from its own `--help`), whether the credentials it needs are present
+//! (names only, never values), what running as root needs, and what the kernel allows a sandbox.
+//!
+//! `mvk doctor` prints every [`Finding`]; `mvk apply` runs the same checks first and refuses to
+//! start when one is a [`Level::Fail`], rather than burning attempts on an agent that cannot run.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::ir::{Adapter, Agent, Gate, Program, Rung};
+
+/// How long a `--version` or `--help` may take (a Node CLI's first start can be slow).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// At most this much of a probe's output is read.
+const PROBE_OUTPUT: u64 = 256 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    /// The run may fail: something could not be confirmed (credentials, a relative program).
+    Warn,
+    /// The run would fail: the program is missing, refuses a flag, or refuses to run as root.
+    Fail,
+}
+
+/// One line of the report: an agent, a gate or the sandbox, and what was found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// `agent claude (model=sonnet)`, `gate tests`, `sandbox`.
+    pub subject: String,
+    pub level: Level,
+    /// What was found: the program's path and version, or the problem.
+    pub detail: String,
+    /// How to fix a problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// What to look at: `deep` runs each agent program's `--version` and `--help` (a second or so
+/// for a Node CLI); without it only what needs no process (installed, credentials, root).
+#[derive(Debug, Clone, Copy)]
+pub struct Depth {
+    pub deep: bool,
+}
+
+/// Every distinct agent and gate of `program`, and its sandboxes, checked.
+pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<Finding> {
+    let mut agents: Vec<&Agent> = Vec::new();
+    let mut gates: Vec<&Gate> = Vec::new();
+    let mut seen_agents = BTreeSet::new();
+    let mut seen_gates = BTreeSet::new();
+    for task in &program.tasks {
+        let rungs = task.ladder.iter().filter_map(|r| match r {
+            Rung::Agent { agent, .. } => Some(agent),
+            Rung::Human => None,
+        });
+        for agent in rungs.chain(task.review.as_ref().map(|r| &r.agent)) {
+            if seen_agents.insert((agent.label(), agent.argv.clone())) {
+                agents.push(agent);
+            }
+        }
+        for gate in task.gates.iter().chain(&task.merge.gates) {
+            if seen_gates.insert(gate.argv.clone()) {
+                gates.push(gate);
+            }
+        }
+    }
+    let mut out: Vec<Finding> = agents
+        .into_iter()
+        .map(|a| check_agent(a, repo_root, depth))
+        .collect();
+    out.extend(gates.into_iter().map(|g| check_gate(g, repo_root)));
+    out.extend(check_sandbox(program));
+    out
+}
+
+/// One agent: installed, version, flags, credentials, root.
+pub fn check_agent(agent: &Agent, repo_root: &Path, depth: Depth) -> Finding {
+    let subject = format!("agent {}", agent.label());
+    let finding = |level, detail: String, fix: Option<String>| Finding {
+        subject: subject.clone(),
+        level,
+        detail,
+        fix,
+    };
+    let Some(program) = agent.argv.first() else {
+        return finding(Level::Fail, "has an empty command".into(), None);
+    };
+    let path_var = agent.env.get("PATH").map(OsString::from);
+    let Some(found) = find_program(program, path_var.as_deref(), repo_root) else {
+        return finding(
+            Level::Fail,
+            format!("`{program}` is not installed (not found on PATH)"),
+            Some(install_hint(agent.adapter, program)),
+        );
+    };
+    let mut notes = vec![found.display().to_string()];
+    if agent.adapter == Adapter::Command {
+        return finding(Level::Ok, notes.join(", "), None);
+    }
+    if depth.deep {
+        match probe(&found, &["--version"], agent) {
+            Some(v) => notes.push(first_line(&v)),
+            None => notes.push("version unknown (`--version` printed nothing)".into()),
+        }
+        let subcommands: Vec<&str> = agent.argv[1..]
+            .iter()
+            .take_while(|a| !a.starts_with('-') && !a.contains("{{"))
+            .map(String::as_str)
+            .collect();
+        let mut help_args = subcommands.clone();
+        help_args.push("--help");
+        match probe(&found, &help_args, agent) {
+            Some(help) => {
+                let refused: Vec<String> = flags(&agent.argv)
+                    .into_iter()
+                    .filter(|f| !mentions(&help, f))
+                    .collect();
+                if !refused.is_empty() {
+                    let help_cmd = std::iter::once(program.as_str())
+                        .chain(help_args.iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    return finding(
+                        Level::Fail,
+                        format!(
+                            "{}: does not accept {} (not in `{help_cmd}`)",
+                            notes.join(", "),
+                            refused
+                                .iter()
+                                .map(|f| format!("`{f}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        Some(
+                            "change the agent's `run` line to flags this version takes (this mvk's std/agents.kdl has the ones it was tested with: `mvk doctor` with no file checks them), or install the version the book's agent table names".into(),
+                        ),
+                    );
+                }
+                notes.push("flags ok".into());
+            }
+            None => notes.push("flags not checked (`--help` printed nothing)".into()),
+        }
+    }
+    if let Some(problem) = root_problem(agent) {
+        return finding(Level::Fail, format!("{}: {problem}", notes.join(", ")), Some(
+            "add `env IS_SANDBOX=\"1\"` to the agent (std/agents.kdl's `claude` has it), or run mvk as an ordinary user".into(),
+        ));
+    }
+    match credentials(agent, repo_root) {
+        Credentials::Found(name) => notes.push(format!("credentials: {name}")),
+        Credentials::NotNeeded => {}
+        Credentials::Missing { names, files } => {
+            return finding(
+                Level::Warn,
+                format!(
+                    "{}: no credentials found (none of {names}{files})",
+                    notes.join(", ")
+                ),
+                Some(format!(
+                    "set one of {names} in the environment mvk runs in, or log in with the tool itself once"
+                )),
+            );
+        }
+    }
+    finding(Level::Ok, notes.join(", "), None)
+}
+
+/// One gate: its program is installed (a bare name on PATH, a path in the repository).
+pub fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
+    let subject = format!("gate {}", gate.name);
+    let Some(program) = gate.argv.first() else {
+        return Finding {
+            subject,
+            level: Level::Fail,
+            detail: "has an empty command".into(),
+            fix: None,
+        };
+    };
+    let path_var = gate.env.get("PATH").map(OsString::from);
+    match find_program(program, path_var.as_deref(), repo_root) {
+        Some(found) => Finding {
+            subject,
+            level: Level::Ok,
+            detail: found.display().to_string(),
+            fix: None,
+        },
+        // A relative path may be made by an earlier gate in the attempt's worktree.
+        None if program.contains('/') => Finding {
+            subject,
+            level: Level::Warn,
+            detail: format!("`{program}` is not in the repository"),
+            fix: Some("a gate runs in the attempt's worktree, which holds the repository's tracked files only: name a program on PATH, or one the repository tracks".into()),
+        },
+        None => Finding {
+            subject,
+            level: Level::Fail,
+            detail: format!("`{program}` is not installed (not found on PATH)"),
+            fix: Some(format!("install `{program}`, or put the directory that holds it on PATH")),
+        },
+    }
+}
+
+/// What the kernel allows the program's sandboxes, if it has any.
+fn check_sandbox(program: &Program) -> Option<Finding> {
+    let has_sandbox = program.tasks.iter().any(|t| {
+        t.sandbox.is_some()
+            || t.ladder.iter().any(|r| match r {
+                Rung::Agent { agent, .. } => agent.sandbox.is_some(),
+                Rung::Human => false,
+            })
+            || t.review.as_ref().is_some_and(|r| r.agent.sandbox.is_some())
+    });
+    if !has_sandbox {
+        return None;
+    }
+    let f = |level, detail: String, fix: Option<&str>| Finding {
+        subject: "sandbox".into(),
+        level,
+        detail,
+        fix: fix.map(str::to_string),
+    };
+    Some(match crate::run::sandbox::preflight(program) {
+        Ok(w) if w.is_empty() => f(
+            Level::Ok,
+            "the kernel confines as the sandboxes say".into(),
+            None,
+        ),
+        Ok(w) => f(
+            Level::Warn,
+            w.join("; "),
+            Some("see the book's sandbox chapter for what each kernel feature needs"),
+        ),
+        Err(e) => f(
+            Level::Fail,
+            e.to_string(),
+            Some(
+                "run on a kernel with Landlock (5.13 or later) and unprivileged namespaces, or set `required=#false`",
+            ),
+        ),
+    })
+}
+
+/// Where `program` is: a path with a `/` (relative to the repository), else the first match on
+/// `path` (the agent's own `PATH`) or this process's `PATH`.
+pub fn find_program(
+    program: &str,
+    path: Option<&std::ffi::OsStr>,
+    repo_root: &Path,
+) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = repo_root.join(program);
+        return is_executable(&p).then_some(p);
+    }
+    let path = path
+        .map(OsString::from)
+        .or_else(|| std::env::var_os("PATH"))?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Runs `program args…` with the agent's environment, stdin closed, for at most
+/// [`PROBE_TIMEOUT`]; its standard output (or, if empty, its standard error), if it said anything.
+fn probe(program: &Path, args: &[&str], agent: &Agent) -> Option<String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Node CLIs print colours and update notices to a terminal only; be sure.
+        .env("NO_COLOR", "1")
+        .env("NO_UPDATE_NOTIFIER", "1");
+    for (k, v) in &agent.env {
+        if !v.contains("{{") {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd.spawn().ok()?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(p) = pipe {
+                let _ = p.take(PROBE_OUTPUT).read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < PROBE_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+        }
+    }
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    let text = if out.trim().is_empty() { err } else { out };
+    (!text.trim().is_empty()).then_some(text)
+}
+
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    line.chars().take(80).collect()
+}
+
+/// The long flags an argv passes (`--model`, `--output-format`), without values.
+fn flags(argv: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = argv[1..]
+        .iter()
+        .filter(|a| a.starts_with("--") && a.len() > 2)
+        .map(|a| a.split('=').next().unwrap_or(a).to_string())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Whether a help text names `flag` as a whole word.
+fn mentions(help: &str, flag: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    help.match_indices(flag).any(|(i, _)| {
+        let before = help[..i].chars().next_back();
+        let after = help[i + flag.len()..].chars().next();
+        !before.is_some_and(word) && !after.is_some_and(word)
+    })
+}
+
+/// Claude Code refuses `--dangerously-skip-permissions` as root unless told it runs sandboxed.
+fn root_problem(agent: &Agent) -> Option<String> {
+    let skips = agent
+        .argv
+        .iter()
+        .any(|a| a == "--dangerously-skip-permissions");
+    // Exactly "1" (Claude Code 2.1 reads nothing else), from the agent's env or mvk's own.
+    let told = match agent.env.get("IS_SANDBOX") {
+        Some(v) => v == "1",
+        None => std::env::var("IS_SANDBOX").is_ok_and(|v| v == "1"),
+    } || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some();
+    (agent.adapter == Adapter::Claude && skips && !told && rustix::process::geteuid().is_root())
+        .then(|| "as root, Claude Code refuses `--dangerously-skip-permissions` unless `IS_SANDBOX=1` (exactly) says it runs confined".to_string())
+}
+
+enum Credentials {
+    Found(String),
+    Missing { names: String, files: String },
+    NotNeeded,
+}
+
+/// The credentials an agent's tool reads, by name: an environment variable (the process's or
+/// the agent's own `env`) or the file its own login writes.
+fn credentials(agent: &Agent, repo_root: &Path) -> Credentials {
+    let (vars, files): (&[&str], &[&str]) = match agent.adapter {
+        Adapter::Claude => (
+            &[
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+                "CLAUDE_CODE_USE_BEDROCK",
+                "CLAUDE_CODE_USE_VERTEX",
+            ],
+            &["~/.claude/.credentials.json"],
+        ),
+        Adapter::Codex => (
+            &["OPENAI_API_KEY", "CODEX_API_KEY"],
+            &["$CODEX_HOME/auth.json", "~/.codex/auth.json"],
+        ),
+        Adapter::Gemini => (
+            &[
+                "GEMINI_API_KEY",
+                "GOOGLE_API_KEY",
+                "GOOGLE_APPLICATION_CREDENTIALS",
+                "GOOGLE_GENAI_USE_VERTEXAI",
+            ],
+            &["~/.gemini/oauth_creds.json"],
+        ),
+        Adapter::Aider => (
+            &[
+                "ANTHROPIC_API_KEY",
+                "OPENAI_API_KEY",
+                "GEMINI_API_KEY",
+                "OPENROUTER_API_KEY",
+                "DEEPSEEK_API_KEY",
+                "AIDER_API_KEY",
+            ],
+            &["~/.aider.conf.yml", ".aider.conf.yml", ".env"],
+        ),
+        Adapter::Goose => (&["GOOSE_PROVIDER"], &["~/.config/goose/config.yaml"]),
+        Adapter::Command => return Credentials::NotNeeded,
+    };
+    let set = |name: &str| {
+        agent.env.get(name).is_some_and(|v| !v.is_empty())
+            || std::env::var_os(name).is_some_and(|v| !v.is_empty())
+    };
+    if let Some(name) = vars.iter().find(|n| set(n)) {
+        return Credentials::Found((*name).to_string());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let codex_home = std::env::var_os("CODEX_HOME").map(PathBuf::from);
+    let expand = |f: &str| -> Option<PathBuf> {
+        if let Some(rest) = f.strip_prefix("~/") {
+            return home.as_ref().map(|h| h.join(rest));
+        }
+        if let Some(rest) = f.strip_prefix("$CODEX_HOME/") {
+            return codex_home.as_ref().map(|h| h.join(rest));
+        }
+        Some(repo_root.join(f))
+    };
+    if let Some(f) = files
+        .iter()
+        .find(|f| expand(f).is_some_and(|p| p.is_file()))
+    {
+        return Credentials::Found((*f).to_string());
+    }
+    Credentials::Missing {
+        names: vars.join(", "),
+        files: if files.is_empty() {
+            String::new()
+        } else {
+            format!("; nor {}", files.join(", "))
+        },
+    }
+}
+
+/// How a missing agent program is installed.
+fn install_hint(adapter: Adapter, program: &str) -> String {
+    match adapter {
+        Adapter::Claude => "npm install -g @anthropic-ai/claude-code".into(),
+        Adapter::Codex => "npm install -g @openai/codex".into(),
+        Adapter::Gemini => "npm install -g @google/gemini-cli".into(),
+        Adapter::Aider => {
+            "python3 -m pip install aider-install && aider-install (or: pipx install aider-chat)"
+                .into()
+        }
+        Adapter::Goose => "see https://block.github.io/goose/ for goose's installer".into(),
+        Adapter::Command => {
+            format!("install `{program}`, or put the directory that holds it on PATH")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_long_options_without_values() {
+        let argv: Vec<String> = [
+            "codex",
+            "exec",
+            "--json",
+            "--model",
+            "m",
+            "--sandbox=workspace-write",
+            "-c",
+            "x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(flags(&argv), ["--json", "--model", "--sandbox"]);
+    }
+
+    #[test]
+    fn a_flag_is_mentioned_only_as_a_whole_word() {
+        let help = "  --json  print JSON\n  --full-auto-x  no\n      --model <MODEL>\n";
+        assert!(mentions(help, "--json"));
+        assert!(mentions(help, "--model"));
+        assert!(!mentions(help, "--full-auto"));
+        assert!(!mentions(help, "--js"));
+    }
+
+    #[test]
+    fn a_program_is_found_on_the_given_path_only_when_executable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prog = dir.path().join("tool");
+        std::fs::write(&prog, "#!/bin/sh\n").expect("write");
+        let path = OsString::from(dir.path());
+        assert_eq!(find_program("tool", Some(&path), dir.path()), None);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(
+            find_program("tool", Some(&path), dir.path()),
+            Some(prog.clone())
+        );
+        assert_eq!(
+            find_program("./tool", None, dir.path()),
+            Some(dir.path().join("./tool"))
+        );
+        assert_eq!(find_program("missing", Some(&path), dir.path()), None);
+    }
+}
