@@ -111,6 +111,8 @@ const AGENTS: &str = r#"// The agents your loops use. Edit the command, the mode
 
 agent coder adapter=claude timeout="30m" {
     doc "Claude Code in print mode; cost and tokens are read from its JSON result"
+    // As root (a CI container), Claude Code takes --dangerously-skip-permissions only with this.
+    env IS_SANDBOX="1"
     run "claude" "-p" "{{prompt}}" "--model" "sonnet" "--output-format" "json" "--dangerously-skip-permissions"
 }
 "#;

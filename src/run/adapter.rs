@@ -657,6 +657,7 @@ pub struct RateLimit {
 /// An adapter's known rate-limit messages and an agent's own patterns, compiled.
 #[derive(Debug, Clone)]
 pub struct RateLimitMatcher {
+    adapter: Adapter,
     patterns: Vec<Regex>,
     /// "try again in 20s", "retry after 30 seconds", "retry-after: 17", "retryDelay": "26s",
     /// "resets_in_seconds": 600: what follows is read by [`parse_wait`].
@@ -726,10 +727,26 @@ impl RateLimitMatcher {
             patterns.push(Regex::new(p)?);
         }
         Ok(RateLimitMatcher {
+            adapter,
             patterns,
             hint: Regex::new(HINT)?,
             claude_reset: Regex::new(CLAUDE_RESET)?,
         })
+    }
+
+    /// Whether an agent that exited 0 may still have given up on a rate limit: aider does (it
+    /// prints the limit as its last word and exits 0, having changed nothing).
+    pub fn limits_exit_zero(&self) -> bool {
+        self.adapter == Adapter::Aider
+    }
+
+    /// The part of an aider run's stdout after its last model reply (its last `Tokens:` line):
+    /// a limit there is where the run ended, one before it was retried and answered.
+    pub fn after_last_reply<'a>(&self, stdout: &'a str) -> &'a str {
+        match stdout.rfind("Tokens: ") {
+            Some(i) => stdout[i..].split_once('\n').map_or("", |(_, rest)| rest),
+            None => stdout,
+        }
     }
 
     /// Looks for a rate-limit or usage-limit message in the agent's output (the caller passes
@@ -754,8 +771,11 @@ impl RateLimitMatcher {
             let retry_after = self
                 .wait_in(&clean, now)
                 .or_else(|| self.last_wait(output, now));
+            // A JSON report (Claude Code's result, Codex's turn.failed) says it in words.
+            let message =
+                json_message(&clean).map_or_else(|| excerpt(&clean, start), |m| excerpt(&m, 0));
             return Some(RateLimit {
-                message: excerpt(&clean, start),
+                message,
                 retry_after,
             });
         }
@@ -792,6 +812,17 @@ impl RateLimitMatcher {
         let wait = epoch.checked_sub(now).filter(|w| *w > 0)?;
         Some(Duration::from_secs(wait).min(MAX_RETRY_AFTER))
     }
+}
+
+/// The human words of a JSON report line: its `result`, `message` or `error.message`.
+fn json_message(line: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(line.trim()).ok()?;
+    let text = v
+        .get("result")
+        .or_else(|| v.get("message"))
+        .or_else(|| v.get("error").and_then(|e| e.get("message")))
+        .and_then(Value::as_str)?;
+    (!text.trim().is_empty()).then(|| text.trim().to_string())
 }
 
 fn clamp_wait(secs: f64) -> Duration {
@@ -921,6 +952,121 @@ mod tests {
 
     fn at(epoch: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(epoch)
+    }
+
+    /// The outputs the current CLIs print, captured from them (tests/fixtures/adapters/SOURCES.md
+    /// says how): what mvk reads from each.
+    mod captured {
+        use super::*;
+
+        fn message(adapter: Adapter, name: &str) -> Option<String> {
+            final_message(adapter, &fixture(name)).expect("read")
+        }
+
+        fn limited(adapter: Adapter, name: &str) -> Option<RateLimit> {
+            matcher(adapter).check(&fixture_text(name))
+        }
+
+        #[test]
+        fn claude_code_2_1_332() {
+            let u = read_usage(Adapter::Claude, &fixture("claude-2.1.332-fix.out"))
+                .expect("read")
+                .expect("usage");
+            // 4,800 input + 1,200 cache reads, 320 output; $0.01292 as it printed.
+            assert_eq!(
+                (u.input_tokens, u.output_tokens, u.usd_micros),
+                (6000, 320, Some(12_920))
+            );
+            let stream = read_usage(Adapter::Claude, &fixture("claude-2.1.332-stream-fix.out"))
+                .expect("read")
+                .expect("usage");
+            assert_eq!((stream.tokens(), stream.usd_micros), (6320, Some(12_920)));
+            assert_eq!(
+                message(Adapter::Claude, "claude-2.1.332-fix.out").as_deref(),
+                Some("Fixed the off-by-one in total(): the range now includes n.")
+            );
+            let hit = limited(Adapter::Claude, "claude-2.1.332-rate-limit.out").expect("a limit");
+            assert!(hit.message.contains("429"), "{hit:?}");
+        }
+
+        #[test]
+        fn codex_0_171_0() {
+            let u = read_usage(Adapter::Codex, &fixture("codex-0.171.0-fix.jsonl"))
+                .expect("read")
+                .expect("usage");
+            assert_eq!(
+                (u.input_tokens, u.cached_tokens, u.output_tokens),
+                (3600, 2400, 120)
+            );
+            assert_eq!(u.usd_micros, None, "Codex prints no dollars");
+            assert_eq!(
+                message(Adapter::Codex, "codex-0.171.0-fix.jsonl").as_deref(),
+                Some("Fixed the off-by-one in calc.total; the test passes.")
+            );
+            let hit = limited(Adapter::Codex, "codex-0.171.0-rate-limit.jsonl").expect("a limit");
+            assert!(hit.message.contains("429"), "{hit:?}");
+        }
+
+        #[test]
+        fn gemini_cli_0_61_0() {
+            let u = read_usage(Adapter::Gemini, &fixture("gemini-0.61.0-fix.out"))
+                .expect("read")
+                .expect("usage");
+            assert_eq!(
+                (u.input_tokens, u.cached_tokens, u.output_tokens),
+                (3600, 900, 240)
+            );
+            let stream = read_usage(Adapter::Gemini, &fixture("gemini-0.61.0-stream-fix.jsonl"))
+                .expect("read")
+                .expect("usage");
+            assert_eq!(
+                (
+                    stream.input_tokens,
+                    stream.cached_tokens,
+                    stream.output_tokens
+                ),
+                (3600, 900, 240)
+            );
+            let done =
+                "Fixed the off-by-one in sum_to: the loop now includes n, and the test passes.";
+            assert_eq!(
+                message(Adapter::Gemini, "gemini-0.61.0-fix.out").as_deref(),
+                Some(done)
+            );
+            assert_eq!(
+                message(Adapter::Gemini, "gemini-0.61.0-stream-fix.jsonl").as_deref(),
+                Some(done)
+            );
+            // Its give-up is on stderr (exit 173), stdout empty.
+            let hit = limited(Adapter::Gemini, "gemini-0.61.0-rate-limit.err").expect("a limit");
+            assert_eq!(hit.retry_after, Some(Duration::from_secs(1)), "{hit:?}");
+        }
+
+        #[test]
+        fn aider_0_86_2() {
+            let u = read_usage(Adapter::Aider, &fixture("aider-0.86.2-fix.out"))
+                .expect("read")
+                .expect("usage");
+            // The two messages' costs, $0.0073 + $0.0097, not the session's rounded $0.02.
+            assert_eq!(
+                (u.input_tokens, u.output_tokens, u.usd_micros),
+                (695 + 768, 13 + 67, Some(17_000))
+            );
+            assert_eq!(
+                message(Adapter::Aider, "aider-0.86.2-fix.out"),
+                None,
+                "its stdout is the message"
+            );
+            // aider gives up on a limit with exit 0: the limit after its last reply counts, one
+            // it retried and then answered does not.
+            let m = matcher(Adapter::Aider);
+            assert!(m.limits_exit_zero());
+            let gave_up = fixture_text("aider-0.86.2-rate-limit.out");
+            let hit = m.check(m.after_last_reply(&gave_up)).expect("a limit");
+            assert_eq!(hit.retry_after, Some(Duration::from_secs(1)), "{hit:?}");
+            let recovered = fixture_text("aider-0.86.2-rate-limit-recovered.out");
+            assert_eq!(m.check(m.after_last_reply(&recovered)), None);
+        }
     }
 
     #[test]

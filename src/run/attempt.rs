@@ -886,6 +886,11 @@ pub(crate) fn rate_limited(
             last_lines(&outcome.stdout_tail, 20),
             last_lines(&outcome.stderr_tail, 20)
         )),
+        // aider exits 0 when it gives up on a limit: only a limit after its last reply counts.
+        Termination::Exited(0) if matcher.limits_exit_zero() => {
+            let after = matcher.after_last_reply(&outcome.stdout_tail);
+            matcher.check(last_lines(after, 20))
+        }
         _ => None,
     }
 }
