@@ -96,11 +96,31 @@ pub fn check_agent(agent: &Agent, repo_root: &Path, depth: Depth) -> Finding {
     let Some(program) = agent.argv.first() else {
         return finding(Level::Fail, "has an empty command".into(), None);
     };
+    if program.contains("{{") {
+        return finding(
+            Level::Ok,
+            format!("`{program}` is known when the attempt starts: not checked"),
+            None,
+        );
+    }
     let path_var = agent.env.get("PATH").map(OsString::from);
     let Some(found) = find_program(program, path_var.as_deref(), repo_root) else {
+        // A path in the repository may be made in the worktree before the agent starts.
+        if program.contains('/') && !program.starts_with('/') {
+            return finding(
+                Level::Warn,
+                format!("`{program}` is not in the repository"),
+                Some("an agent runs in the attempt's worktree, which holds the repository's tracked files only: name a program on PATH, or one the repository tracks".into()),
+            );
+        }
+        let not_found = if program.starts_with('/') {
+            format!("`{program}` does not exist or is not executable")
+        } else {
+            format!("`{program}` is not installed (not found on PATH)")
+        };
         return finding(
             Level::Fail,
-            format!("`{program}` is not installed (not found on PATH)"),
+            not_found,
             Some(install_hint(agent.adapter, program)),
         );
     };
@@ -108,7 +128,18 @@ pub fn check_agent(agent: &Agent, repo_root: &Path, depth: Depth) -> Finding {
     if agent.adapter == Adapter::Command {
         return finding(Level::Ok, notes.join(", "), None);
     }
-    if depth.deep {
+    // Only the tool's own program is asked: a launcher (`npx …`, a wrapper script) has other
+    // flags, and runs whatever it is given.
+    let own = Path::new(program)
+        .file_name()
+        .is_some_and(|n| n == cli_name(agent.adapter));
+    if depth.deep && !own {
+        notes.push(format!(
+            "version and flags not checked (`{program}` is not the {} program)",
+            cli_name(agent.adapter)
+        ));
+    }
+    if depth.deep && own {
         match probe(&found, &["--version"], agent) {
             Some(v) => notes.push(first_line(&v)),
             None => notes.push("version unknown (`--version` printed nothing)".into()),
@@ -187,6 +218,14 @@ pub fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
             fix: None,
         };
     };
+    if program.contains("{{") {
+        return Finding {
+            subject,
+            level: Level::Ok,
+            detail: format!("`{program}` is known when the attempt starts: not checked"),
+            fix: None,
+        };
+    }
     let path_var = gate.env.get("PATH").map(OsString::from);
     match find_program(program, path_var.as_deref(), repo_root) {
         Some(found) => Finding {
@@ -196,7 +235,7 @@ pub fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
             fix: None,
         },
         // A relative path may be made by an earlier gate in the attempt's worktree.
-        None if program.contains('/') => Finding {
+        None if program.contains('/') && !program.starts_with('/') => Finding {
             subject,
             level: Level::Warn,
             detail: format!("`{program}` is not in the repository"),
@@ -251,6 +290,18 @@ fn check_sandbox(program: &Program) -> Option<Finding> {
     })
 }
 
+/// The program an adapter's tool is installed as.
+fn cli_name(adapter: Adapter) -> &'static str {
+    match adapter {
+        Adapter::Claude => "claude",
+        Adapter::Codex => "codex",
+        Adapter::Gemini => "gemini",
+        Adapter::Aider => "aider",
+        Adapter::Goose => "goose",
+        Adapter::Command => "",
+    }
+}
+
 /// Where `program` is: a path with a `/` (relative to the repository), else the first match on
 /// `path` (the agent's own `PATH`) or this process's `PATH`.
 pub fn find_program(
@@ -278,57 +329,80 @@ fn is_executable(p: &Path) -> bool {
 /// Runs `program args…` with the agent's environment, stdin closed, for at most
 /// [`PROBE_TIMEOUT`]; its standard output (or, if empty, its standard error), if it said anything.
 fn probe(program: &Path, args: &[&str], agent: &Agent) -> Option<String> {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(program);
     cmd.args(args)
+        // Away from the repository: nothing it finds there may configure it.
+        .current_dir(std::env::temp_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Node CLIs print colours and update notices to a terminal only; be sure.
         .env("NO_COLOR", "1")
-        .env("NO_UPDATE_NOTIFIER", "1");
+        .env("NO_UPDATE_NOTIFIER", "1")
+        // A group of its own, killed whole if it does not answer in time.
+        .process_group(0);
     for (k, v) in &agent.env {
         if !v.contains("{{") {
             cmd.env(k, v);
         }
     }
     let mut child = cmd.spawn().ok()?;
-    let read = |pipe: Option<Box<dyn Read + Send>>| {
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (n, pipe) in [
+        (
+            0,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            1,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let tx = tx.clone();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(p) = pipe {
                 let _ = p.take(PROBE_OUTPUT).read_to_end(&mut buf);
             }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = read(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = read(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
+            let _ = tx.send((n, String::from_utf8_lossy(&buf).into_owned()));
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + PROBE_TIMEOUT;
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() < PROBE_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             _ => {
-                let _ = child.kill();
+                if let Ok(pid) = i32::try_from(child.id()) {
+                    // The whole group: a wrapper's children hold the pipes too.
+                    let _ = rustix::process::kill_process_group(
+                        rustix::process::Pid::from_raw(pid)?,
+                        rustix::process::Signal::KILL,
+                    );
+                }
                 let _ = child.wait();
                 break;
             }
         }
     }
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
+    let (mut out, mut err) = (String::new(), String::new());
+    // What the pipes hold once the program is gone; a straggler holding them is not waited for.
+    let grace = Instant::now() + Duration::from_secs(1);
+    while let Ok((n, text)) = rx.recv_timeout(grace.saturating_duration_since(Instant::now())) {
+        if n == 0 {
+            out = text;
+        } else {
+            err = text;
+        }
+    }
     let text = if out.trim().is_empty() { err } else { out };
     (!text.trim().is_empty()).then_some(text)
 }

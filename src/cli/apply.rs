@@ -36,6 +36,10 @@ pub struct ApplyArgs {
     /// refusing.
     #[arg(long)]
     pub wait: bool,
+    /// Start without `mvk doctor`'s checks of the agents and gates (for a CLI that accepts a
+    /// flag its `--help` does not list).
+    #[arg(long)]
+    pub no_doctor: bool,
     /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
     /// whose attempts `mvk worker` processes make, each in its own clone; this process records
     /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
@@ -97,8 +101,8 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
     }
     sandbox_preflight(printer, &program)?;
     let repo_root = repository(cli, &args.file)?;
-    if args.executor == Executor::Local {
-        refuse_unrunnable(printer, &program, &repo_root)?;
+    if args.executor == Executor::Local && !args.no_doctor {
+        refuse_unrunnable(printer, &program, &repo_root, args.task.as_deref())?;
     }
     super::resume::close_all_dead_attempts(printer, &repo_root)?;
     let run_id = driver::new_run_id().map_err(run_error)?;
@@ -141,8 +145,26 @@ fn refuse_unrunnable(
     printer: &Printer,
     program: &crate::ir::Program,
     repo_root: &Path,
+    task: Option<&str>,
 ) -> Result<(), CliError> {
     use crate::doctor::{self, Depth, Level};
+    // `--task NAME` runs that task alone: only its agents and gates must start.
+    let selected;
+    let program = match task {
+        Some(name) if program.tasks.iter().any(|t| t.name == name) => {
+            selected = crate::ir::Program {
+                tasks: program
+                    .tasks
+                    .iter()
+                    .filter(|t| t.name == name)
+                    .cloned()
+                    .collect(),
+                ..program.clone()
+            };
+            &selected
+        }
+        _ => program,
+    };
     let findings = doctor::check_program(program, repo_root, Depth { deep: true });
     for f in findings.iter().filter(|f| f.level == Level::Warn) {
         printer.warn(&format!("{}: {}", f.subject, f.detail));
@@ -157,8 +179,8 @@ fn refuse_unrunnable(
     Err(CliError::Usage {
         message: format!("{}: {}", first.subject, first.detail),
         hint: Some(match &first.fix {
-            Some(fix) => format!("{fix} (`mvk doctor FILE` checks every agent and gate)"),
-            None => "`mvk doctor FILE` checks every agent and gate".into(),
+            Some(fix) => format!("{fix} (`mvk doctor FILE` checks every agent and gate; `--no-doctor` starts without these checks)"),
+            None => "`mvk doctor FILE` checks every agent and gate; `--no-doctor` starts without these checks".into(),
         }),
     })
 }

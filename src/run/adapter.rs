@@ -84,9 +84,9 @@ pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usag
 
 /// The agent's final message as its tool reports it, where the adapter knows the tool's
 /// structured output: Claude Code's `result`, Codex's last `agent_message`, the Gemini CLI's
-/// `response` (or, streaming, the assistant's text after its last tool call), goose's last
-/// assistant message. `None` for aider and plain commands (their output is the message), or when
-/// the tool printed none.
+/// `response` (or, streaming, the assistant's text after its last tool call). `None` for aider,
+/// goose and plain commands (the end of their output is read instead), or when the tool printed
+/// none.
 pub fn final_message(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<String>> {
     Ok(scan(adapter, stdout_log)?.and_then(|s| s.message.or(s.streamed)))
 }
@@ -199,8 +199,10 @@ struct Native {
     /// stays constant however many messages there are.
     pending: Option<(String, u64, u64)>,
     /// aider: the sum of the message costs on its `Cost:` lines (each printed to a cent, or to
-    /// two significant digits below one, where the session figure is the sum rounded once more).
+    /// two significant digits below one), and the session figure of the last one (the true
+    /// total rounded to a cent).
     message_usd: Option<u64>,
+    session_usd: Option<u64>,
 }
 
 struct Scanner {
@@ -495,12 +497,17 @@ impl Scanner {
             let input = n(1).saturating_add(n(3));
             self.native.primary.add(input, n(4), None);
         }
-        if let Some(c) = p.cost.captures(&clean)
-            && let Some(usd) = c.get(1).and_then(|m| m.as_str().parse::<f64>().ok())
-            && let Some(micros) = f64_micros(usd)
-        {
-            let sum = self.native.message_usd.unwrap_or(0).saturating_add(micros);
-            self.native.message_usd = Some(sum);
+        if let Some(c) = p.cost.captures(&clean) {
+            let micros = |i: usize| {
+                c.get(i)
+                    .and_then(|m| m.as_str().parse::<f64>().ok())
+                    .and_then(f64_micros)
+            };
+            if let Some(m) = micros(1) {
+                let sum = self.native.message_usd.unwrap_or(0).saturating_add(m);
+                self.native.message_usd = Some(sum);
+            }
+            self.native.session_usd = micros(2).or(self.native.session_usd);
         }
     }
 
@@ -529,9 +536,15 @@ impl Scanner {
                 .unwrap_or_default(),
             Adapter::Aider => {
                 let mut t = n.primary.clone();
-                if n.message_usd.is_some() {
+                // The sum is exact while messages cost under a cent; once their rounding adds up
+                // to more than the session figure's own half cent, the session figure is nearer.
+                let usd = match (n.message_usd, n.session_usd) {
+                    (Some(sum), Some(session)) if sum.abs_diff(session) > 5_000 => Some(session),
+                    (sum, session) => sum.or(session),
+                };
+                if usd.is_some() {
                     t.seen = true;
-                    t.usd_micros = n.message_usd;
+                    t.usd_micros = usd;
                 }
                 t
             }
@@ -740,13 +753,25 @@ impl RateLimitMatcher {
         self.adapter == Adapter::Aider
     }
 
-    /// The part of an aider run's stdout after its last model reply (its last `Tokens:` line):
-    /// a limit there is where the run ended, one before it was retried and answered.
-    pub fn after_last_reply<'a>(&self, stdout: &'a str) -> &'a str {
-        match stdout.rfind("Tokens: ") {
+    /// An aider run that exited 0 but gave up on a limit: after its last model reply (its last
+    /// `Tokens:` line) there is no edit applied and its own give-up message is there. Only
+    /// aider's own words count: a file it edited may be called `rate_limited.py`.
+    pub fn aider_gave_up(&self, stdout: &str) -> Option<RateLimit> {
+        let after = match stdout.rfind("Tokens: ") {
             Some(i) => stdout[i..].split_once('\n').map_or("", |(_, rest)| rest),
             None => stdout,
+        };
+        if after.lines().any(|l| l.starts_with("Applied edit to ")) {
+            return None;
         }
+        let gave_up = after.lines().rev().map(strip_ansi).find(|l| {
+            l.contains("The API provider has rate limited you")
+                || l.contains("litellm.RateLimitError")
+        })?;
+        Some(RateLimit {
+            message: excerpt(&gave_up, 0),
+            retry_after: self.last_wait(after, SystemTime::now()),
+        })
     }
 
     /// Looks for a rate-limit or usage-limit message in the agent's output (the caller passes
@@ -1043,6 +1068,21 @@ mod tests {
         }
 
         #[test]
+        fn aider_costs_take_the_session_figure_once_rounding_adds_up() {
+            // 30 messages of $0.0149 print $0.01 each: the sum says $0.30, the session $0.45.
+            let text: String = (1..=30)
+                .map(|i| {
+                    format!(
+                        "Tokens: 1k sent, 10 received. Cost: $0.01 message, ${:.2} session.\n",
+                        0.0149 * f64::from(i)
+                    )
+                })
+                .collect();
+            let u = usage_of(Adapter::Aider, &text).expect("usage");
+            assert_eq!(u.usd_micros, Some(450_000));
+        }
+
+        #[test]
         fn aider_0_86_2() {
             let u = read_usage(Adapter::Aider, &fixture("aider-0.86.2-fix.out"))
                 .expect("read")
@@ -1062,10 +1102,14 @@ mod tests {
             let m = matcher(Adapter::Aider);
             assert!(m.limits_exit_zero());
             let gave_up = fixture_text("aider-0.86.2-rate-limit.out");
-            let hit = m.check(m.after_last_reply(&gave_up)).expect("a limit");
+            let hit = m.aider_gave_up(&gave_up).expect("a limit");
             assert_eq!(hit.retry_after, Some(Duration::from_secs(1)), "{hit:?}");
             let recovered = fixture_text("aider-0.86.2-rate-limit-recovered.out");
-            assert_eq!(m.check(m.after_last_reply(&recovered)), None);
+            assert_eq!(m.aider_gave_up(&recovered), None);
+            // A fix of a file whose name says "rate limited" is not a limit.
+            let fixed = "Tokens: 768 sent, 67 received. Cost: $0.0097 message, $0.02 session.\n\
+                         Applied edit to app/rate_limited.py\n";
+            assert_eq!(m.aider_gave_up(fixed), None);
         }
     }
 
@@ -1410,8 +1454,9 @@ mod tests {
             .check(&fixture_text("codex-usage-limit.jsonl"))
             .expect("limited");
         assert_eq!(hit.retry_after, Some(MAX_RETRY_AFTER));
+        // The JSON report's words, not the JSON.
         assert!(
-            hit.message.starts_with("{\"type\":\"turn.failed\""),
+            hit.message.starts_with("You've hit your usage limit."),
             "{}",
             hit.message
         );

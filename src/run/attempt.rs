@@ -888,8 +888,7 @@ pub(crate) fn rate_limited(
         )),
         // aider exits 0 when it gives up on a limit: only a limit after its last reply counts.
         Termination::Exited(0) if matcher.limits_exit_zero() => {
-            let after = matcher.after_last_reply(&outcome.stdout_tail);
-            matcher.check(last_lines(after, 20))
+            matcher.aider_gave_up(&outcome.stdout_tail)
         }
         _ => None,
     }
@@ -1241,12 +1240,17 @@ fn fill_argv(
             _ => return None,
         })
     };
-    let mut out = Vec::with_capacity(argv.len());
-    for arg in argv {
-        // `{{verdict_schema}}` or `--flag={{verdict_schema}}` outside a review adds nothing.
-        if verdict_schema.is_none()
-            && (arg == "{{verdict_schema}}" || arg.ends_with("={{verdict_schema}}"))
-        {
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    for (i, arg) in argv.iter().enumerate() {
+        // `--flag={{verdict_schema}}`, or `--flag` `{{verdict_schema}}`, outside a review adds
+        // nothing: neither the argument nor its flag.
+        if verdict_schema.is_none() && arg.ends_with("={{verdict_schema}}") {
+            continue;
+        }
+        if verdict_schema.is_none() && arg == "{{verdict_schema}}" {
+            if i > 0 && argv[i - 1].starts_with('-') {
+                out.pop();
+            }
             continue;
         }
         let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])

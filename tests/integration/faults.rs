@@ -194,16 +194,30 @@ fn a_missing_agent_program_is_a_usage_error_naming_it() {
         let f = Fixture::new(&text);
         let out = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
         let err = stderr_of(&out);
+        // Refused before the run starts (mvk doctor's checks), so no attempt is spent.
         assert_eq!(out.status.code(), Some(64), "{sandbox}: {err}");
-        assert!(err.contains("cannot run agent `bot`"), "{err}");
-        assert!(err.contains("no-such-agent-program"), "{err}");
-        assert!(err.contains("hint: install it"), "{err}");
+        assert!(err.contains("agent bot"), "{err}");
+        assert!(
+            err.contains("`no-such-agent-program` is not installed"),
+            "{err}"
+        );
+        assert!(
+            err.contains("hint: install `no-such-agent-program`"),
+            "{err}"
+        );
         assert_eq!(f.tip("main"), f.base);
-        let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
-        let check: String = db
-            .query_row("pragma integrity_check", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(check, "ok");
+        let ledger = f.root().join(".mvk/ledger.db");
+        if ledger.exists() {
+            let db = rusqlite::Connection::open(ledger).unwrap();
+            let check: String = db
+                .query_row("pragma integrity_check", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(check, "ok");
+            let attempts: i64 = db
+                .query_row("select count(*) from attempts", [], |r| r.get(0))
+                .unwrap_or(0);
+            assert_eq!(attempts, 0, "no attempt was made");
+        }
     }
 }
 

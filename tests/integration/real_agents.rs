@@ -533,11 +533,23 @@ fn fixes_after_a_rate_limit(cli: Cli, user: Option<&User>) {
         run.why()
     );
     assert!(usd > 0, "{who}: a cost is counted");
-    // Nothing reached beyond the stub: every model request was answered by it.
     assert!(
         !stub.requests().is_empty(),
         "{who}: the CLI talked to the stub"
     );
+    if cli == Cli::Codex {
+        // A model its catalogue knows (else it warns that it falls back and degrades), and a
+        // maker is not held to the verdict's schema.
+        let out = fs::read_to_string(run.attempt_dir(1).join("agent.out")).unwrap();
+        assert!(!out.contains("Model metadata for"), "{who}: {out}");
+        assert!(
+            !stub
+                .requests()
+                .iter()
+                .any(|r| r["body"]["text"]["format"]["type"] == "json_schema"),
+            "{who}: the maker was not given the verdict's schema"
+        );
+    }
 }
 
 /// As a reviewer: its first verdict rejects with a blocker, which the maker's second prompt
@@ -591,6 +603,22 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
         "{who}\n{}",
         run.why()
     );
+    if cli == Cli::Codex {
+        // Codex is asked for exactly the contract's JSON (`--output-schema`).
+        let schema = stub
+            .requests()
+            .into_iter()
+            .find_map(|r| {
+                let format = &r["body"]["text"]["format"];
+                (format["type"] == "json_schema").then(|| format["schema"].clone())
+            })
+            .unwrap_or_else(|| panic!("{who}: no request carried the verdict's schema"));
+        assert_eq!(
+            schema["required"],
+            json!(["verdict", "blockers", "notes"]),
+            "{who}: {schema}"
+        );
+    }
 }
 
 #[test]
