@@ -465,3 +465,25 @@ mod opt_millis {
         Option::<u64>::deserialize(d).map(|o| o.map(Duration::from_millis))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Price;
+
+    #[test]
+    fn a_price_counts_cached_input_apart_and_rounds_to_the_micro_dollar() {
+        let p = Price {
+            model: "gpt-6.1-sol".into(),
+            input: 2_000_000,
+            output: 10_000_000,
+            cached: 100_000,
+            from: String::new(),
+        };
+        // 800k fresh input at $2, 200k cached at $0.10, 100k output at $10 per million.
+        assert_eq!(p.cost(1_000_000, 200_000, 100_000), 2_620_000);
+        // More cached than input (a tool's miscount) is all cached, never negative.
+        assert_eq!(p.cost(10, 50, 0), 1);
+        assert_eq!(p.cost(1, 0, 0), 2);
+        assert_eq!(p.cost(u64::MAX, 0, u64::MAX), u64::MAX);
+    }
+}

@@ -327,7 +327,13 @@ fn dollar_lines(t: &ir::Task) -> Vec<String> {
     agents_of(t)
         .into_iter()
         .map(|a| match (&a.price, a.reports_dollars(), a.adapter) {
-            (_, true, _) => format!("{}: as the agent reports them", a.label()),
+            (Some(p), true, _) => format!(
+                "{}: as the agent reports them, else priced as `{}` ({})",
+                a.label(),
+                p.model,
+                p.from
+            ),
+            (None, true, _) => format!("{}: as the agent reports them", a.label()),
             (Some(p), _, _) => format!(
                 "{}: tokens priced as `{}` ({}): {} in, {} cached, {} out per million",
                 a.label(),

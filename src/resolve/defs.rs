@@ -592,9 +592,13 @@ impl World {
             sandbox: def.sandbox.clone(),
             price: None,
         };
-        if !agent.reports_dollars() {
-            agent.price = self.price_of(agent.price_key());
-        }
+        // Also for an agent that prints its own dollars: aider prints none for a model its
+        // table lacks, and its model names carry the provider (`openai/gpt-4.1`).
+        let key = agent.price_key();
+        agent.price = self.price_of(key).or_else(|| {
+            key.rsplit_once('/')
+                .and_then(|(_, model)| self.price_of(model))
+        });
         Some(agent)
     }
 

@@ -94,3 +94,56 @@ fn stdlib_agents_ask_their_tools_for_the_output_their_adapters_read() {
         );
     }
 }
+
+/// The agents of a loop file compiled from TEXT: (label, price model, input $/Mtok in micros).
+fn priced(text: &str) -> Vec<(String, Option<(String, u64)>)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("t.kdl");
+    std::fs::write(&file, text).expect("write");
+    let compiled = mvk::resolve::compile(&file, &mvk::resolve::Options::default());
+    let rendered = mvk::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources);
+    let program = compiled.program.unwrap_or_else(|| panic!("{rendered}"));
+    program.tasks[0]
+        .ladder
+        .iter()
+        .filter_map(|r| match r {
+            mvk::ir::Rung::Agent { agent, .. } => Some(agent),
+            mvk::ir::Rung::Human => None,
+        })
+        .map(|a| {
+            (
+                a.label(),
+                a.price.as_ref().map(|p| (p.model.clone(), p.input)),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn prices_come_from_the_loop_before_the_stdlib_and_models_are_found_without_their_provider() {
+    let got = priced(
+        "import \"std/agents.kdl\"\n\
+         price \"gemini-2.5-pro\" input=9.0 output=9.0\n\
+         loop t {\n    goal \"g\"\n    ladder {\n        rung agent=codex\n        rung agent=gemini\n        \
+         rung agent=aider model=\"openai/gpt-4.1\"\n        rung agent=claude\n    }\n    \
+         gate t { run \"true\"; }\n    budget usd=1.0\n}\n",
+    );
+    assert_eq!(
+        got,
+        [
+            (
+                "codex (model=gpt-6.1-sol sandbox=workspace-write)".to_string(),
+                Some(("gpt-6.1-sol".to_string(), 2_000_000))
+            ),
+            (
+                "gemini (model=gemini-2.5-pro)".to_string(),
+                Some(("gemini-2.5-pro".to_string(), 9_000_000))
+            ),
+            (
+                "aider (map-tokens=0 model=openai/gpt-4.1)".to_string(),
+                Some(("gpt-4.1".to_string(), 2_000_000))
+            ),
+            ("claude (model=sonnet)".to_string(), None),
+        ]
+    );
+}
