@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ir::{Adapter, Agent, Gate, Program, Rung};
+use crate::ir::{Adapter, Agent, Gate, Program, Rung, Sandbox};
 
 /// How long a `--version` or `--help` may take (a Node CLI's first start can be slow).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -55,7 +55,7 @@ pub struct Depth {
 
 /// Every distinct agent and gate of `program`, and its sandboxes, checked.
 pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<Finding> {
-    let mut agents: Vec<&Agent> = Vec::new();
+    let mut agents: Vec<(&Agent, Option<&Sandbox>)> = Vec::new();
     let mut gates: Vec<&Gate> = Vec::new();
     let mut seen_agents = BTreeSet::new();
     let mut seen_gates = BTreeSet::new();
@@ -65,8 +65,10 @@ pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<F
             Rung::Human => None,
         });
         for agent in rungs.chain(task.review.as_ref().map(|r| &r.agent)) {
-            if seen_agents.insert((agent.label(), agent.argv.clone())) {
-                agents.push(agent);
+            // The agent's own sandbox, else its task's: what reaches it depends on which.
+            let sandbox = agent.sandbox.as_ref().or(task.sandbox.as_ref());
+            if seen_agents.insert((agent.label(), agent.argv.clone(), sandbox.is_some())) {
+                agents.push((agent, sandbox));
             }
         }
         for gate in task.gates.iter().chain(&task.merge.gates) {
@@ -77,15 +79,21 @@ pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<F
     }
     let mut out: Vec<Finding> = agents
         .into_iter()
-        .map(|a| check_agent(a, repo_root, depth))
+        .map(|(a, sandbox)| check_agent(a, sandbox, repo_root, depth))
         .collect();
     out.extend(gates.into_iter().map(|g| check_gate(g, repo_root)));
     out.extend(check_sandbox(program));
     out
 }
 
-/// One agent: installed, version, flags, credentials, root.
-pub fn check_agent(agent: &Agent, repo_root: &Path, depth: Depth) -> Finding {
+/// One agent, run under `sandbox` (its own or its task's) if any: installed, version, flags,
+/// credentials, root.
+pub fn check_agent(
+    agent: &Agent,
+    sandbox: Option<&Sandbox>,
+    repo_root: &Path,
+    depth: Depth,
+) -> Finding {
     let subject = format!("agent {}", agent.label());
     let finding = |level, detail: String, fix: Option<String>| Finding {
         subject: subject.clone(),
@@ -183,12 +191,29 @@ pub fn check_agent(agent: &Agent, repo_root: &Path, depth: Depth) -> Finding {
             None => notes.push("flags not checked (`--help` printed nothing)".into()),
         }
     }
-    if let Some(problem) = root_problem(agent) {
+    let reaches = Reaches { agent, sandbox };
+    if agent.adapter == Adapter::Codex
+        && sandbox.is_some()
+        && agent
+            .params
+            .get("sandbox")
+            .is_some_and(|s| s != "danger-full-access")
+    {
+        return finding(
+            Level::Warn,
+            format!(
+                "{}: Codex's own sandbox cannot make its namespaces inside mvk's: every command the agent runs would fail",
+                notes.join(", ")
+            ),
+            Some("give the agent sandbox=\"danger-full-access\": mvk's sandbox confines it".into()),
+        );
+    }
+    if let Some(problem) = root_problem(&reaches) {
         return finding(Level::Fail, format!("{}: {problem}", notes.join(", ")), Some(
             "add `env IS_SANDBOX=\"1\"` to the agent (std/agents.kdl's `claude` has it), or run mvk as an ordinary user".into(),
         ));
     }
-    match credentials(agent, repo_root) {
+    match credentials(&reaches, repo_root) {
         Credentials::Found(name) => notes.push(format!("credentials: {name}")),
         Credentials::NotNeeded => {}
         Credentials::Missing { names, files } => {
@@ -438,16 +463,15 @@ fn mentions(help: &str, flag: &str) -> bool {
 }
 
 /// Claude Code refuses `--dangerously-skip-permissions` as root unless told it runs sandboxed.
-fn root_problem(agent: &Agent) -> Option<String> {
+fn root_problem(reaches: &Reaches<'_>) -> Option<String> {
+    let agent = reaches.agent;
     let skips = agent
         .argv
         .iter()
         .any(|a| a == "--dangerously-skip-permissions");
-    // Exactly "1" (Claude Code 2.1 reads nothing else), from the agent's env or mvk's own.
-    let told = match agent.env.get("IS_SANDBOX") {
-        Some(v) => v == "1",
-        None => std::env::var("IS_SANDBOX").is_ok_and(|v| v == "1"),
-    } || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some();
+    // Exactly "1" (Claude Code 2.1 reads nothing else), as it reaches the agent.
+    let told = reaches.var("IS_SANDBOX").is_some_and(|v| v == "1")
+        || reaches.var("CLAUDE_CODE_BUBBLEWRAP").is_some();
     (agent.adapter == Adapter::Claude && skips && !told && rustix::process::geteuid().is_root())
         .then(|| "as root, Claude Code refuses `--dangerously-skip-permissions` unless `IS_SANDBOX=1` (exactly) says it runs confined".to_string())
 }
@@ -460,7 +484,27 @@ enum Credentials {
 
 /// The credentials an agent's tool reads, by name: an environment variable (the process's or
 /// the agent's own `env`) or the file its own login writes.
-fn credentials(agent: &Agent, repo_root: &Path) -> Credentials {
+/// The environment an agent's process gets: its definition's `env`, then mvk's own, of which a
+/// sandbox passes only the base variables and those it names.
+struct Reaches<'a> {
+    agent: &'a Agent,
+    sandbox: Option<&'a Sandbox>,
+}
+
+impl Reaches<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        if let Some(v) = self.agent.env.get(name) {
+            return Some(v.clone());
+        }
+        let passed = self.sandbox.is_none_or(|s| {
+            crate::run::sandbox::BASE_ENV.contains(&name) || s.env.iter().any(|n| n == name)
+        });
+        passed.then(|| std::env::var(name).ok()).flatten()
+    }
+}
+
+fn credentials(reaches: &Reaches<'_>, repo_root: &Path) -> Credentials {
+    let agent = reaches.agent;
     let (vars, files): (&[&str], &[&str]) = match agent.adapter {
         Adapter::Claude => (
             &[
@@ -499,10 +543,7 @@ fn credentials(agent: &Agent, repo_root: &Path) -> Credentials {
         Adapter::Goose => (&["GOOSE_PROVIDER"], &["~/.config/goose/config.yaml"]),
         Adapter::Command => return Credentials::NotNeeded,
     };
-    let set = |name: &str| {
-        agent.env.get(name).is_some_and(|v| !v.is_empty())
-            || std::env::var_os(name).is_some_and(|v| !v.is_empty())
-    };
+    let set = |name: &str| reaches.var(name).is_some_and(|v| !v.is_empty());
     if let Some(name) = vars.iter().find(|n| set(n)) {
         return Credentials::Found((*name).to_string());
     }
@@ -522,6 +563,13 @@ fn credentials(agent: &Agent, repo_root: &Path) -> Credentials {
         .find(|f| expand(f).is_some_and(|p| p.is_file()))
     {
         return Credentials::Found((*f).to_string());
+    }
+    if reaches.sandbox.is_some() && vars.iter().any(|n| std::env::var_os(n).is_some()) {
+        // Set here, but the sandbox does not pass it on.
+        return Credentials::Missing {
+            names: vars.join(", "),
+            files: "; set here, but the sandbox passes only the variables its `env` names".into(),
+        };
     }
     Credentials::Missing {
         names: vars.join(", "),

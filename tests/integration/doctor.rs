@@ -229,3 +229,56 @@ fn without_a_file_every_stdlib_agent_is_checked() {
     }
     assert_eq!(out.status.code(), Some(1), "{text}");
 }
+
+#[test]
+fn under_a_sandbox_only_the_variables_it_passes_count_as_credentials() {
+    let with = |passes: &str| {
+        format!(
+            "import \"std/agents.kdl\"\n\
+             loop t {{\n    goal \"Fix it.\"\n    agent claude\n    \
+             gate tests {{ run \"sh\" \"-c\" \"true\"; }}\n    \
+             sandbox required=#false {{ {passes} }}\n}}\n"
+        )
+    };
+    let bin = tempfile::tempdir().unwrap();
+    fake_claude(
+        bin.path(),
+        &[
+            "-p",
+            "--model",
+            "--output-format",
+            "--dangerously-skip-permissions",
+        ],
+    );
+    let env = [("ANTHROPIC_API_KEY", "sk-set-in-mvks-environment")];
+    let fixture = Fixture::new(&with("env \"OTHER_NAME\""));
+    let (_, text) = doctor(&fixture, bin.path(), &env);
+    assert!(
+        text.contains("! agent claude")
+            && text.contains("the sandbox passes only the variables its `env` names"),
+        "{text}"
+    );
+    let fixture = Fixture::new(&with("env \"ANTHROPIC_API_KEY\""));
+    let (_, text) = doctor(&fixture, bin.path(), &env);
+    assert!(
+        text.contains("✓ agent claude") && text.contains("credentials: ANTHROPIC_API_KEY"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_launcher_is_not_asked_for_the_tools_flags_and_a_path_known_at_run_time_is_not_judged() {
+    let text = "agent launched adapter=claude {\n    run \"env\" \"claude\" \"-p\" \"{{prompt}}\" \"--model\" \"x\"\n}\n\
+        agent inside adapter=claude {\n    run \"{{worktree}}/bin/agent\" \"{{prompt}}\"\n}\n\
+        loop t {\n    goal \"Fix it.\"\n    ladder {\n        rung agent=launched\n        rung agent=inside\n    }\n    \
+        gate tests { run \"sh\" \"-c\" \"true\"; }\n}\n";
+    let fixture = Fixture::new(text);
+    let bin = tempfile::tempdir().unwrap();
+    let (code, out) = doctor(&fixture, bin.path(), &[("ANTHROPIC_API_KEY", "k")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("version and flags not checked (`env` is not the claude program)"),
+        "{out}"
+    );
+    assert!(out.contains("known when the attempt starts"), "{out}");
+}

@@ -2,7 +2,8 @@
 //! the Gemini CLI, aider; pinned and installed by tests/tools/install.sh), each pointed at the
 //! scripted model API of tests/tools/model_api on 127.0.0.1: the program is real (it reads the
 //! prompt, edits with its own tools, runs the tests, prints its own JSON, usage and cost); only
-//! the model's answers are scripted. Nothing goes beyond 127.0.0.1.
+//! the model's answers are scripted. Nothing can go beyond 127.0.0.1: as root, the stub and
+//! `mvk apply` run in a network namespace of their own with only loopback up.
 //!
 //! For each agent: a bug fixed and landed on main after a 429 that the CLI gave up on (mvk
 //! waits and runs the same attempt again), with mvk's tokens and dollars equal to what the agent
@@ -228,14 +229,22 @@ struct Stub {
 }
 
 impl Stub {
-    fn start(script: &Value) -> Stub {
+    fn start(script: &Value, netns: Option<&Netns>) -> Stub {
         let dir = tempfile::tempdir().unwrap();
         let script_path = dir.path().join("script.json");
         fs::write(&script_path, script.to_string()).unwrap();
         let port_file = dir.path().join("port");
         let log = dir.path().join("requests.jsonl");
         let api = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/model_api");
-        let child = Command::new("python3")
+        let mut cmd = match netns {
+            Some(n) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &n.name, "python3"]);
+                c
+            }
+            None => Command::new("python3"),
+        };
+        let child = cmd
             .arg(&api)
             .arg("--script")
             .arg(&script_path)
@@ -339,19 +348,33 @@ fn project(agent: &str, review: Option<&str>, defs: &str) -> (Fixture, String) {
 
 /// Runs `mvk apply` with ENV (as USER when given: the repository, the worktrees and HOME are
 /// theirs while it runs).
-fn apply(fixture: &Fixture, env: &[(String, String)], user: Option<&User>) -> Run {
+fn apply(
+    fixture: &Fixture,
+    env: &[(String, String)],
+    user: Option<&User>,
+    netns: Option<&Netns>,
+) -> Run {
     let dirs = [
         fixture.root(),
         fixture.worktrees.path(),
         fixture.state.path(),
     ];
+    // In the namespace, when there is one: `ip netns exec NAME` first.
+    let start = |program: &Path| match netns {
+        Some(n) => {
+            let mut c = fixture.mvk_at(Path::new("ip"));
+            c.args(["netns", "exec", &n.name]).arg(program);
+            c
+        }
+        None => fixture.mvk_at(program),
+    };
     let mut cmd = match user {
-        None => fixture.mvk_std(),
+        None => start(&assert_cmd::cargo::cargo_bin("mvk")),
         Some(u) => {
             for dir in dirs {
                 u.own(dir);
             }
-            let mut c = fixture.mvk_at(Path::new("setpriv"));
+            let mut c = start(Path::new("setpriv"));
             c.args([
                 format!("--reuid={}", u.uid),
                 format!("--regid={}", u.gid),
@@ -382,6 +405,39 @@ fn apply(fixture: &Fixture, env: &[(String, String)], user: Option<&User>) -> Ru
         }
     }
     fixture.run_of(&out, false)
+}
+
+/// A network namespace with only loopback up, made when the tests run as root: the stub and
+/// `mvk apply` (so every agent and gate) run in it, so nothing can reach beyond 127.0.0.1.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Option<Netns> {
+        let out = Command::new("id").arg("-u").output().ok()?;
+        if String::from_utf8_lossy(&out.stdout).trim() != "0" {
+            return None;
+        }
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("mvk-agents-{}-{n}", std::process::id());
+        let ip = |args: &[&str]| {
+            let status = Command::new("ip").args(args).status().unwrap();
+            assert!(status.success(), "ip {args:?}");
+        };
+        ip(&["netns", "add", &name]);
+        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+        Some(Netns { name })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
 }
 
 /// An ordinary user the tests can become (when they run as root), and where the agents it can
@@ -461,21 +517,25 @@ fn agent_logs(run: &Run, attempt: u32) -> Vec<PathBuf> {
 /// A fix landed after one 429 the CLI gave up on: the same attempt ran again after mvk's wait;
 /// mvk's tokens and dollars are the CLI's own figures; main holds the fix and nothing else.
 fn fixes_after_a_rate_limit(cli: Cli, user: Option<&User>) {
+    let netns = Netns::new();
     // aider cannot be told to retry less: its own nine tries of three requests each must pass.
     let limits = if cli == Cli::Aider { 27 } else { 1 };
-    let stub = Stub::start(&json!({
-        "rate_limit": limits,
-        "retry_after": 1,
-        "usage": {"input": 1200, "output": 80, "cached": 300},
-        "steps": fixing_steps(),
-    }));
+    let stub = Stub::start(
+        &json!({
+            "rate_limit": limits,
+            "retry_after": 1,
+            "usage": {"input": 1200, "output": 80, "cached": 300},
+            "steps": fixing_steps(),
+        }),
+        netns.as_ref(),
+    );
     let (fixture, start) = project(cli.agent_use(), None, "");
     let home = tempfile::tempdir().unwrap();
     let env = cli.setup(&stub, home.path());
     if let Some(u) = user {
         u.own(home.path());
     }
-    let run = apply(&fixture, &env, user);
+    let run = apply(&fixture, &env, user, netns.as_ref());
     let who = format!(
         "{} as {}",
         cli.name(),
@@ -555,13 +615,17 @@ fn fixes_after_a_rate_limit(cli: Cli, user: Option<&User>) {
 /// As a reviewer: its first verdict rejects with a blocker, which the maker's second prompt
 /// carries; its second approves, and the change lands.
 fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
-    let stub = Stub::start(&json!({
-        "usage": {"input": 900, "output": 40, "cached": 0},
-        "conversations": [
-            {"match": ["independent reviewer", "Blockers you raised before"], "steps": [{"text": verdict(true)}]},
-            {"match": ["independent reviewer"], "steps": [{"text": verdict(false)}]}
-        ]
-    }));
+    let netns = Netns::new();
+    let stub = Stub::start(
+        &json!({
+            "usage": {"input": 900, "output": 40, "cached": 0},
+            "conversations": [
+                {"match": ["independent reviewer", "Blockers you raised before"], "steps": [{"text": verdict(true)}]},
+                {"match": ["independent reviewer"], "steps": [{"text": verdict(false)}]}
+            ]
+        }),
+        netns.as_ref(),
+    );
     // The maker is a plain command that writes the fix: the reviewer is what is tested.
     let defs = format!(
         "agent fixer {{\n    sh \"printf '%s' '{}' > calc.py\"\n}}\n",
@@ -573,7 +637,7 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
     if let Some(u) = user {
         u.own(home.path());
     }
-    let run = apply(&fixture, &env, user);
+    let run = apply(&fixture, &env, user, netns.as_ref());
     let who = format!(
         "{} as {}",
         cli.name(),
