@@ -148,7 +148,7 @@ pub fn check_agent(
         ));
     }
     if depth.deep && own {
-        match probe(&found, &["--version"], agent) {
+        match probe_cached(&found, &["--version"], agent) {
             Some(v) => notes.push(first_line(&v)),
             None => notes.push("version unknown (`--version` printed nothing)".into()),
         }
@@ -159,7 +159,7 @@ pub fn check_agent(
             .collect();
         let mut help_args = subcommands.clone();
         help_args.push("--help");
-        match probe(&found, &help_args, agent) {
+        match probe_cached(&found, &help_args, agent) {
             Some(help) => {
                 let refused: Vec<String> = flags(&agent.argv)
                     .into_iter()
@@ -349,6 +349,52 @@ pub fn find_program(
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// [`probe`], remembered in mvk's cache (`probes/`) by the program's file (its resolved path,
+/// size and modification time), the arguments and the agent's environment: `mvk apply` asks
+/// again only when the program changed (an upgrade), not on every run (aider's `--help` takes
+/// seconds).
+fn probe_cached(program: &Path, args: &[&str], agent: &Agent) -> Option<String> {
+    let key = std::fs::canonicalize(program).ok().and_then(|real| {
+        let meta = std::fs::metadata(&real).ok()?;
+        let modified = meta
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        let mut h = blake3::Hasher::new();
+        h.update(real.as_os_str().as_encoded_bytes());
+        h.update(&meta.len().to_le_bytes());
+        h.update(&modified.as_nanos().to_le_bytes());
+        for a in args {
+            h.update(a.as_bytes());
+            h.update(&[0]);
+        }
+        for (k, v) in &agent.env {
+            h.update(k.as_bytes());
+            h.update(&[0]);
+            h.update(v.as_bytes());
+            h.update(&[0]);
+        }
+        Some(h.finalize().to_hex().to_string())
+    });
+    let file = key.map(|k| crate::resolve::git::default_root().join("probes").join(k));
+    if let Some(text) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+        return Some(text);
+    }
+    let text = probe(program, args, agent)?;
+    if let Some(file) = &file
+        && let Some(dir) = file.parent()
+        && std::fs::create_dir_all(dir).is_ok()
+    {
+        // Written whole or not at all: a reader never sees half an answer.
+        let tmp = file.with_extension(format!("tmp.{}", std::process::id()));
+        if std::fs::write(&tmp, &text).is_ok() && std::fs::rename(&tmp, file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Some(text)
 }
 
 /// Runs `program args…` with the agent's environment, stdin closed, for at most

@@ -23,6 +23,7 @@ pub const RESERVED_PARAMS: &[&str] = &[
     "task",
     "run",
     "verdict_schema",
+    "verdict_schema_json",
 ];
 
 /// Placeholders in an agent command that are filled in when the attempt starts.
@@ -35,6 +36,7 @@ pub const RUNTIME_PLACEHOLDERS: &[&str] = &[
     "task",
     "run",
     "verdict_schema",
+    "verdict_schema_json",
 ];
 
 pub const DEFAULT_ITERATIONS: u32 = 5;

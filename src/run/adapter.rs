@@ -319,7 +319,12 @@ impl Scanner {
                     .or_else(|| v.get("cost_usd"))
                     .and_then(usd_micros);
                 self.native.primary.add(input, output, usd);
-                self.keep_message(v.get("result"));
+                // With --json-schema the answer is `structured_output`, held to the schema;
+                // `result` is its text, or the model's prose if it never gave one.
+                match v.get("structured_output").filter(|o| o.is_object()) {
+                    Some(o) => self.message = Some(o.to_string()),
+                    None => self.keep_message(v.get("result")),
+                }
             }
             Some("assistant") => {
                 let Some(message) = v.get("message") else {
@@ -1010,6 +1015,11 @@ mod tests {
                 message(Adapter::Claude, "claude-2.1.332-fix.out").as_deref(),
                 Some("Fixed the off-by-one in total(): the range now includes n.")
             );
+            // With --json-schema: the structured answer, as JSON text.
+            let structured =
+                message(Adapter::Claude, "claude-2.1.332-review-schema.out").expect("a message");
+            let v: Value = serde_json::from_str(&structured).expect("JSON");
+            assert_eq!(v["verdict"], "approve");
             let hit = limited(Adapter::Claude, "claude-2.1.332-rate-limit.out").expect("a limit");
             assert!(hit.message.contains("429"), "{hit:?}");
         }

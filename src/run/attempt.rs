@@ -1237,21 +1237,28 @@ fn fill_argv(
             "verdict_schema" => verdict_schema
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
+            "verdict_schema_json" => verdict_schema
+                .map(|_| crate::run::review::verdict_schema().to_string())
+                .unwrap_or_default(),
             _ => return None,
         })
     };
     let mut out: Vec<String> = Vec::with_capacity(argv.len());
     for (i, arg) in argv.iter().enumerate() {
-        // `--flag={{verdict_schema}}`, or `--flag` `{{verdict_schema}}`, outside a review adds
-        // nothing: neither the argument nor its flag.
-        if verdict_schema.is_none() && arg.ends_with("={{verdict_schema}}") {
-            continue;
-        }
-        if verdict_schema.is_none() && arg == "{{verdict_schema}}" {
-            if i > 0 && argv[i - 1].starts_with('-') {
-                out.pop();
+        // `--flag={{verdict_schema}}`, or `--flag` `{{verdict_schema}}` (and the same of
+        // `{{verdict_schema_json}}`), outside a review adds nothing: neither it nor its flag.
+        if verdict_schema.is_none() {
+            let review_only = |a: &str| {
+                ["{{verdict_schema}}", "{{verdict_schema_json}}"]
+                    .iter()
+                    .any(|p| a == *p || a.ends_with(&format!("={p}")))
+            };
+            if review_only(arg) {
+                if !arg.contains('=') && i > 0 && argv[i - 1].starts_with('-') {
+                    out.pop();
+                }
+                continue;
             }
-            continue;
         }
         let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])
             .map(std::borrow::Cow::into_owned)

@@ -60,7 +60,10 @@ fn a_flag_the_installed_version_does_not_take_fails_doctor_and_apply_refuses_bef
     let fixture = Fixture::new(LOOP);
     let bin = tempfile::tempdir().unwrap();
     // This version knows every flag but the one that skips permission prompts.
-    fake_claude(bin.path(), &["-p", "--model", "--output-format"]);
+    fake_claude(
+        bin.path(),
+        &["-p", "--model", "--output-format", "--json-schema"],
+    );
     let (code, text) = doctor(&fixture, bin.path(), &[]);
     assert_eq!(code, 1, "{text}");
     assert!(
@@ -129,6 +132,7 @@ fn credentials_are_named_never_shown_and_their_absence_is_a_warning() {
             "--model",
             "--output-format",
             "--dangerously-skip-permissions",
+            "--json-schema",
         ],
     );
     let (code, text) = doctor(&fixture, bin.path(), &[]);
@@ -248,6 +252,7 @@ fn under_a_sandbox_only_the_variables_it_passes_count_as_credentials() {
             "--model",
             "--output-format",
             "--dangerously-skip-permissions",
+            "--json-schema",
         ],
     );
     let env = [("ANTHROPIC_API_KEY", "sk-set-in-mvks-environment")];

@@ -597,6 +597,15 @@ fn fixes_after_a_rate_limit(cli: Cli, user: Option<&User>) {
         !stub.requests().is_empty(),
         "{who}: the CLI talked to the stub"
     );
+    if cli == Cli::Claude {
+        // A maker is not held to the verdict's schema.
+        assert!(
+            !stub.requests().iter().any(|r| r["body"]["tools"]
+                .as_array()
+                .is_some_and(|tools| tools.iter().any(|t| t["name"] == "StructuredOutput"))),
+            "{who}: the maker was not given the verdict's schema"
+        );
+    }
     if cli == Cli::Codex {
         // A model its catalogue knows (else it warns that it falls back and degrades), and a
         // maker is not held to the verdict's schema.
@@ -667,6 +676,27 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
         "{who}\n{}",
         run.why()
     );
+    if cli == Cli::Claude {
+        // Claude Code is asked for exactly the contract's JSON (`--json-schema`): it offers
+        // the model its StructuredOutput tool with the verdict's schema.
+        let schema = stub
+            .requests()
+            .into_iter()
+            .find_map(|r| {
+                r["body"]["tools"].as_array().and_then(|tools| {
+                    tools
+                        .iter()
+                        .find(|t| t["name"] == "StructuredOutput")
+                        .map(|t| t["input_schema"].clone())
+                })
+            })
+            .unwrap_or_else(|| panic!("{who}: no request offered the verdict's schema"));
+        assert_eq!(
+            schema["required"],
+            json!(["verdict", "blockers", "notes"]),
+            "{who}: {schema}"
+        );
+    }
     if cli == Cli::Codex {
         // Codex is asked for exactly the contract's JSON (`--output-schema`).
         let schema = stub

@@ -21,7 +21,20 @@ Steps become Claude Code's own tools, found by name in the request's `tools`:
            do), so when the file exists the step is answered in two turns: first a Read
            (tool_use id "toolu_stubread_..."), then, once that result is in, the Write.
   shell -> Bash {command, description}
-  text  -> a final text message (stop_reason end_turn)
+  text  -> a final text message (stop_reason end_turn). With `--json-schema`, Claude Code
+           offers a tool "StructuredOutput" whose input_schema is the schema (nothing else in
+           the request changes) and only counts the answer given through it: the run ends
+           right after a valid call, with no further request, and prints the input as
+           `structured_output` (and, compact, as `result`). So when the request offers that
+           tool, the conversation's final text step (or a request past it) whose text is a
+           JSON object is answered as a tool_use of StructuredOutput with that object as input
+           (stop_reason tool_use), every time it is asked: an input the schema rejects gets an
+           is_error tool_result and Claude Code asks again, up to MAX_STRUCTURED_OUTPUT_RETRIES
+           (5) calls, then prints is_error, subtype error_max_structured_output_retries and
+           exits 1. Other text (or a step with "plain": true) stays a text message; 2.1.332
+           then sends one "[structured-output-enforce] You MUST call the StructuredOutput
+           tool..." user turn, and a second plain text ends the run as a success with that
+           text as `result` and no `structured_output` key.
 Usage comes from the script: input -> input_tokens, cached -> cache_read_input_tokens, and
 an optional cache_write -> cache_creation_input_tokens; output -> output_tokens. Streaming
 puts input and cache counts in message_start (output_tokens 1 there, as the API does) and
@@ -33,9 +46,10 @@ import os
 import re
 import uuid
 
-from common import route
+from common import CURRENT, route
 
 PRE_READ = "toolu_stubread_"
+STRUCTURED = "StructuredOutput"
 MODELS = [
     ("claude-sonnet-4-5-20250929", "Claude Sonnet 4.5"),
     ("claude-opus-4-1-20250805", "Claude Opus 4.1"),
@@ -90,8 +104,12 @@ def _turns(body):
     return n, last
 
 
+def _tool_names(body):
+    return [t.get("name") for t in body.get("tools", []) if isinstance(t, dict)]
+
+
 def _tool_name(body, *candidates):
-    names = [t.get("name") for t in body.get("tools", []) if isinstance(t, dict)]
+    names = _tool_names(body)
     for c in candidates:
         if c in names:
             return c
@@ -109,8 +127,9 @@ def _schema_props(body, name):
     return {}
 
 
-def _blocks_for(step, body, turns, last):
-    """The assistant content blocks and stop_reason for a step."""
+def _blocks_for(step, body, turns, last, final=False):
+    """The assistant content blocks and stop_reason for a step (`final`: the conversation's
+    last step, or a request past it)."""
     if "write" in step:
         w = step["write"]
         path = w["path"]
@@ -134,7 +153,28 @@ def _blocks_for(step, body, turns, last):
         name = _tool_name(body, "Bash")
         return [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
                  "input": {"command": step["shell"], "description": "Run a command"}}], "tool_use"
-    return [{"type": "text", "text": str(step.get("text", "Done."))}], "end_turn"
+    text = str(step.get("text", "Done."))
+    structured = _structured(body, step, final)
+    if structured is not None:
+        name, value = structured
+        return [{"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
+                 "input": value}], "tool_use"
+    return [{"type": "text", "text": text}], "end_turn"
+
+
+def _structured(body, step, final):
+    """(tool name, input) when a text step is to be answered through the structured-output
+    tool, else None: the step is the conversation's final one (or past it), the request
+    offers the tool, the step has no "plain": true and its text is a JSON object."""
+    if not final or step.get("plain") or STRUCTURED not in _tool_names(body):
+        return None
+    try:
+        value = json.loads(str(step.get("text", "")))
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return STRUCTURED, value
 
 
 def _usage(req):
@@ -205,7 +245,9 @@ def messages(req):
              "anthropic-ratelimit-requests-remaining": "0"})
         return
     turns, last = _turns(body)
-    blocks, stop = _blocks_for(req.stub.step(turns), body, turns, last)
+    steps = req.stub.steps_for(getattr(CURRENT, "text", ""))
+    blocks, stop = _blocks_for(req.stub.step(turns), body, turns, last,
+                               final=turns >= len(steps) - 1)
     _reply(req, body, blocks, stop)
 
 
