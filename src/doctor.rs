@@ -55,31 +55,33 @@ pub struct Depth {
 
 /// Every distinct agent and gate of `program`, and its sandboxes, checked.
 pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<Finding> {
-    let mut agents: Vec<(&Agent, Option<&Sandbox>)> = Vec::new();
+    // (agent, its sandbox, whether it reviews), each distinct setting once.
+    let mut agents: Vec<(&Agent, Option<&Sandbox>, bool)> = Vec::new();
     let mut gates: Vec<&Gate> = Vec::new();
     let mut seen_agents = BTreeSet::new();
     let mut seen_gates = BTreeSet::new();
     for task in &program.tasks {
         let rungs = task.ladder.iter().filter_map(|r| match r {
-            Rung::Agent { agent, .. } => Some(agent),
+            Rung::Agent { agent, .. } => Some((agent, false)),
             Rung::Human => None,
         });
-        for agent in rungs.chain(task.review.as_ref().map(|r| &r.agent)) {
+        for (agent, reviews) in rungs.chain(task.review.as_ref().map(|r| (&r.agent, true))) {
             // The agent's own sandbox, else its task's: what reaches it depends on which.
             let sandbox = agent.sandbox.as_ref().or(task.sandbox.as_ref());
-            if seen_agents.insert((agent.label(), agent.argv.clone(), sandbox.is_some())) {
-                agents.push((agent, sandbox));
+            let passes = sandbox.map(|s| s.env.clone());
+            if seen_agents.insert((agent.label(), agent.argv.clone(), passes, reviews)) {
+                agents.push((agent, sandbox, reviews));
             }
         }
         for gate in task.gates.iter().chain(&task.merge.gates) {
-            if seen_gates.insert(gate.argv.clone()) {
+            if seen_gates.insert((gate.argv.clone(), gate.env.get("PATH").cloned())) {
                 gates.push(gate);
             }
         }
     }
     let mut out: Vec<Finding> = agents
         .into_iter()
-        .map(|(a, sandbox)| check_agent(a, sandbox, repo_root, depth))
+        .map(|(a, sandbox, reviews)| check_agent(a, sandbox, reviews, repo_root, depth))
         .collect();
     out.extend(gates.into_iter().map(|g| check_gate(g, repo_root)));
     out.extend(check_sandbox(program));
@@ -87,70 +89,76 @@ pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<F
 }
 
 /// One agent, run under `sandbox` (its own or its task's) if any: installed, version, flags,
-/// credentials, root.
+/// credentials, root. `reviews`: it is a reviewer somewhere, so its review-only flags
+/// (`--output-schema={{verdict_schema}}`) are passed and checked.
 pub fn check_agent(
     agent: &Agent,
     sandbox: Option<&Sandbox>,
+    reviews: bool,
     repo_root: &Path,
     depth: Depth,
 ) -> Finding {
-    let subject = format!("agent {}", agent.label());
-    let finding = |level, detail: String, fix: Option<String>| Finding {
-        subject: subject.clone(),
-        level,
-        detail,
-        fix,
-    };
+    let mut notes: Vec<String> = Vec::new();
+    // (level, what, fix): every check runs, the worst one decides.
+    let mut problems: Vec<(Level, String, Option<String>)> = Vec::new();
     let Some(program) = agent.argv.first() else {
-        return finding(Level::Fail, "has an empty command".into(), None);
-    };
-    if program.contains("{{") {
-        return finding(
-            Level::Ok,
-            format!("`{program}` is known when the attempt starts: not checked"),
-            None,
-        );
-    }
-    let path_var = agent.env.get("PATH").map(OsString::from);
-    let Some(found) = find_program(program, path_var.as_deref(), repo_root) else {
-        // A path in the repository may be made in the worktree before the agent starts.
-        if program.contains('/') && !program.starts_with('/') {
-            return finding(
-                Level::Warn,
-                format!("`{program}` is not in the repository"),
-                Some("an agent runs in the attempt's worktree, which holds the repository's tracked files only: name a program on PATH, or one the repository tracks".into()),
-            );
-        }
-        let not_found = if program.starts_with('/') {
-            format!("`{program}` does not exist or is not executable")
-        } else {
-            format!("`{program}` is not installed (not found on PATH)")
+        return Finding {
+            subject: format!("agent {}", agent.label()),
+            level: Level::Fail,
+            detail: "has an empty command".into(),
+            fix: None,
         };
-        return finding(
-            Level::Fail,
-            not_found,
-            Some(install_hint(agent.adapter, program)),
-        );
     };
-    let mut notes = vec![found.display().to_string()];
-    if agent.adapter == Adapter::Command {
-        return finding(Level::Ok, notes.join(", "), None);
+    let found = if program.contains("{{") {
+        notes.push(format!(
+            "`{program}` is known when the attempt starts: not checked"
+        ));
+        None
+    } else {
+        let path_var = agent.env.get("PATH").map(OsString::from);
+        let found = find_program(program, path_var.as_deref(), repo_root);
+        if found.is_none() {
+            if program.contains('/') && !program.starts_with('/') {
+                // A path in the repository may be made in the worktree before the agent starts.
+                problems.push((
+                    Level::Warn,
+                    format!("`{program}` is not in the repository"),
+                    Some("an agent runs in the attempt's worktree, which holds the repository's tracked files only: name a program on PATH, or one the repository tracks".into()),
+                ));
+            } else {
+                let not_found = if program.starts_with('/') {
+                    format!("`{program}` does not exist or is not executable")
+                } else {
+                    format!("`{program}` is not installed (not found on PATH)")
+                };
+                problems.push((
+                    Level::Fail,
+                    not_found,
+                    Some(install_hint(agent.adapter, program)),
+                ));
+            }
+        }
+        found
+    };
+    if let Some(found) = &found {
+        notes.push(found.display().to_string());
     }
     // Only the tool's own program is asked: a launcher (`npx …`, a wrapper script) has other
     // flags, and runs whatever it is given.
-    let own = Path::new(program)
-        .file_name()
-        .is_some_and(|n| n == cli_name(agent.adapter));
-    if depth.deep && !own {
+    let own = agent.adapter != Adapter::Command
+        && Path::new(program)
+            .file_name()
+            .is_some_and(|n| n == cli_name(agent.adapter));
+    if depth.deep && agent.adapter != Adapter::Command && found.is_some() && !own {
         notes.push(format!(
             "version and flags not checked (`{program}` is not the {} program)",
             cli_name(agent.adapter)
         ));
     }
-    if depth.deep && own {
-        match probe_cached(&found, &["--version"], agent) {
+    if let (true, true, Some(found)) = (depth.deep, own, &found) {
+        match probe_cached(found, &["--version"], agent) {
             Some(v) => notes.push(first_line(&v)),
-            None => notes.push("version unknown (`--version` printed nothing)".into()),
+            None => notes.push("version unknown (`--version` failed or printed nothing)".into()),
         }
         let subcommands: Vec<&str> = agent.argv[1..]
             .iter()
@@ -159,77 +167,100 @@ pub fn check_agent(
             .collect();
         let mut help_args = subcommands.clone();
         help_args.push("--help");
-        match probe_cached(&found, &help_args, agent) {
+        match probe_cached(found, &help_args, agent) {
             Some(help) => {
-                let refused: Vec<String> = flags(&agent.argv)
+                let refused: Vec<String> = flags(&agent.argv, reviews)
                     .into_iter()
                     .filter(|f| !mentions(&help, f))
                     .collect();
-                if !refused.is_empty() {
+                if refused.is_empty() {
+                    notes.push("flags ok".into());
+                } else {
                     let help_cmd = std::iter::once(program.as_str())
                         .chain(help_args.iter().copied())
                         .collect::<Vec<_>>()
                         .join(" ");
-                    return finding(
+                    let refused = refused
+                        .iter()
+                        .map(|f| format!("`{f}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    problems.push((
                         Level::Fail,
-                        format!(
-                            "{}: does not accept {} (not in `{help_cmd}`)",
-                            notes.join(", "),
-                            refused
-                                .iter()
-                                .map(|f| format!("`{f}`"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        Some(
-                            "change the agent's `run` line to flags this version takes (this mvk's std/agents.kdl has the ones it was tested with: `mvk doctor` with no file checks them), or install the version the book's agent table names".into(),
-                        ),
-                    );
+                        format!("does not accept {refused} (not in `{help_cmd}`)"),
+                        Some("change the agent's `run` line to flags this version takes (this mvk's std/agents.kdl has the ones it was tested with: `mvk doctor` with no file checks them), or install the version the book's agent table names".into()),
+                    ));
                 }
-                notes.push("flags ok".into());
             }
-            None => notes.push("flags not checked (`--help` printed nothing)".into()),
+            None => notes.push("flags not checked (`--help` failed or printed nothing)".into()),
         }
     }
     let reaches = Reaches { agent, sandbox };
-    if agent.adapter == Adapter::Codex
-        && sandbox.is_some()
-        && agent
-            .params
-            .get("sandbox")
-            .is_some_and(|s| s != "danger-full-access")
-    {
-        return finding(
-            Level::Warn,
-            format!(
-                "{}: Codex's own sandbox cannot make its namespaces inside mvk's: every command the agent runs would fail",
-                notes.join(", ")
-            ),
-            Some("give the agent sandbox=\"danger-full-access\": mvk's sandbox confines it".into()),
-        );
-    }
     if let Some(problem) = root_problem(&reaches) {
-        return finding(Level::Fail, format!("{}: {problem}", notes.join(", ")), Some(
-            "add `env IS_SANDBOX=\"1\"` to the agent (std/agents.kdl's `claude` has it), or run mvk as an ordinary user".into(),
+        problems.push((
+            Level::Fail,
+            problem,
+            Some("add `env IS_SANDBOX=\"1\"` to the agent (std/agents.kdl's `claude` has it), or run mvk as an ordinary user".into()),
+        ));
+    }
+    if agent.adapter == Adapter::Codex && sandbox.is_some() && codex_sandboxes_itself(agent) {
+        problems.push((
+            Level::Warn,
+            "Codex's own sandbox cannot make its namespaces inside mvk's: every command the agent runs would fail".into(),
+            Some("give the agent sandbox=\"danger-full-access\" (std/agents.kdl's codex), or pass `--sandbox danger-full-access`: mvk's sandbox confines it".into()),
         ));
     }
     match credentials(&reaches, repo_root) {
         Credentials::Found(name) => notes.push(format!("credentials: {name}")),
         Credentials::NotNeeded => {}
-        Credentials::Missing { names, files } => {
-            return finding(
-                Level::Warn,
-                format!(
-                    "{}: no credentials found (none of {names}{files})",
-                    notes.join(", ")
-                ),
-                Some(format!(
-                    "set one of {names} in the environment mvk runs in, or log in with the tool itself once"
-                )),
-            );
-        }
+        Credentials::Missing { names, files } => problems.push((
+            Level::Warn,
+            format!("no credentials found (none of {names}{files})"),
+            Some(format!(
+                "set one of {names} in the environment mvk runs in, or log in with the tool itself once"
+            )),
+        )),
     }
-    finding(Level::Ok, notes.join(", "), None)
+    let level = problems.iter().map(|p| p.0).max().unwrap_or(Level::Ok);
+    let fix = problems
+        .iter()
+        .find(|p| p.0 == level)
+        .and_then(|p| p.1.clone().into())
+        .and(
+            problems
+                .iter()
+                .find(|p| p.0 == level)
+                .and_then(|p| p.2.clone()),
+        );
+    let mut detail = notes.join(", ");
+    for (_, what, _) in &problems {
+        if !detail.is_empty() {
+            detail.push_str(": ");
+        }
+        detail.push_str(what);
+    }
+    Finding {
+        subject: format!("agent {}", agent.label()),
+        level,
+        detail,
+        fix,
+    }
+}
+
+/// Whether a Codex command line keeps Codex's own sandbox on (anything but full access).
+fn codex_sandboxes_itself(agent: &Agent) -> bool {
+    let argv = &agent.argv;
+    let mode = argv.iter().enumerate().find_map(|(i, a)| {
+        if a == "--sandbox" || a == "-s" {
+            argv.get(i + 1).cloned()
+        } else {
+            a.strip_prefix("--sandbox=").map(str::to_string)
+        }
+    });
+    let bypass = argv
+        .iter()
+        .any(|a| a == "--dangerously-bypass-approvals-and-sandbox");
+    !bypass && mode.as_deref() != Some("danger-full-access")
 }
 
 /// One gate: its program is installed (a bare name on PATH, a path in the repository).
@@ -364,6 +395,9 @@ fn probe_cached(program: &Path, args: &[&str], agent: &Agent) -> Option<String> 
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?;
         let mut h = blake3::Hasher::new();
+        // The path as found too: version managers' shims (Volta, mise) are one binary for all.
+        h.update(program.as_os_str().as_encoded_bytes());
+        h.update(&[0]);
         h.update(real.as_os_str().as_encoded_bytes());
         h.update(&meta.len().to_le_bytes());
         h.update(&modified.as_nanos().to_le_bytes());
@@ -447,23 +481,21 @@ fn probe(program: &Path, args: &[&str], agent: &Agent) -> Option<String> {
     }
     drop(tx);
     let deadline = Instant::now() + PROBE_TIMEOUT;
-    loop {
+    let succeeded = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) => break status.success(),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                if let Ok(pid) = i32::try_from(child.id()) {
-                    // The whole group: a wrapper's children hold the pipes too.
-                    let _ = rustix::process::kill_process_group(
-                        rustix::process::Pid::from_raw(pid)?,
-                        rustix::process::Signal::KILL,
-                    );
-                }
-                let _ = child.wait();
-                break;
-            }
+            _ => break false,
         }
+    };
+    // The whole group, whether the program ended or not: what it left holds the pipes.
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
+    let _ = child.wait();
     let (mut out, mut err) = (String::new(), String::new());
     // What the pipes hold once the program is gone; a straggler holding them is not waited for.
     let grace = Instant::now() + Duration::from_secs(1);
@@ -474,8 +506,9 @@ fn probe(program: &Path, args: &[&str], agent: &Agent) -> Option<String> {
             err = text;
         }
     }
+    // A program that failed or did not answer in time said nothing about its flags.
     let text = if out.trim().is_empty() { err } else { out };
-    (!text.trim().is_empty()).then_some(text)
+    (succeeded && !text.trim().is_empty()).then_some(text)
 }
 
 fn first_line(text: &str) -> String {
@@ -487,14 +520,27 @@ fn first_line(text: &str) -> String {
     line.chars().take(80).collect()
 }
 
-/// The long flags an argv passes (`--model`, `--output-format`), without values.
-fn flags(argv: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = argv[1..]
-        .iter()
-        .filter(|a| a.starts_with("--") && a.len() > 2)
-        .map(|a| a.split('=').next().unwrap_or(a).to_string())
-        .collect();
-    out.dedup();
+/// The long flags an argv passes (`--model`, `--output-format`), without values; a flag whose
+/// value is a review-only placeholder only when the agent reviews (a maker never gets it).
+fn flags(argv: &[String], reviews: bool) -> Vec<String> {
+    let review_only = |a: &str| a.contains("{{verdict_schema");
+    let mut out: Vec<String> = Vec::new();
+    for (i, a) in argv.iter().enumerate().skip(1) {
+        if !a.starts_with("--") || a.len() <= 2 {
+            continue;
+        }
+        let value_is_review_only = review_only(a)
+            || argv
+                .get(i + 1)
+                .is_some_and(|v| review_only(v) && !a.contains('='));
+        if value_is_review_only && !reviews {
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or(a).to_string();
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
     out
 }
 
@@ -593,8 +639,8 @@ fn credentials(reaches: &Reaches<'_>, repo_root: &Path) -> Credentials {
     if let Some(name) = vars.iter().find(|n| set(n)) {
         return Credentials::Found((*name).to_string());
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let codex_home = std::env::var_os("CODEX_HOME").map(PathBuf::from);
+    let home = reaches.var("HOME").map(PathBuf::from);
+    let codex_home = reaches.var("CODEX_HOME").map(PathBuf::from);
     let expand = |f: &str| -> Option<PathBuf> {
         if let Some(rest) = f.strip_prefix("~/") {
             return home.as_ref().map(|h| h.join(rest));
@@ -663,7 +709,23 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        assert_eq!(flags(&argv), ["--json", "--model", "--sandbox"]);
+        assert_eq!(flags(&argv, false), ["--json", "--model", "--sandbox"]);
+        let codex: Vec<String> = [
+            "codex",
+            "exec",
+            "--output-schema={{verdict_schema}}",
+            "--json-schema",
+            "{{verdict_schema_json}}",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(flags(&codex, false), ["--json"]);
+        assert_eq!(
+            flags(&codex, true),
+            ["--output-schema", "--json-schema", "--json"]
+        );
     }
 
     #[test]

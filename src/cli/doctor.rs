@@ -36,7 +36,7 @@ pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, C
             let root = std::env::current_dir().unwrap_or_default();
             crate::resolve::stdlib_agents()
                 .iter()
-                .map(|a| doctor::check_agent(a, a.sandbox.as_ref(), &root, deep))
+                .map(|a| doctor::check_agent(a, a.sandbox.as_ref(), true, &root, deep))
                 .collect()
         }
     };

@@ -1025,6 +1025,19 @@ mod tests {
         }
 
         #[test]
+        fn claudes_structured_output_wins_over_its_prose() {
+            let line = r#"{"type":"result","is_error":false,"result":"I approve, looks good.","structured_output":{"verdict":"reject","blockers":[],"notes":[]},"usage":{"input_tokens":1,"output_tokens":1},"total_cost_usd":0.001}"#;
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = dir.path().join("review.out");
+            std::fs::write(&log, line).expect("write");
+            let m = final_message(Adapter::Claude, &log)
+                .expect("read")
+                .expect("a message");
+            let v: Value = serde_json::from_str(&m).expect("the structured answer, as JSON");
+            assert_eq!(v["verdict"], "reject");
+        }
+
+        #[test]
         fn codex_0_171_0() {
             let u = read_usage(Adapter::Codex, &fixture("codex-0.171.0-fix.jsonl"))
                 .expect("read")

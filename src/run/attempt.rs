@@ -1243,23 +1243,13 @@ fn fill_argv(
             _ => return None,
         })
     };
+    let dropped = if verdict_schema.is_none() {
+        review_only(argv)
+    } else {
+        vec![false; argv.len()]
+    };
     let mut out: Vec<String> = Vec::with_capacity(argv.len());
-    for (i, arg) in argv.iter().enumerate() {
-        // `--flag={{verdict_schema}}`, or `--flag` `{{verdict_schema}}` (and the same of
-        // `{{verdict_schema_json}}`), outside a review adds nothing: neither it nor its flag.
-        if verdict_schema.is_none() {
-            let review_only = |a: &str| {
-                ["{{verdict_schema}}", "{{verdict_schema_json}}"]
-                    .iter()
-                    .any(|p| a == *p || a.ends_with(&format!("={p}")))
-            };
-            if review_only(arg) {
-                if !arg.contains('=') && i > 0 && argv[i - 1].starts_with('-') {
-                    out.pop();
-                }
-                continue;
-            }
-        }
+    for (arg, _) in argv.iter().zip(&dropped).filter(|(_, d)| !**d) {
         let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])
             .map(std::borrow::Cow::into_owned)
             .map_err(|e| RunError::Config {
@@ -1268,6 +1258,28 @@ fn fill_argv(
         out.push(filled);
     }
     Ok(out)
+}
+
+/// Which arguments of an agent's command line only a reviewer gets: one that holds
+/// `{{verdict_schema}}` or `{{verdict_schema_json}}`, and the option it is the value of (`--flag`
+/// before `{{…}}`, `-c` before `key={{…}}`); a maker's command line leaves them out.
+fn review_only(argv: &[String]) -> Vec<bool> {
+    let mut dropped = vec![false; argv.len()];
+    for (i, arg) in argv.iter().enumerate() {
+        if !arg.contains("{{verdict_schema}}") && !arg.contains("{{verdict_schema_json}}") {
+            continue;
+        }
+        dropped[i] = true;
+        // `--flag={{…}}` carries its option; a separate value takes the option before it along.
+        if !arg.starts_with('-')
+            && i > 0
+            && argv[i - 1].starts_with('-')
+            && !argv[i - 1].contains('=')
+        {
+            dropped[i - 1] = true;
+        }
+    }
+    dropped
 }
 
 /// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;
@@ -1315,6 +1327,63 @@ pub fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_makers_command_line_leaves_out_what_only_a_reviewer_gets() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let kept = |a: &[&str]| {
+            let a = argv(a);
+            let d = review_only(&a);
+            a.into_iter()
+                .zip(d)
+                .filter(|(_, d)| !d)
+                .map(|(a, _)| a)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            kept(&[
+                "codex",
+                "exec",
+                "--output-schema={{verdict_schema}}",
+                "{{prompt}}"
+            ]),
+            ["codex", "exec", "{{prompt}}"]
+        );
+        assert_eq!(
+            kept(&[
+                "codex",
+                "exec",
+                "--output-schema",
+                "{{verdict_schema}}",
+                "{{prompt}}"
+            ]),
+            ["codex", "exec", "{{prompt}}"]
+        );
+        assert_eq!(
+            kept(&[
+                "codex",
+                "exec",
+                "-c",
+                "output_schema={{verdict_schema}}",
+                "{{prompt}}"
+            ]),
+            ["codex", "exec", "{{prompt}}"]
+        );
+        assert_eq!(
+            kept(&[
+                "claude",
+                "-p",
+                "{{prompt}}",
+                "--json-schema={{verdict_schema_json}}"
+            ]),
+            ["claude", "-p", "{{prompt}}"]
+        );
+        // A value that is not a review-only placeholder keeps its option.
+        assert_eq!(
+            kept(&["x", "--model", "m", "{{verdict_schema}}"]),
+            ["x", "--model", "m"]
+        );
+    }
 
     #[test]
     fn slugs_are_branch_safe_and_distinct() {

@@ -222,6 +222,32 @@ fn a_missing_agent_program_is_a_usage_error_naming_it() {
 }
 
 #[test]
+fn with_no_doctor_a_missing_agent_program_is_still_a_usage_error_when_it_is_started() {
+    let text = super::apply::loop_kdl(
+        "agent bot { run \"no-such-agent-program\"; }\n",
+        true,
+        super::apply::TESTS_GATE,
+        "budget iterations=1",
+    );
+    let f = Fixture::new(&text);
+    let out = f
+        .mvk()
+        .args(["apply", "loops/t.kdl", "--no-doctor"])
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("cannot run agent `bot`"), "{err}");
+    assert!(err.contains("hint: install it"), "{err}");
+    assert_eq!(f.tip("main"), f.base);
+    let db = rusqlite::Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
+    let check: String = db
+        .query_row("pragma integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[test]
 fn a_template_that_cannot_render_stops_the_run_before_anything_runs() {
     // `check` renders every template with a sample, so a template that would fail at render
     // time is refused when the loop is compiled, by `apply` as by `check`.
