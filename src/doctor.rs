@@ -530,9 +530,10 @@ fn flags(argv: &[String], reviews: bool) -> Vec<String> {
             continue;
         }
         let value_is_review_only = review_only(a)
-            || argv
-                .get(i + 1)
-                .is_some_and(|v| review_only(v) && !a.contains('='));
+            || (!a.contains('=')
+                && argv
+                    .get(i + 1)
+                    .is_some_and(|v| !v.starts_with('-') && review_only(v)));
         if value_is_review_only && !reviews {
             continue;
         }
@@ -722,6 +723,16 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         assert_eq!(flags(&codex, false), ["--json"]);
+        // A flag before a review-only flag is not its option.
+        let claude: Vec<String> = [
+            "claude",
+            "--dangerously-skip-permissions",
+            "--json-schema={{verdict_schema_json}}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(flags(&claude, false), ["--dangerously-skip-permissions"]);
         assert_eq!(
             flags(&codex, true),
             ["--output-schema", "--json-schema", "--json"]

@@ -664,7 +664,7 @@ fn diff_text(repo_root: &Path, base: Oid, head: Oid, max: usize) -> Result<Strin
         cut -= 1;
     }
     Ok(format!(
-        "{}\n[… the diff goes on for {} more bytes, cut to fit the context budget; the whole change is in your working directory, `git diff {base}` shows it]\n",
+        "{}\n[… the diff goes on for {} more bytes, cut to fit the context budget; `git diff HEAD~1 HEAD` shows the whole change (HEAD~1 is the base)]\n",
         &text[..cut],
         text.len() - cut
     ))
