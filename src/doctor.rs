@@ -46,15 +46,8 @@ pub struct Finding {
     pub fix: Option<String>,
 }
 
-/// What to look at: `deep` runs each agent program's `--version` and `--help` (a second or so
-/// for a Node CLI); without it only what needs no process (installed, credentials, root).
-#[derive(Debug, Clone, Copy)]
-pub struct Depth {
-    pub deep: bool,
-}
-
 /// Every distinct agent and gate of `program`, and its sandboxes, checked.
-pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<Finding> {
+pub fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
     // (agent, its sandbox, whether it reviews), each distinct setting once.
     let mut agents: Vec<(&Agent, Option<&Sandbox>, bool)> = Vec::new();
     let mut gates: Vec<&Gate> = Vec::new();
@@ -81,7 +74,7 @@ pub fn check_program(program: &Program, repo_root: &Path, depth: Depth) -> Vec<F
     }
     let mut out: Vec<Finding> = agents
         .into_iter()
-        .map(|(a, sandbox, reviews)| check_agent(a, sandbox, reviews, repo_root, depth))
+        .map(|(a, sandbox, reviews)| check_agent(a, sandbox, reviews, repo_root))
         .collect();
     out.extend(gates.into_iter().map(|g| check_gate(g, repo_root)));
     out.extend(check_sandbox(program));
@@ -96,7 +89,6 @@ pub fn check_agent(
     sandbox: Option<&Sandbox>,
     reviews: bool,
     repo_root: &Path,
-    depth: Depth,
 ) -> Finding {
     let mut notes: Vec<String> = Vec::new();
     // (level, what, fix): every check runs, the worst one decides.
@@ -149,13 +141,13 @@ pub fn check_agent(
         && Path::new(program)
             .file_name()
             .is_some_and(|n| n == cli_name(agent.adapter));
-    if depth.deep && agent.adapter != Adapter::Command && found.is_some() && !own {
+    if agent.adapter != Adapter::Command && found.is_some() && !own {
         notes.push(format!(
             "version and flags not checked (`{program}` is not the {} program)",
             cli_name(agent.adapter)
         ));
     }
-    if let (true, true, Some(found)) = (depth.deep, own, &found) {
+    if let (true, Some(found)) = (own, &found) {
         match probe_cached(found, &["--version"], agent) {
             Some(v) => notes.push(first_line(&v)),
             None => notes.push("version unknown (`--version` failed or printed nothing)".into()),

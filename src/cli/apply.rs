@@ -147,7 +147,7 @@ fn refuse_unrunnable(
     repo_root: &Path,
     task: Option<&str>,
 ) -> Result<(), CliError> {
-    use crate::doctor::{self, Depth, Level};
+    use crate::doctor::{self, Level};
     // `--task NAME` runs that task alone: only its agents and gates must start.
     let selected;
     let program = match task {
@@ -165,7 +165,7 @@ fn refuse_unrunnable(
         }
         _ => program,
     };
-    let findings = doctor::check_program(program, repo_root, Depth { deep: true });
+    let findings = doctor::check_program(program, repo_root);
     for f in findings.iter().filter(|f| f.level == Level::Warn) {
         printer.warn(&format!("{}: {}", f.subject, f.detail));
     }

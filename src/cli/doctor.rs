@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
-use crate::doctor::{self, Depth, Finding, Level};
+use crate::doctor::{self, Finding, Level};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -20,7 +20,6 @@ pub struct DoctorArgs {
 }
 
 pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, CliError> {
-    let deep = Depth { deep: true };
     let findings = match &args.file {
         Some(file) => {
             let program = super::compile(cli, printer, file)?;
@@ -30,13 +29,13 @@ pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, C
                     hint: None,
                 })
             })?;
-            doctor::check_program(&program, &root, deep)
+            doctor::check_program(&program, &root)
         }
         None => {
             let root = std::env::current_dir().unwrap_or_default();
             crate::resolve::stdlib_agents()
                 .iter()
-                .map(|a| doctor::check_agent(a, a.sandbox.as_ref(), true, &root, deep))
+                .map(|a| doctor::check_agent(a, a.sandbox.as_ref(), true, &root))
                 .collect()
         }
     };
