@@ -6,7 +6,8 @@
 use clap::Args;
 
 use super::printer::Printer;
-use super::resume::{ResumeArgs, find_run, open_ledger, repo_root};
+use super::reading::run_named;
+use super::resume::{ResumeArgs, open_ledger, repo_root};
 use super::{Cli, CliError, Exit};
 use crate::ledger::CheckpointRow;
 
@@ -75,7 +76,7 @@ fn decide(
     json: bool,
 ) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
-    let run = find_run(cli, Some(run))?;
+    let run = run_named(cli, Some(run))?;
     let mut ledger = open_ledger(&repo_root)?;
     let internal = |e: crate::ledger::LedgerError| CliError::Internal {
         message: super::apply::chain(&e),

@@ -48,6 +48,12 @@ pub fn find_run(ledger: &Ledgered, given: Option<&str>) -> Result<RunRow, CliErr
     ledger.reader.find_run(given).map_err(read_error)
 }
 
+/// The run `given` names (a unique prefix of its id), or the latest run, in the ledger of the
+/// repository `cli` points at.
+pub(crate) fn run_named(cli: &Cli, given: Option<&str>) -> Result<RunRow, CliError> {
+    find_run(&open(cli)?, given)
+}
+
 /// A reading error as the CLI reports it: a missing ledger or run is a usage error (64).
 pub fn read_error(e: ReadError) -> CliError {
     let usage = |message: String, hint: String| CliError::Usage {

@@ -37,7 +37,7 @@ pub struct ResumeArgs {
 pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
     let run = match args.run.as_deref() {
-        Some(given) => find_run(cli, Some(given))?,
+        Some(given) => super::reading::run_named(cli, Some(given))?,
         None => latest_apply_run(cli)?,
     };
     if stopped_on_error(&repo_root, &run)?.is_none() {
@@ -54,7 +54,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         args.wait,
     )?;
     // Read again under the lock: the holder we waited for may have finished the run.
-    let mut run = find_run(cli, Some(&run.id))?;
+    let mut run = super::reading::run_named(cli, Some(&run.id))?;
     let mut ledger = open_ledger(&repo_root)?;
     match crate::run::resume::stopped_on_error(&ledger, &run).map_err(run_error)? {
         // An earlier mvk recorded the run finished on its own error with tasks still going:
@@ -71,7 +71,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
                 run.exit_code.unwrap_or(70),
                 names(unended.iter())
             ));
-            run = find_run(cli, Some(&run.id))?;
+            run = super::reading::run_named(cli, Some(&run.id))?;
         }
         None => refuse_finished(&run)?,
     }
@@ -410,10 +410,4 @@ pub(crate) fn open_ledger(repo_root: &Path) -> Result<Ledger, CliError> {
     Ledger::open(&path).map_err(|e| CliError::Internal {
         message: super::apply::chain(&e),
     })
-}
-
-/// The run `arg` names (an id or a unique prefix), or the latest run.
-pub(crate) fn find_run(cli: &Cli, arg: Option<&str>) -> Result<RunRow, CliError> {
-    let ledger = super::reading::open(cli)?;
-    super::reading::find_run(&ledger, arg)
 }

@@ -6,7 +6,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::printer::Printer;
-use super::resume::{find_run, open_ledger, repo_root};
+use super::reading::run_named;
+use super::resume::{open_ledger, repo_root};
 use super::{Cli, CliError, Exit};
 use crate::drift::DriftReport;
 use crate::ledger::TaskRowState;
@@ -46,7 +47,7 @@ struct WhyReport<'a> {
 
 pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
-    let run = find_run(cli, args.run.as_deref())?;
+    let run = run_named(cli, args.run.as_deref())?;
     let ledger = open_ledger(&repo_root)?;
     let program = super::compile(cli, printer, &repo_root.join(&run.file))?;
     let drift = crate::run::resume::drift(&ledger, &run, &program, &repo_root)

@@ -10,7 +10,6 @@
 //!
 //! Nothing here panics on any input: the log is untrusted text from a process mvk does not own.
 
-use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
@@ -495,7 +494,7 @@ impl Scanner {
         let Some(p) = &self.aider else {
             return;
         };
-        let clean = strip_ansi(line);
+        let clean = crate::run::ansi::strip(line);
         if let Some(c) = p.tokens.captures(&clean) {
             let n = |i: usize| c.get(i).and_then(|m| aider_count(m.as_str())).unwrap_or(0);
             // aider's "sent" holds cache writes but, for Anthropic models, not cache reads.
@@ -636,31 +635,6 @@ fn aider_count(s: &str) -> Option<u64> {
     (n.is_finite() && n >= 0.0).then(|| n.round() as u64)
 }
 
-/// Terminal colour codes (CSI sequences) out, so patterns see the text.
-fn strip_ansi(s: &str) -> Cow<'_, str> {
-    if !s.contains('\x1b') {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        if chars.peek() == Some(&'[') {
-            chars.next();
-            // Parameters and intermediates, then one final byte in @..~.
-            for n in chars.by_ref() {
-                if ('@'..='~').contains(&n) {
-                    break;
-                }
-            }
-        }
-    }
-    Cow::Owned(out)
-}
-
 /// A rate-limit or usage-limit message found in an agent's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimit {
@@ -769,7 +743,7 @@ impl RateLimitMatcher {
         if after.lines().any(|l| l.starts_with("Applied edit to ")) {
             return None;
         }
-        let gave_up = after.lines().rev().map(strip_ansi).find(|l| {
+        let gave_up = after.lines().rev().map(crate::run::ansi::strip).find(|l| {
             l.contains("The API provider has rate limited you")
                 || l.contains("litellm.RateLimitError")
         })?;
@@ -788,7 +762,7 @@ impl RateLimitMatcher {
 
     fn check_at(&self, output: &str, now: SystemTime) -> Option<RateLimit> {
         for line in output.lines().rev() {
-            let clean = strip_ansi(line);
+            let clean = crate::run::ansi::strip(line);
             // The earliest match, so a long line's excerpt starts where the message does.
             let Some(start) = self
                 .patterns
@@ -821,7 +795,7 @@ impl RateLimitMatcher {
     /// The last wait named anywhere in the output.
     fn last_wait(&self, output: &str, now: SystemTime) -> Option<Duration> {
         output.lines().rev().find_map(|line| {
-            let clean = strip_ansi(line);
+            let clean = crate::run::ansi::strip(line);
             self.reset_wait(&clean, now)
                 .or_else(|| self.hints(&clean).last())
         })
@@ -1022,6 +996,19 @@ mod tests {
             assert_eq!(v["verdict"], "approve");
             let hit = limited(Adapter::Claude, "claude-2.1.332-rate-limit.out").expect("a limit");
             assert!(hit.message.contains("429"), "{hit:?}");
+        }
+
+        #[test]
+        fn a_limit_inside_hyperlinks_and_progress_codes_is_read() {
+            // OSC sequences (a hyperlink around words, a progress report) split the message.
+            let line = "\x1b]9;4;3;0\x07Error: Rate \x1b]8;;https://status.example\x1b\\limit\x1b]8;;\x1b\\ reached, try again in 20s";
+            let hit = matcher(Adapter::Codex).check(line).expect("a limit");
+            assert_eq!(hit.retry_after, Some(Duration::from_secs(20)));
+            assert!(
+                hit.message.contains("Rate limit reached"),
+                "{}",
+                hit.message
+            );
         }
 
         #[test]

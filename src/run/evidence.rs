@@ -19,7 +19,6 @@
 //! - Lines longer than [`MAX_LINE_BYTES`] are not matched: no summary is that long, and it keeps
 //!   the work per line bounded.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
@@ -341,7 +340,7 @@ impl Scanner {
         let line = line.trim_end_matches(['\n', '\r']);
         // A bare carriage return redraws the terminal line: only what follows it is visible.
         let line = line.rsplit('\r').next().unwrap_or(line);
-        let line = strip_ansi(line);
+        let line = crate::run::ansi::strip(line);
 
         if wants_nonce {
             match parse_evidence_line(&line, &self.nonce) {
@@ -991,53 +990,6 @@ fn truncate(s: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// Removes ANSI escape sequences (CSI such as colours, OSC such as hyperlinks and progress).
-fn strip_ansi(s: &str) -> Cow<'_, str> {
-    if !s.contains('\x1b') {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('[') => {
-                // Parameter and intermediate bytes, then one final byte.
-                while let Some(&n) = chars.peek() {
-                    if ('\x20'..='\x3f').contains(&n) {
-                        chars.next();
-                    } else {
-                        if ('\x40'..='\x7e').contains(&n) {
-                            chars.next();
-                        }
-                        break;
-                    }
-                }
-            }
-            Some(']') => {
-                // Ends at BEL or at ESC `\`.
-                while let Some(n) = chars.next() {
-                    if n == '\x07' {
-                        break;
-                    }
-                    if n == '\x1b' {
-                        if chars.peek() == Some(&'\\') {
-                            chars.next();
-                        }
-                        break;
-                    }
-                }
-            }
-            // Two-byte escapes (`ESC =`, `ESC (`...): the byte after ESC goes too.
-            Some(_) | Option::None => {}
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// The outcome of one gate run.
@@ -2097,18 +2049,6 @@ Ran all test suites.
     }
 
     // ---- line handling ----
-
-    #[test]
-    fn strip_ansi_removes_csi_and_osc_sequences() {
-        assert_eq!(strip_ansi("plain"), "plain");
-        assert_eq!(strip_ansi("\x1b[1;32mok\x1b[0m done"), "ok done");
-        assert_eq!(
-            strip_ansi("\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\"),
-            "link"
-        );
-        assert_eq!(strip_ansi("\x1b]9;4;1;50\x07x"), "x");
-        assert_eq!(strip_ansi("a\x1b=b\x1b"), "ab");
-    }
 
     #[test]
     fn carriage_return_keeps_the_redrawn_text() {

@@ -13,6 +13,7 @@
 
 pub mod adapter;
 pub mod agent_pack;
+pub(crate) mod ansi;
 pub mod attempt;
 pub mod driver;
 pub mod evidence;
