@@ -120,11 +120,10 @@ pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, Cli
         task: args.task.clone(),
         worktree_root: None,
         mode: match args.mode {
-            Mode::Auto => "auto",
-            Mode::Batch => "batch",
-            Mode::Step => "step",
-        }
-        .into(),
+            Mode::Auto => driver::RunMode::Auto,
+            Mode::Batch => driver::RunMode::Batch,
+            Mode::Step => driver::RunMode::Step,
+        },
         run_id,
     };
     let progress = Progress::new(printer, args.json);

@@ -203,7 +203,7 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         task: args.task.clone(),
         worktree_root: None,
         // A resume of this run after a crash stops for a person before any landing.
-        mode: "step".into(),
+        mode: crate::run::driver::RunMode::Step,
         run_id: driver::new_run_id().map_err(run_error)?,
     };
     let start = match (&args.base, &args.target) {

@@ -182,7 +182,12 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         repo_root,
         task: None,
         worktree_root: None,
-        mode: run.mode.clone(),
+        mode: crate::run::driver::RunMode::parse(&run.mode).ok_or_else(|| CliError::Internal {
+            message: format!(
+                "run {} was started in mode `{}`, which this mvk does not know",
+                run.id, run.mode
+            ),
+        })?,
         run_id: run.id.clone(),
     };
     let from = ResumeFrom {

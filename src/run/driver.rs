@@ -241,9 +241,35 @@ pub struct RunOptions {
     pub task: Option<String>,
     /// The worktree pool's root; `None` for [`Pool::default_root`].
     pub worktree_root: Option<PathBuf>,
-    pub mode: String,
+    pub mode: RunMode,
     /// The run's id: a new one from [`new_run_id`], or the one being resumed.
     pub run_id: String,
+}
+
+/// When a run stops for a person: never (`auto`), before each landing (`batch`), after each
+/// attempt (`step`). The ledger keeps its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMode {
+    Auto,
+    Batch,
+    Step,
+}
+
+impl RunMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunMode::Auto => "auto",
+            RunMode::Batch => "batch",
+            RunMode::Step => "step",
+        }
+    }
+
+    /// The mode a ledger row names; `None` for a name this mvk does not know.
+    pub fn parse(name: &str) -> Option<RunMode> {
+        [RunMode::Auto, RunMode::Batch, RunMode::Step]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
 }
 
 /// Sees every event as it is written (the CLI's progress display).
@@ -2063,7 +2089,7 @@ impl<'a> Runner<'a> {
                     }
                     // Also after a crash between the attempt's end and its checkpoint: a change
                     // lands in batch or step mode only once a person said so.
-                    if ask && self.opts.mode != "auto" {
+                    if ask && self.opts.mode != RunMode::Auto {
                         let question = format!(
                             "attempt {number} passed{}; approve to land it on `{target}`, or reject with a reason for another attempt",
                             if task.review.is_some() {
@@ -2072,7 +2098,7 @@ impl<'a> Runner<'a> {
                                 " seal and gates"
                             }
                         );
-                        let kind = if self.opts.mode == "step" {
+                        let kind = if self.opts.mode == RunMode::Step {
                             "step"
                         } else {
                             "batch"
@@ -2207,7 +2233,7 @@ impl<'a> Runner<'a> {
                 task.ladder.get(rung_idx),
                 Some(Rung::Agent { attempts: Some(n), .. }) if rung_used >= *n
             ) && matches!(task.ladder.get(rung_idx + 1), Some(Rung::Human));
-            if self.opts.mode == "step" && !settled && !human_next {
+            if self.opts.mode == RunMode::Step && !settled && !human_next {
                 let question = format!(
                     "attempt {number} failed: {}; approve to go on with the next attempt, or reject with a reason to add to its prompt",
                     failure.criterion
@@ -2740,7 +2766,7 @@ fn begin_run_of(
             target_branch: target,
             pid: std::process::id(),
             host: &host_name(),
-            mode: &opts.mode,
+            mode: opts.mode.name(),
         },
         command,
     )?;
@@ -2989,4 +3015,18 @@ pub async fn attempt_once(
         failure,
         usage,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunMode;
+
+    #[test]
+    fn a_run_mode_is_kept_by_its_name_and_read_back() {
+        for mode in [RunMode::Auto, RunMode::Batch, RunMode::Step] {
+            assert_eq!(RunMode::parse(mode.name()), Some(mode));
+        }
+        assert_eq!(RunMode::parse("Step"), None);
+        assert_eq!(RunMode::parse(""), None);
+    }
 }
