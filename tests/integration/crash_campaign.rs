@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
-use super::apply::{agents_dir, git, git_output};
+use super::support::{agents_dir, git, git_output};
 
 /// Every process a trial starts carries this variable (mvk passes its environment on to agents
 /// and gates), so that whatever is left running can be found, wherever its session.
@@ -564,7 +564,7 @@ fn kill_session(session: u32) {
             return;
         }
         for pid in members {
-            super::apply::kill9(pid);
+            super::support::kill9(pid);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -1024,7 +1024,7 @@ fn crash_campaign() {
         let found = problems(&trial, code, &expected);
         // Whatever the trial left running goes now, reported or not.
         for p in leftovers(&trial) {
-            super::apply::kill9(p.pid);
+            super::support::kill9(p.pid);
         }
         for stage in &trial.stages {
             if let Some(kill) = stage.kill {

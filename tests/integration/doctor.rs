@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::apply::Fixture;
+use crate::support::Fixture;
 
 /// A `claude` that prints VERSION and a help text listing FLAGS, and otherwise fails.
 fn fake_claude(bin: &Path, flags: &[&str]) {

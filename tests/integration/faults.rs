@@ -6,7 +6,7 @@
 
 use std::fs;
 
-use super::apply::{FIXED, Fixture, simple_loop};
+use super::support::{FIXED, Fixture, simple_loop};
 
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -185,10 +185,10 @@ fn the_disk_filling_while_the_ledger_is_written_is_a_clear_error_and_a_resume_fi
 #[test]
 fn a_missing_agent_program_is_a_usage_error_naming_it() {
     for sandbox in ["", "sandbox"] {
-        let text = super::apply::loop_kdl(
+        let text = super::support::loop_kdl(
             "agent bot { run \"no-such-agent-program\"; }\n",
             true,
-            super::apply::TESTS_GATE,
+            super::support::TESTS_GATE,
             &format!("{sandbox}\n    budget iterations=1"),
         );
         let f = Fixture::new(&text);
@@ -223,10 +223,10 @@ fn a_missing_agent_program_is_a_usage_error_naming_it() {
 
 #[test]
 fn with_no_doctor_a_missing_agent_program_is_still_a_usage_error_when_it_is_started() {
-    let text = super::apply::loop_kdl(
+    let text = super::support::loop_kdl(
         "agent bot { run \"no-such-agent-program\"; }\n",
         true,
-        super::apply::TESTS_GATE,
+        super::support::TESTS_GATE,
         "budget iterations=1",
     );
     let f = Fixture::new(&text);

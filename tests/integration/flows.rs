@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 
-use crate::apply::Fixture;
+use crate::support::Fixture;
 
 /// A flow task NAME with AGENT, SCOPE and EXTRA lines; its gate checks `out/NAME.txt`.
 pub(crate) fn task(name: &str, agent: &str, scope: &str, extra: &str) -> String {
@@ -26,7 +26,7 @@ pub(crate) fn worker(name: &str, secs: &str, needs: &[&str]) -> String {
 }
 
 /// Asserts that each of `names` landed its `out/NAME.txt` on main.
-fn landed(fixture: &Fixture, run: &crate::apply::Run, names: &[&str]) {
+fn landed(fixture: &Fixture, run: &crate::support::Run, names: &[&str]) {
     for name in names {
         assert!(
             fixture.show("main", &format!("out/{name}.txt")).is_some(),
@@ -453,11 +453,11 @@ fn in_batch_mode_tasks_ready_together_stop_together_and_one_approval_lands_them_
 #[test]
 fn a_sibling_landing_a_file_another_task_seals_is_not_drift_when_that_task_resumes() {
     let mut text = worker("w", "0.1", &[]);
-    text.push_str(&crate::apply::agent_def("guided", "guided.sh", &[]));
+    text.push_str(&crate::support::agent_def("guided", "guided.sh", &[]));
     text.push_str("flow t {\n    parallel 2\n");
     text.push_str(&format!(
         "    task fix {{\n        goal \"Fix add.\"\n        scope \"src/calc.sh\"\n        seal \"tests/**\" \"out/q.txt\"\n        {}\n        ladder {{\n            rung agent=guided attempts=1\n            rung human\n        }}\n    }}\n",
-        crate::apply::TESTS_GATE
+        crate::support::TESTS_GATE
     ));
     text.push_str(&task("q", "w", "out/q.txt", ""));
     text.push_str("}\n");
@@ -470,7 +470,7 @@ fn a_sibling_landing_a_file_another_task_seals_is_not_drift_when_that_task_resum
     answered.expect_code(0);
     assert_eq!(
         fixture.show("main", "src/calc.sh").as_deref(),
-        Some(crate::apply::FIXED),
+        Some(crate::support::FIXED),
         "{}",
         answered.why()
     );
@@ -504,7 +504,7 @@ fn a_task_may_not_wait_for_one_that_lands_on_another_branch() {
 
 /// Four tasks, whose after-merge gate logs what it sees: `a` is accepted first and holds its
 /// landing until the other three wait for theirs, so they land after it as one batch.
-fn batch_of_four(local_edit: Option<&str>) -> (Fixture, crate::apply::Run) {
+fn batch_of_four(local_edit: Option<&str>) -> (Fixture, crate::support::Run) {
     let mut text = worker("quick", "0.3", &[]);
     text.push_str(&worker("slow", "1.5", &[]));
     text.push_str("flow t {\n    parallel 4\n");

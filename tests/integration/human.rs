@@ -8,7 +8,7 @@ use std::fs;
 
 use rusqlite::Connection;
 
-use super::apply::{FIXED, Fixture, Run, TESTS_GATE, agent_def, git, loop_kdl};
+use super::support::{FIXED, Fixture, Run, TESTS_GATE, agent_def, git, loop_kdl};
 
 /// A loop whose ladder is one attempt of `guided.sh`, then `human`; run until it stops there.
 fn at_the_human_rung() -> (Fixture, Run) {

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::apply::git;
+use crate::support::git;
 
 /// `mvk ARGS…` with its working directory in DIR; (exit code, stdout, stderr).
 pub(crate) fn mvk(dir: &Path, args: &[&str]) -> (i32, String, String) {

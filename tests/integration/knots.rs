@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use crate::apply::Fixture;
 use crate::flows::{task, worker};
 use crate::resume::{crash, resume, spawn_apply, task_outcomes, the_run};
+use crate::support::Fixture;
 
 /// Four tasks side by side: `a` and `d` (after `a`) quick, `b` and `c` working until the state
 /// file `go` exists.

@@ -8,8 +8,8 @@
 
 use std::fs;
 
-use super::apply::{Fixture, Run};
 use super::resume::resume;
+use super::support::{Fixture, Run};
 
 /// Three tasks run one after the other (`parallel 1`), each writing three files of 200 lines
 /// under `out/TASK/`, and each landing alone on `main`.

@@ -33,6 +33,7 @@ mod sandbox;
 mod shell;
 mod stdlib;
 mod stdlib_gates;
+mod support;
 mod tamper;
 mod temporal;
 

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::apply::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl, simple_loop};
+use crate::support::{FIXED, Fixture, TESTS_GATE, agent_def, loop_kdl, simple_loop};
 
 /// Runs the Python client against `mvk mcp` in the fixture's repository with STEPS; the
 /// client's document (`server`, `instructions`, `steps`).
@@ -267,7 +267,7 @@ fn run_attempt_reports_a_tampered_seal_and_a_batch_run_started_in_the_background
         f.root().join("loops/fix.kdl"),
         honest
             .replace("loop t", "loop fix")
-            .replace("@AGENTS", crate::apply::agents_dir().to_str().unwrap())
+            .replace("@AGENTS", crate::support::agents_dir().to_str().unwrap())
             .replace("@STATE", f.state.path().to_str().unwrap()),
     )
     .unwrap();
@@ -301,7 +301,7 @@ fn run_attempt_reports_a_tampered_seal_and_a_batch_run_started_in_the_background
     assert_eq!(a["base"], base.as_str());
     assert_eq!(
         f.show("main", "tests/test_calc.sh").as_deref(),
-        Some(crate::apply::TEST_CALC)
+        Some(crate::support::TEST_CALC)
     );
 
     // apply: the run id at once; status follows the run to its checkpoint.

@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use crate::apply::{FAILURE_LINE, Fixture, agent_def, loop_kdl};
+use crate::support::{FAILURE_LINE, Fixture, agent_def, loop_kdl};
 
 #[test]
 fn rework_prompt_names_the_contract_and_the_exact_failure_within_the_context_budget() {

@@ -11,7 +11,7 @@ use std::process::{Child, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::apply::{Fixture, Run, TESTS_GATE, agent_def, agents_dir, git, loop_kdl, simple_loop};
+use crate::support::{Fixture, Run, TESTS_GATE, agent_def, agents_dir, git, loop_kdl, simple_loop};
 
 /// Loop `t` with agent NAME running SCRIPT, and EXTRA settings.
 fn named_loop(name: &str, script: &str, extra: &str) -> String {
@@ -403,7 +403,7 @@ fn a_killed_run_is_interrupted_and_diagnosed_as_a_silent_death() {
     apply.wait().unwrap();
     // The agent's group outlives a SIGKILLed mvk; end it before asserting anything.
     for p in [agent, child] {
-        super::apply::kill9(p);
+        super::support::kill9(p);
     }
 
     let s = mvk_json(&fixture, &["status"]);

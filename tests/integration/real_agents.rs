@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::apply::{Fixture, Run};
+use crate::support::{Fixture, Run};
 
 /// The bug: `total(n)` leaves out `n`.
 const CALC: &str =

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use crate::apply::{Fixture, Run, TESTS_GATE, agent_def, loop_kdl, simple_loop};
+use crate::support::{Fixture, Run, TESTS_GATE, agent_def, loop_kdl, simple_loop};
 
 /// `mvk report ARGS…` in the fixture, which must succeed; its standard output.
 fn report(fixture: &Fixture, args: &[&str]) -> String {

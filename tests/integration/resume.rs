@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use super::apply::{Fixture, Run, TESTS_GATE, agent_def, alive, loop_kdl, simple_loop};
+use super::support::{Fixture, Run, TESTS_GATE, agent_def, alive, loop_kdl, simple_loop};
 
 /// Starts `mvk apply loops/t.kdl` in the background, with ENV added.
 pub(crate) fn spawn_apply(f: &Fixture, env: &[(&str, &str)]) -> Child {
@@ -153,11 +153,11 @@ pub(crate) fn resume(f: &Fixture, args: &[&str]) -> Run {
 fn fixed(f: &Fixture) {
     assert_eq!(
         f.show("main", "src/calc.sh").as_deref(),
-        Some(super::apply::FIXED)
+        Some(super::support::FIXED)
     );
     assert_eq!(
         fs::read_to_string(f.root().join("src/calc.sh")).unwrap(),
-        super::apply::FIXED,
+        super::support::FIXED,
         "the main checkout's file matches main"
     );
 }
@@ -468,7 +468,7 @@ fn interrupted_with(files: &[(&str, &str)], text: &str) -> (Fixture, String) {
         fs::write(path, content).unwrap();
     }
     let text = text
-        .replace("@AGENTS", super::apply::agents_dir().to_str().unwrap())
+        .replace("@AGENTS", super::support::agents_dir().to_str().unwrap())
         .replace("@STATE", f.state.path().to_str().unwrap());
     fs::write(f.root().join("loops/t.kdl"), text).unwrap();
     f.git(&["add", "-A"]);
@@ -656,7 +656,7 @@ fn a_resumed_loop_lands_on_the_branch_its_run_began_on() {
     r.expect_code(0);
     assert_eq!(
         f.show("main", "src/calc.sh").as_deref(),
-        Some(super::apply::FIXED)
+        Some(super::support::FIXED)
     );
     assert_eq!(
         f.tip("release"),
@@ -690,7 +690,7 @@ fn a_change_captured_just_before_a_crash_is_kept_on_a_branch() {
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(
         f.show(&kept[0], "src/calc.sh").as_deref(),
-        Some(super::apply::FIXED)
+        Some(super::support::FIXED)
     );
 }
 
@@ -754,7 +754,7 @@ fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
     );
     let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
     let text = text
-        .replace("@AGENTS", super::apply::agents_dir().to_str().unwrap())
+        .replace("@AGENTS", super::support::agents_dir().to_str().unwrap())
         .replace("@STATE", f.state.path().to_str().unwrap());
     fs::write(f.root().join("loops/t.kdl"), text).unwrap();
     f.git(&["add", "-A"]);
@@ -768,11 +768,11 @@ fn a_resumed_flow_lands_tasks_without_a_target_where_the_run_began() {
     r.expect_code(0);
     assert_eq!(
         f.show("release", "src/calc.sh").as_deref(),
-        Some(super::apply::FIXED)
+        Some(super::support::FIXED)
     );
     assert_eq!(
         f.show("main", "src/calc.sh").as_deref(),
-        Some(super::apply::FIXED),
+        Some(super::support::FIXED),
         "{}",
         r.why()
     );
@@ -1000,7 +1000,7 @@ fn a_run_of_another_loop_closes_a_dead_attempt_before_it_leases_its_slot() {
         let f = Fixture::new(&simple_loop("paused.sh", "budget iterations=3"));
         let other = simple_loop("fix.sh", "")
             .replace("loop t", "loop other")
-            .replace("@AGENTS", crate::apply::agents_dir().to_str().unwrap())
+            .replace("@AGENTS", crate::support::agents_dir().to_str().unwrap())
             .replace("@STATE", f.state.path().to_str().unwrap());
         fs::write(f.root().join("loops/other.kdl"), other).unwrap();
         f.git(&["add", "-A"]);
@@ -1023,7 +1023,7 @@ fn a_run_of_another_loop_closes_a_dead_attempt_before_it_leases_its_slot() {
         };
         assert_eq!(
             f.show(&head, "src/calc.sh").as_deref(),
-            Some(crate::apply::FIXED),
+            Some(crate::support::FIXED),
             "{command}"
         );
         assert_eq!(

@@ -6,7 +6,7 @@ use std::fs;
 
 use rusqlite::Connection;
 
-use crate::apply::{CALC, FIXED, Fixture, Run, TESTS_GATE, agent_def, loop_kdl};
+use crate::support::{CALC, FIXED, Fixture, Run, TESTS_GATE, agent_def, loop_kdl};
 
 /// The defs of maker `bot` and reviewer `rev` answering as MODE.
 fn maker_and_reviewer(mode: &str) -> String {
@@ -359,7 +359,7 @@ fn a_person_rejecting_sends_the_reason_to_the_next_attempt() {
 /// `--mode step` stops after each attempt; `--mode batch` before each landing.
 #[test]
 fn step_mode_stops_after_each_attempt_and_approval_goes_on() {
-    let f = Fixture::new(&crate::apply::simple_loop("honest.sh", ""));
+    let f = Fixture::new(&crate::support::simple_loop("honest.sh", ""));
     let run = f.apply_with(&["--mode", "step"], &[]);
     run.expect_code(4);
     assert_eq!(run.attempts(), vec![1]);
@@ -381,7 +381,7 @@ fn step_mode_stops_after_each_attempt_and_approval_goes_on() {
 
 #[test]
 fn batch_mode_stops_before_landing_and_a_rejection_makes_another_attempt() {
-    let f = Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let f = Fixture::new(&crate::support::simple_loop("fix.sh", ""));
     let run = f.apply_with(&["--mode", "batch"], &[]);
     run.expect_code(4);
     run.none("merge.started");
@@ -403,7 +403,7 @@ fn batch_mode_stops_before_landing_and_a_rejection_makes_another_attempt() {
 /// An approval whose continuation dies before landing is finished by `mvk resume`, once.
 #[test]
 fn a_run_resumed_after_a_person_answered_follows_the_answer() {
-    let f = Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let f = Fixture::new(&crate::support::simple_loop("fix.sh", ""));
     let run = f.apply_with(&["--mode", "batch"], &[]);
     run.expect_code(4);
     let out = f

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use super::apply::{
+use super::support::{
     FIXED, Fixture, TESTS_GATE, agent_def, agent_def_timeout, hardening_fixture, loop_kdl,
 };
 
@@ -482,7 +482,7 @@ fn a_loop_cannot_switch_its_sandbox_off_with_the_test_hook() {
 }
 
 /// What the agent of attempt N said about NAME.
-fn attempt_said(run: &super::apply::Run, attempt: u32, what: &str) -> String {
+fn attempt_said(run: &super::support::Run, attempt: u32, what: &str) -> String {
     let out = fs::read_to_string(run.attempt_dir(attempt).join("agent.out")).unwrap();
     out.lines()
         .find_map(|l| l.strip_prefix(&format!("{what}: ")))
@@ -539,7 +539,7 @@ fn a_sandboxed_agent_commits_but_cannot_touch_the_shared_objects_or_other_attemp
             .contains("attempt 1: my own commit")
     );
     // Every object is whole, and the agent's commit is on its attempt's branch (what landed).
-    let fsck = super::apply::git_output(f.root(), &["fsck", "--full", "--strict"]);
+    let fsck = super::support::git_output(f.root(), &["fsck", "--full", "--strict"]);
     assert!(
         fsck.status.success(),
         "{}",
@@ -581,7 +581,7 @@ fn a_gate_without_network_reaches_loopback_and_nothing_else() {
 
 /// Runs a loop whose agent (tests/agents/hardening/SCRIPT) tampers with its worktree's git
 /// links, after BEFORE prepared the fixture: the attempt fails for it and main does not move.
-fn relinked(script: &str, before: impl FnOnce(&Fixture)) -> (Fixture, super::apply::Run) {
+fn relinked(script: &str, before: impl FnOnce(&Fixture)) -> (Fixture, super::support::Run) {
     relinked_with(script, &[], before)
 }
 
@@ -591,7 +591,7 @@ fn relinked_with(
     script: &str,
     args: &[&str],
     before: impl FnOnce(&Fixture),
-) -> (Fixture, super::apply::Run) {
+) -> (Fixture, super::support::Run) {
     let mut all = vec!["@STATE", "@REPO"];
     all.extend_from_slice(args);
     let f = Fixture::new(&loop_kdl(
@@ -753,7 +753,7 @@ fn objects_named_by_an_alternates_file_mvk_cannot_delete_are_never_read() {
         .output()
         .unwrap();
     let smuggled = String::from_utf8(smuggled.stdout).unwrap();
-    let there = super::apply::git_output(f.root(), &["cat-file", "-e", smuggled.trim()]);
+    let there = super::support::git_output(f.root(), &["cat-file", "-e", smuggled.trim()]);
     assert!(!there.status.success(), "{smuggled}\n{}", run.why());
     // The agent's own commit landed.
     assert_eq!(f.show("main", "src/calc.sh").as_deref(), Some(FIXED));
@@ -898,7 +898,7 @@ fn an_object_over_the_size_limit_fails_the_attempt_not_the_run() {
         .output()
         .unwrap();
     let id = String::from_utf8(id.stdout).unwrap();
-    let there = super::apply::git_output(f.root(), &["cat-file", "-e", id.trim()]);
+    let there = super::support::git_output(f.root(), &["cat-file", "-e", id.trim()]);
     assert!(!there.status.success(), "{id}");
 }
 
@@ -921,7 +921,7 @@ fn a_small_delta_against_a_big_unlisted_base_fails_the_attempt() {
     );
     assert_eq!(f.tip("main"), f.base);
     // The delta's result reached no store.
-    let there = super::apply::git_output(
+    let there = super::support::git_output(
         f.root(),
         &["cat-file", "-e", "ac790413e2d7a26c3767e78c57bb28716686eebc"],
     );
@@ -962,7 +962,7 @@ fn a_delta_whose_base_is_only_in_the_shared_store_fails_the_attempt() {
     );
     assert_eq!(f.tip("main"), f.base);
     // The delta's result reached no store.
-    let there = super::apply::git_output(
+    let there = super::support::git_output(
         f.root(),
         &["cat-file", "-e", "768bc4982751f261b4003f0e5211a90e9e603865"],
     );

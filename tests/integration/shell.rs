@@ -186,7 +186,7 @@ fn cli_reference_in_the_book_is_current() {
 
 /// `mvk apply` of a loop whose agent fixes the bug at once, with FLAGS: (stdout, stderr).
 fn apply_with_flags(flags: &[&str]) -> (String, String) {
-    let fixture = crate::apply::Fixture::new(&crate::apply::simple_loop("fix.sh", ""));
+    let fixture = crate::support::Fixture::new(&crate::support::simple_loop("fix.sh", ""));
     let out = fixture
         .mvk()
         .args(["apply", "loops/t.kdl"])

@@ -1025,7 +1025,7 @@ fn diff_gates_ignore_the_users_git_configuration() {
 /// and this fails, rather than passing unconfined.
 #[test]
 fn scope_gate_under_mvk_apply_in_a_sandbox() {
-    use crate::apply::{Fixture, TESTS_GATE, agent_def, loop_kdl};
+    use crate::support::{Fixture, TESTS_GATE, agent_def, loop_kdl};
     for (scope, code) in [("\"{src,docs}/**\"", 0), ("\"{lib,docs}/**\"", 3)] {
         let defs = format!(
             "import \"std/gates/generic.kdl\"\n{}",

@@ -1,9 +1,10 @@
 //! The rest of the tamper corpus (the seal's edit, delete, rename, chmod, symlink and commit
 //! cases are in `apply.rs`): every attack below is rejected, and nothing of it lands.
 
-use super::apply::{
+use super::apply::{tampering, unknown_evidence, unknown_evidence_kept};
+use super::support::{
     FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_gone, assert_main_unchanged,
-    hardening_fixture, loop_kdl, tampering, unknown_evidence, unknown_evidence_kept,
+    hardening_fixture, loop_kdl,
 };
 
 #[test]
@@ -109,7 +110,7 @@ fn writes_outside_the_worktree_without_a_sandbox_never_land() {
 
 /// Agent SCRIPT signals mvk's process group on its first call and fixes the bug: mvk does not
 /// stop, rejects that attempt for the signals it counted, and lands the second.
-fn a_signalling_agent_is_rejected(script: &str) -> super::apply::Run {
+fn a_signalling_agent_is_rejected(script: &str) -> super::support::Run {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", script, &["@STATE"]),
         true,
@@ -351,7 +352,7 @@ fn a_siblings_escapee_is_left_to_its_own_tasks_sweep() {
 }
 
 /// `mvk apply` of a loop whose agent fixes the bug, with MERGE (its landing's gates).
-fn fixed_with_merge(merge: &str) -> (Fixture, super::apply::Run) {
+fn fixed_with_merge(merge: &str) -> (Fixture, super::support::Run) {
     let f = Fixture::new(&loop_kdl(
         &agent_def("bot", "fix.sh", &[]),
         true,
@@ -467,7 +468,7 @@ fn an_index_entry_naming_a_blob_that_was_never_written_is_ignored_and_the_file_l
     // Every branch is whole: no tree names a missing object.
     let missing = f.git(&["rev-list", "--objects", "--all", "--missing=print"]);
     assert!(!missing.lines().any(|l| l.starts_with('?')), "{missing}");
-    let fsck = super::apply::git_output(f.root(), &["fsck", "--no-progress"]);
+    let fsck = super::support::git_output(f.root(), &["fsck", "--no-progress"]);
     assert!(
         fsck.status.success(),
         "{}",

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::apply::{
+use crate::support::{
     FAILURE_LINE, FIXED, Fixture, TESTS_GATE, agent_def, agent_def_timeout, git, loop_kdl,
     simple_loop,
 };
@@ -648,7 +648,7 @@ fn a_temporal_run_whose_coordinator_died_mid_landing_is_resumed_and_lands_everyt
 
 /// `mvk apply --executor temporal` on one worker, its coordinator killed (SIGKILL) at the
 /// failpoint POINT; then `mvk resume`, whose outcome comes back.
-fn crash_and_resume(bin: &Path, fixture: &Fixture, point: &str) -> crate::apply::Run {
+fn crash_and_resume(bin: &Path, fixture: &Fixture, point: &str) -> crate::support::Run {
     on_a_worker(bin, fixture, |address, queue| {
         let first = apply_temporal(fixture, address, queue, Stdio::piped)
             .env("MVK_FAILPOINT", point)
@@ -912,7 +912,7 @@ mod forger {
             };
             git(&["fetch", "-q", &input.repo, &input.base]);
             git(&["checkout", "-q", "--detach", &input.base]);
-            std::fs::write(self.clone.join("src/calc.sh"), crate::apply::FIXED).unwrap();
+            std::fs::write(self.clone.join("src/calc.sh"), crate::support::FIXED).unwrap();
             // A sealed test rewritten to pass with good evidence: the gates alone would take it.
             std::fs::write(
                 self.clone.join("tests/test_calc.sh"),
@@ -1014,7 +1014,7 @@ fn a_change_said_to_be_a_commit_never_pushed_is_refused_and_fails_the_workflow()
 
 /// `mvk apply --executor temporal` whose attempts the lying worker [`forger`] answers (with a
 /// commit never pushed, when `unpushed`).
-fn apply_with_forger(bin: &Path, fixture: &Fixture, unpushed: bool) -> crate::apply::Run {
+fn apply_with_forger(bin: &Path, fixture: &Fixture, unpushed: bool) -> crate::support::Run {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(bin, dir.path());
     let clone = dir.path().join("forger");
@@ -1282,12 +1282,12 @@ fn repo_url_without_the_temporal_executor_is_a_usage_error() {
 
 /// Runs the one-task loop `loops/t.kdl` of `fixture` on one worker against a fresh dev server;
 /// the run as `Fixture::apply` reads it, with the worker's log in its context.
-fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::apply::Run {
+fn apply_on_a_worker(bin: &Path, fixture: &Fixture) -> crate::support::Run {
     apply_on_a_worker_with(bin, fixture, &[])
 }
 
 /// As [`apply_on_a_worker`], with EXTRA arguments to `mvk apply`.
-fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crate::apply::Run {
+fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crate::support::Run {
     on_a_worker(bin, fixture, |address, queue| {
         let mut args = vec![
             "apply",
@@ -1309,8 +1309,8 @@ fn apply_on_a_worker_with(bin: &Path, fixture: &Fixture, extra: &[&str]) -> crat
 fn on_a_worker(
     bin: &Path,
     fixture: &Fixture,
-    run: impl FnOnce(&str, &str) -> crate::apply::Run,
-) -> crate::apply::Run {
+    run: impl FnOnce(&str, &str) -> crate::support::Run,
+) -> crate::support::Run {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address, worker) = server_and_worker(bin, fixture, dir.path());
     let queue = "mvk-test";
