@@ -7,14 +7,15 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::apply::{Progress, repository, run_error, shown_file, until_signal};
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 use crate::ledger::read::Reader;
 use crate::run::attempt::Failure;
+use crate::run::attempt_result::{
+    AttemptResult, Counts, EventRef, FailureResult, GateResult, UsageResult,
+};
 use crate::run::driver::{self, OnceReport, OnceSpec, RunOptions};
 
 /// The schema name of [`AttemptResult`].
@@ -74,119 +75,6 @@ fn die_with_parent(parent: u32) -> Result<(), CliError> {
         )));
     }
     Ok(())
-}
-
-/// How one attempt ended.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct AttemptResult {
-    /// `mvk.attempt.v1`.
-    pub schema: String,
-    /// The run the attempt is recorded as (`mvk status RUN`, `mvk log RUN`).
-    pub run: String,
-    pub task: String,
-    pub attempt: u32,
-    /// `passed` (seal, gates with evidence and review), `failed`, or `unknown` (a gate gave no
-    /// evidence that tests ran: never a pass).
-    pub verdict: String,
-    /// How the run ended: `skipped` (passed, not landed), `rejected`, `unknown` or `budget`.
-    pub outcome: String,
-    pub exit_code: u8,
-    /// The commit the attempt started from.
-    pub base: String,
-    /// The commit holding the attempt's change, on `branch`.
-    pub head: Option<String>,
-    pub branch: String,
-    /// The tests the gates' evidence counted, summed over the attempt's gates.
-    pub counts: Counts,
-    pub gates: Vec<GateResult>,
-    /// What failed; `None` when the attempt passed.
-    pub failure: Option<FailureResult>,
-    /// What the attempt's agent (and reviewer) spent, as their output said.
-    #[serde(default)]
-    pub usage: UsageResult,
-    /// The run's events in the ledger, in order.
-    pub events: Vec<EventRef>,
-}
-
-/// Tokens and dollars an attempt spent.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
-pub struct UsageResult {
-    /// Every input token, cache writes and reads included.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// US dollars in millionths; `None` when the agent reported no cost.
-    pub usd_micros: Option<u64>,
-}
-
-impl From<&crate::run::adapter::Usage> for UsageResult {
-    fn from(u: &crate::run::adapter::Usage) -> Self {
-        UsageResult {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            usd_micros: u.usd_micros,
-        }
-    }
-}
-
-impl From<UsageResult> for crate::run::adapter::Usage {
-    fn from(u: UsageResult) -> Self {
-        crate::run::adapter::Usage {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            cached_tokens: 0,
-            usd_micros: u.usd_micros,
-            session: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
-pub struct Counts {
-    pub executed: u64,
-    pub passed: u64,
-    pub failed: u64,
-    pub skipped: u64,
-}
-
-/// One gate's run in the attempt.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct GateResult {
-    pub name: String,
-    /// `pass`, `fail` or `unknown`.
-    pub verdict: String,
-    pub exit_code: Option<i32>,
-    pub counts: Option<Counts>,
-    /// Where the evidence came from (the nonce line, a runner's summary, or none).
-    pub evidence: String,
-    pub reason: String,
-}
-
-/// The attempt's failure, as the next attempt's prompt would be told it.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FailureResult {
-    /// `agent`, `seal`, `gate`, `unknown` or `review`.
-    pub kind: String,
-    /// The criterion the attempt missed.
-    pub criterion: String,
-    /// Two failures with the same signature are the same failure (the same-failure brake).
-    pub signature: String,
-    pub gate: Option<String>,
-    pub exit_code: Option<i32>,
-    /// The sealed paths the change touched (a `seal` failure).
-    pub breaches: Vec<crate::run::seal::Breach>,
-    /// The reviewer's blockers (a `review` failure), one line each.
-    pub blockers: Vec<String>,
-    /// The end of the failing step's output.
-    pub tail: String,
-}
-
-/// One event of the run.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct EventRef {
-    /// The event's id in the ledger's `events` table.
-    pub id: i64,
-    pub event: String,
-    pub attempt: Option<u32>,
 }
 
 pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit, CliError> {

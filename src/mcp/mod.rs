@@ -22,8 +22,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::cli::attempt::AttemptResult;
 use crate::cli::{Cli, CliError, Command};
+use crate::run::attempt_result::AttemptResult;
 use crate::run::verify::Verification;
 pub use spawn::{SESSION, Started, enter_session};
 

@@ -15,6 +15,7 @@ pub mod adapter;
 pub mod agent_pack;
 pub(crate) mod ansi;
 pub mod attempt;
+pub mod attempt_result;
 pub mod driver;
 pub mod evidence;
 pub mod executor;

@@ -42,9 +42,9 @@ use temporalio_sdk::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cli::attempt::{AttemptResult, GateResult};
 use crate::ir::{Program, Rung};
 use crate::run::attempt::Failure;
+use crate::run::attempt_result::{AttemptResult, GateResult};
 use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
 use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
 use crate::run::schedule::{self, Board, Decision, Entry};
@@ -160,7 +160,7 @@ struct Spent {
 }
 
 impl Spent {
-    fn add(&mut self, usage: &crate::cli::attempt::UsageResult) {
+    fn add(&mut self, usage: &crate::run::attempt_result::UsageResult) {
         let usage = crate::run::adapter::Usage::from(*usage);
         self.tokens = self.tokens.saturating_add(usage.tokens());
         self.usd_micros = self
@@ -245,7 +245,7 @@ pub struct AttemptOut {
     pub worker_run: String,
     /// What the attempt's agent (and reviewer) spent.
     #[serde(default)]
-    pub usage: crate::cli::attempt::UsageResult,
+    pub usage: crate::run::attempt_result::UsageResult,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

@@ -35,7 +35,7 @@ pub struct RemoteAttempt {
     /// `None` when seal, gates and review passed.
     pub failure: Option<Failure>,
     pub duration_ms: u64,
-    pub gates: Vec<crate::cli::attempt::GateResult>,
+    pub gates: Vec<crate::run::attempt_result::GateResult>,
     /// What its agent (and reviewer) spent.
     pub usage: crate::run::adapter::Usage,
 }
