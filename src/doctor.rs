@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ir::{Adapter, Agent, Gate, Program, Rung, Sandbox};
+use crate::ir::{Adapter, Agent, Gate, Program, Sandbox};
 
 /// How long a `--version` or `--help` may take (a Node CLI's first start can be slow).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -54,11 +54,7 @@ pub fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
     let mut seen_agents = BTreeSet::new();
     let mut seen_gates = BTreeSet::new();
     for task in &program.tasks {
-        let rungs = task.ladder.iter().filter_map(|r| match r {
-            Rung::Agent { agent, .. } => Some((agent, false)),
-            Rung::Human => None,
-        });
-        for (agent, reviews) in rungs.chain(task.review.as_ref().map(|r| (&r.agent, true))) {
+        for (agent, reviews) in task.agents() {
             // The agent's own sandbox, else its task's: what reaches it depends on which.
             let sandbox = agent.sandbox.as_ref().or(task.sandbox.as_ref());
             let passes = sandbox.map(|s| s.env.clone());
@@ -300,14 +296,10 @@ pub fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
 
 /// What the kernel allows the program's sandboxes, if it has any.
 fn check_sandbox(program: &Program) -> Option<Finding> {
-    let has_sandbox = program.tasks.iter().any(|t| {
-        t.sandbox.is_some()
-            || t.ladder.iter().any(|r| match r {
-                Rung::Agent { agent, .. } => agent.sandbox.is_some(),
-                Rung::Human => false,
-            })
-            || t.review.as_ref().is_some_and(|r| r.agent.sandbox.is_some())
-    });
+    let has_sandbox = program
+        .tasks
+        .iter()
+        .any(|t| t.sandbox.is_some() || t.agents().any(|(a, _)| a.sandbox.is_some()));
     if !has_sandbox {
         return None;
     }
@@ -512,21 +504,13 @@ fn first_line(text: &str) -> String {
     line.chars().take(80).collect()
 }
 
-/// The long flags an argv passes (`--model`, `--output-format`), without values; a flag whose
-/// value is a review-only placeholder only when the agent reviews (a maker never gets it).
+/// The long flags an argv passes (`--model`, `--output-format`), without values; those only a
+/// reviewer gets (`run::attempt::review_only`) only when the agent reviews.
 fn flags(argv: &[String], reviews: bool) -> Vec<String> {
-    let review_only = |a: &str| a.contains("{{verdict_schema");
+    let makers_skip = crate::run::attempt::review_only(argv);
     let mut out: Vec<String> = Vec::new();
-    for (i, a) in argv.iter().enumerate().skip(1) {
-        if !a.starts_with("--") || a.len() <= 2 {
-            continue;
-        }
-        let value_is_review_only = review_only(a)
-            || (!a.contains('=')
-                && argv
-                    .get(i + 1)
-                    .is_some_and(|v| !v.starts_with('-') && review_only(v)));
-        if value_is_review_only && !reviews {
+    for (a, skip) in argv.iter().zip(makers_skip).skip(1) {
+        if !a.starts_with("--") || a.len() <= 2 || (skip && !reviews) {
             continue;
         }
         let name = a.split('=').next().unwrap_or(a).to_string();

@@ -120,6 +120,17 @@ pub struct Task {
     pub meta: TaskMeta,
 }
 
+impl Task {
+    /// Every agent the task may run: its rungs' (the makers), then its reviewer's, marked `true`.
+    pub fn agents(&self) -> impl Iterator<Item = (&Agent, bool)> + '_ {
+        let makers = self.ladder.iter().filter_map(|r| match r {
+            Rung::Agent { agent, .. } => Some((agent, false)),
+            Rung::Human => None,
+        });
+        makers.chain(self.review.iter().map(|r| (&r.agent, true)))
+    }
+}
+
 /// What the digest leaves out: where things were written, and the digests themselves.
 #[derive(Debug, Clone, Default)]
 pub struct TaskMeta {

@@ -281,11 +281,7 @@ pub fn to_text(p: &Program, plan: &Plan) -> String {
 /// Each agent of a task (rungs, then the reviewer), once.
 fn agents_of(t: &ir::Task) -> Vec<&ir::Agent> {
     let mut out: Vec<&ir::Agent> = Vec::new();
-    let rungs = t.ladder.iter().filter_map(|r| match r {
-        ir::Rung::Agent { agent, .. } => Some(agent),
-        ir::Rung::Human => None,
-    });
-    for a in rungs.chain(t.review.as_ref().map(|r| &r.agent)) {
+    for (a, _) in t.agents() {
         if !out.iter().any(|b| b.label() == a.label()) {
             out.push(a);
         }

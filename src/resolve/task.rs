@@ -998,12 +998,8 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
         // One diagnostic per agent, however many tasks use it.
         let mut told = std::collections::BTreeSet::new();
         for t in &tasks {
-            let rungs = t.ladder.iter().filter_map(|r| match r {
-                Rung::Agent { agent, .. } => Some((agent, "ladder")),
-                Rung::Human => None,
-            });
-            let review = t.review.iter().map(|r| (&r.agent, "review"));
-            for (agent, field) in rungs.chain(review) {
+            for (agent, reviews) in t.agents() {
+                let field = if reviews { "review" } else { "ladder" };
                 let used = t.meta.field_spans.get(field).or(t.meta.span.as_ref());
                 if let Some(used) = used
                     && told.insert(agent.label())

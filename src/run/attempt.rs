@@ -1263,7 +1263,7 @@ fn fill_argv(
 /// Which arguments of an agent's command line only a reviewer gets: one that holds
 /// `{{verdict_schema}}` or `{{verdict_schema_json}}`, and the option it is the value of (`--flag`
 /// before `{{…}}`, `-c` before `key={{…}}`); a maker's command line leaves them out.
-fn review_only(argv: &[String]) -> Vec<bool> {
+pub(crate) fn review_only(argv: &[String]) -> Vec<bool> {
     let mut dropped = vec![false; argv.len()];
     for (i, arg) in argv.iter().enumerate() {
         if !arg.contains("{{verdict_schema}}") && !arg.contains("{{verdict_schema_json}}") {

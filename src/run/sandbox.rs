@@ -29,7 +29,7 @@ use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ir::{Program, Rung, Sandbox};
+use crate::ir::{Program, Sandbox};
 use crate::run::process::{ProcessError, ProcessSpec};
 
 mod pidns;
@@ -240,15 +240,7 @@ fn sandboxes(program: &Program) -> Vec<(String, &Sandbox)> {
         if let Some(s) = &task.sandbox {
             owned.push((format!("task `{}`", task.name), s));
         }
-        let agents = task
-            .ladder
-            .iter()
-            .filter_map(|r| match r {
-                Rung::Agent { agent, .. } => Some(agent),
-                Rung::Human => None,
-            })
-            .chain(task.review.as_ref().map(|r| &r.agent));
-        for agent in agents {
+        for (agent, _) in task.agents() {
             if let Some(s) = &agent.sandbox {
                 owned.push((format!("agent `{}` of task `{}`", agent.name, task.name), s));
             }
