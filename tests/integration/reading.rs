@@ -227,8 +227,15 @@ fn status_says_where_each_run_stands() {
     assert_eq!(t["last_failure"]["kind"], "gate");
     assert_eq!(t["last_failure"]["gate"], "tests");
 
-    // A unique prefix names the other run.
-    let prefix = &accepted.id[..accepted.id.len() - 2];
+    // A unique prefix names the other run: one character past what the two ids share (two runs
+    // in the same second may share more than the time).
+    let shared = accepted
+        .id
+        .chars()
+        .zip(spent.id.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let prefix = &accepted.id[..(shared + 1).min(accepted.id.len())];
     let s = mvk_json(&fixture, &["status", prefix]);
     assert_eq!(s["run"], accepted.id.as_str());
     assert_eq!(s["outcome"], "accepted");
