@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use git2::Oid;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::ir::{Program, Rung, Task};
@@ -25,6 +24,7 @@ use crate::run::attempt::{self, AttemptEnd, AttemptSpec, Failure, FailureKind};
 use crate::run::evidence::GateVerdict;
 use crate::run::gate::{self, GateRun};
 use crate::run::land::{self, LandError};
+use crate::run::policy::{self, CheckpointKind};
 use crate::run::sandbox::Protected;
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
 use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
@@ -140,96 +140,8 @@ impl RunError {
     }
 }
 
-/// How a task, or a whole run, ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    Accepted,
-    Rejected,
-    Stuck,
-    Unknown,
-    Budget,
-    Human,
-    Skipped,
-    /// Paused at a checkpoint: the run waits for `mvk approve` or `mvk reject`.
-    Waiting,
-}
-
-impl Outcome {
-    /// The outcome a ledger row names (`error` and `drift` are run outcomes only).
-    pub fn from_name(name: &str) -> Option<Outcome> {
-        Some(match name {
-            "accepted" => Outcome::Accepted,
-            "rejected" => Outcome::Rejected,
-            "stuck" => Outcome::Stuck,
-            "unknown" => Outcome::Unknown,
-            "budget" => Outcome::Budget,
-            "human" => Outcome::Human,
-            "skipped" => Outcome::Skipped,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Accepted => "accepted",
-            Outcome::Rejected => "rejected",
-            Outcome::Stuck => "stuck",
-            Outcome::Unknown => "unknown",
-            Outcome::Budget => "budget",
-            Outcome::Human => "human",
-            Outcome::Skipped => "skipped",
-            Outcome::Waiting => "waiting",
-        }
-    }
-
-    /// The contract's exit code for `apply`.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Accepted | Outcome::Skipped => 0,
-            Outcome::Rejected => 1,
-            Outcome::Stuck | Outcome::Unknown => 2,
-            Outcome::Budget => 3,
-            Outcome::Human | Outcome::Waiting => 4,
-        }
-    }
-
-    /// Rank in the contract's order for a flow's code: 1 > 2 > 3 > 4 > 0.
-    fn severity(self) -> u8 {
-        match self {
-            Outcome::Rejected => 5,
-            Outcome::Stuck | Outcome::Unknown => 4,
-            Outcome::Budget => 3,
-            Outcome::Human | Outcome::Waiting => 2,
-            Outcome::Accepted | Outcome::Skipped => 0,
-        }
-    }
-}
-
-/// What one task did.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskReport {
-    pub name: String,
-    pub outcome: Outcome,
-    pub attempts: u32,
-    pub merged: Option<String>,
-    pub branch: Option<String>,
-    pub usd: f64,
-    pub tokens: u64,
-    /// One line: why it ended so.
-    pub reason: String,
-}
-
-/// What a run did.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunReport {
-    pub schema: &'static str,
-    pub run: String,
-    pub outcome: Outcome,
-    pub exit_code: u8,
-    pub tasks: Vec<TaskReport>,
-    pub handoff: Option<PathBuf>,
-}
+pub use crate::run::outcome::{Outcome, RunReport, TaskReport};
+pub use crate::run::policy::RunMode;
 
 /// Where and how to run.
 #[derive(Debug, Clone)]
@@ -244,32 +156,6 @@ pub struct RunOptions {
     pub mode: RunMode,
     /// The run's id: a new one from [`new_run_id`], or the one being resumed.
     pub run_id: String,
-}
-
-/// When a run stops for a person: never (`auto`), before each landing (`batch`), after each
-/// attempt (`step`). The ledger keeps its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunMode {
-    Auto,
-    Batch,
-    Step,
-}
-
-impl RunMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            RunMode::Auto => "auto",
-            RunMode::Batch => "batch",
-            RunMode::Step => "step",
-        }
-    }
-
-    /// The mode a ledger row names; `None` for a name this mvk does not know.
-    pub fn parse(name: &str) -> Option<RunMode> {
-        [RunMode::Auto, RunMode::Batch, RunMode::Step]
-            .into_iter()
-            .find(|m| m.name() == name)
-    }
 }
 
 /// Sees every event as it is written (the CLI's progress display).
@@ -1784,67 +1670,131 @@ impl<'a> Runner<'a> {
                 )?
             };
         }
+        let ladder: Vec<policy::RungKind> =
+            task.ladder.iter().map(policy::RungKind::from).collect();
+        let rules = policy::Rules {
+            ladder: &ladder,
+            iterations: task.budget.iterations,
+            same_failure: task.budget.same_failure,
+            review_rounds: task.review.as_ref().map(|r| r.rounds),
+            task: policy::Limits::of(task.budget.tokens, task.budget.usd_micros, task.budget.wall),
+            flow: flow_budget
+                .as_ref()
+                .map(|f| policy::Limits::of(f.tokens, f.usd_micros, f.wall))
+                .unwrap_or_default(),
+            mode: self.opts.mode,
+        };
+        // The attempt that failed with `last` as `(ledger id, number, branch)`, when this process
+        // made it; a resumed task finds it in the ledger.
+        let mut last_attempt: Option<(i64, u32, String)> = None;
+        // `last` was just recorded here (not restored by a resume), and whether no person has
+        // seen it yet (an attempt a resume found passed and approved, whose landing failed, was).
+        let (mut just_failed, mut unseen) = (false, false);
         loop {
             let pend = pending.take();
             let mut fresh_agent = None;
-            // A resumed task may have been stopped by a rejection past the review's rounds just
-            // before mvk was interrupted, before its checkpoint was opened: a person decides.
-            if pend.is_none()
-                && let Some(f) = last.as_ref().filter(|f| f.kind == FailureKind::Review)
-                && let Some(review) = &task.review
-            {
-                let rejections =
-                    self.ledger()
-                        .review_rejections(&self.run_id, &task.name, epoch)?;
-                if rejections > review.rounds
-                    && let Some(a) = self.last_attempt_row(task, epoch, f.attempt)?
-                {
-                    let why = rounds_used(a.number, review.rounds, rejections, f);
-                    let (r, path) =
-                        self.review_checkpoint(task, target, f, (a.id, a.number, &a.branch), &why)?;
-                    return Ok((r, Some(path)));
-                }
-            }
-            // A resumed task may have hit the brake just before mvk was interrupted.
-            if pend.is_none()
-                && let Some(f) = last
-                    .as_ref()
-                    .filter(|f| brakes(f, same, task.budget.same_failure))
-            {
-                let reason = format!(
-                    "stuck: the same failure {same} times in a row: {}",
-                    f.criterion
-                );
-                let outcome = stuck_outcome(f.kind);
-                let r = end_task!(outcome, reason, None, last_branch);
-                return Ok((r, None));
-            }
             if pend.is_none() {
-                // The rung: climb past those whose attempts are used up.
-                while let Some(Rung::Agent {
-                    attempts: Some(n), ..
-                }) = task.ladder.get(rung_idx)
-                {
-                    if rung_used < *n {
-                        break;
-                    }
-                    rung_idx += 1;
-                    rung_used = 0;
-                    if rung_idx < task.ladder.len() {
-                        self.emit(
+                let rejections = match &last {
+                    Some(f) if f.kind == FailureKind::Review && task.review.is_some() => self
+                        .ledger()
+                        .review_rejections(&self.run_id, &task.name, epoch)?,
+                    _ => 0,
+                };
+                let (task_spent, flow_spent) = (
+                    policy::Tally {
+                        tokens: spent_tokens,
+                        usd_micros: spent_usd,
+                        wall_ms: attempt::ms(self.started(&task.name).elapsed()),
+                    },
+                    self.flow_tally()?,
+                );
+                let decision = policy::decide(
+                    &rules,
+                    &policy::Standing {
+                        attempts: number - first,
+                        rung: rung_idx,
+                        on_rung: rung_used,
+                        last: last.as_ref(),
+                        same,
+                        rejections,
+                        fresh: just_failed && unseen,
+                        task_spent,
+                        flow_spent,
+                    },
+                );
+                let stuck_here = std::mem::take(&mut just_failed);
+                for &to in &decision.climbed {
+                    self.emit(
                         Some(&task.name),
                         None,
                         "rung.climbed",
-                        json!({"from": rung_idx, "to": rung_idx + 1, "rung": rung_label(&task.ladder[rung_idx])}),
+                        json!({"from": to, "to": to + 1, "rung": rung_label(&task.ladder[to])}),
                     )?;
-                    }
                 }
-                fresh_agent = Some(match task.ladder.get(rung_idx) {
-                    // The rungs ran out on a reviewer's rejection: the maker and the reviewer
-                    // did not agree, and only a person can say which was wrong.
-                    None if let Some(f) =
-                        last.as_ref().filter(|f| f.kind == FailureKind::Review)
-                        && let Some(a) = self.last_attempt_row(task, epoch, f.attempt)? =>
+                (rung_idx, rung_used) = (decision.rung, decision.on_rung);
+                // The attempt `last` came from, for a checkpoint on it.
+                let made = |last: &Failure| -> Result<Option<(i64, u32, String)>, RunError> {
+                    Ok(match &last_attempt {
+                        Some(a) => Some(a.clone()),
+                        None => self
+                            .last_attempt_row(task, epoch, last.attempt)?
+                            .map(|a| (a.id, a.number, a.branch)),
+                    })
+                };
+                match decision.next {
+                    policy::Next::Attempt => {
+                        fresh_agent = match task.ladder.get(rung_idx) {
+                            Some(Rung::Agent { agent, .. }) => Some(agent),
+                            _ => None,
+                        };
+                    }
+                    policy::Next::ReviewRounds => {
+                        let f = last.as_ref().ok_or_else(|| no_failure(task))?;
+                        let (id, n, branch) = made(f)?.ok_or_else(|| no_row(task, f))?;
+                        let rounds = task.review.as_ref().map_or(0, |r| r.rounds);
+                        let why = rounds_used(n, rounds, rejections, f);
+                        let (r, path) =
+                            self.review_checkpoint(task, target, f, (id, n, &branch), &why)?;
+                        return Ok((r, Some(path)));
+                    }
+                    policy::Next::Stuck { outcome } => {
+                        let f = last.as_ref().ok_or_else(|| no_failure(task))?;
+                        if stuck_here {
+                            self.emit(
+                                Some(&task.name),
+                                None,
+                                "task.stuck",
+                                json!({"signature": f.signature, "times": same}),
+                            )?;
+                        }
+                        let reason = format!(
+                            "stuck: the same failure {same} times in a row: {}",
+                            f.criterion
+                        );
+                        let r = end_task!(outcome, reason, None, last_branch);
+                        return Ok((r, None));
+                    }
+                    policy::Next::Step => {
+                        let f = last.as_ref().ok_or_else(|| no_failure(task))?;
+                        let (id, n, branch) = made(f)?.ok_or_else(|| no_row(task, f))?;
+                        let question = format!(
+                            "attempt {n} failed: {}; approve to go on with the next attempt, or reject with a reason to add to its prompt",
+                            f.criterion
+                        );
+                        let r = self.checkpoint(
+                            task,
+                            (id, n, &branch),
+                            CheckpointKind::Step,
+                            false,
+                            &question,
+                        )?;
+                        return Ok((r, None));
+                    }
+                    // The maker and the reviewer did not agree, and only a person can say
+                    // which was wrong.
+                    policy::Next::RungsOutOnReview
+                        if let Some(f) = &last
+                            && let Some((id, n, branch)) = made(f)? =>
                     {
                         let blockers: Vec<String> = f
                             .blockers
@@ -1852,28 +1802,22 @@ impl<'a> Runner<'a> {
                             .map(crate::prompt::Blocker::line)
                             .collect();
                         let why = format!(
-                            "every rung's attempts were used and the reviewer rejected the last, attempt {}: {}",
-                            a.number,
+                            "every rung's attempts were used and the reviewer rejected the last, attempt {n}: {}",
                             blockers.join("; ")
                         );
-                        let (r, path) = self.review_checkpoint(
-                            task,
-                            target,
-                            f,
-                            (a.id, a.number, &a.branch),
-                            &why,
-                        )?;
+                        let (r, path) =
+                            self.review_checkpoint(task, target, f, (id, n, &branch), &why)?;
                         return Ok((r, Some(path)));
                     }
-                    None => {
-                        let outcome = if last
-                            .as_ref()
-                            .is_some_and(|f| f.kind == FailureKind::Unknown)
-                        {
-                            Outcome::Unknown
-                        } else {
-                            Outcome::Rejected
-                        };
+                    policy::Next::RungsOutOnReview => {
+                        let reason = format!(
+                            "every rung's attempts were used{}",
+                            last_reason(last.as_ref())
+                        );
+                        let r = end_task!(Outcome::Rejected, reason, None, last_branch);
+                        return Ok((r, None));
+                    }
+                    policy::Next::RungsOut { outcome } => {
                         let reason = format!(
                             "every rung's attempts were used{}",
                             last_reason(last.as_ref())
@@ -1881,7 +1825,7 @@ impl<'a> Runner<'a> {
                         let r = end_task!(outcome, reason, None, last_branch);
                         return Ok((r, None));
                     }
-                    Some(Rung::Human) => {
+                    policy::Next::Human => {
                         let path = self.stop_for_person(task, target, last.as_ref(), None)?;
                         // A person answers on the last attempt: approve judges its branch as
                         // it now stands (they may have finished the work there) and lands it
@@ -1902,7 +1846,7 @@ impl<'a> Runner<'a> {
                             let r = self.checkpoint(
                                 task,
                                 (a.id, a.number, &a.branch),
-                                "human",
+                                CheckpointKind::Human,
                                 false,
                                 &question,
                             )?;
@@ -1916,46 +1860,20 @@ impl<'a> Runner<'a> {
                         let r = end_task!(Outcome::Human, reason, None, last_branch);
                         return Ok((r, Some(path)));
                     }
-                    Some(Rung::Agent { agent, .. }) => agent,
-                });
-
-                // Budgets, checked before anything is spent on the next attempt.
-                let flow_spent = self.flow_spent()?;
-                let exhausted = if number - first >= task.budget.iterations {
-                    Some((
-                        "iterations",
-                        u64::from(number - first),
-                        u64::from(task.budget.iterations),
-                    ))
-                } else if let Some(limit) = task.budget.tokens.filter(|l| spent_tokens >= *l) {
-                    Some(("tokens", spent_tokens, limit))
-                } else if let Some(limit) = task.budget.usd_micros.filter(|l| spent_usd >= *l) {
-                    Some(("usd", spent_usd, limit))
-                } else if budgets.time_left(self.started(&task.name)).is_none() {
-                    Some((
-                        "wall",
-                        attempt::ms(self.started(&task.name).elapsed()),
-                        budgets.wall.map_or(0, attempt::ms),
-                    ))
-                } else if let Some(fb) = &flow_budget {
-                    if let Some(limit) = fb.tokens.filter(|l| flow_spent.0 >= *l) {
-                        Some(("flow tokens", flow_spent.0, limit))
-                    } else if let Some(limit) = fb.usd_micros.filter(|l| flow_spent.1 >= *l) {
-                        Some(("flow usd", flow_spent.1, limit))
-                    } else {
-                        let used = self.run_started().elapsed();
-                        fb.wall
-                            .filter(|w| used >= *w)
-                            .map(|w| ("flow wall", attempt::ms(used), attempt::ms(w)))
+                    policy::Next::Budget {
+                        budget,
+                        spent,
+                        limit,
+                        outcome,
+                    } => {
+                        let reason = self.budget_exhausted(
+                            &task.name,
+                            (budget.name(), spent, limit),
+                            last.as_ref(),
+                        )?;
+                        let r = end_task!(outcome, reason, None, last_branch);
+                        return Ok((r, None));
                     }
-                } else {
-                    None
-                };
-                if let Some((which, spent, limit)) = exhausted {
-                    let (outcome, reason) =
-                        self.budget_exhausted(&task.name, (which, spent, limit), last.as_ref())?;
-                    let r = end_task!(outcome, reason, None, last_branch);
-                    return Ok((r, None));
                 }
             }
             // An attempt a resume found half done goes on from its last durable step;
@@ -2089,7 +2007,7 @@ impl<'a> Runner<'a> {
                     }
                     // Also after a crash between the attempt's end and its checkpoint: a change
                     // lands in batch or step mode only once a person said so.
-                    if ask && self.opts.mode != RunMode::Auto {
+                    if let Some(kind) = policy::on_pass(self.opts.mode, !ask) {
                         let question = format!(
                             "attempt {number} passed{}; approve to land it on `{target}`, or reject with a reason for another attempt",
                             if task.review.is_some() {
@@ -2098,11 +2016,6 @@ impl<'a> Runner<'a> {
                                 " seal and gates"
                             }
                         );
-                        let kind = if self.opts.mode == RunMode::Step {
-                            "step"
-                        } else {
-                            "batch"
-                        };
                         let r = self.checkpoint(
                             task,
                             (record.ledger_id, number, &record.branch),
@@ -2164,7 +2077,7 @@ impl<'a> Runner<'a> {
                             let r = self.checkpoint(
                                 task,
                                 (record.ledger_id, number, &record.branch),
-                                "landing",
+                                CheckpointKind::Landing,
                                 true,
                                 &question,
                             )?;
@@ -2191,62 +2104,11 @@ impl<'a> Runner<'a> {
                 record.branch.clone(),
                 Some(failure.clone()),
             ));
-            // Bounded review: past its rounds of rework, a rejection goes to a person, never
-            // to another attempt nor to approval.
-            if failure.kind == FailureKind::Review
-                && let Some(review) = &task.review
-            {
+            if failure.kind == FailureKind::Review && task.review.is_some() {
                 crate::run::failpoint("review-rejected");
-                let rejections =
-                    self.ledger()
-                        .review_rejections(&self.run_id, &task.name, epoch)?;
-                if rejections > review.rounds {
-                    let why = rounds_used(number, review.rounds, rejections, &failure);
-                    let (r, path) = self.review_checkpoint(
-                        task,
-                        target,
-                        &failure,
-                        (record.ledger_id, number, &record.branch),
-                        &why,
-                    )?;
-                    return Ok((r, Some(path)));
-                }
             }
-            if brakes(&failure, same, task.budget.same_failure) {
-                let outcome = stuck_outcome(failure.kind);
-                let reason = format!(
-                    "stuck: the same failure {same} times in a row: {}",
-                    failure.criterion
-                );
-                self.emit(
-                    Some(&task.name),
-                    None,
-                    "task.stuck",
-                    json!({"signature": failure.signature, "times": same}),
-                )?;
-                let r = end_task!(outcome, reason, None, last_branch);
-                return Ok((r, None));
-            }
-            // When this attempt used up its rung and `human` comes next, the person is asked
-            // there, once: a step stop as well would ask twice about one attempt.
-            let human_next = matches!(
-                task.ladder.get(rung_idx),
-                Some(Rung::Agent { attempts: Some(n), .. }) if rung_used >= *n
-            ) && matches!(task.ladder.get(rung_idx + 1), Some(Rung::Human));
-            if self.opts.mode == RunMode::Step && !settled && !human_next {
-                let question = format!(
-                    "attempt {number} failed: {}; approve to go on with the next attempt, or reject with a reason to add to its prompt",
-                    failure.criterion
-                );
-                let r = self.checkpoint(
-                    task,
-                    (record.ledger_id, number, &record.branch),
-                    "step",
-                    false,
-                    &question,
-                )?;
-                return Ok((r, None));
-            }
+            last_attempt = Some((record.ledger_id, number, record.branch.clone()));
+            (just_failed, unseen) = (true, !settled);
             last = Some(failure);
         }
     }
@@ -2270,7 +2132,7 @@ impl<'a> Runner<'a> {
         let r = self.checkpoint(
             task,
             (attempt_id, number, branch),
-            "review",
+            CheckpointKind::Review,
             true,
             &question,
         )?;
@@ -2297,7 +2159,7 @@ impl<'a> Runner<'a> {
         &self,
         task: &Task,
         (attempt_id, number, branch): (i64, u32, &str),
-        kind: &str,
+        kind: CheckpointKind,
         lands: bool,
         question: &str,
     ) -> Result<TaskReport, RunError> {
@@ -2305,7 +2167,7 @@ impl<'a> Runner<'a> {
             run: &self.run_id,
             task: &task.name,
             attempt_id,
-            kind,
+            kind: kind.name(),
             lands,
             question,
         })?;
@@ -2313,7 +2175,7 @@ impl<'a> Runner<'a> {
             Some(&task.name),
             Some(number),
             "checkpoint.waiting",
-            json!({"checkpoint": id, "kind": kind, "lands": lands, "question": question}),
+            json!({"checkpoint": id, "kind": kind.name(), "lands": lands, "question": question}),
         )?;
         self.task_state(&task.name, |s| {
             s.state = "waiting".into();
@@ -2436,10 +2298,14 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Tokens and micro-dollars spent by the whole run so far.
-    fn flow_spent(&self) -> Result<(u64, u64), RunError> {
+    /// What the whole run has spent so far: tokens, micro-dollars, wall time.
+    fn flow_tally(&self) -> Result<policy::Tally, RunError> {
         let s = self.ledger().spent(&self.run_id, None)?;
-        Ok((s.input_tokens.saturating_add(s.output_tokens), s.usd_micros))
+        Ok(policy::Tally {
+            tokens: s.input_tokens.saturating_add(s.output_tokens),
+            usd_micros: s.usd_micros,
+            wall_ms: attempt::ms(self.run_started().elapsed()),
+        })
     }
 
     /// Stops `task` for a person: writes HANDOFF.md (what was tried and where the work is) and
@@ -2549,25 +2415,6 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// Whether `same` equal failures in a row, the last `failure`, stop the task as stuck. A
-/// reviewer's rejection never does: the review's rounds bound a disagreement, and past them a
-/// person decides. The brake is for work that makes no progress against a deterministic
-/// oracle (gates, the seal, the agent itself); a reviewer that keeps rejecting may be the one
-/// that is wrong.
-pub(crate) fn brakes(failure: &Failure, same: u32, limit: u32) -> bool {
-    failure.kind != FailureKind::Review && same >= limit.max(1)
-}
-
-/// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
-/// (the contract's 1), however often; unprovable evidence is unknown.
-fn stuck_outcome(kind: FailureKind) -> Outcome {
-    match kind {
-        FailureKind::Seal => Outcome::Rejected,
-        FailureKind::Unknown => Outcome::Unknown,
-        _ => Outcome::Stuck,
-    }
-}
-
 fn verdict_name(v: GateVerdict) -> &'static str {
     match v {
         GateVerdict::Pass => "pass",
@@ -2598,6 +2445,27 @@ fn rounds_used(number: u32, rounds: u32, rejections: u32, failure: &Failure) -> 
     )
 }
 
+/// The task's policy stopped on its last failure, and it has none: the ledger and the
+/// definition disagree.
+fn no_failure(task: &Task) -> RunError {
+    RunError::Config {
+        message: format!(
+            "task `{}` stopped on a failure it has no record of",
+            task.name
+        ),
+    }
+}
+
+/// The ledger has no attempt that made `f`, which a person must be asked about.
+fn no_row(task: &Task, f: &Failure) -> RunError {
+    RunError::Config {
+        message: format!(
+            "the ledger has no attempt {} of task `{}` to ask a person about",
+            f.attempt, task.name
+        ),
+    }
+}
+
 fn last_reason(f: Option<&Failure>) -> String {
     f.map_or(String::new(), |f| {
         format!("; last failure: {}", f.criterion)
@@ -2606,31 +2474,24 @@ fn last_reason(f: Option<&Failure>) -> String {
 
 impl Runner<'_> {
     /// Records that task `name`'s budget `which` ran out (`budget.exhausted`), `spent` of
-    /// `limit`, after the failure `last`: the outcome the task ends with, and why.
-    fn budget_exhausted(
+    /// `limit`, after the failure `last`: why the task ends.
+    pub(crate) fn budget_exhausted(
         &self,
         name: &str,
         (which, spent, limit): (&str, u64, u64),
         last: Option<&Failure>,
-    ) -> Result<(Outcome, String), RunError> {
+    ) -> Result<String, RunError> {
         self.emit(
             Some(name),
             None,
             "budget.exhausted",
             json!({"budget": which, "spent": spent, "limit": limit}),
         )?;
-        // Out of budget right after tampering or unprovable evidence: say that.
-        let outcome = match last.map(|f| f.kind) {
-            Some(FailureKind::Seal) => Outcome::Rejected,
-            Some(FailureKind::Unknown) => Outcome::Unknown,
-            _ => Outcome::Budget,
-        };
-        let reason = format!(
+        Ok(format!(
             "the {which} budget ran out ({}){}",
             budget_text(which, spent, limit),
             last_reason(last)
-        );
-        Ok((outcome, reason))
+        ))
     }
 }
 

@@ -47,6 +47,7 @@ use crate::run::attempt::Failure;
 use crate::run::attempt_result::{AttemptResult, GateResult};
 use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
 use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
+use crate::run::policy::{self, RungKind};
 use crate::run::schedule::{self, Board, Decision, Entry};
 
 /// The task queue `mvk worker` polls and attempts are sent to, unless told another.
@@ -133,24 +134,8 @@ pub struct FlowIn {
     pub budget: Limits,
 }
 
-/// Token, dollar and wall-time limits (a task's, or a flow's shared by its tasks); `None`: none.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default)]
-pub struct Limits {
-    pub tokens: Option<u64>,
-    pub usd_micros: Option<u64>,
-    pub wall_ms: Option<u64>,
-}
-
-impl Limits {
-    /// A budget's token, dollar and wall limits, as the workflow carries them.
-    fn of(tokens: Option<u64>, usd_micros: Option<u64>, wall: Option<Duration>) -> Limits {
-        Limits {
-            tokens,
-            usd_micros,
-            wall_ms: wall.map(crate::run::attempt::ms),
-        }
-    }
-}
+/// The task's and the flow's limits travel in the workflow's input as the policy reads them.
+pub use crate::run::policy::Limits;
 
 /// What attempts have spent so far (a task's, or the whole flow's).
 #[derive(Clone, Copy, Debug, Default)]
@@ -168,17 +153,12 @@ impl Spent {
             .saturating_add(usage.usd_micros.unwrap_or(0));
     }
 
-    /// The first limit of `limits` spent (by `self`, or by `wall_ms` of time), in the local
-    /// driver's order and words: the budget's name (`prefix` first), what was spent, the limit.
-    fn exhausted(&self, limits: &Limits, wall_ms: u64, prefix: &str) -> Option<(String, u64, u64)> {
-        let over = |spent: u64, limit: Option<u64>| limit.filter(|l| spent >= *l);
-        let name = |which: &str| format!("{prefix}{which}");
-        if let Some(l) = over(self.tokens, limits.tokens) {
-            Some((name("tokens"), self.tokens, l))
-        } else if let Some(l) = over(self.usd_micros, limits.usd_micros) {
-            Some((name("usd"), self.usd_micros, l))
-        } else {
-            over(wall_ms, limits.wall_ms).map(|l| (name("wall"), wall_ms, l))
+    /// What the policy weighs against the limits: this, and `wall_ms` of time.
+    fn tally(self, wall_ms: u64) -> policy::Tally {
+        policy::Tally {
+            tokens: self.tokens,
+            usd_micros: self.usd_micros,
+            wall_ms,
         }
     }
 }
@@ -212,6 +192,17 @@ pub enum RungIn {
         attempts: Option<u32>,
     },
     Human,
+}
+
+impl From<&RungIn> for RungKind {
+    fn from(rung: &RungIn) -> RungKind {
+        match rung {
+            RungIn::Agent { attempts } => RungKind::Agent {
+                attempts: *attempts,
+            },
+            RungIn::Human => RungKind::Human,
+        }
+    }
 }
 
 /// One attempt for a worker to make.
@@ -517,8 +508,7 @@ pub struct ClimbIn {
 
 /// One task to its end, as the local driver takes it: attempts on the workers, each told the
 /// failure before it and made by its rung's agent, each recorded, a passed one landed by the
-/// coordinator; the same-failure brake, the ladder and the iterations budget decide when it
-/// stops.
+/// coordinator; the attempt policy ([`policy::decide`]) says when it climbs and when it stops.
 async fn run_task(
     ctx: WorkflowContext<MvkFlow>,
     flow: &FlowIn,
@@ -532,120 +522,123 @@ async fn run_task(
     let mut base = ctx
         .execute_activity(CoordActs::task_begin, task.name.clone(), coord())
         .await?;
+    let ladder: Vec<RungKind> = task.ladder.iter().map(RungKind::from).collect();
+    let rules = policy::Rules {
+        ladder: &ladder,
+        iterations: task.iterations,
+        same_failure: task.same_failure,
+        review_rounds: task.review_rounds,
+        task: task.budget,
+        flow: flow.budget,
+        // This executor has no checkpoints: `apply` refuses another mode for it.
+        mode: policy::RunMode::Auto,
+    };
     let mut last: Option<Failure> = None;
-    let mut same = 0u32;
-    let mut rejections = 0u32;
-    let mut number = 0u32;
+    let (mut same, mut rejections, mut number) = (0u32, 0u32, 0u32);
     // The 0-based rung and the attempts made on it.
-    let mut rung_idx = 0usize;
-    let mut rung_used = 0u32;
+    let (mut rung_idx, mut rung_used) = (0usize, 0u32);
     loop {
-        if let Some(f) = last.as_ref().filter(|f| match task.review_rounds {
-            Some(_) => crate::run::driver::brakes(f, same, task.same_failure),
-            // A workflow an older mvk started braked on every failure: replayed, it must
-            // decide as it did then.
-            None => same >= task.same_failure.max(1),
-        }) {
-            let o = end(EndIn::Stuck {
-                task: task.name.clone(),
+        let now = ctx.workflow_time();
+        let flow_spent = *shared.spent.borrow();
+        let decision = policy::decide(
+            &rules,
+            &policy::Standing {
+                attempts: number,
+                rung: rung_idx,
+                on_rung: rung_used,
+                last: last.as_ref(),
+                same,
+                rejections,
+                fresh: false,
+                task_spent: spent.tally(elapsed_ms(started, now)),
+                flow_spent: flow_spent.tally(elapsed_ms(shared.started, now)),
+            },
+        );
+        for &to in &decision.climbed {
+            ctx.execute_activity(
+                CoordActs::rung_climbed,
+                ClimbIn {
+                    task: task.name.clone(),
+                    to,
+                },
+                coord(),
+            )
+            .await?;
+        }
+        (rung_idx, rung_used) = (decision.rung, decision.on_rung);
+        let name = task.name.clone();
+        // A person decides, and this executor has no checkpoint to wait at: the task ends for
+        // a person, with the branch.
+        let for_person = |why: String| EndIn::Ended {
+            task: task.name.clone(),
+            number,
+            outcome: Outcome::Human.name().to_string(),
+            reason: format!(
+                "{why}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it"
+            ),
+        };
+        let ending = match decision.next {
+            policy::Next::Attempt => None,
+            policy::Next::Stuck { .. } => last.as_ref().map(|f| EndIn::Stuck {
+                task: name,
                 same,
                 last: f.clone(),
                 attempts: number,
-            })
-            .await?;
-            return outcome_of(&o);
-        }
-        // Climb past the rungs whose attempts are used up.
-        while let Some(RungIn::Agent {
-            attempts: Some(n), ..
-        }) = task.ladder.get(rung_idx)
-        {
-            if rung_used < *n {
-                break;
-            }
-            rung_idx += 1;
-            rung_used = 0;
-            if rung_idx < task.ladder.len() {
-                ctx.execute_activity(
-                    CoordActs::rung_climbed,
-                    ClimbIn {
-                        task: task.name.clone(),
-                        to: rung_idx,
-                    },
-                    coord(),
-                )
-                .await?;
-            }
-        }
-        match task.ladder.get(rung_idx) {
-            // The rungs ran out on a reviewer's rejection: a person decides, as locally (not
-            // for a workflow an older mvk started, whose replay must decide as it did).
-            None if task.review_rounds.is_some()
-                && last
-                    .as_ref()
-                    .is_some_and(|f| f.kind == crate::run::attempt::FailureKind::Review) =>
-            {
-                let o = end(EndIn::Ended {
-                    task: task.name.clone(),
-                    number,
-                    outcome: Outcome::Human.name().to_string(),
-                    reason: format!(
-                        "every rung's attempts were used and the reviewer rejected the last, attempt {number}{}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it",
-                        last.as_ref().map_or(String::new(), |f| format!(": {}", f.criterion))
-                    ),
-                })
-                .await?;
-                return outcome_of(&o);
-            }
-            None => {
-                let o = end(EndIn::Rungs {
-                    task: task.name.clone(),
-                    used: number,
-                    last,
-                })
-                .await?;
-                return outcome_of(&o);
-            }
+            }),
+            policy::Next::ReviewRounds => last.as_ref().map(|f| {
+                let rounds = task.review_rounds.unwrap_or(0);
+                let blockers: Vec<String> = f
+                    .blockers
+                    .iter()
+                    .map(crate::prompt::Blocker::line)
+                    .collect();
+                for_person(format!(
+                    "the reviewer rejected attempt {number} after {rounds} round{} of rework: {}",
+                    if rounds == 1 { "" } else { "s" },
+                    blockers.join("; ")
+                ))
+            }),
+            policy::Next::RungsOutOnReview => Some(for_person(format!(
+                "every rung's attempts were used and the reviewer rejected the last, attempt {number}{}",
+                last.as_ref()
+                    .map_or(String::new(), |f| format!(": {}", f.criterion))
+            ))),
+            policy::Next::RungsOut { .. } => Some(EndIn::Rungs {
+                task: name,
+                used: number,
+                last: last.take(),
+            }),
+            policy::Next::Budget {
+                budget: policy::Budget::Iterations,
+                ..
+            } => Some(EndIn::Iterations {
+                task: name,
+                used: number,
+                last: last.take(),
+            }),
+            policy::Next::Budget {
+                budget,
+                spent,
+                limit,
+                ..
+            } => Some(EndIn::Budget {
+                task: name,
+                which: budget.name().to_string(),
+                spent,
+                limit,
+                used: number,
+                last: last.take(),
+            }),
             // `apply` refuses such a flow before it starts; never a silent stop.
-            Some(RungIn::Human) => {
+            policy::Next::Human | policy::Next::Step => {
                 return Err(fail_workflow(format!(
                     "task `{}` reached the `human` rung, which the temporal executor does not take",
                     task.name
                 )));
             }
-            Some(RungIn::Agent { .. }) => {}
-        }
-        if number >= task.iterations {
-            let o = end(EndIn::Iterations {
-                task: task.name.clone(),
-                used: number,
-                last,
-            })
-            .await?;
-            return outcome_of(&o);
-        }
-        // The token, dollar and wall budgets, the task's then the flow's, checked before
-        // anything is spent on the next attempt, as the local driver checks them.
-        let now = ctx.workflow_time();
-        let exhausted = spent
-            .exhausted(&task.budget, elapsed_ms(started, now), "")
-            .or_else(|| {
-                shared.spent.borrow().exhausted(
-                    &flow.budget,
-                    elapsed_ms(shared.started, now),
-                    "flow ",
-                )
-            });
-        if let Some((which, spent, limit)) = exhausted {
-            let o = end(EndIn::Budget {
-                task: task.name.clone(),
-                which,
-                spent,
-                limit,
-                used: number,
-                last,
-            })
-            .await?;
+        };
+        if let Some(e) = ending {
+            let o = end(e).await?;
             return outcome_of(&o);
         }
         number += 1;
@@ -751,29 +744,8 @@ async fn run_task(
         } else {
             1
         };
-        // Bounded review, as locally: past its rounds a rejection goes to a person. This
-        // executor has no checkpoint to wait at, so the task ends for a person with the branch.
-        if failure.kind == crate::run::attempt::FailureKind::Review {
+        if failure.kind == crate::run::failure::FailureKind::Review {
             rejections += 1;
-            if let Some(rounds) = task.review_rounds.filter(|r| rejections > *r) {
-                let blockers: Vec<String> = failure
-                    .blockers
-                    .iter()
-                    .map(crate::prompt::Blocker::line)
-                    .collect();
-                let o = end(EndIn::Ended {
-                    task: task.name.clone(),
-                    number,
-                    outcome: Outcome::Human.name().to_string(),
-                    reason: format!(
-                        "the reviewer rejected attempt {number} after {rounds} round{} of rework: {}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it",
-                        if rounds == 1 { "" } else { "s" },
-                        blockers.join("; ")
-                    ),
-                })
-                .await?;
-                return outcome_of(&o);
-            }
         }
         last = Some(failure);
     }
@@ -1265,7 +1237,7 @@ async fn coordinate(
                 .collect(),
             same_failure: t.budget.same_failure,
             review_rounds: t.review.as_ref().map(|r| r.rounds),
-            budget: Limits::of(t.budget.tokens, t.budget.usd_micros, t.budget.wall),
+            budget: policy::Limits::of(t.budget.tokens, t.budget.usd_micros, t.budget.wall),
         })
         .collect();
     let longest = coord
@@ -1293,7 +1265,7 @@ async fn coordinate(
         coord_queue: coord_queue.clone(),
         attempt_timeout_ms: crate::run::attempt::ms(longest + ATTEMPT_SLACK),
         budget: flow
-            .map(|f| Limits::of(f.budget.tokens, f.budget.usd_micros, f.budget.wall))
+            .map(|f| policy::Limits::of(f.budget.tokens, f.budget.usd_micros, f.budget.wall))
             .unwrap_or_default(),
     };
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::landing::{Landing, StoredAnswer};
 use super::{
     Observer, Opened, Outcome, Reopened, ResumeFrom, RunError, RunOptions, RunReport, Runner,
-    TaskReport, last_reason, locked, open_apply, record_resume, reopen, rung_label, stuck_outcome,
+    TaskReport, last_reason, locked, open_apply, record_resume, reopen, rung_label,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
@@ -717,9 +717,10 @@ impl<'a> Coordinator<'a> {
         last: Option<&Failure>,
     ) -> Result<TaskReport, RunError> {
         self.task(name)?;
-        let (outcome, reason) = self
+        let reason = self
             .runner
             .budget_exhausted(name, (which, spent, limit), last)?;
+        let outcome = crate::run::policy::budget_outcome(last);
         self.end_task(name, outcome, &reason, None, used)
     }
 
@@ -735,7 +736,13 @@ impl<'a> Coordinator<'a> {
             "stuck: the same failure {same} times in a row: {}",
             last.criterion
         );
-        self.end_task(name, stuck_outcome(last.kind), &reason, None, attempts)
+        self.end_task(
+            name,
+            crate::run::policy::stuck_outcome(last.kind),
+            &reason,
+            None,
+            attempts,
+        )
     }
 
     /// Ends task `name` unrun: what it starts after (`failed`) did not succeed.
