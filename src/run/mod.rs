@@ -17,6 +17,7 @@ pub(crate) mod ansi;
 pub mod attempt;
 pub mod attempt_result;
 pub mod driver;
+pub mod error;
 pub mod evidence;
 pub mod executor;
 pub mod failure;

@@ -10,9 +10,10 @@ use git2::Oid;
 use serde_json::json;
 
 use super::landing::{Landing, StoredAnswer};
+use super::open::{Opened, Reopened, open_apply, record_resume, reopen};
 use super::{
-    Observer, Opened, Outcome, Reopened, ResumeFrom, RunError, RunOptions, RunReport, Runner,
-    TaskReport, last_reason, locked, open_apply, record_resume, reopen, rung_label,
+    Observer, Outcome, ResumeFrom, RunError, RunOptions, RunReport, Runner, TaskReport,
+    last_reason, locked, rung_label,
 };
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
