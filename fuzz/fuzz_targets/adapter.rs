@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use mvk::ir::Adapter;
-use mvk::run::adapter::{self, RateLimitMatcher};
+use mvk::run::judge::adapter::{self, RateLimitMatcher};
 
 fn file() -> &'static PathBuf {
     static FILE: OnceLock<PathBuf> = OnceLock::new();

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mvk::ir::EvidenceMode;
-use mvk::run::evidence::{self, Evidence, GateVerdict};
+use mvk::run::judge::evidence::{self, Evidence, GateVerdict};
 
 const NONCE: &str = "0123456789abcdef0123456789abcdef";
 

@@ -11,9 +11,9 @@ use clap::{Args, ValueEnum};
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
-use crate::run::land::LandError;
+use crate::run::exec::process::ProcessError;
+use crate::run::git::land::LandError;
 use crate::run::lock::{Holder, LockError, RunLock};
-use crate::run::process::ProcessError;
 use crate::run::trail::Event;
 use crate::run::worktree::WorktreeError;
 
@@ -370,7 +370,7 @@ pub(crate) fn until_signal<T>(
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
         // The same signals from the run's own agents and gates are counted, not obeyed.
         let warn = |text: String| Printer::new(false, false).warn(&text);
-        let Ok(mut stop) = crate::run::signals::watch(warn) else {
+        let Ok(mut stop) = crate::run::exec::signals::watch(warn) else {
             return Some(run.await);
         };
         tokio::select! {
@@ -503,7 +503,7 @@ pub(crate) fn run_error(e: RunError) -> CliError {
             source: source @ ProcessError::GrantExposes { .. },
             ..
         }
-        | RunError::Gate(crate::run::gate::GateError::Process {
+        | RunError::Gate(crate::run::judge::gate::GateError::Process {
             source: source @ ProcessError::GrantExposes { .. },
             ..
         }) => CliError::Usage {

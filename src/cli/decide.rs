@@ -132,7 +132,7 @@ fn decide(
     if decision == "approve" {
         for c in chosen.iter().filter(|c| c.kind == "human") {
             let branch = crate::run::attempt::branch_name(&run.id, &c.task, c.attempt);
-            if crate::run::land::branch_tip(&repo_root, &branch).is_err() {
+            if crate::run::git::land::branch_tip(&repo_root, &branch).is_err() {
                 return Err(CliError::Usage {
                     message: format!(
                         "branch `{branch}` of attempt {} of task `{}` is gone, so there is nothing to approve",

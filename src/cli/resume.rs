@@ -89,7 +89,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         })?;
     // A landing stopped on someone else's index lock asked only for the lock to go: gone, the
     // resume itself is the answer.
-    let unlocked = crate::run::land::index_unlocked(&repo_root);
+    let unlocked = crate::run::git::land::index_unlocked(&repo_root);
     let news = checkpoints.iter().any(|c| {
         (c.decision.is_some() && !answered.contains(&c.id))
             || (c.decision.is_none() && c.kind == "landing" && unlocked)

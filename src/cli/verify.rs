@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
-use crate::run::verify::{self, Verdict, Verification, VerifyError};
+use crate::run::git::verify::{self, Verdict, Verification, VerifyError};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {

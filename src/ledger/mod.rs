@@ -223,7 +223,7 @@ pub struct MergeStart<'a> {
     pub old_tip: &'a str,
     pub new_commit: &'a str,
     /// The file through which the landing takes the main checkout's index lock
-    /// (`run::land::lock_name`), recorded before it is taken.
+    /// (`run::git::land::lock_name`), recorded before it is taken.
     pub index_lock: Option<&'a str>,
 }
 

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::cli::{Cli, CliError, Command};
 use crate::run::attempt_result::AttemptResult;
-use crate::run::verify::Verification;
+use crate::run::git::verify::Verification;
 pub use spawn::{SESSION, Started, enter_session};
 
 /// What every tool's description ends with.

@@ -11,12 +11,12 @@ use serde_json::json;
 
 use crate::ir::{Agent, Task};
 use crate::prompt::{self, GateInfo, PromptContext};
-use crate::run::adapter::{self, RateLimitMatcher, Usage};
 use crate::run::driver::{Budgets, RunError, Runner, blocking};
-use crate::run::evidence::GateVerdict;
-use crate::run::gate::{self, GateContext, GateRun};
-use crate::run::process::{self, ProcessSpec, Termination};
-use crate::run::review::Verdict;
+use crate::run::exec::process::{self, ProcessSpec, Termination};
+use crate::run::judge::adapter::{self, RateLimitMatcher, Usage};
+use crate::run::judge::evidence::GateVerdict;
+use crate::run::judge::gate::{self, GateContext, GateRun};
+use crate::run::judge::review::Verdict;
 use crate::run::seal::{self, Seal, SealVerdict};
 use crate::run::worktree::{self, Lease};
 
@@ -140,7 +140,7 @@ pub async fn run_attempt(
 
     // The agent, retried on rate limits.
     // The stop signals the agent's processes send mvk are counted here.
-    let window = crate::run::signals::Window::new();
+    let window = crate::run::exec::signals::Window::new();
     let matcher = rate_limit_matcher(spec.agent)?;
     let mut usage = Usage::default();
     let mut retries = 0u32;
@@ -170,7 +170,7 @@ pub async fn run_attempt(
             source,
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
-        let swept = crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        let swept = crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name);
         escaped += swept.killed;
         survived |= swept.survived;
         refused = absorb_agent_objects(runner, &dir).await?;
@@ -487,7 +487,7 @@ pub async fn judge(
     );
     let mut runs = Vec::new();
     // Gates run the agent's code: one that signals mvk rejects the attempt, as an agent would.
-    let window = crate::run::signals::Window::new();
+    let window = crate::run::exec::signals::Window::new();
     for (i, g) in task.gates.iter().enumerate() {
         let Some(left) = budgets.time_left(runner.started(&task.name)) else {
             return Ok(record(AttemptEnd::WallSpent));
@@ -503,9 +503,9 @@ pub async fn judge(
         let run = gate::run_gate_counted(g, &cx, Some(&window))
             .await
             .map_err(RunError::Gate)?;
-        let swept = crate::run::reaper::kill_adopted(runner.run_id(), &task.name);
+        let swept = crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name);
         runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
-        crate::run::signals::settle().await;
+        crate::run::exec::signals::settle().await;
         if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {
             return Ok(record(AttemptEnd::Failed(f)));
         }
@@ -534,7 +534,8 @@ pub async fn judge(
         return Ok(record(AttemptEnd::WallSpent));
     }
     let reviewed =
-        crate::run::review::review(runner, spec, budgets, review, (ledger_id, head, &runs)).await?;
+        crate::run::judge::review::review(runner, spec, budgets, review, (ledger_id, head, &runs))
+            .await?;
     let end = match reviewed.verdict {
         Verdict::Approve { .. } => AttemptEnd::Passed { head, gates: runs },
         Verdict::Reject { blockers, .. } => {
@@ -645,8 +646,8 @@ pub(crate) fn agent_process(
     name: &str,
 ) -> Result<ProcessSpec, RunError> {
     // A reviewer is given the verdict's JSON schema, for an agent that can be held to one.
-    let schema = if name == crate::run::review::LOG_NAME {
-        Some(crate::run::review::write_schema(dir)?)
+    let schema = if name == crate::run::judge::review::LOG_NAME {
+        Some(crate::run::judge::review::write_schema(dir)?)
     } else {
         None
     };
@@ -1146,7 +1147,7 @@ fn fill_argv(
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             "verdict_schema_json" => verdict_schema
-                .map(|_| crate::run::review::verdict_schema().to_string())
+                .map(|_| crate::run::judge::review::verdict_schema().to_string())
                 .unwrap_or_default(),
             _ => return None,
         })

@@ -47,8 +47,8 @@ pub struct UsageResult {
     pub usd_micros: Option<u64>,
 }
 
-impl From<&crate::run::adapter::Usage> for UsageResult {
-    fn from(u: &crate::run::adapter::Usage) -> Self {
+impl From<&crate::run::judge::adapter::Usage> for UsageResult {
+    fn from(u: &crate::run::judge::adapter::Usage) -> Self {
         UsageResult {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
@@ -57,9 +57,9 @@ impl From<&crate::run::adapter::Usage> for UsageResult {
     }
 }
 
-impl From<UsageResult> for crate::run::adapter::Usage {
+impl From<UsageResult> for crate::run::judge::adapter::Usage {
     fn from(u: UsageResult) -> Self {
-        crate::run::adapter::Usage {
+        crate::run::judge::adapter::Usage {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
             cached_tokens: 0,

@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 use crate::ir::{Program, Rung, Task};
 use crate::ledger::{self, Ledger};
 use crate::run::attempt::{self, Failure};
-use crate::run::evidence::GateVerdict;
-use crate::run::gate::GateRun;
-use crate::run::land::{self};
+use crate::run::git::land::{self};
+use crate::run::judge::evidence::GateVerdict;
+use crate::run::judge::gate::GateRun;
 use crate::run::policy;
 use crate::run::sandbox::Protected;
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
@@ -442,13 +442,16 @@ impl<'a> Runner<'a> {
                                 running.push(async move {
                                     // While it goes, other tasks' sweeps leave its escapees
                                     // to its own; once it is over, they are no one's.
-                                    let live = crate::run::reaper::live(&self.run_id, &task.name);
+                                    let live =
+                                        crate::run::exec::reaper::live(&self.run_id, &task.name);
                                     let r = self.run_task(task, &target, restore.map(|r| *r)).await;
                                     drop(live);
                                     // The task is over: nothing is left to fail (the sweep
                                     // warns when escapees outlast it).
-                                    let _ =
-                                        crate::run::reaper::kill_adopted(&self.run_id, &task.name);
+                                    let _ = crate::run::exec::reaper::kill_adopted(
+                                        &self.run_id,
+                                        &task.name,
+                                    );
                                     (i, r)
                                 });
                                 changed = true;
@@ -921,13 +924,13 @@ impl<'a> Runner<'a> {
     /// there were any.
     pub async fn signals_sent(
         &self,
-        window: &crate::run::signals::Window,
+        window: &crate::run::exec::signals::Window,
         task: &str,
         attempt: u32,
         event: &str,
         mut detail: Value,
     ) -> Result<u64, RunError> {
-        crate::run::signals::settle().await;
+        crate::run::exec::signals::settle().await;
         let signals = window.signals();
         if signals > 0 {
             detail["signals"] = json!(signals);
@@ -1018,7 +1021,7 @@ impl<'a> Runner<'a> {
         timed_out: bool,
         duration: Duration,
         head: Option<Oid>,
-        usage: &crate::run::adapter::Usage,
+        usage: &crate::run::judge::adapter::Usage,
         retries: u32,
     ) -> Result<(), RunError> {
         let head = head.map(|h| h.to_string());

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use crate::ledger;
-use crate::run::land::LandError;
-use crate::run::{gate, trail, worktree};
+use crate::run::git::land::LandError;
+use crate::run::judge::gate;
+use crate::run::{trail, worktree};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -39,7 +40,7 @@ pub enum RunError {
     Agent {
         agent: String,
         #[source]
-        source: crate::run::process::ProcessError,
+        source: crate::run::exec::process::ProcessError,
     },
     #[error("template `{template}` does not render{}: {message}", line.map_or(String::new(), |l| format!(" at line {l}")))]
     Template {

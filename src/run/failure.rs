@@ -43,7 +43,7 @@ pub struct Failure {
     pub kind: FailureKind,
     pub gate: Option<String>,
     pub exit_code: Option<i32>,
-    pub counts: Option<crate::run::evidence::Counts>,
+    pub counts: Option<crate::run::judge::evidence::Counts>,
     pub tail: String,
     pub criterion: String,
     pub breaches: Vec<Breach>,

@@ -1,44 +1,36 @@
 //! The interpreter: a compiled [`Program`](crate::ir::Program) and a repository in, a run carried
-//! to an end out. [`driver`] drives tasks through budgets and the ladder and lands accepted work
-//! ([`land`]); [`attempt`] makes one attempt; its parts are usable on their own: [`process`]
-//! runs an agent or a gate in its own process group with bounded memory; [`worktree`] keeps a
-//! pool of reusable git worktrees and captures an attempt's change as a commit; [`seal`] decides
-//! whether a change touched the oracle; [`gate`] runs a gate and [`evidence`] reads its output
-//! for proof that tests ran; [`review`] runs the independent reviewer and reads its verdict;
-//! [`adapter`] reads an agent's cost and rate limits; [`verify`] is the oracle check on its
-//! own (`mvk verify`); [`executor`] says where attempts are made (here, or on Temporal
-//! workers); [`trail`]
-//! writes the events, the heartbeat and the status files; [`untrusted`] reads what an agent could
-//! have written without following, blocking on or swallowing it.
+//! to an end out. Its rooms:
+//! - [`driver`] opens a run and drives its tasks; each task is a loop around the attempt
+//!   [`policy`] (the one place that decides to attempt, climb, stop or brake), over
+//!   [`schedule`] (which task starts when) and [`executor`] (here, or on Temporal workers);
+//! - [`attempt`] makes one attempt: a [`worktree`] from the pool, the agent, the capture, the
+//!   [`seal`], then [`judge`] (gates, evidence, review, what the agent spent);
+//! - [`exec`] runs processes and ends what they leave behind; [`sandbox`] confines them;
+//! - [`git`] lands accepted work and checks the oracle on its own; [`lock`] keeps one run of a
+//!   program at a time;
+//! - [`trail`] writes the events, the heartbeat and the status files; [`resume`] reads a run
+//!   back from the ledger; [`failure`], [`outcome`] and [`attempt_result`] are what the rooms
+//!   pass each other.
 
-pub mod adapter;
-pub mod agent_pack;
-pub(crate) mod ansi;
 pub mod attempt;
 pub mod attempt_result;
 pub mod driver;
 pub mod error;
-pub mod evidence;
+pub mod exec;
 pub mod executor;
 pub mod failure;
-pub mod gate;
-pub mod land;
+pub mod git;
+pub mod judge;
 pub mod lock;
 pub mod outcome;
 pub mod policy;
-pub mod process;
-pub mod reaper;
 pub mod resume;
-pub mod review;
 pub mod sandbox;
 pub mod schedule;
 pub mod seal;
-pub mod signals;
 #[cfg(feature = "temporal")]
 pub mod temporal;
 pub mod trail;
-pub mod untrusted;
-pub mod verify;
 pub mod worktree;
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::run::attempt::{self, Failure, FailureKind};
 use crate::run::driver::{
     Outcome, Pending, Progress, Restored, Resume, RunError, Runner, TaskReport,
 };
-use crate::run::land;
+use crate::run::git::land;
 
 /// What a run's `run.started` event says of how it began.
 #[derive(Debug, Default)]
@@ -874,7 +874,7 @@ fn person_attempt(
 ) -> Result<AttemptRow, RunError> {
     let git = |action: String| move |source| RunError::Git { action, source };
     let repo = Repository::open(runner.repo_root()).map_err(git("open the repository".into()))?;
-    let tip = crate::run::land::branch_tip(runner.repo_root(), &a.branch)?;
+    let tip = crate::run::git::land::branch_tip(runner.repo_root(), &a.branch)?;
     let branch = attempt::branch_name(runner.run_id(), &task.name, number);
     let commit = repo
         .find_commit(tip)
@@ -905,7 +905,7 @@ fn person_attempt(
         false,
         Duration::ZERO,
         Some(tip),
-        &crate::run::adapter::Usage::default(),
+        &crate::run::judge::adapter::Usage::default(),
         0,
     )?;
     let rows = runner.ledger().attempt_rows(runner.run_id(), &task.name)?;
@@ -1066,7 +1066,8 @@ pub fn close_dead_attempt(repo_root: &Path, run: &RunRow) -> Result<Option<usize
     ) {
         return Ok(None);
     }
-    let killed = crate::run::reaper::kill_orphans(&mvk_dir.join("runs").join(&run.id), &run.id);
+    let killed =
+        crate::run::exec::reaper::kill_orphans(&mvk_dir.join("runs").join(&run.id), &run.id);
     let mut ledger = Ledger::open(&mvk_dir.join("ledger.db"))?;
     if !ledger.close_interrupted(&run.id, INTERRUPTED_EXIT)? {
         return Ok(None);

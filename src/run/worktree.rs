@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use git2::build::CheckoutBuilder;
 use git2::{ErrorCode, IndexAddOption, Oid, Repository, Signature, WorktreePruneOptions};
 
-use crate::run::untrusted;
+use crate::run::exec::untrusted;
 
 /// Name and email used for capture commits when the repository configuration has no user.
 const FALLBACK_NAME: &str = "mvk";
@@ -425,7 +425,7 @@ fn writable_below(dir: &std::os::fd::OwnedFd, depth: usize) {
     }
 }
 
-use crate::run::untrusted::unguessable;
+use crate::run::exec::untrusted::unguessable;
 
 /// Writes the registration of a linked worktree at `path` whose git directory is `admin`
 /// (which must not exist yet) in the repository whose common git directory is `common`

@@ -79,7 +79,7 @@ proptest! {
         mode in prop::sample::select(mvk::ir::EvidenceMode::NAMES.to_vec()),
         text in output(),
     ) {
-        use mvk::run::evidence::{self, Evidence, GateVerdict};
+        use mvk::run::judge::evidence::{self, Evidence, GateVerdict};
         let mode = mvk::ir::EvidenceMode::parse(mode).unwrap();
         let found = evidence::scan_str(mode.into(), "0123456789abcdef0123456789abcdef", &text);
         let (verdict, _) = evidence::verdict(Some(0), &found);
@@ -100,8 +100,8 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("agent.out");
         std::fs::write(&log, &text).unwrap();
-        mvk::run::adapter::read_usage(adapter, &log).unwrap();
-        let matcher = mvk::run::adapter::RateLimitMatcher::new(adapter, &[]).unwrap();
+        mvk::run::judge::adapter::read_usage(adapter, &log).unwrap();
+        let matcher = mvk::run::judge::adapter::RateLimitMatcher::new(adapter, &[]).unwrap();
         let _ = matcher.check(&text);
     }
 }

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mvk::run::evidence::{Counts, GateVerdict};
-use mvk::run::gate::{GateContext, GateRun, run_gate};
+use mvk::run::judge::evidence::{Counts, GateVerdict};
+use mvk::run::judge::gate::{GateContext, GateRun, run_gate};
 
 /// Where `tests/tools/install.sh` installs the npm packages the JavaScript gates run.
 fn npm_tools() -> PathBuf {

@@ -23,9 +23,9 @@ use super::{Outcome, RunError, Runner, blocking, locked};
 use crate::ir::{Gate, Task};
 use crate::ledger;
 use crate::run::attempt::{self, AttemptSpec, Failure, FailureKind};
-use crate::run::evidence::GateVerdict;
-use crate::run::gate::{self, GateContext};
-use crate::run::land::{self, LandError, Prepared};
+use crate::run::git::land::{self, LandError, Prepared};
+use crate::run::judge::evidence::GateVerdict;
+use crate::run::judge::gate::{self, GateContext};
 use crate::run::worktree::Lease;
 
 /// Numbers the changes in the order they were accepted.
@@ -370,7 +370,7 @@ impl<'a> Runner<'a> {
         );
         let dir = self.attempt_dir(&task.name, request.number);
         // The landing gates run the change's code: its signals to mvk are its own.
-        let window = crate::run::signals::Window::new();
+        let window = crate::run::exec::signals::Window::new();
         for (i, (g, regate)) in gates.iter().enumerate() {
             let cx = GateContext {
                 cwd: &lease.path,
@@ -384,7 +384,7 @@ impl<'a> Runner<'a> {
                 .await
                 .map_err(RunError::Gate)?;
             // What escaped the gate must not act on the worktree or signal mvk later.
-            let swept = crate::run::reaper::kill_adopted(&self.run_id, &task.name);
+            let swept = crate::run::exec::reaper::kill_adopted(&self.run_id, &task.name);
             self.record_gate(
                 request.attempt_id,
                 &task.name,

@@ -11,7 +11,7 @@ use crate::ir::{Program, Rung};
 use crate::ledger;
 use crate::run::attempt::{self, AttemptEnd, AttemptSpec};
 use crate::run::failure::{Failure, FailureKind};
-use crate::run::land;
+use crate::run::git::land;
 
 /// What [`attempt_once`] did: the run it recorded, the task, and how its one attempt ended.
 #[derive(Debug)]
@@ -29,7 +29,7 @@ pub struct OnceReport {
     /// `None` when the attempt passed seal, gates and review.
     pub failure: Option<Failure>,
     /// What its agent (and reviewer) spent.
-    pub usage: crate::run::adapter::Usage,
+    pub usage: crate::run::judge::adapter::Usage,
 }
 
 /// Which attempt of its task `attempt_once` makes: by default the first, on the first rung,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{Observer, RunError, RunOptions, RunReport, Runner};
 use crate::ir::Program;
 use crate::ledger::{self, Ledger};
-use crate::run::land;
+use crate::run::git::land;
 use crate::run::sandbox::Protected;
 use crate::run::trail::{self, Trail};
 use crate::run::worktree::Pool;
@@ -158,7 +158,7 @@ pub(crate) fn reopen<'a>(
     let opening = open_run(program, opts)?;
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
-    let orphans = crate::run::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
+    let orphans = crate::run::exec::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
     let mut ref_locks = crate::run::resume::clear_ref_locks(&opts.repo_root, &run_id)?;
     ref_locks.extend(opening.pool.clear_idle_locks()?);
     let began = crate::run::resume::began(&opening.ledger, &from.run)?;
@@ -243,7 +243,7 @@ pub(super) fn open_run(program: &Program, opts: &RunOptions) -> Result<Opening, 
             .map_or_else(|| pool_root.clone(), Path::to_path_buf),
     };
     let protected = refuse_exposing_grants(program, repo_root, &worktrees)?;
-    crate::run::reaper::become_subreaper().map_err(|source| RunError::Io {
+    crate::run::exec::reaper::become_subreaper().map_err(|source| RunError::Io {
         action: "become the reaper of escaped agent processes (prctl)",
         path: PathBuf::from("/proc/self"),
         source,
@@ -399,7 +399,7 @@ pub fn new_run_id() -> Result<String, RunError> {
         .take(19)
         .filter(|c| c.is_ascii_digit() || *c == 'T')
         .collect();
-    let nonce = crate::run::evidence::new_nonce().map_err(|e| RunError::Config {
+    let nonce = crate::run::judge::evidence::new_nonce().map_err(|e| RunError::Config {
         message: e.to_string(),
     })?;
     Ok(format!("{stamp}-{}", &nonce[..4]))

@@ -18,7 +18,7 @@ use super::{
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
 use crate::run::attempt::{AttemptSpec, Failure, FailureKind};
-use crate::run::land;
+use crate::run::git::land;
 
 /// An attempt a worker made, as its result reached the coordinator.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct RemoteAttempt {
     pub duration_ms: u64,
     pub gates: Vec<crate::run::attempt_result::GateResult>,
     /// What its agent (and reviewer) spent.
-    pub usage: crate::run::adapter::Usage,
+    pub usage: crate::run::judge::adapter::Usage,
 }
 
 /// How landing a remote attempt ended.
@@ -507,7 +507,7 @@ impl<'a> Coordinator<'a> {
         let _turn = turn.lock().await;
         // Its gates run here beside other tasks' (a batch's side by side): while it lands, the
         // sweep after another task's gate leaves its escapees to its own sweep, as locally.
-        let _live = crate::run::reaper::live(&self.runner.run_id, name);
+        let _live = crate::run::exec::reaper::live(&self.runner.run_id, name);
         // The attempt the workflow names must be the one recorded here, with this head.
         let recorded = self
             .runner

@@ -172,7 +172,7 @@ impl<'a> Runner<'a> {
         target: &str,
         resume: &Resume,
     ) -> Result<(TaskRun<'a>, Option<Failure>), RunError> {
-        let base = crate::run::land::branch_tip(&self.opts.repo_root, target)?;
+        let base = crate::run::git::land::branch_tip(&self.opts.repo_root, target)?;
         // Wall time the task used before the run was interrupted still counts.
         locked(&self.task_started).insert(
             task.name.clone(),
@@ -481,7 +481,7 @@ impl<'a> Runner<'a> {
                     timed_out: row.timed_out.unwrap_or(false),
                     retries: row.rate_limited,
                     // Already counted: the restored spending includes it.
-                    usage: crate::run::adapter::Usage::default(),
+                    usage: crate::run::judge::adapter::Usage::default(),
                     lease: None,
                 };
                 let record = attempt::judge(self, &spec, &t.budgets, judged).await?;
@@ -493,7 +493,7 @@ impl<'a> Runner<'a> {
                     number: row.number,
                     branch: row.branch.clone(),
                     head: Some(head),
-                    usage: crate::run::adapter::Usage::default(),
+                    usage: crate::run::judge::adapter::Usage::default(),
                     end: AttemptEnd::Passed {
                         head,
                         gates: Vec::new(),

@@ -30,7 +30,7 @@ pub(super) struct Spent {
 
 impl Spent {
     pub(super) fn add(&mut self, usage: &crate::run::attempt_result::UsageResult) {
-        let usage = crate::run::adapter::Usage::from(*usage);
+        let usage = crate::run::judge::adapter::Usage::from(*usage);
         self.tokens = self.tokens.saturating_add(usage.tokens());
         self.usd_micros = self
             .usd_micros

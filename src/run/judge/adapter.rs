@@ -494,7 +494,7 @@ impl Scanner {
         let Some(p) = &self.aider else {
             return;
         };
-        let clean = crate::run::ansi::strip(line);
+        let clean = crate::run::judge::ansi::strip(line);
         if let Some(c) = p.tokens.captures(&clean) {
             let n = |i: usize| c.get(i).and_then(|m| aider_count(m.as_str())).unwrap_or(0);
             // aider's "sent" holds cache writes but, for Anthropic models, not cache reads.
@@ -743,10 +743,14 @@ impl RateLimitMatcher {
         if after.lines().any(|l| l.starts_with("Applied edit to ")) {
             return None;
         }
-        let gave_up = after.lines().rev().map(crate::run::ansi::strip).find(|l| {
-            l.contains("The API provider has rate limited you")
-                || l.contains("litellm.RateLimitError")
-        })?;
+        let gave_up = after
+            .lines()
+            .rev()
+            .map(crate::run::judge::ansi::strip)
+            .find(|l| {
+                l.contains("The API provider has rate limited you")
+                    || l.contains("litellm.RateLimitError")
+            })?;
         Some(RateLimit {
             message: excerpt(&gave_up, 0),
             retry_after: self.last_wait(after, SystemTime::now()),
@@ -762,7 +766,7 @@ impl RateLimitMatcher {
 
     fn check_at(&self, output: &str, now: SystemTime) -> Option<RateLimit> {
         for line in output.lines().rev() {
-            let clean = crate::run::ansi::strip(line);
+            let clean = crate::run::judge::ansi::strip(line);
             // The earliest match, so a long line's excerpt starts where the message does.
             let Some(start) = self
                 .patterns
@@ -795,7 +799,7 @@ impl RateLimitMatcher {
     /// The last wait named anywhere in the output.
     fn last_wait(&self, output: &str, now: SystemTime) -> Option<Duration> {
         output.lines().rev().find_map(|line| {
-            let clean = crate::run::ansi::strip(line);
+            let clean = crate::run::judge::ansi::strip(line);
             self.reset_wait(&clean, now)
                 .or_else(|| self.hints(&clean).last())
         })

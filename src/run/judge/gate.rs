@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::ir::Gate;
-use crate::run::evidence::{self, Evidence, GateVerdict, Scanner};
-use crate::run::process::{self, ProcessError, ProcessSpec, Termination};
+use crate::run::exec::process::{self, ProcessError, ProcessSpec, Termination};
+use crate::run::judge::evidence::{self, Evidence, GateVerdict, Scanner};
 
 /// Bytes of a gate's log kept for the next prompt and the reports.
 pub const TAIL_BYTES: u64 = 8 * 1024;
@@ -125,7 +125,7 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
 pub async fn run_gate_counted(
     gate: &Gate,
     cx: &GateContext<'_>,
-    window: Option<&crate::run::signals::Window>,
+    window: Option<&crate::run::exec::signals::Window>,
 ) -> Result<GateRun, GateError> {
     let Some((program, args)) = gate.argv.split_first() else {
         return Err(GateError::EmptyCommand {

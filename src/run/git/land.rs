@@ -237,7 +237,7 @@ pub fn lock_name(run: &str) -> String {
         .collect();
     format!(
         "{LOCK_PREFIX}{run}-{:016x}",
-        crate::run::untrusted::unguessable()
+        crate::run::exec::untrusted::unguessable()
     )
 }
 

@@ -25,8 +25,8 @@ use std::path::Path;
 use miniz_oxide::inflate::stream::InflateState;
 use rustix::fs::CWD;
 
+use crate::run::exec::untrusted;
 use crate::run::sandbox::{AbsorbError, Limits};
-use crate::run::untrusted;
 
 const OFS_DELTA: u8 = 6;
 const REF_DELTA: u8 = 7;

@@ -340,7 +340,7 @@ impl Scanner {
         let line = line.trim_end_matches(['\n', '\r']);
         // A bare carriage return redraws the terminal line: only what follows it is visible.
         let line = line.rsplit('\r').next().unwrap_or(line);
-        let line = crate::run::ansi::strip(line);
+        let line = crate::run::judge::ansi::strip(line);
 
         if wants_nonce {
             match parse_evidence_line(&line, &self.nonce) {

@@ -431,7 +431,7 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "run::signals::tests::watch_twice_then_terminate",
+                "run::exec::signals::tests::watch_twice_then_terminate",
                 "--ignored",
                 "--nocapture",
             ])

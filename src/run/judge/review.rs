@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 
 use crate::ir::Review;
 use crate::prompt::{self, Blocker, GateInfo, PromptContext};
-use crate::run::adapter::{self, Usage};
 use crate::run::attempt::{self, AttemptSpec};
 use crate::run::driver::{Budgets, RunError, Runner};
-use crate::run::gate::{self, GateRun};
-use crate::run::process::{self, Termination};
+use crate::run::exec::process::{self, Termination};
+use crate::run::judge::adapter::{self, Usage};
+use crate::run::judge::gate::{self, GateRun};
 
 /// The categories a blocker may have: a concrete defect, never a preference.
 pub const CATEGORIES: &[&str] = &[
@@ -336,7 +336,7 @@ pub async fn review(
     // the wall budget; a reviewer still limited past it has given no verdict.
     // The reviewer may run the change's code: a stop signal from its processes is theirs,
     // never a stop of the run nor a count against another task's attempt.
-    let window = crate::run::signals::Window::new();
+    let window = crate::run::exec::signals::Window::new();
     // Processes the reviewer left outlasted a sweep: its verdict is not taken.
     let mut escapees = false;
     let (outcome, ps, gave_up) = loop {
@@ -357,7 +357,7 @@ pub async fn review(
             agent: review.agent.name.clone(),
             source,
         })?;
-        escapees |= crate::run::reaper::kill_adopted(runner.run_id(), &task.name).survived;
+        escapees |= crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name).survived;
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }

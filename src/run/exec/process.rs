@@ -60,10 +60,10 @@ pub struct ProcessSpec {
     /// Memory bound for each of the two tails.
     pub tail_bytes: usize,
     /// Where to write the process group's id once it runs, so that a later mvk can find what a
-    /// dead one left running (see [`crate::run::reaper::kill_orphans`]).
+    /// dead one left running (see [`crate::run::exec::reaper::kill_orphans`]).
     pub group_file: Option<PathBuf>,
     /// The attempt's window that the stop signals this process sends mvk are counted in.
-    pub signals: Option<crate::run::signals::Window>,
+    pub signals: Option<crate::run::exec::signals::Window>,
 }
 
 impl ProcessSpec {
@@ -301,7 +301,7 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
             program: program.clone(),
         })?;
     // A sibling task's reaping of escapees must not take this child (see `reaper::own`).
-    let _own = crate::run::reaper::own(pgid.as_raw_nonzero().get());
+    let _own = crate::run::exec::reaper::own(pgid.as_raw_nonzero().get());
     if let Some(window) = &spec.signals {
         window.adopt(pgid.as_raw_nonzero().get());
     }
@@ -311,7 +311,7 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
     if let Some(file) = &spec.group_file {
         tokio::fs::write(
             file,
-            crate::run::reaper::group_record(pgid.as_raw_nonzero().get()),
+            crate::run::exec::reaper::group_record(pgid.as_raw_nonzero().get()),
         )
         .await
         .map_err(|source| ProcessError::CreateLog {
