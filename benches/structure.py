@@ -624,6 +624,15 @@ def analyse(root):
         edges[mp] = targets
     sccs = [c for c in tarjan(sorted(modules), edges) if len(c) > 1]
     sccs.sort(key=lambda c: (-len(c), c))
+    # The same graph without the edges between a module and its own ancestors or descendants:
+    # a folder's files using their mod.rs and back is one room with its door, not a tangle; a
+    # cycle left here runs between rooms.
+    def related(a, b):
+        n = min(len(a), len(b))
+        return a[:n] == b[:n]
+    across = {m: {t for t in ts if not related(m, t)} for m, ts in edges.items()}
+    room_sccs = [c for c in tarjan(sorted(modules), across) if len(c) > 1]
+    room_sccs.sort(key=lambda c: (-len(c), c))
 
     # 4. visibility
     pub_items, pub_fields, r_items, r_fields = {}, 0, 0, 0
@@ -648,6 +657,8 @@ def analyse(root):
             "import_cycles": len(sccs),
             "largest_cycle": max((len(c) for c in sccs), default=0),
             "files_in_cycles": sum(len(c) for c in sccs),
+            "cycles_across_rooms": len(room_sccs),
+            "largest_cycle_across_rooms": max((len(c) for c in room_sccs), default=0),
             "pub_items": sum(pub_items.values()),
             "pub_fields": pub_fields,
             "restricted_pub_items_and_fields": r_items + r_fields,
@@ -657,6 +668,7 @@ def analyse(root):
         "files_over_loc_limit": [{"path": r, "loc": n} for r, n in big_files],
         "functions_over_line_limit": long_fns,
         "import_cycles": [[mod_name(m) for m in c] for c in sccs],
+        "cycles_across_rooms": [[mod_name(m) for m in c] for c in room_sccs],
         "loc_by_file": dict(sorted(loc.items(), key=lambda e: (-e[1], e[0]))),
         "raw_lines_by_file": {rel: f.raw_lines for rel, f in sorted(files.items())},
         "excluded_test_files": excluded,
@@ -678,6 +690,8 @@ def print_text(r):
         ("import_cycles", "import cycles (SCCs > 1 file)"),
         ("largest_cycle", "largest cycle (files)"),
         ("files_in_cycles", "files in cycles"),
+        ("cycles_across_rooms", "cycles across rooms (parent/child left out)"),
+        ("largest_cycle_across_rooms", "largest cycle across rooms (files)"),
         ("pub_items", "pub items"),
         ("pub_fields", "pub fields"),
         ("restricted_pub_items_and_fields", "pub(crate|super|in ..) items+fields"),
@@ -704,6 +718,8 @@ def print_text(r):
              for e in r["functions_over_line_limit"]])
     section("Import cycles",
             [f"{len(c):>6}  {', '.join(c)}" for c in r["import_cycles"]])
+    section("Cycles across rooms",
+            [f"{len(c):>6}  {', '.join(c)}" for c in r["cycles_across_rooms"]])
 
 
 def main():

@@ -38,3 +38,22 @@ pub const MVK_TEST_SWEEP_LIMIT_MS: &str = "MVK_TEST_SWEEP_LIMIT_MS";
 /// Set for every gate: the path of the running mvk executable, so that a gate script can call
 /// mvk's own helpers (the stdlib's generic gates match paths with `"$MVK_EXE" __glob-match`).
 pub const MVK_EXE: &str = "MVK_EXE";
+
+/// The variable naming the run in every agent's and gate's environment (the contract's
+/// `MVK_RUN`); a resume finds what a dead mvk left running by it.
+pub const RUN_VAR: &str = "MVK_RUN";
+/// The variable naming the task, in an agent's and a gate's environment.
+pub const TASK_VAR: &str = "MVK_TASK";
+/// The task's scope globs, one a line, in every gate's environment.
+pub const SCOPE_VAR: &str = "MVK_SCOPE";
+
+/// Variables that point git at a repository; removed from agents' and gates' environments.
+pub const GIT_LOCATION_VARS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+];

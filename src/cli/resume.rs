@@ -56,7 +56,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     // Read again under the lock: the holder we waited for may have finished the run.
     let mut run = super::reading::run_named(cli, Some(&run.id))?;
     let mut ledger = open_ledger(&repo_root)?;
-    match crate::run::resume::stopped_on_error(&ledger, &run).map_err(run_error)? {
+    match crate::run::driver::resume::stopped_on_error(&ledger, &run).map_err(run_error)? {
         // An earlier mvk recorded the run finished on its own error with tasks still going:
         // it did not end, so it goes on as an interrupted run.
         Some(unended) => {
@@ -130,9 +130,9 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     }
     let program = super::compile(cli, printer, &file)?;
     super::apply::sandbox_preflight(printer, &program)?;
-    let drift =
-        crate::run::resume::drift(&ledger, &run, &program, &repo_root).map_err(run_error)?;
-    let began = crate::run::resume::began(&ledger, &run).map_err(run_error)?;
+    let drift = crate::run::driver::resume::drift(&ledger, &run, &program, &repo_root)
+        .map_err(run_error)?;
+    let began = crate::run::driver::resume::began(&ledger, &run).map_err(run_error)?;
     let elsewhere = match began.executor.as_deref() {
         None if args.temporal_address.is_some() => {
             return Err(CliError::Usage {
@@ -280,13 +280,13 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
 }
 
 /// The tasks that did not end of `run`, when an earlier mvk recorded it finished on its own
-/// error all the same (see [`crate::run::resume::stopped_on_error`]).
+/// error all the same (see [`crate::run::driver::resume::stopped_on_error`]).
 fn stopped_on_error(repo_root: &Path, run: &RunRow) -> Result<Option<Vec<String>>, CliError> {
     if run.state != "finished" || run.outcome.as_deref() != Some("error") {
         return Ok(None);
     }
     let ledger = open_ledger(repo_root)?;
-    crate::run::resume::stopped_on_error(&ledger, run).map_err(run_error)
+    crate::run::driver::resume::stopped_on_error(&ledger, run).map_err(run_error)
 }
 
 fn refuse_finished(run: &RunRow) -> Result<(), CliError> {
@@ -355,7 +355,7 @@ pub(crate) fn close_all_dead_attempts(printer: &Printer, repo_root: &Path) -> Re
 }
 
 /// Closes each of RUNS that is an `mvk attempt` whose process died (see
-/// [`crate::run::resume::close_dead_attempt`]), saying so; returns how many were closed.
+/// [`crate::run::driver::resume::close_dead_attempt`]), saying so; returns how many were closed.
 pub(crate) fn close_dead_attempts(
     printer: &Printer,
     repo_root: &Path,
@@ -364,7 +364,7 @@ pub(crate) fn close_dead_attempts(
     let mut closed = 0;
     for run in runs {
         if let Some(killed) =
-            crate::run::resume::close_dead_attempt(repo_root, run).map_err(run_error)?
+            crate::run::driver::resume::close_dead_attempt(repo_root, run).map_err(run_error)?
         {
             closed += 1;
             printer.status(&format!(

@@ -50,7 +50,7 @@ pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliErro
     let run = run_named(cli, args.run.as_deref())?;
     let ledger = open_ledger(&repo_root)?;
     let program = super::compile(cli, printer, &repo_root.join(&run.file))?;
-    let drift = crate::run::resume::drift(&ledger, &run, &program, &repo_root)
+    let drift = crate::run::driver::resume::drift(&ledger, &run, &program, &repo_root)
         .map_err(super::apply::run_error)?;
     let internal = |e: crate::ledger::LedgerError| CliError::Internal {
         message: super::apply::chain(&e),

@@ -392,7 +392,7 @@ impl Ledger {
 
     /// Takes run `run`, recorded finished on mvk's own error (`error`) while some of its tasks
     /// had not ended, back to `running`, for `mvk resume` to continue like an interrupted run
-    /// (see `run::resume::stopped_on_error`, which decides it may).
+    /// (see `run::driver::resume::stopped_on_error`, which decides it may).
     pub fn reopen_stopped_run(&mut self, run: &str) -> Result<(), LedgerError> {
         let what = || format!("the reopening of run `{run}`");
         self.write(&what, |tx, now| {

@@ -28,6 +28,7 @@ use crate::ir::{Program, Rung, Task};
 use crate::ledger::{self, Ledger};
 use crate::run::attempt::{self, Failure};
 use crate::run::git::land::{self};
+use crate::run::host::Host;
 use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::GateRun;
 use crate::run::policy;
@@ -42,6 +43,7 @@ mod once;
 mod open;
 #[cfg(feature = "temporal")]
 pub mod remote;
+pub mod resume;
 mod task;
 
 pub use crate::run::error::{RunError, blocking};
@@ -49,6 +51,7 @@ pub use once::{OnceReport, OnceSpec, attempt_once};
 use open::Opening;
 pub use open::{ResumeFrom, apply, host_name, new_run_id, resume};
 
+pub use crate::run::host::Budgets;
 pub use crate::run::outcome::{Outcome, RunReport, TaskReport};
 pub use crate::run::policy::RunMode;
 
@@ -70,33 +73,6 @@ pub struct RunOptions {
 /// Sees every event as it is written (the CLI's progress display).
 pub trait Observer: Send + Sync {
     fn event(&self, event: &Event);
-}
-
-/// The limits that apply to an attempt: the task's budget and, in a flow, the flow's.
-#[derive(Debug, Clone)]
-pub struct Budgets {
-    pub wall: Option<Duration>,
-    pub context_tokens: u32,
-    /// When the flow's wall budget runs out, if it has one: attempts in flight stop there too.
-    pub deadline: Option<Instant>,
-}
-
-impl Budgets {
-    /// Time left before the wall budget runs out from `started` (or the flow's, if sooner);
-    /// `None` when it has run out.
-    pub fn time_left(&self, started: Instant) -> Option<Duration> {
-        let task = match self.wall {
-            None => Some(Duration::MAX),
-            Some(w) => w.checked_sub(started.elapsed()).filter(|d| !d.is_zero()),
-        }?;
-        let flow = match self.deadline {
-            None => Duration::MAX,
-            Some(d) => d
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())?,
-        };
-        Some(task.min(flow))
-    }
 }
 
 /// What a resume found of a task.
@@ -563,7 +539,8 @@ impl<'a> Runner<'a> {
             return;
         }
         let names: Vec<String> = self.state().tasks.iter().map(|t| t.name.clone()).collect();
-        let unended = crate::run::resume::unended_tasks(&self.ledger(), &self.run_id, &names);
+        let unended =
+            crate::run::driver::resume::unended_tasks(&self.ledger(), &self.run_id, &names);
         // When the ledger cannot say, the run stays resumable: the side that loses nothing.
         if unended.as_ref().map_or(true, |u| !u.is_empty()) {
             let _ = self.emit(
@@ -709,15 +686,6 @@ impl<'a> Runner<'a> {
 }
 
 impl<'a> Runner<'a> {
-    pub fn run_id(&self) -> &str {
-        &self.run_id
-    }
-
-    /// Where no sandbox grant may lead (see [`Protected`]).
-    pub fn protected(&self) -> &[Protected] {
-        &self.protected
-    }
-
     /// `.mvk/runs/<run>`.
     pub fn run_dir(&self) -> &Path {
         self.trail.run_dir()
@@ -725,11 +693,6 @@ impl<'a> Runner<'a> {
 
     pub fn program(&self) -> &'a Program {
         self.program
-    }
-
-    /// The ledger, for one statement's use (see the note on [`Runner`]'s fields).
-    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
-        locked(&self.ledger)
     }
 
     fn state(&self) -> MutexGuard<'_, LoopState> {
@@ -835,137 +798,6 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    pub fn repo_root(&self) -> &Path {
-        &self.opts.repo_root
-    }
-
-    /// When `task` started: its wall budget counts from here.
-    pub fn started(&self, task: &str) -> Instant {
-        locked(&self.task_started)
-            .get(task)
-            .copied()
-            .unwrap_or_else(Instant::now)
-    }
-
-    pub fn attempt_dir(&self, task: &str, attempt: u32) -> PathBuf {
-        attempt::attempt_dir(self.trail.run_dir(), task, attempt)
-    }
-
-    /// The worktree pool's root directory (outside the repository).
-    pub fn pool_root(&self) -> &Path {
-        self.pool.root()
-    }
-
-    /// A lease on a clean checkout of `base` on `branch`. A worktree error that may pass (a
-    /// neighbour's lease holding the branch, a slot's lock held by another process, the disk)
-    /// is tried again after each of [`WORKTREE_WAITS`], each wait an event: a moment's trouble
-    /// of the pool must not end the run; one that outlasts them is mvk's own error.
-    pub async fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
-        let mut waits = WORKTREE_WAITS.iter();
-        loop {
-            let pool = self.pool.clone();
-            let wanted = branch.to_string();
-            let got = blocking("check out a worktree", move || {
-                if crate::run::failing("worktree-acquire") {
-                    return Err(worktree::WorktreeError::Io {
-                        action: "check out a worktree",
-                        path: pool.root().to_path_buf(),
-                        source: std::io::Error::other("failing on purpose (MVK_FAILPOINT)"),
-                    });
-                }
-                pool.acquire(base, &wanted)
-            })
-            .await?;
-            let e = match got {
-                Ok(lease) => return Ok(lease),
-                Err(e) => e,
-            };
-            let Some(wait) = waits.next().filter(|_| e.is_transient()) else {
-                return Err(e.into());
-            };
-            self.emit(
-                None,
-                None,
-                "worktree.retry",
-                json!({
-                    "branch": branch,
-                    "error": crate::run::error_chain(&e),
-                    "wait_ms": attempt::ms(*wait),
-                }),
-            )?;
-            tokio::time::sleep(*wait).await;
-        }
-    }
-
-    /// Writes an event to the ledger and the trail (in that order), then shows it.
-    pub fn emit(
-        &self,
-        task: Option<&str>,
-        attempt: Option<u32>,
-        event: &str,
-        detail: Value,
-    ) -> Result<(), RunError> {
-        let (_, time_ms) = trail::now();
-        self.ledger().event(
-            &self.run_id,
-            task,
-            attempt,
-            time_ms,
-            event,
-            &detail.to_string(),
-        )?;
-        let record = self.trail.event(task, attempt, event, detail)?;
-        self.observer.event(&record);
-        Ok(())
-    }
-
-    /// How many stop signals the processes counted in `window` sent mvk, once every signal
-    /// delivered so far is decided; recorded as `event` (with `signals` added to `detail`) when
-    /// there were any.
-    pub async fn signals_sent(
-        &self,
-        window: &crate::run::exec::signals::Window,
-        task: &str,
-        attempt: u32,
-        event: &str,
-        mut detail: Value,
-    ) -> Result<u64, RunError> {
-        crate::run::exec::signals::settle().await;
-        let signals = window.signals();
-        if signals > 0 {
-            detail["signals"] = json!(signals);
-            self.emit(Some(task), Some(attempt), event, detail)?;
-        }
-        Ok(signals)
-    }
-
-    pub fn set_phase(&self, phase: &str, task: Option<&str>, attempt: u32) -> Result<(), RunError> {
-        {
-            let mut state = self.state();
-            state.phase = phase.to_string();
-            state.task = task.map(str::to_string);
-            state.iteration = attempt;
-        }
-        if let Some(t) = task {
-            self.task_state(t, |s| {
-                s.state = "running".into();
-                s.attempt = attempt;
-            });
-        }
-        self.ledger().heartbeat(&self.run_id)?;
-        let recent = locked(&self.state_written).is_some_and(|at| at.elapsed() < STATE_EVERY);
-        if recent
-            && self
-                .state_flushed
-                .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            self.state_behind
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return Ok(());
-        }
-        self.write_state()
-    }
-
     fn task_state(&self, task: &str, f: impl FnOnce(&mut TaskState)) {
         if let Some(s) = self.state().tasks.iter_mut().find(|s| s.name == task) {
             f(s);
@@ -981,111 +813,6 @@ impl<'a> Runner<'a> {
         state.updated = trail::now().0;
         state.budget_spent.wall_ms = wall;
         Ok(self.trail.write_state(&state)?)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn ledger_begin_attempt(
-        &self,
-        task: &str,
-        number: u32,
-        rung: u32,
-        agent: &str,
-        branch: &str,
-        worktree: &Path,
-        base: Oid,
-        epoch: u32,
-    ) -> Result<i64, RunError> {
-        self.task_state(task, |s| {
-            s.rung = rung;
-            s.agent = Some(agent.to_string());
-            s.branch = Some(branch.to_string());
-        });
-        Ok(self.ledger().begin_attempt(&ledger::AttemptStart {
-            run: &self.run_id,
-            task,
-            number,
-            rung,
-            agent,
-            branch,
-            worktree: &worktree.display().to_string(),
-            base: &base.to_string(),
-            epoch,
-        })?)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn ledger_agent_done(
-        &self,
-        id: i64,
-        exit_code: Option<i32>,
-        timed_out: bool,
-        duration: Duration,
-        head: Option<Oid>,
-        usage: &crate::run::judge::adapter::Usage,
-        retries: u32,
-    ) -> Result<(), RunError> {
-        let head = head.map(|h| h.to_string());
-        let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
-        Ok(self.ledger().agent_done(
-            id,
-            &ledger::AgentEnd {
-                exit_code,
-                timed_out,
-                duration_ms: attempt::ms(duration),
-                head: head.as_deref(),
-                usage: reported.then(|| ledger::Cost {
-                    input_tokens: usage.input_tokens,
-                    output_tokens: usage.output_tokens,
-                    usd_micros: usage.usd_micros.unwrap_or(0),
-                }),
-                rate_limited: retries,
-            },
-        )?)
-    }
-
-    pub fn record_gate(
-        &self,
-        attempt_id: i64,
-        task: &str,
-        attempt: u32,
-        phase: &str,
-        ordinal: usize,
-        run: &GateRun,
-    ) -> Result<(), RunError> {
-        let counts = run
-            .counts()
-            .map(|c| (c.executed, c.passed, c.failed, c.skipped));
-        let log = run.log.display().to_string();
-        let verdict = verdict_name(run.verdict);
-        self.ledger().record_gate(
-            attempt_id,
-            &ledger::GateRow {
-                phase,
-                ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
-                name: &run.gate,
-                verdict,
-                exit_code: run.exit_code,
-                counts,
-                evidence: &run.evidence_label(),
-                reason: &run.reason,
-                log: &log,
-                duration_ms: run.duration_ms,
-            },
-        )?;
-        self.emit(
-            Some(task),
-            Some(attempt),
-            "gate.finished",
-            json!({
-                "gate": run.gate,
-                "phase": phase,
-                "verdict": verdict,
-                "exit_code": run.exit_code,
-                "counts": run.counts(),
-                "reason": run.reason,
-                "log": log,
-            }),
-        )
     }
 
     fn finish_attempt(&self, id: i64, failure: Option<&Failure>) -> Result<(), RunError> {
@@ -1165,6 +892,236 @@ impl<'a> Runner<'a> {
             usd_micros: s.usd_micros,
             wall_ms: attempt::ms(self.run_started().elapsed()),
         })
+    }
+}
+
+impl Host for Runner<'_> {
+    fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Where no sandbox grant may lead (see [`Protected`]).
+    fn protected(&self) -> &[Protected] {
+        &self.protected
+    }
+
+    /// The ledger, for one statement's use (see the note on [`Runner`]'s fields).
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        locked(&self.ledger)
+    }
+
+    fn repo_root(&self) -> &Path {
+        &self.opts.repo_root
+    }
+
+    /// When `task` started: its wall budget counts from here.
+    fn started(&self, task: &str) -> Instant {
+        locked(&self.task_started)
+            .get(task)
+            .copied()
+            .unwrap_or_else(Instant::now)
+    }
+
+    fn attempt_dir(&self, task: &str, attempt: u32) -> PathBuf {
+        attempt::attempt_dir(self.trail.run_dir(), task, attempt)
+    }
+
+    /// The worktree pool's root directory (outside the repository).
+    fn pool_root(&self) -> &Path {
+        self.pool.root()
+    }
+
+    /// A lease on a clean checkout of `base` on `branch`. A worktree error that may pass (a
+    /// neighbour's lease holding the branch, a slot's lock held by another process, the disk)
+    /// is tried again after each of [`WORKTREE_WAITS`], each wait an event: a moment's trouble
+    /// of the pool must not end the run; one that outlasts them is mvk's own error.
+    async fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, RunError> {
+        let mut waits = WORKTREE_WAITS.iter();
+        loop {
+            let pool = self.pool.clone();
+            let wanted = branch.to_string();
+            let got = blocking("check out a worktree", move || {
+                if crate::run::failing("worktree-acquire") {
+                    return Err(worktree::WorktreeError::Io {
+                        action: "check out a worktree",
+                        path: pool.root().to_path_buf(),
+                        source: std::io::Error::other("failing on purpose (MVK_FAILPOINT)"),
+                    });
+                }
+                pool.acquire(base, &wanted)
+            })
+            .await?;
+            let e = match got {
+                Ok(lease) => return Ok(lease),
+                Err(e) => e,
+            };
+            let Some(wait) = waits.next().filter(|_| e.is_transient()) else {
+                return Err(e.into());
+            };
+            self.emit(
+                None,
+                None,
+                "worktree.retry",
+                json!({
+                    "branch": branch,
+                    "error": crate::run::error_chain(&e),
+                    "wait_ms": attempt::ms(*wait),
+                }),
+            )?;
+            tokio::time::sleep(*wait).await;
+        }
+    }
+
+    /// Writes an event to the ledger and the trail (in that order), then shows it.
+    fn emit(
+        &self,
+        task: Option<&str>,
+        attempt: Option<u32>,
+        event: &str,
+        detail: Value,
+    ) -> Result<(), RunError> {
+        let (_, time_ms) = trail::now();
+        self.ledger().event(
+            &self.run_id,
+            task,
+            attempt,
+            time_ms,
+            event,
+            &detail.to_string(),
+        )?;
+        let record = self.trail.event(task, attempt, event, detail)?;
+        self.observer.event(&record);
+        Ok(())
+    }
+
+    fn set_phase(&self, phase: &str, task: Option<&str>, attempt: u32) -> Result<(), RunError> {
+        {
+            let mut state = self.state();
+            state.phase = phase.to_string();
+            state.task = task.map(str::to_string);
+            state.iteration = attempt;
+        }
+        if let Some(t) = task {
+            self.task_state(t, |s| {
+                s.state = "running".into();
+                s.attempt = attempt;
+            });
+        }
+        self.ledger().heartbeat(&self.run_id)?;
+        let recent = locked(&self.state_written).is_some_and(|at| at.elapsed() < STATE_EVERY);
+        if recent
+            && self
+                .state_flushed
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.state_behind
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
+        self.write_state()
+    }
+
+    fn ledger_begin_attempt(
+        &self,
+        task: &str,
+        number: u32,
+        rung: u32,
+        agent: &str,
+        branch: &str,
+        worktree: &Path,
+        base: Oid,
+        epoch: u32,
+    ) -> Result<i64, RunError> {
+        self.task_state(task, |s| {
+            s.rung = rung;
+            s.agent = Some(agent.to_string());
+            s.branch = Some(branch.to_string());
+        });
+        Ok(self.ledger().begin_attempt(&ledger::AttemptStart {
+            run: &self.run_id,
+            task,
+            number,
+            rung,
+            agent,
+            branch,
+            worktree: &worktree.display().to_string(),
+            base: &base.to_string(),
+            epoch,
+        })?)
+    }
+
+    fn ledger_agent_done(
+        &self,
+        id: i64,
+        exit_code: Option<i32>,
+        timed_out: bool,
+        duration: Duration,
+        head: Option<Oid>,
+        usage: &crate::run::judge::adapter::Usage,
+        retries: u32,
+    ) -> Result<(), RunError> {
+        let head = head.map(|h| h.to_string());
+        let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
+        Ok(self.ledger().agent_done(
+            id,
+            &ledger::AgentEnd {
+                exit_code,
+                timed_out,
+                duration_ms: attempt::ms(duration),
+                head: head.as_deref(),
+                usage: reported.then(|| ledger::Cost {
+                    input_tokens: usage.input_tokens,
+                    output_tokens: usage.output_tokens,
+                    usd_micros: usage.usd_micros.unwrap_or(0),
+                }),
+                rate_limited: retries,
+            },
+        )?)
+    }
+
+    fn record_gate(
+        &self,
+        attempt_id: i64,
+        task: &str,
+        attempt: u32,
+        phase: &str,
+        ordinal: usize,
+        run: &GateRun,
+    ) -> Result<(), RunError> {
+        let counts = run
+            .counts()
+            .map(|c| (c.executed, c.passed, c.failed, c.skipped));
+        let log = run.log.display().to_string();
+        let verdict = verdict_name(run.verdict);
+        self.ledger().record_gate(
+            attempt_id,
+            &ledger::GateRow {
+                phase,
+                ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
+                name: &run.gate,
+                verdict,
+                exit_code: run.exit_code,
+                counts,
+                evidence: &run.evidence_label(),
+                reason: &run.reason,
+                log: &log,
+                duration_ms: run.duration_ms,
+            },
+        )?;
+        self.emit(
+            Some(task),
+            Some(attempt),
+            "gate.finished",
+            json!({
+                "gate": run.gate,
+                "phase": phase,
+                "verdict": verdict,
+                "exit_code": run.exit_code,
+                "counts": run.counts(),
+                "reason": run.reason,
+                "log": log,
+            }),
+        )
     }
 }
 

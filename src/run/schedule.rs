@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::ir::Task;
-use crate::run::driver::Outcome;
+use crate::run::outcome::Outcome;
 
 /// What scheduling reads of a task.
 #[derive(Debug, Clone, Copy)]

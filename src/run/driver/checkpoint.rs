@@ -11,6 +11,7 @@ use crate::ir::Task;
 use crate::ledger;
 use crate::run::attempt;
 use crate::run::failure::Failure;
+use crate::run::host::Host;
 use crate::run::policy::CheckpointKind;
 
 impl Runner<'_> {

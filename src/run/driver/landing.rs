@@ -24,6 +24,7 @@ use crate::ir::{Gate, Task};
 use crate::ledger;
 use crate::run::attempt::{self, AttemptSpec, Failure, FailureKind};
 use crate::run::git::land::{self, LandError, Prepared};
+use crate::run::host::Host;
 use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::{self, GateContext};
 use crate::run::worktree::Lease;

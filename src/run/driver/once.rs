@@ -12,6 +12,7 @@ use crate::ledger;
 use crate::run::attempt::{self, AttemptEnd, AttemptSpec};
 use crate::run::failure::{Failure, FailureKind};
 use crate::run::git::land;
+use crate::run::host::Host;
 
 /// What [`attempt_once`] did: the run it recorded, the task, and how its one attempt ended.
 #[derive(Debug)]

@@ -13,6 +13,7 @@ use super::{Observer, RunError, RunOptions, RunReport, Runner};
 use crate::ir::Program;
 use crate::ledger::{self, Ledger};
 use crate::run::git::land;
+use crate::run::host::Host;
 use crate::run::sandbox::Protected;
 use crate::run::trail::{self, Trail};
 use crate::run::worktree::Pool;
@@ -131,7 +132,7 @@ pub async fn resume(
         .as_ref()
         .map(crate::drift::DriftReport::replanned)
         .unwrap_or_default();
-    let restored = crate::run::resume::restore(&runner, &selected, &targets, &replanned)?;
+    let restored = crate::run::driver::resume::restore(&runner, &selected, &targets, &replanned)?;
     record_resume(&runner, program, &from)?;
     runner.drive(&selected, &targets, restored, None).await
 }
@@ -142,7 +143,7 @@ pub(crate) struct Reopened<'a> {
     pub runner: Runner<'a>,
     pub selected: Vec<usize>,
     pub targets: BTreeMap<usize, String>,
-    pub began: crate::run::resume::Began,
+    pub began: crate::run::driver::resume::Began,
 }
 
 /// Opens the interrupted run `from.run` again, whichever executor ran it: stops what its dead
@@ -159,10 +160,10 @@ pub(crate) fn reopen<'a>(
     // A dead mvk's agents and gates may live on (SIGKILL spares its children): stop them before
     // anything of the run is reused, so none can edit a worktree or forge a log.
     let orphans = crate::run::exec::reaper::kill_orphans(opening.trail.run_dir(), &run_id);
-    let mut ref_locks = crate::run::resume::clear_ref_locks(&opts.repo_root, &run_id)?;
+    let mut ref_locks = crate::run::driver::resume::clear_ref_locks(&opts.repo_root, &run_id)?;
     ref_locks.extend(opening.pool.clear_idle_locks()?);
-    let began = crate::run::resume::began(&opening.ledger, &from.run)?;
-    let selected = crate::run::resume::selected_tasks(&began, program);
+    let began = crate::run::driver::resume::began(&opening.ledger, &from.run)?;
+    let selected = crate::run::driver::resume::selected_tasks(&began, program);
     // A task without `merge into=` lands on the branch checked out when the run began, whatever
     // is checked out now.
     let targets = targets_of(
@@ -186,8 +187,12 @@ pub(crate) fn reopen<'a>(
             "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
         }),
     )?;
-    let last =
-        crate::run::resume::last_sign_of_life(&runner.ledger(), &run_id, None, runner.run_dir())?;
+    let last = crate::run::driver::resume::last_sign_of_life(
+        &runner.ledger(),
+        &run_id,
+        None,
+        runner.run_dir(),
+    )?;
     let elapsed = last.map_or(0, |l| l.saturating_sub(from.run.started_at));
     runner.restore_run_clock(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))?;
     Ok(Reopened {

@@ -19,6 +19,7 @@ use crate::ir::{Program, Rung, Task};
 use crate::ledger;
 use crate::run::attempt::{AttemptSpec, Failure, FailureKind};
 use crate::run::git::land;
+use crate::run::host::Host;
 
 /// An attempt a worker made, as its result reached the coordinator.
 #[derive(Debug, Clone)]
@@ -173,7 +174,7 @@ impl<'a> Coordinator<'a> {
 
     /// Opens the interrupted run `from.run` again, made by `executor`'s workers: what each task
     /// had begun, been handed, landed or ended is restored from the ledger (see
-    /// [`crate::run::resume::restore_remote`]), so that the workflow's requests, asked again or
+    /// [`crate::run::driver::resume::restore_remote`]), so that the workflow's requests, asked again or
     /// for the first time, are answered as the dead coordinator would have answered them.
     pub fn reopen(
         program: &'a Program,
@@ -196,7 +197,7 @@ impl<'a> Coordinator<'a> {
                 ),
             });
         }
-        let restored = crate::run::resume::restore_remote(&runner, &selected)?;
+        let restored = crate::run::driver::resume::restore_remote(&runner, &selected)?;
         // Counted again: what the abandoned half records had spent is no longer in the ledger.
         runner.restore_spent()?;
         record_resume(&runner, program, from)?;
@@ -269,7 +270,7 @@ impl<'a> Coordinator<'a> {
             return Ok(None);
         };
         let attempts = self.runner.ledger().attempt_rows(run, name)?;
-        Ok(Some(crate::run::resume::report_of(
+        Ok(Some(crate::run::driver::resume::report_of(
             &self.runner,
             &row,
             &attempts,

@@ -17,6 +17,7 @@ use super::{
 use crate::ir::{Agent, Rung, Task};
 use crate::run::attempt::{self, AttemptEnd, AttemptRecord, AttemptSpec};
 use crate::run::failure::{Failure, FailureKind};
+use crate::run::host::Host;
 use crate::run::outcome::Outcome;
 use crate::run::policy::{self, CheckpointKind, Next};
 

@@ -87,10 +87,7 @@ fn named_task(pid: i32) -> Option<(String, String)> {
             .find_map(|v| v.strip_prefix(prefix.as_bytes()))
             .map(|v| String::from_utf8_lossy(v).into_owned())
     };
-    Some((
-        value(crate::run::attempt::RUN_VAR)?,
-        value(crate::run::attempt::TASK_VAR)?,
-    ))
+    Some((value(crate::env::RUN_VAR)?, value(crate::env::TASK_VAR)?))
 }
 
 /// What a sweep did: how many escapees it killed, and whether any may have survived it.
@@ -353,7 +350,7 @@ pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
         .filter(|r| r.boot.is_none() || r.boot.as_deref() == boot_id())
         .collect();
     let groups: Vec<i32> = recorded.iter().map(|r| r.pgid).collect();
-    let marker = format!("{}={run}", crate::run::attempt::RUN_VAR);
+    let marker = format!("{}={run}", crate::env::RUN_VAR);
     let all: Vec<(i32, Stat)> = processes()
         .into_iter()
         .filter(|(_, s)| s.state != "Z" && s.state != "X")
@@ -633,7 +630,7 @@ mod tests {
             std::process::Command::new("sleep")
                 .arg("60")
                 .env_clear()
-                .env(crate::run::attempt::RUN_VAR, run)
+                .env(crate::env::RUN_VAR, run)
                 .process_group(0)
                 .spawn()
                 .expect("spawn sleep")
@@ -649,7 +646,7 @@ mod tests {
         let mut joined = std::process::Command::new("sleep")
             .arg("60")
             .env_clear()
-            .env(crate::run::attempt::RUN_VAR, &run)
+            .env(crate::env::RUN_VAR, &run)
             .process_group(i32::try_from(unmarked.id()).expect("pid"))
             .spawn()
             .expect("spawn sleep");

@@ -140,11 +140,7 @@ pub async fn run_gate_counted(
     spec.env_remove = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
         .filter(|k| is_credential(k) && !gate.env.contains_key(k))
-        .chain(
-            crate::run::attempt::GIT_LOCATION_VARS
-                .iter()
-                .map(|v| v.to_string()),
-        )
+        .chain(crate::env::GIT_LOCATION_VARS.iter().map(|v| v.to_string()))
         .collect();
     spec.env = cx.env.to_vec();
     spec.env.push(("MVK_NONCE".into(), nonce.clone()));

@@ -26,6 +26,7 @@ use super::{ATTEMPT_SLACK, Endpoint, HEARTBEAT_EVERY, REF_PREFIX};
 use crate::ir::{Program, Rung};
 use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
 use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
+use crate::run::host::Host;
 use crate::run::policy::{self};
 
 pub(super) enum Request {

@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use crate::ir::Review;
 use crate::prompt::{self, Blocker, GateInfo, PromptContext};
 use crate::run::attempt::{self, AttemptSpec};
-use crate::run::driver::{Budgets, RunError, Runner};
+use crate::run::error::RunError;
 use crate::run::exec::process::{self, Termination};
+use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::{self, Usage};
 use crate::run::judge::gate::{self, GateRun};
 
@@ -203,17 +204,17 @@ pub struct Reviewed {
 /// Runs `review`'s agent on the attempt's result `head` (whose gates passed as `gates`) and
 /// records its verdict, notes and cost against attempt `attempt_id`.
 pub async fn review(
-    runner: &Runner<'_>,
+    host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
     review: &Review,
     (attempt_id, head, gates): (i64, Oid, &[GateRun]),
 ) -> Result<Reviewed, RunError> {
     let task = spec.task;
-    runner.set_phase("review", Some(&task.name), spec.number)?;
+    host.set_phase("review", Some(&task.name), spec.number)?;
     // Judged again after a crash: the verdict already given stands. Asking again could turn a
     // recorded rejection into an approval.
-    let recorded = runner.ledger().recorded_review(attempt_id)?;
+    let recorded = host.ledger().recorded_review(attempt_id)?;
     if let Some((verdict, blockers, reason)) = recorded {
         let verdict = match verdict.as_str() {
             "approve" => Verdict::Approve { notes: Vec::new() },
@@ -227,7 +228,7 @@ pub async fn review(
             },
             _ => Verdict::Unknown { reason },
         };
-        runner.emit(
+        host.emit(
             Some(&task.name),
             Some(spec.number),
             "review.recalled",
@@ -239,15 +240,15 @@ pub async fn review(
         });
     }
     // Its own directory: nothing of the maker's (agent.out, its prompt) is handed to it.
-    let dir = runner.attempt_dir(&task.name, spec.number).join("review");
+    let dir = host.attempt_dir(&task.name, spec.number).join("review");
     std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
         action: "create the review directory",
         path: dir.clone(),
         source,
     })?;
-    let last = runner
+    let last = host
         .ledger()
-        .last_blockers(runner.run_id(), &task.name, spec.epoch)?;
+        .last_blockers(host.run_id(), &task.name, spec.epoch)?;
     let previous: Vec<Blocker> = match last {
         Some(j) => serde_json::from_str(&j).map_err(|e| RunError::Config {
             message: format!(
@@ -260,7 +261,7 @@ pub async fn review(
     let max = usize::try_from(budgets.context_tokens)
         .unwrap_or(usize::MAX)
         .saturating_mul(4);
-    let diff = diff_text(runner.repo_root(), spec.base, head, max / 2)?;
+    let diff = diff_text(host.repo_root(), spec.base, head, max / 2)?;
     let cx = PromptContext {
         goal: task.goal.clone(),
         task: task.name.clone(),
@@ -299,7 +300,7 @@ pub async fn review(
         path: prompt_file.clone(),
         source,
     })?;
-    runner.emit(
+    host.emit(
         Some(&task.name),
         Some(spec.number),
         "review.started",
@@ -309,13 +310,13 @@ pub async fn review(
     // A repository of its own, outside the pool, holding two commits (the base and the change)
     // and nothing else: no branch, commit message or object of the maker's is reachable from
     // the reviewer's checkout, and its prompt is not beside the maker's output.
-    let isolated = runner.pool_root().join(format!(
+    let isolated = host.pool_root().join(format!(
         "review-{}-{}-{}",
-        runner.run_id(),
+        host.run_id(),
         attempt::slug(&task.name),
         spec.number
     ));
-    isolated_checkout(runner.repo_root(), spec.base, head, &isolated)?;
+    isolated_checkout(host.repo_root(), spec.base, head, &isolated)?;
     let _cleanup = RemoveOnDrop(isolated.clone());
     let prompt_file = isolated.join(".mvk-review-prompt.md");
     std::fs::write(&prompt_file, &text).map_err(|source| RunError::Io {
@@ -342,14 +343,14 @@ pub async fn review(
     let (outcome, ps, gave_up) = loop {
         let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
-            runner,
+            host,
             &as_reviewer,
             (&checkout, &prompt_file, &text),
             &dir,
             LOG_NAME,
         )?;
         let left = budgets
-            .time_left(runner.started(&task.name))
+            .time_left(host.started(&task.name))
             .unwrap_or(std::time::Duration::ZERO);
         ps.timeout = Some(review.agent.timeout.min(left));
         ps.signals = Some(window.clone());
@@ -357,7 +358,7 @@ pub async fn review(
             agent: review.agent.name.clone(),
             source,
         })?;
-        escapees |= crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name).survived;
+        escapees |= crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name).survived;
         if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }
@@ -369,10 +370,10 @@ pub async fn review(
         let wait = hit.retry_after.unwrap_or(backoff);
         backoff = (backoff * 2).min(attempt::MAX_BACKOFF);
         let out_of_time = budgets
-            .time_left(runner.started(&task.name))
+            .time_left(host.started(&task.name))
             .is_none_or(|left| left <= wait);
         let too_many = budgets.wall.is_none() && retries > attempt::MAX_RATE_LIMIT_RETRIES;
-        runner.emit(
+        host.emit(
             Some(&task.name),
             Some(spec.number),
             "review.rate-limited",
@@ -393,7 +394,7 @@ pub async fn review(
         Termination::Exited(code) => Some(code),
         _ => None,
     };
-    let signalled = runner
+    let signalled = host
         .signals_sent(
             &window,
             &task.name,
@@ -442,7 +443,7 @@ pub async fn review(
         message: format!("cannot encode the reviewer's blockers: {e}"),
     })?;
     let reported = usage.tokens() > 0 || usage.usd_micros.is_some();
-    runner.ledger().record_review(&crate::ledger::ReviewRow {
+    host.ledger().record_review(&crate::ledger::ReviewRow {
         attempt_id,
         agent: &review.agent.label(),
         verdict: verdict.name(),
@@ -458,7 +459,7 @@ pub async fn review(
         }),
     })?;
     crate::run::failpoint("review-recorded");
-    runner.emit(
+    host.emit(
         Some(&task.name),
         Some(spec.number),
         "review.finished",

@@ -11,33 +11,17 @@ use serde_json::json;
 
 use crate::ir::{Agent, Task};
 use crate::prompt::{self, GateInfo, PromptContext};
-use crate::run::driver::{Budgets, RunError, Runner, blocking};
+use crate::run::error::{RunError, blocking};
 use crate::run::exec::process::{self, ProcessSpec, Termination};
+use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::{self, RateLimitMatcher, Usage};
 use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::{self, GateContext, GateRun};
-use crate::run::judge::review::Verdict;
 use crate::run::seal::{self, Seal, SealVerdict};
 use crate::run::worktree::{self, Lease};
+use review::Verdict;
 
-/// The variable naming the run in every agent's and gate's environment (the contract's
-/// `MVK_RUN`); a resume finds what a dead mvk left running by it.
-pub const RUN_VAR: &str = "MVK_RUN";
-/// The variable naming the task, in an agent's and a gate's environment.
-pub const TASK_VAR: &str = "MVK_TASK";
-/// The task's scope globs, one a line, in every gate's environment.
-pub const SCOPE_VAR: &str = "MVK_SCOPE";
-
-/// Variables that point git at a repository; removed from agents' and gates' environments.
-pub const GIT_LOCATION_VARS: &[&str] = &[
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-];
+pub mod review;
 
 /// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(5);
@@ -87,24 +71,24 @@ pub struct AttemptSpec<'a> {
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
 /// agent or a gate did is an [`AttemptEnd`].
 pub async fn run_attempt(
-    runner: &Runner<'_>,
+    host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
 ) -> Result<AttemptRecord, RunError> {
     let task = spec.task;
-    let branch = branch_name(runner.run_id(), &task.name, spec.number);
-    let dir = runner.attempt_dir(&task.name, spec.number);
+    let branch = branch_name(host.run_id(), &task.name, spec.number);
+    let dir = host.attempt_dir(&task.name, spec.number);
     std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
         action: "create attempt directory",
         path: dir.clone(),
         source,
     })?;
     let acquiring = std::time::Instant::now();
-    let mut lease = runner.acquire(spec.base, &branch).await?;
+    let mut lease = host.acquire(spec.base, &branch).await?;
     // How long the worktree took, for `benches/flow.sh` and anyone tuning a pool.
     let worktree_ms = u64::try_from(acquiring.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut worktree_path = lease.path.clone();
-    let ledger_id = runner.ledger_begin_attempt(
+    let ledger_id = host.ledger_begin_attempt(
         &task.name,
         spec.number,
         spec.rung,
@@ -114,7 +98,7 @@ pub async fn run_attempt(
         spec.base,
         spec.epoch,
     )?;
-    runner.emit(
+    host.emit(
         Some(&task.name),
         Some(spec.number),
         "attempt.started",
@@ -127,7 +111,7 @@ pub async fn run_attempt(
             "base": spec.base.to_string(),
         }),
     )?;
-    runner.set_phase("agent", Some(&task.name), spec.number)?;
+    host.set_phase("agent", Some(&task.name), spec.number)?;
 
     // The prompt.
     let prompt_text = render_prompt(task, spec, budgets.context_tokens)?;
@@ -151,12 +135,12 @@ pub async fn run_attempt(
     // Why the agent's objects were refused (too large), which fails the attempt.
     let mut refused: Option<String>;
     let (outcome, started) = loop {
-        let Some(limit) = budgets.time_left(runner.started(&task.name)) else {
-            return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
+        let Some(limit) = budgets.time_left(host.started(&task.name)) else {
+            return finish_wall(host, ledger_id, spec, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
         let mut ps = agent_process(
-            runner,
+            host,
             spec,
             (&worktree_path, &prompt_file, &prompt_text),
             &dir,
@@ -170,10 +154,10 @@ pub async fn run_attempt(
             source,
         })?;
         // Whatever escaped the agent's process group must not edit the worktree later.
-        let swept = crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name);
+        let swept = crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name);
         escaped += swept.killed;
         survived |= swept.survived;
-        refused = absorb_agent_objects(runner, &dir).await?;
+        refused = absorb_agent_objects(host, &dir).await?;
         if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
             usage.absorb(&u);
         }
@@ -184,35 +168,35 @@ pub async fn run_attempt(
         retries += 1;
         let wait = limit_hit.retry_after.unwrap_or(backoff);
         backoff = (backoff * 2).min(MAX_BACKOFF);
-        let left = budgets.time_left(runner.started(&task.name));
+        let left = budgets.time_left(host.started(&task.name));
         if budgets.wall.is_none() && retries > MAX_RATE_LIMIT_RETRIES {
             break (outcome, started);
         }
         if left.is_some_and(|l| l <= wait) {
-            runner.emit(
+            host.emit(
                 Some(&task.name),
                 Some(spec.number),
                 "agent.rate-limited",
                 json!({"wait_ms": ms(wait), "message": limit_hit.message, "gave_up": true}),
             )?;
-            return finish_wall(runner, ledger_id, spec, branch, None, usage, retries).await;
+            return finish_wall(host, ledger_id, spec, branch, None, usage, retries).await;
         }
-        runner.emit(
+        host.emit(
             Some(&task.name),
             Some(spec.number),
             "agent.rate-limited",
             json!({"wait_ms": ms(wait), "message": limit_hit.message}),
         )?;
-        runner.set_phase("rate-limited", Some(&task.name), spec.number)?;
+        host.set_phase("rate-limited", Some(&task.name), spec.number)?;
         keep_limited_logs(&ps, retries)?;
         tokio::time::sleep(wait).await;
         // The same attempt again, from a clean checkout of the same base; what the limited try
         // left is kept on the branch's history first.
         let (_, kept) = capture(lease, "mvk: work of a rate-limited try".into()).await?;
         kept?;
-        lease = runner.acquire(spec.base, &branch).await?;
+        lease = host.acquire(spec.base, &branch).await?;
         worktree_path = lease.path.clone();
-        runner.set_phase("agent", Some(&task.name), spec.number)?;
+        host.set_phase("agent", Some(&task.name), spec.number)?;
     };
     let (exit_code, timed_out) = match outcome.termination {
         Termination::Exited(code) => (Some(code), false),
@@ -232,7 +216,7 @@ pub async fn run_attempt(
                 "mvk: attempt {} of task {}\n\nMvk-Run: {}\nMvk-Task: {}\nMvk-Attempt: {}\n",
                 spec.number,
                 task.name,
-                runner.run_id(),
+                host.run_id(),
                 task.name,
                 spec.number
             );
@@ -275,7 +259,7 @@ pub async fn run_attempt(
         Some(Ok(head)) => head,
         Some(Err(e)) if wrecked.is_none() => return Err(e.into()),
         _ => {
-            runner.ledger_agent_done(
+            host.ledger_agent_done(
                 ledger_id, exit_code, timed_out, duration, None, &usage, retries,
             )?;
             if survived {
@@ -297,7 +281,7 @@ pub async fn run_attempt(
         }
     };
     crate::run::failpoint("agent-captured");
-    runner.ledger_agent_done(
+    host.ledger_agent_done(
         ledger_id,
         exit_code,
         timed_out,
@@ -306,7 +290,7 @@ pub async fn run_attempt(
         &usage,
         retries,
     )?;
-    runner.emit(
+    host.emit(
         Some(&task.name),
         Some(spec.number),
         "agent.finished",
@@ -323,7 +307,7 @@ pub async fn run_attempt(
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
     // Every signal delivered while the agent ran is decided before its count is read.
-    let signalled = runner
+    let signalled = host
         .signals_sent(
             &window,
             &task.name,
@@ -353,7 +337,7 @@ pub async fn run_attempt(
         });
     }
     judge(
-        runner,
+        host,
         spec,
         budgets,
         Judged {
@@ -405,7 +389,7 @@ pub struct Judged {
 /// clean checkout of the captured commit. A resume calls it for an attempt whose agent finished
 /// before mvk was interrupted, so the agent is never run twice.
 pub async fn judge(
-    runner: &Runner<'_>,
+    host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
     j: Judged,
@@ -421,7 +405,7 @@ pub async fn judge(
         usage,
         lease: kept,
     } = j;
-    let dir = runner.attempt_dir(&task.name, spec.number);
+    let dir = host.attempt_dir(&task.name, spec.number);
     let record = |end| AttemptRecord {
         ledger_id,
         number: spec.number,
@@ -433,7 +417,7 @@ pub async fn judge(
 
     if timed_out || exit_code != Some(0) {
         // Killed because the wall budget ran out: a budget stop, not the agent's failure.
-        if timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
+        if timed_out && budgets.time_left(host.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
         let criterion = if timed_out {
@@ -457,28 +441,28 @@ pub async fn judge(
     }
 
     // The seal.
-    runner.set_phase("seal", Some(&task.name), spec.number)?;
-    if let Some(f) = check_seal(runner, task, spec, head).await? {
+    host.set_phase("seal", Some(&task.name), spec.number)?;
+    if let Some(f) = check_seal(host, task, spec, head).await? {
         return Ok(record(AttemptEnd::Failed(f)));
     }
 
     // The gates, in order; the first that does not pass ends the attempt. They run on a clean
     // checkout of the captured commit: ignored or untracked files the agent left (a conftest.py
     // it excluded from git, a forged build cache) are not what lands, and were not sealed.
-    runner.set_phase("gates", Some(&task.name), spec.number)?;
+    host.set_phase("gates", Some(&task.name), spec.number)?;
     let lease = match kept {
         Some(lease) => match clean_in_place(lease, head).await? {
             (lease, true) => lease,
             (lease, false) => {
                 drop(lease);
-                runner.acquire(head, &branch).await?
+                host.acquire(head, &branch).await?
             }
         },
-        None => runner.acquire(head, &branch).await?,
+        None => host.acquire(head, &branch).await?,
     };
     let worktree_path = lease.path.clone();
     let gate_env = gate_env(
-        runner.run_id(),
+        host.run_id(),
         &task.name,
         spec.number,
         spec.base,
@@ -489,7 +473,7 @@ pub async fn judge(
     // Gates run the agent's code: one that signals mvk rejects the attempt, as an agent would.
     let window = crate::run::exec::signals::Window::new();
     for (i, g) in task.gates.iter().enumerate() {
-        let Some(left) = budgets.time_left(runner.started(&task.name)) else {
+        let Some(left) = budgets.time_left(host.started(&task.name)) else {
             return Ok(record(AttemptEnd::WallSpent));
         };
         let cx = GateContext {
@@ -498,15 +482,15 @@ pub async fn judge(
             log: dir.join(format!("gate-{}.log", slug(&g.name))),
             timeout: g.timeout.min(left),
             sandbox: task.sandbox.as_ref(),
-            protected: runner.protected(),
+            protected: host.protected(),
         };
         let run = gate::run_gate_counted(g, &cx, Some(&window))
             .await
             .map_err(RunError::Gate)?;
-        let swept = crate::run::exec::reaper::kill_adopted(runner.run_id(), &task.name);
-        runner.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
+        let swept = crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name);
+        host.record_gate(ledger_id, &task.name, spec.number, "gate", i, &run)?;
         crate::run::exec::signals::settle().await;
-        if let Some(f) = signalled_by_gate(runner, spec, &run, window.signals())? {
+        if let Some(f) = signalled_by_gate(host, spec, &run, window.signals())? {
             return Ok(record(AttemptEnd::Failed(f)));
         }
         if swept.survived {
@@ -514,7 +498,7 @@ pub async fn judge(
             lease.retire()?;
             return Ok(record(AttemptEnd::Failed(escaped_gate(spec.number, &run))));
         }
-        if run.timed_out && budgets.time_left(runner.started(&task.name)).is_none() {
+        if run.timed_out && budgets.time_left(host.started(&task.name)).is_none() {
             return Ok(record(AttemptEnd::WallSpent));
         }
         if run.verdict != GateVerdict::Pass {
@@ -530,11 +514,11 @@ pub async fn judge(
     let Some(review) = &task.review else {
         return Ok(record(AttemptEnd::Passed { head, gates: runs }));
     };
-    if budgets.time_left(runner.started(&task.name)).is_none() {
+    if budgets.time_left(host.started(&task.name)).is_none() {
         return Ok(record(AttemptEnd::WallSpent));
     }
     let reviewed =
-        crate::run::judge::review::review(runner, spec, budgets, review, (ledger_id, head, &runs))
+        crate::run::attempt::review::review(host, spec, budgets, review, (ledger_id, head, &runs))
             .await?;
     let end = match reviewed.verdict {
         Verdict::Approve { .. } => AttemptEnd::Passed { head, gates: runs },
@@ -562,7 +546,7 @@ pub async fn judge(
 
 /// The failure of an attempt whose gate `run` sent mvk `signals` stop signals, if it sent any.
 fn signalled_by_gate(
-    runner: &Runner<'_>,
+    host: &impl Host,
     spec: &AttemptSpec<'_>,
     run: &GateRun,
     signals: u64,
@@ -570,7 +554,7 @@ fn signalled_by_gate(
     if signals == 0 {
         return Ok(None);
     }
-    runner.emit(
+    host.emit(
         Some(&spec.task.name),
         Some(spec.number),
         "gate.signalled-mvk",
@@ -639,21 +623,21 @@ fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
 /// The process of `spec.agent` in `worktree` with the agent environment, its command filled in,
 /// its output in `dir/NAME.out` and `dir/NAME.err` and its group in `dir/NAME.pgid`; no timeout.
 pub(crate) fn agent_process(
-    runner: &Runner<'_>,
+    host: &impl Host,
     spec: &AttemptSpec<'_>,
     (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
     dir: &Path,
     name: &str,
 ) -> Result<ProcessSpec, RunError> {
     // A reviewer is given the verdict's JSON schema, for an agent that can be held to one.
-    let schema = if name == crate::run::judge::review::LOG_NAME {
-        Some(crate::run::judge::review::write_schema(dir)?)
+    let schema = if name == crate::run::attempt::review::LOG_NAME {
+        Some(crate::run::attempt::review::write_schema(dir)?)
     } else {
         None
     };
     let argv = fill_argv(
         &spec.agent.argv,
-        runner.run_id(),
+        host.run_id(),
         spec,
         (worktree, prompt_file, prompt_text),
         schema.as_deref(),
@@ -668,9 +652,12 @@ pub(crate) fn agent_process(
         dir.join(format!("{name}.err")),
     );
     ps.args = args.to_vec();
-    ps.env = agent_env(runner.run_id(), spec, worktree, prompt_file);
+    ps.env = agent_env(host.run_id(), spec, worktree, prompt_file);
     // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
-    ps.env_remove = GIT_LOCATION_VARS.iter().map(|v| v.to_string()).collect();
+    ps.env_remove = crate::env::GIT_LOCATION_VARS
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
     ps.group_file = Some(dir.join(format!("{name}.pgid")));
     // The agent definition's own sandbox, else the loop's.
     if let Some(sandbox) = spec.agent.sandbox.as_ref().or(spec.task.sandbox.as_ref()) {
@@ -678,7 +665,7 @@ pub(crate) fn agent_process(
             cwd: worktree,
             tmp: dir.join(format!("{name}.tmp")),
             objects: Some(objects_dir(dir, name)),
-            protected: runner.protected(),
+            protected: host.protected(),
         };
         crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
             RunError::Agent {
@@ -700,9 +687,9 @@ pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
 /// store, so that its commits can be read and kept; nothing when it ran unconfined.
 /// Out comes why they were refused, when the agent committed more than mvk reads (its fault:
 /// the attempt fails, not the run).
-async fn absorb_agent_objects(runner: &Runner<'_>, dir: &Path) -> Result<Option<String>, RunError> {
+async fn absorb_agent_objects(host: &impl Host, dir: &Path) -> Result<Option<String>, RunError> {
     use crate::run::sandbox::AbsorbError;
-    let root = runner.repo_root().to_path_buf();
+    let root = host.repo_root().to_path_buf();
     let objects = objects_dir(dir, "agent");
     let absorbed = blocking("add the agent's objects to the repository", move || {
         crate::run::sandbox::absorb_objects(&root, &objects)
@@ -805,7 +792,7 @@ pub(crate) fn rate_limited(
 
 /// The wall budget ran out before the agent produced a result: record what it spent.
 async fn finish_wall(
-    runner: &Runner<'_>,
+    host: &impl Host,
     ledger_id: i64,
     spec: &AttemptSpec<'_>,
     branch: String,
@@ -813,7 +800,7 @@ async fn finish_wall(
     usage: Usage,
     retries: u32,
 ) -> Result<AttemptRecord, RunError> {
-    runner.ledger_agent_done(
+    host.ledger_agent_done(
         ledger_id,
         None,
         false,
@@ -858,7 +845,7 @@ async fn clean_in_place(lease: Lease, head: Oid) -> Result<(Lease, bool), RunErr
 
 /// The seal check of an attempt's change; `Some` failure when it touched the oracle.
 pub(crate) async fn check_seal(
-    runner: &Runner<'_>,
+    host: &impl Host,
     task: &Task,
     spec: &AttemptSpec<'_>,
     head: Oid,
@@ -867,7 +854,7 @@ pub(crate) async fn check_seal(
     let mut patterns = task.seal.clone();
     patterns.push(".mvk".to_string());
     let sealed = Seal::new(&patterns).map_err(RunError::Seal)?;
-    let root = runner.repo_root().to_path_buf();
+    let root = host.repo_root().to_path_buf();
     let base = spec.base;
     let verdict = blocking("check the seal", move || {
         let repo = Repository::open(&root).map_err(|source| RunError::Git {
@@ -879,7 +866,7 @@ pub(crate) async fn check_seal(
     .await??;
     match verdict {
         SealVerdict::Untouched => {
-            runner.emit(
+            host.emit(
                 Some(&task.name),
                 Some(spec.number),
                 "seal.passed",
@@ -888,7 +875,7 @@ pub(crate) async fn check_seal(
             Ok(None)
         }
         SealVerdict::Breached(breaches) => {
-            runner.emit(
+            host.emit(
                 Some(&task.name),
                 Some(spec.number),
                 "seal.breached",
@@ -1074,8 +1061,8 @@ fn agent_env(
     prompt_file: &Path,
 ) -> Vec<(String, String)> {
     let mut env = vec![
-        (RUN_VAR.to_string(), run.to_string()),
-        (TASK_VAR.to_string(), spec.task.name.clone()),
+        (crate::env::RUN_VAR.to_string(), run.to_string()),
+        (crate::env::TASK_VAR.to_string(), spec.task.name.clone()),
         ("MVK_ATTEMPT".to_string(), spec.number.to_string()),
         ("MVK_RUNG".to_string(), spec.rung.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
@@ -1102,12 +1089,12 @@ fn gate_env(
     scope: &[String],
 ) -> Vec<(String, String)> {
     let mut env = vec![
-        (RUN_VAR.to_string(), run.to_string()),
-        (TASK_VAR.to_string(), task.to_string()),
+        (crate::env::RUN_VAR.to_string(), run.to_string()),
+        (crate::env::TASK_VAR.to_string(), task.to_string()),
         ("MVK_ATTEMPT".to_string(), attempt.to_string()),
         ("MVK_BASE".to_string(), base.to_string()),
         ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
-        (SCOPE_VAR.to_string(), scope.join("\n")),
+        (crate::env::SCOPE_VAR.to_string(), scope.join("\n")),
     ];
     if let Ok(exe) = crate::exe::path() {
         env.push((crate::env::MVK_EXE.to_string(), exe.display().to_string()));
@@ -1147,7 +1134,7 @@ fn fill_argv(
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             "verdict_schema_json" => verdict_schema
-                .map(|_| crate::run::judge::review::verdict_schema().to_string())
+                .map(|_| crate::run::attempt::review::verdict_schema().to_string())
                 .unwrap_or_default(),
             _ => return None,
         })

@@ -18,6 +18,7 @@ use crate::run::driver::{
     Outcome, Pending, Progress, Restored, Resume, RunError, Runner, TaskReport,
 };
 use crate::run::git::land;
+use crate::run::host::Host;
 
 /// What a run's `run.started` event says of how it began.
 #[derive(Debug, Default)]
