@@ -9,6 +9,8 @@
 //!
 //! - [`syntax`]: KDL text → typed, spanned syntax tree; never touches git or the disk.
 //! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
+//! - [`glob`]: seal and scope glob patterns → compiled matchers and pattern errors; [`resolve`]
+//!   holds `scope`, `seal` and `each` to its rules, [`run::seal`] matches by them.
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
 //! - [`drift`]: a run's stored program and the program compiled now → what changed, field by
@@ -43,6 +45,7 @@ pub mod doctor;
 pub mod drift;
 pub mod env;
 pub mod exe;
+pub mod glob;
 pub mod ir;
 pub mod ledger;
 pub mod mcp;
