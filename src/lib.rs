@@ -55,6 +55,7 @@ pub mod report;
 pub mod resolve;
 pub mod run;
 pub mod scaffold;
+pub mod slug;
 pub mod source;
 pub mod stdlib;
 pub mod syntax;

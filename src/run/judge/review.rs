@@ -312,7 +312,7 @@ pub async fn review(
     let isolated = runner.pool_root().join(format!(
         "review-{}-{}-{}",
         runner.run_id(),
-        attempt::slug(&task.name),
+        crate::slug::slug(&task.name),
         spec.number
     ));
     isolated_checkout(runner.repo_root(), spec.base, head, &isolated)?;
