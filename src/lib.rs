@@ -39,6 +39,7 @@
 //! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;
+pub mod clock;
 pub mod diag;
 pub mod digest;
 pub mod doctor;

@@ -310,7 +310,7 @@ pub(crate) fn lock(
         run: run.to_string(),
         pid: std::process::id(),
         host: driver::host_name(),
-        since: crate::run::trail::now().0,
+        since: crate::clock::now().0,
         command: command.to_string(),
     };
     RunLock::acquire(&repo_root.join(".mvk"), program, &me, wait, |holder| {

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::LedgerError;
 
-/// A heartbeat older than this (five beats of [`crate::run::trail::HEARTBEAT_EVERY`]) has
+/// A heartbeat older than this (five beats of [`crate::clock::HEARTBEAT_EVERY`]) has
 /// stopped.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(10);
 
@@ -779,7 +779,7 @@ mod tests {
         assert_eq!(liveness(dir.path(), &r).name(), "unknown");
         let beat_dir = dir.path().join("runs").join(&r.id);
         std::fs::create_dir_all(&beat_dir).unwrap();
-        let (time, ms) = crate::run::trail::now();
+        let (time, ms) = crate::clock::now();
         std::fs::write(
             beat_dir.join("heartbeat"),
             format!("{{\"pid\":1,\"time\":\"{time}\"}}\n"),
