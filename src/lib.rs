@@ -16,7 +16,10 @@
 //! - [`drift`]: a run's stored program and the program compiled now → what changed, field by
 //!   field, and what it invalidates.
 //! - [`run`]: the interpreter: the driver (apply, resume), attempts, processes, the worktree pool,
-//!   the seal check, gates and evidence, landing, run locks.
+//!   the seal check, gates and evidence, landing.
+//! - [`run_lock`], [`slug`], [`clock`]: the run lock of a program, the names runs give their
+//!   branches and files, the time and the heartbeat's period; shared by [`run`], which writes
+//!   them, and [`ledger::read`], which judges a run's liveness by them.
 //! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
 //! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong,
 //!   a run's self-contained HTML page.
@@ -29,7 +32,7 @@
 //! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
 //! - `.mvk/ledger.db`, `.mvk/runs/<run>/`, `.mvk/locks/<program>.lock` in the user's repository:
-//!   [`ledger`], [`run::trail`], [`run::lock`]; `.mvk/mcp/`: the output of runs `mvk mcp`
+//!   [`ledger`], [`run::trail`], [`run_lock`]; `.mvk/mcp/`: the output of runs `mvk mcp`
 //!   started, [`mcp`].
 //! - `loops/fix-tests.kdl`, `loops/agents.kdl`, `loops/prompts/maker.hbs`: written once by
 //!   `mvk init` from [`scaffold`].
@@ -55,6 +58,7 @@ pub mod prompt;
 pub mod report;
 pub mod resolve;
 pub mod run;
+pub mod run_lock;
 pub mod scaffold;
 pub mod slug;
 pub mod source;
