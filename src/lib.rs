@@ -60,6 +60,7 @@ pub mod resolve;
 pub mod run;
 pub mod run_lock;
 pub mod scaffold;
+pub mod session;
 pub mod slug;
 pub mod source;
 pub mod stdlib;

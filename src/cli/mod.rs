@@ -141,9 +141,9 @@ where
     git2::opts::strict_object_creation(false);
     // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
     let mut args = args;
-    let served = args.get(1).is_some_and(|a| a == crate::mcp::SESSION);
+    let served = args.get(1).is_some_and(|a| a == crate::session::SESSION);
     if served {
-        if let Err(e) = crate::mcp::enter_session() {
+        if let Err(e) = crate::session::enter_session() {
             printer::err_line(&format!("error: {e}"));
             return Exit::Internal.into();
         }
@@ -163,7 +163,7 @@ where
         }
     };
     // A command `mvk mcp` started reads files as the server does: its repository's only.
-    if served && let Err(e) = crate::mcp::fence(cli.repo.as_deref()) {
+    if served && let Err(e) = crate::session::fence(cli.repo.as_deref()) {
         printer::err_line(&format!("error: {e}"));
         return Exit::Internal.into();
     }
