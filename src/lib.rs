@@ -25,7 +25,10 @@
 //!   a run's self-contained HTML page.
 //! - [`scaffold`]: a project directory → the starter files of `mvk init`.
 //! - [`cli`]: the command line, a thin layer over the above.
-//! - [`mcp`]: `mvk mcp`, the same commands as tools of a Model Context Protocol server.
+//! - [`mcp`]: `mvk mcp`, the same commands as tools of a Model Context Protocol server, built on
+//!   [`cli`]'s functions; [`session`]: the entry of a command it starts detached (`mvk __session`).
+//! - [`entry`]: the process's arguments → its exit code: the hidden entries, then the command,
+//!   run by [`cli`] or [`mcp`] (so neither dispatches through the other).
 //!
 //! # Files
 //! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
@@ -47,6 +50,7 @@ pub mod diag;
 pub mod digest;
 pub mod doctor;
 pub mod drift;
+pub mod entry;
 pub mod env;
 pub mod exe;
 pub mod glob;

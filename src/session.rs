@@ -1,7 +1,7 @@
 //! A command line `mvk mcp` started in (`mvk __session COMMAND…`); that command on its own
 //! out: in a session of its own ([`enter_session`]), its compilations fenced in its
 //! repository's checkout as the server's are ([`fence`]). The server ([`crate::mcp`]) starts
-//! such commands, the command line's entry (`cli::run`) runs them, `mvk gc` removes what they
+//! such commands, the process entry ([`crate::entry`]) runs them, `mvk gc` removes what they
 //! leave once [`START_TIMEOUT`] has passed.
 
 use std::path::PathBuf;

@@ -22,7 +22,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::cli::{Cli, CliError, Command};
+use crate::cli::mcp::McpArgs;
+use crate::cli::printer::Printer;
+use crate::cli::{Cli, CliError, Command, Exit};
 use crate::run::attempt_result::AttemptResult;
 use crate::run::git::verify::Verification;
 pub use spawn::Started;
@@ -57,6 +59,17 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
+}
+
+/// `mvk mcp`: serves MCP on standard input and output until the client closes them. Exit 0
+/// when the client went away, 70 when serving failed.
+pub fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, CliError> {
+    crate::cli::apply::runtime()?
+        .block_on(serve(cli.repo.clone()))
+        .map_err(|e| CliError::Internal {
+            message: format!("the MCP server stopped: {e}"),
+        })?;
+    Ok(Exit::Ok)
 }
 
 /// A loop or flow file.
@@ -179,7 +192,7 @@ impl Server {
             repo: self.repo.clone(),
             quiet: true,
             verbose: false,
-            command: Command::Mcp(crate::cli::mcp::McpArgs {}),
+            command: Command::Mcp(McpArgs {}),
         }
     }
 
@@ -389,7 +402,7 @@ impl Server {
         let refused = |why: String| {
             ErrorData::invalid_params(
                 format!("refused: {why}; a tool reads files of its repository only"),
-                Some(json!({"exit_code": crate::cli::Exit::Usage.code()})),
+                Some(json!({"exit_code": Exit::Usage.code()})),
             )
         };
         let fence = crate::resolve::confine::Confine::for_checkout(&self.dir)
