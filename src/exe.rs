@@ -5,7 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// This executable's path, found once (`cli::run` asks first, at startup). Linux reads it from
+/// This executable's path, found once (`entry::run` asks first, at startup). Linux reads it from
 /// `/proc/self/exe`, which says `… (deleted)` once the file has been replaced (a `cargo install`
 /// or build during a long run), a path that runs nothing; the replacement does.
 pub fn path() -> io::Result<&'static Path> {

@@ -9,25 +9,33 @@
 //!
 //! - [`syntax`]: KDL text → typed, spanned syntax tree; never touches git or the disk.
 //! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
+//! - [`glob`]: seal and scope glob patterns → compiled matchers and pattern errors; [`resolve`]
+//!   holds `scope`, `seal` and `each` to its rules, [`run::seal`] matches by them.
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
 //! - [`drift`]: a run's stored program and the program compiled now → what changed, field by
 //!   field, and what it invalidates.
 //! - [`run`]: the interpreter: the driver (apply, resume), attempts, processes, the worktree pool,
-//!   the seal check, gates and evidence, landing, run locks.
+//!   the seal check, gates and evidence, landing.
+//! - [`run_lock`], [`slug`], [`clock`]: the run lock of a program, the names runs give their
+//!   branches and files, the time and the heartbeat's period; shared by [`run`], which writes
+//!   them, and [`ledger::read`], which judges a run's liveness by them.
 //! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
 //! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong,
 //!   a run's self-contained HTML page.
 //! - [`scaffold`]: a project directory → the starter files of `mvk init`.
 //! - [`cli`]: the command line, a thin layer over the above.
-//! - [`mcp`]: `mvk mcp`, the same commands as tools of a Model Context Protocol server.
+//! - [`mcp`]: `mvk mcp`, the same commands as tools of a Model Context Protocol server, built on
+//!   [`cli`]'s functions; [`session`]: the entry of a command it starts detached (`mvk __session`).
+//! - [`entry`]: the process's arguments → its exit code: the hidden entries, then the command,
+//!   run by [`cli`] or [`mcp`] (so neither dispatches through the other).
 //!
 //! # Files
 //! - `loops/*.kdl`, in the user's repository: read by [`resolve`] through [`syntax`].
 //! - `stdlib/` in this repository, imported as `std/…`: embedded by [`stdlib`].
 //! - prompt templates (`*.hbs`): read by [`resolve`], checked and rendered by [`prompt`].
 //! - `.mvk/ledger.db`, `.mvk/runs/<run>/`, `.mvk/locks/<program>.lock` in the user's repository:
-//!   [`ledger`], [`run::trail`], [`run::lock`]; `.mvk/mcp/`: the output of runs `mvk mcp`
+//!   [`ledger`], [`run::trail`], [`run_lock`]; `.mvk/mcp/`: the output of runs `mvk mcp`
 //!   started, [`mcp`].
 //! - `loops/fix-tests.kdl`, `loops/agents.kdl`, `loops/prompts/maker.hbs`: written once by
 //!   `mvk init` from [`scaffold`].
@@ -37,12 +45,15 @@
 //! - attempt worktrees, outside the repository (`$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees/<repo>`): [`run::worktree`].
 
 pub mod cli;
+pub mod clock;
 pub mod diag;
 pub mod digest;
 pub mod doctor;
 pub mod drift;
+pub mod entry;
 pub mod env;
 pub mod exe;
+pub mod glob;
 pub mod ir;
 pub mod ledger;
 pub mod mcp;
@@ -51,7 +62,10 @@ pub mod prompt;
 pub mod report;
 pub mod resolve;
 pub mod run;
+pub mod run_lock;
 pub mod scaffold;
+pub mod session;
+pub mod slug;
 pub mod source;
 pub mod stdlib;
 pub mod syntax;

@@ -1,5 +1,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    mvk::cli::run(std::env::args_os())
+    mvk::entry::run(std::env::args_os())
 }

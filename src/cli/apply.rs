@@ -13,9 +13,9 @@ use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
 use crate::run::exec::process::ProcessError;
 use crate::run::git::land::LandError;
-use crate::run::lock::{Holder, LockError, RunLock};
 use crate::run::trail::Event;
 use crate::run::worktree::WorktreeError;
+use crate::run_lock::{Holder, LockError, RunLock};
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -310,7 +310,7 @@ pub(crate) fn lock(
         run: run.to_string(),
         pid: std::process::id(),
         host: driver::host_name(),
-        since: crate::run::trail::now().0,
+        since: crate::clock::now().0,
         command: command.to_string(),
     };
     RunLock::acquire(&repo_root.join(".mvk"), program, &me, wait, |holder| {

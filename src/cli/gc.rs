@@ -104,7 +104,7 @@ pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError>
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > crate::mcp::spawn::START_TIMEOUT),
+                .is_some_and(|age| age > crate::session::START_TIMEOUT),
         };
         if gone {
             outputs.push(path);

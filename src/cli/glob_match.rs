@@ -5,8 +5,8 @@
 //! The stdlib's generic gates (`std/gates/generic.kdl`) pipe `git diff --name-only` or
 //! `--numstat` through it, as `"$MVK_EXE" __glob-match`, so that their globs (`scope`, `also`,
 //! `exclude`, `paths`) match exactly as the loop's own `scope` and `seal` do: the seal's matcher
-//! (globset: `*` within a directory, `**` across, `{a,b}`, and a path is covered when it or a
-//! directory containing it matches). git's `:(glob)` pathspecs know no `{a,b}`.
+//! ([`crate::glob::PathSet`]: `*` within a directory, `**` across, `{a,b}`, and a path is covered
+//! when it or a directory containing it matches). git's `:(glob)` pathspecs know no `{a,b}`.
 //!
 //! A line is a path, or tab-separated fields whose last one is the path (`--numstat`); a path
 //! git quoted (`"a\tb"`, C-style) is unquoted before it is matched. An invalid glob is exit 2
@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 
-use crate::run::seal::{Seal, SealError};
+use crate::glob::{PathSet, PatternError};
 
 /// The argument that selects this helper, before clap sees the command line.
 pub const HELPER: &str = "__glob-match";
@@ -41,9 +41,6 @@ pub fn run(args: &[OsString]) -> ExitCode {
     }
     let matcher = match Matcher::new(&globs) {
         Ok(m) => m,
-        Err(SealError::InvalidPattern { pattern, reason }) => {
-            return refuse(&format!("invalid glob `{pattern}`: {reason}"));
-        }
         Err(e) => return refuse(&e.to_string()),
     };
     let stdin = io::stdin().lock();
@@ -61,27 +58,27 @@ fn refuse(why: &str) -> ExitCode {
 
 /// Globs compiled with the seal's rules; none matches nothing.
 pub struct Matcher {
-    seal: Option<Seal>,
+    paths: Option<PathSet>,
 }
 
 impl Matcher {
-    pub fn new(globs: &[String]) -> Result<Matcher, SealError> {
-        let seal = if globs.is_empty() {
+    pub fn new(globs: &[String]) -> Result<Matcher, PatternError> {
+        let paths = if globs.is_empty() {
             None
         } else {
-            Some(Seal::new(globs)?)
+            Some(PathSet::new(globs)?)
         };
-        Ok(Matcher { seal })
+        Ok(Matcher { paths })
     }
 
     /// Whether the line's path (its last tab-separated field, unquoted) matches.
     pub fn matches_line(&self, line: &[u8]) -> bool {
-        let Some(seal) = &self.seal else {
+        let Some(paths) = &self.paths else {
             return false;
         };
         let field = line.rsplit(|b| *b == b'\t').next().unwrap_or(line);
         let path = unquote(field);
-        seal.is_sealed(&String::from_utf8_lossy(&path))
+        paths.covers(&String::from_utf8_lossy(&path))
     }
 
     /// Copies the lines of `input` that match (or, `invert`ed, do not) to `output`.

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::LedgerError;
 
-/// A heartbeat older than this (five beats of [`crate::run::trail::HEARTBEAT_EVERY`]) has
+/// A heartbeat older than this (five beats of [`crate::clock::HEARTBEAT_EVERY`]) has
 /// stopped.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(10);
 
@@ -575,9 +575,9 @@ pub fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
     if run.host == this_host() {
         // The run lock is the surest sign: the kernel drops it when its holder dies, and a
         // `mvk resume` holds it before the ledger names its pid.
-        let lock = crate::run::lock::path(mvk_dir, &run.program);
-        let held = crate::run::lock::is_held(&lock).unwrap_or(true)
-            && crate::run::lock::holder(&lock).run == run.id;
+        let lock = crate::run_lock::path(mvk_dir, &run.program);
+        let held = crate::run_lock::is_held(&lock).unwrap_or(true)
+            && crate::run_lock::holder(&lock).run == run.id;
         let gone = if held {
             None
         } else if !process_alive(run.pid) {
@@ -743,7 +743,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = ms_since_epoch(SystemTime::now());
         let r = run("running", std::process::id(), &this_host(), now);
-        let holder = crate::run::lock::Holder {
+        let holder = crate::run_lock::Holder {
             run: r.id.clone(),
             pid: r.pid,
             host: r.host.clone(),
@@ -751,7 +751,7 @@ mod tests {
             command: "apply".into(),
         };
         let lock =
-            crate::run::lock::RunLock::acquire(dir.path(), &r.program, &holder, false, |_| {})
+            crate::run_lock::RunLock::acquire(dir.path(), &r.program, &holder, false, |_| {})
                 .unwrap();
         assert_eq!(
             liveness(dir.path(), &r),
@@ -779,7 +779,7 @@ mod tests {
         assert_eq!(liveness(dir.path(), &r).name(), "unknown");
         let beat_dir = dir.path().join("runs").join(&r.id);
         std::fs::create_dir_all(&beat_dir).unwrap();
-        let (time, ms) = crate::run::trail::now();
+        let (time, ms) = crate::clock::now();
         std::fs::write(
             beat_dir.join("heartbeat"),
             format!("{{\"pid\":1,\"time\":\"{time}\"}}\n"),

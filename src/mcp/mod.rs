@@ -22,10 +22,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::cli::{Cli, CliError, Command};
+use crate::cli::mcp::McpArgs;
+use crate::cli::printer::Printer;
+use crate::cli::{Cli, CliError, Command, Exit};
 use crate::run::attempt_result::AttemptResult;
 use crate::run::git::verify::Verification;
-pub use spawn::{SESSION, Started, enter_session};
+pub use spawn::Started;
 
 /// What every tool's description ends with.
 const HOLDS: &str = "The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.";
@@ -45,7 +47,7 @@ pub struct Server {
 pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
     let cwd = std::env::current_dir()?;
     let repo = repo.map(|r| cwd.join(r));
-    let dir = fence(repo.as_deref()).map_err(std::io::Error::other)?;
+    let dir = crate::session::fence(repo.as_deref()).map_err(std::io::Error::other)?;
     let server = Server {
         repo,
         dir,
@@ -57,6 +59,17 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
+}
+
+/// `mvk mcp`: serves MCP on standard input and output until the client closes them. Exit 0
+/// when the client went away, 70 when serving failed.
+pub fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, CliError> {
+    crate::cli::apply::runtime()?
+        .block_on(serve(cli.repo.clone()))
+        .map_err(|e| CliError::Internal {
+            message: format!("the MCP server stopped: {e}"),
+        })?;
+    Ok(Exit::Ok)
 }
 
 /// A loop or flow file.
@@ -179,7 +192,7 @@ impl Server {
             repo: self.repo.clone(),
             quiet: true,
             verbose: false,
-            command: Command::Mcp(crate::cli::mcp::McpArgs {}),
+            command: Command::Mcp(McpArgs {}),
         }
     }
 
@@ -383,12 +396,13 @@ impl Server {
     /// inside it once `..` and symbolic links are resolved, and outside its git directory, else
     /// refused: a tool reads the file it is given and shows it in diagnostics, so `/etc/passwd`,
     /// `../secret` or `.git/config` would hand a caller what this process can read. (What the
-    /// file imports is fenced the same way, by [`fence`].) Returns the resolved path.
+    /// file imports is fenced the same way, by [`crate::session::fence`].) Returns the resolved
+    /// path.
     fn file(&self, file: &str) -> Result<PathBuf, ErrorData> {
         let refused = |why: String| {
             ErrorData::invalid_params(
                 format!("refused: {why}; a tool reads files of its repository only"),
-                Some(json!({"exit_code": crate::cli::Exit::Usage.code()})),
+                Some(json!({"exit_code": Exit::Usage.code()})),
             )
         };
         let fence = crate::resolve::confine::Confine::for_checkout(&self.dir)
@@ -430,26 +444,6 @@ impl ServerHandler for Server {
                 "mvk runs coding agents in loops declared in KDL: every attempt in a clean worktree, checked against a seal (the agent must not touch the oracle), then gates with nonce-bound evidence that tests ran, then an independent reviewer, then merged; budgets and a ladder bound it. `plan` compiles a loop file, `verify` is the oracle check between two revisions, `run_attempt` makes one judged attempt without landing it, `apply` and `resume` start or continue a run and return its id at once, `status` says where a run stands, `approve` and `reject` answer a paused run's checkpoint. {HOLDS}"
             ))
     }
-}
-
-/// Fences this process's compilations in the checkout that `repo` (else the working
-/// directory) is in, as the server and the commands it starts do; returns its top directory.
-pub fn fence(repo: Option<&std::path::Path>) -> Result<PathBuf, String> {
-    let cwd =
-        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
-    let dir = files_dir(&cwd.join(repo.unwrap_or(&cwd)));
-    let confine = crate::resolve::confine::Confine::for_checkout(&dir)?;
-    crate::resolve::confine::confine_process(confine);
-    Ok(dir)
-}
-
-/// The top of the checkout that holds `start` (a linked worktree's own, not the main one's), or
-/// `start` itself outside a repository.
-fn files_dir(start: &std::path::Path) -> PathBuf {
-    git2::Repository::discover(start)
-        .ok()
-        .and_then(|r| r.workdir().map(std::path::Path::to_path_buf))
-        .unwrap_or_else(|| start.to_path_buf())
 }
 
 /// A file as an argument of a command started in the server's `dir`: one that starts with `-`

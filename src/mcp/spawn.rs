@@ -14,15 +14,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-/// How long a started command may take to name its run (compiling, taking the run lock); one
-/// that names none by then is stopped. `mvk gc` removes the output of a command that named no
-/// run once it is older than this.
-pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::session::{SESSION, START_TIMEOUT};
+
 /// How often the command's output file is looked at while waiting for the run id.
 const POLL: Duration = Duration::from_millis(50);
-/// The hidden first argument that makes `mvk` leave the server's session before it parses the
-/// rest as a command line: `mvk __session apply FILE` (see [`enter_session`]).
-pub const SESSION: &str = "__session";
 
 /// A command started in the background.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -49,19 +44,6 @@ fn exe() -> Result<&'static Path, ErrorData> {
     crate::exe::path().map_err(|e| {
         ErrorData::internal_error(format!("cannot find mvk's own executable: {e}"), None)
     })
-}
-
-/// In a command [`detached`] started (`mvk __session …`): a new session, led by this process,
-/// with no controlling terminal, so the server's client, its terminal and a signal to the
-/// server's session or process group do not reach the run. `setsid(2)` through rustix's safe
-/// wrapper, called by the command itself before it does anything else: a `pre_exec` hook in the
-/// server would need `unsafe`, and util-linux's `setsid` binary may be missing. It cannot fail
-/// here (the command is started as an ordinary member of the server's process group, never a
-/// group leader), but if it did the run would not be detached as promised, so it is an error.
-pub fn enter_session() -> Result<(), String> {
-    rustix::process::setsid()
-        .map(|_| ())
-        .map_err(|e| format!("cannot start a session of its own (setsid): {e}"))
 }
 
 /// Runs `mvk GLOBAL ARGS` in DIR to its end, in a session of its own (as [`detached`] does): a

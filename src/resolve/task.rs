@@ -175,9 +175,9 @@ fn repo_path(
         );
         return None;
     }
-    if let Err(e) = globset::Glob::new(&text) {
+    if let Err(why) = crate::glob::check_syntax(&text) {
         world.diags.push(
-            Diagnostic::error("mvk::bad-glob", format!("`{text}` is not a valid glob: {}", e.kind()))
+            Diagnostic::error("mvk::bad-glob", format!("`{text}` is not a valid glob: {why}"))
                 .at(s.span, "invalid glob")
                 .help("globs use `*` within a directory, `**` across directories, `?`, `[abc]` and `{a,b}`"),
         );
@@ -185,9 +185,7 @@ fn repo_path(
     }
     // The rules the seal, and the generic gates' matcher (`mvk __glob-match`), compile it by at
     // run time: what they refuse would fail every attempt.
-    if let Err(crate::run::seal::SealError::InvalidPattern { reason, .. }) =
-        crate::run::seal::check_pattern(&text)
-    {
+    if let Err(crate::glob::PatternError { reason, .. }) = crate::glob::check(&text) {
         world.diags.push(
             Diagnostic::error("mvk::bad-glob", format!("`{text}` is not a path mvk can match: {reason}"))
                 .at(s.span, "not a path from the repository root")
@@ -1041,11 +1039,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
 /// The repository files a fan-out glob matches, sorted; a warning when it matches none.
 fn expand_glob(world: &mut World, g: &Spanned<String>) -> Option<Vec<String>> {
     let pattern = repo_path(world, g, None, "`each`")?;
-    let matcher = globset::GlobBuilder::new(&pattern)
-        .literal_separator(true)
-        .build()
-        .ok()?
-        .compile_matcher();
+    let matcher = crate::glob::matcher(&pattern)?;
     let files = match world.repo_files() {
         Ok(f) => f,
         Err(why) => {

@@ -34,7 +34,7 @@ use crate::run::judge::gate::GateRun;
 use crate::run::policy;
 use crate::run::sandbox::Protected;
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
-use crate::run::trail::{self, Event, Limits, LoopState, OpenFailure, TaskState, Trail};
+use crate::run::trail::{Event, Limits, LoopState, OpenFailure, TaskState, Trail};
 use crate::run::worktree::{self, Lease, Pool};
 
 mod checkpoint;
@@ -238,7 +238,7 @@ impl<'a> Runner<'a> {
             pool,
             protected,
         } = opening;
-        let (now, _) = trail::now();
+        let (now, _) = crate::clock::now();
         let state = LoopState {
             schema: LoopState::SCHEMA,
             run: opts.run_id.clone(),
@@ -810,7 +810,7 @@ impl<'a> Runner<'a> {
             .store(false, std::sync::atomic::Ordering::Relaxed);
         let wall = attempt::ms(self.run_started().elapsed());
         let mut state = self.state();
-        state.updated = trail::now().0;
+        state.updated = crate::clock::now().0;
         state.budget_spent.wall_ms = wall;
         Ok(self.trail.write_state(&state)?)
     }
@@ -980,7 +980,7 @@ impl Host for Runner<'_> {
         event: &str,
         detail: Value,
     ) -> Result<(), RunError> {
-        let (_, time_ms) = trail::now();
+        let (_, time_ms) = crate::clock::now();
         self.ledger().event(
             &self.run_id,
             task,

@@ -6,8 +6,8 @@
 //! - [`attempt`] makes one attempt: a [`worktree`] from the pool, the agent, the capture, the
 //!   [`seal`], then [`judge`] (gates, evidence, review, what the agent spent);
 //! - [`exec`] runs processes and ends what they leave behind; [`sandbox`] confines them;
-//! - [`git`] lands accepted work and checks the oracle on its own; [`lock`] keeps one run of a
-//!   program at a time;
+//! - [`git`] lands accepted work and checks the oracle on its own (one run of a program at a
+//!   time is [`crate::run_lock`]'s, outside `run` so that the ledger reads it too);
 //! - [`trail`] writes the events, the heartbeat and the status files; [`resume`] reads a run
 //!   back from the ledger; [`failure`], [`outcome`] and [`attempt_result`] are what the rooms
 //!   pass each other.
@@ -22,7 +22,6 @@ pub mod failure;
 pub mod git;
 pub mod host;
 pub mod judge;
-pub mod lock;
 pub mod outcome;
 pub mod policy;
 pub mod sandbox;

@@ -275,10 +275,7 @@ fn segment_overlap(x: &str, y: &str) -> bool {
 
 /// Whether the one-component glob `glob` matches the literal `name`; an unreadable glob may.
 fn segment_matches(glob: &str, name: &str) -> bool {
-    globset::GlobBuilder::new(glob)
-        .literal_separator(true)
-        .build()
-        .map_or(true, |g| g.compile_matcher().is_match(name))
+    crate::glob::matcher(glob).is_none_or(|m| m.is_match(name))
 }
 
 #[cfg(test)]

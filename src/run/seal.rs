@@ -2,13 +2,9 @@
 //! final commit; out comes whether the attempt touched any sealed path, and if so which path,
 //! how, and in which commit.
 //!
-//! Pattern rules (repository-relative, case-sensitive, anchored at the repository root):
-//! - a pattern without glob characters (`*`, `?`, `[`, `{`, `\`) is a literal path;
-//! - `*` and `?` never cross `/`; `**` does (`tests/**`, `**/*.snap`);
-//! - a path is sealed when it, or any directory containing it, matches a pattern, so the plain
-//!   directory pattern `tests` (or `tests/`) seals everything under `tests/`, and `tests/*`
-//!   seals nested directories of `tests/` whole;
-//! - a leading `./` or `/` and a trailing `/` are ignored; `.` and `..` components are refused.
+//! The patterns follow [`crate::glob`]'s rules (repository-relative, anchored at the root, `*`
+//! within a directory and `**` across); a path is sealed when it, or any directory containing
+//! it, matches one.
 //!
 //! An attempt breaches the seal when its net change (base tree against final tree) or any
 //! single commit it made (each commit reachable from the final commit but not from the base,
@@ -22,8 +18,9 @@ use std::fmt;
 use std::path::Path;
 
 use git2::{Delta, DiffFindOptions, DiffOptions, FileMode, Oid, Repository, Sort, Tree};
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
+
+use crate::glob::{PathSet, PatternError};
 
 /// Failures of the seal check itself (not breaches: those are a [`SealVerdict`]).
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +41,15 @@ pub enum SealError {
     },
 }
 
+impl From<PatternError> for SealError {
+    fn from(e: PatternError) -> SealError {
+        SealError::InvalidPattern {
+            pattern: e.pattern,
+            reason: e.reason,
+        }
+    }
+}
+
 fn git_err(action: impl Into<String>) -> impl FnOnce(git2::Error) -> SealError {
     let action = action.into();
     move |source| SealError::Git { action, source }
@@ -52,134 +58,39 @@ fn git_err(action: impl Into<String>) -> impl FnOnce(git2::Error) -> SealError {
 /// A compiled set of sealed path patterns.
 #[derive(Debug, Clone)]
 pub struct Seal {
-    patterns: Vec<String>,
-    literals: BTreeSet<String>,
-    globs: GlobSet,
+    paths: PathSet,
 }
 
 impl Seal {
-    /// Compiles `patterns` (see the module docs for the rules).
+    /// Compiles `patterns` (see [`crate::glob`] for the rules).
     pub fn new(patterns: &[String]) -> Result<Seal, SealError> {
-        let mut normalized = Vec::with_capacity(patterns.len());
-        let mut literals = BTreeSet::new();
-        let mut globs = GlobSetBuilder::new();
-        for raw in patterns {
-            let (pattern, glob) = compile_pattern(raw)?;
-            match glob {
-                Some(glob) => {
-                    globs.add(glob);
-                }
-                None => {
-                    literals.insert(pattern.to_string());
-                }
-            }
-            normalized.push(pattern.to_string());
-        }
-        let globs = globs.build().map_err(|e| SealError::InvalidPattern {
-            pattern: patterns.join(", "),
-            reason: e.to_string(),
-        })?;
         Ok(Seal {
-            patterns: normalized,
-            literals,
-            globs,
+            paths: PathSet::new(patterns)?,
         })
     }
 
     /// Whether the repository-relative `path` (`/`-separated) is sealed: it or one of the
     /// directories containing it matches a pattern.
     pub fn is_sealed(&self, path: &str) -> bool {
-        let path = normalize(path);
-        if path.is_empty() {
-            return false;
-        }
-        let prefixes = path.match_indices('/').map(|(i, _)| &path[..i]);
-        prefixes
-            .chain(std::iter::once(path))
-            .any(|candidate| self.literals.contains(candidate) || self.globs.is_match(candidate))
+        self.paths.covers(path)
     }
 
     /// The directories (or files) every sealed path lies under: each pattern's leading
     /// components up to the first one with a wildcard. `None` when a pattern starts with one
     /// (`**/*.snap`), so that the whole tree must be looked at.
     pub fn roots(&self) -> Option<BTreeSet<String>> {
-        let mut roots = BTreeSet::new();
-        for pattern in &self.patterns {
-            let literal: Vec<&str> = pattern
-                .split('/')
-                .take_while(|c| !c.contains(['*', '?', '[', '{', '\\']))
-                .collect();
-            if literal.is_empty() {
-                return None;
-            }
-            roots.insert(literal.join("/"));
-        }
-        // A root inside another is walked with it.
-        let all = roots.clone();
-        roots.retain(|r| {
-            !all.iter()
-                .any(|o| o != r && r.starts_with(o.as_str()) && r[o.len()..].starts_with('/'))
-        });
-        Some(roots)
+        self.paths.roots()
     }
 
     /// Whether no path is sealed at all.
     pub fn is_empty(&self) -> bool {
-        self.patterns.is_empty()
+        self.paths.is_empty()
     }
 
     /// The patterns as compiled (after dropping `./`, leading and trailing `/`).
     pub fn patterns(&self) -> &[String] {
-        &self.patterns
+        self.paths.patterns()
     }
-}
-
-fn normalize(path: &str) -> &str {
-    let mut p = path;
-    loop {
-        let before = p.len();
-        p = p.trim_start_matches("./").trim_start_matches('/');
-        if p.len() == before {
-            break;
-        }
-    }
-    p.trim_end_matches('/')
-}
-
-/// Whether `raw` is a pattern [`Seal::new`] accepts (the rules in the module docs): `mvk check`
-/// holds `scope` and `seal` to it, so that no loop compiles whose globs the seal or the generic
-/// gates' matcher (`mvk __glob-match`) would refuse at run time. Err is why not.
-pub fn check_pattern(raw: &str) -> Result<(), SealError> {
-    compile_pattern(raw).map(|_| ())
-}
-
-/// `raw` normalized, and compiled when it is a glob rather than a literal path.
-fn compile_pattern(raw: &str) -> Result<(&str, Option<globset::Glob>), SealError> {
-    let invalid = |reason: &str| SealError::InvalidPattern {
-        pattern: raw.to_string(),
-        reason: reason.to_string(),
-    };
-    let pattern = normalize(raw);
-    if pattern.is_empty() {
-        return Err(invalid("it names no path"));
-    }
-    if pattern
-        .split('/')
-        .any(|c| c == "." || c == ".." || c.is_empty())
-    {
-        return Err(invalid(
-            "`.`, `..` and empty components are not allowed; use a path from the repository root",
-        ));
-    }
-    if !pattern.contains(['*', '?', '[', '{', '\\']) {
-        return Ok((pattern, None));
-    }
-    let glob = GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-        .map_err(|e| invalid(&e.kind().to_string()))?;
-    Ok((pattern, Some(glob)))
 }
 
 /// How a sealed path was touched.
@@ -569,13 +480,13 @@ mod tests {
     /// `mvk check` holds `scope` and `seal` to this (regression: it once let `.` through, which
     /// the generic gates' matcher then refused at every attempt).
     #[test]
-    fn check_pattern_refuses_what_the_seal_refuses() {
+    fn glob_check_refuses_what_the_seal_refuses() {
         for bad in [".", "./", "src/./x", "a//b", "", "src/[ab.rs", "src/.."] {
-            assert!(check_pattern(bad).is_err(), "{bad:?} is refused");
+            assert!(crate::glob::check(bad).is_err(), "{bad:?} is refused");
             assert!(Seal::new(&[bad.to_string()]).is_err(), "{bad:?} is refused");
         }
         for good in ["src/**", "./src/**", "src/", "{a,b}/*.rs", "Cargo.lock"] {
-            assert!(check_pattern(good).is_ok(), "{good:?} is accepted");
+            assert!(crate::glob::check(good).is_ok(), "{good:?} is accepted");
         }
     }
 
@@ -698,50 +609,6 @@ mod tests {
             .into_iter()
             .map(|b| (b.path, b.kind, b.commit.is_some()))
             .collect()
-    }
-
-    #[test]
-    fn pattern_matching_rules() {
-        let s = seal(&[
-            "tests",
-            "src/*.rs",
-            "**/*.snap",
-            "docs/**",
-            "./a b/c d.txt",
-            "/top/",
-        ]);
-        assert!(s.is_sealed("tests"));
-        assert!(s.is_sealed("tests/pagination.rs"));
-        assert!(s.is_sealed("tests/fixtures/deep/x.json"));
-        assert!(!s.is_sealed("tests2/x.rs"), "prefix is not a directory");
-        assert!(!s.is_sealed("src/tests/x.rs"), "anchored at the root");
-        assert!(s.is_sealed("src/lib.rs"));
-        assert!(!s.is_sealed("src/sub/lib.rs"), "`*` does not cross `/`");
-        assert!(s.is_sealed("a/b/c.snap"));
-        assert!(s.is_sealed("x.snap"));
-        assert!(s.is_sealed("docs/guide/intro.md"));
-        assert!(!s.is_sealed("docs.md"));
-        assert!(s.is_sealed("a b/c d.txt"));
-        assert!(!s.is_sealed("a b/c.txt"));
-        assert!(s.is_sealed("top/anything"));
-        assert_eq!(s.patterns()[4], "a b/c d.txt");
-        assert!(!s.is_empty());
-
-        let nested = seal(&["tests/*"]);
-        assert!(nested.is_sealed("tests/a.rs"));
-        assert!(
-            nested.is_sealed("tests/fixtures/data.json"),
-            "matched dir seals its content"
-        );
-        assert!(!nested.is_sealed("tests"));
-
-        let literal = seal(&["tests/pagination.rs"]);
-        assert!(literal.is_sealed("tests/pagination.rs"));
-        assert!(!literal.is_sealed("tests/pagination.rs.bak"));
-        assert!(!literal.is_sealed("tests/other.rs"));
-
-        assert!(seal(&[]).is_empty());
-        assert!(!seal(&[]).is_sealed("anything"));
     }
 
     #[test]

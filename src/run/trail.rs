@@ -10,13 +10,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
 
-/// How often the heartbeat file is touched while a run is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+use crate::clock::{HEARTBEAT_EVERY, now};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrailError {
@@ -56,15 +55,6 @@ pub struct Event {
     pub attempt: Option<u32>,
     pub event: String,
     pub detail: Value,
-}
-
-/// The time now as RFC 3339 with milliseconds, and as epoch milliseconds.
-pub fn now() -> (String, i64) {
-    let t = SystemTime::now();
-    let ms = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    (humantime::format_rfc3339_millis(t).to_string(), ms)
 }
 
 /// The writer of one run's trail.

@@ -19,6 +19,7 @@ use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::{self, GateContext, GateRun};
 use crate::run::seal::{self, Seal, SealVerdict};
 use crate::run::worktree::{self, Lease};
+use crate::slug::slug;
 use review::Verdict;
 
 pub mod review;
@@ -1185,32 +1186,6 @@ pub fn branch_name(run: &str, task: &str, number: u32) -> String {
     format!("mvk/{run}/{}/{number}", slug(task))
 }
 
-pub fn slug(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    while out.contains("--") {
-        out = out.replace("--", "-");
-    }
-    let trimmed = out.trim_matches('-').to_string();
-    if trimmed == name && !trimmed.is_empty() {
-        return trimmed;
-    }
-    let hash = blake3::hash(name.as_bytes()).to_hex();
-    if trimmed.is_empty() {
-        hash[..8].to_string()
-    } else {
-        format!("{trimmed}-{}", &hash[..6])
-    }
-}
-
 pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -1279,18 +1254,6 @@ mod tests {
             kept(&["x", "--model", "m", "{{verdict_schema}}"]),
             ["x", "--model", "m"]
         );
-    }
-
-    #[test]
-    fn slugs_are_branch_safe_and_distinct() {
-        assert_eq!(slug("fix-parser"), "fix-parser");
-        let a = slug("port[src/a.rs]");
-        let b = slug("port[src-a.rs]");
-        assert!(a.starts_with("port-src-a-rs-"), "{a}");
-        assert_ne!(a, b);
-        assert!(git2::Reference::is_valid_name(&format!(
-            "refs/heads/mvk/r/{a}/1"
-        )));
     }
 
     #[test]

@@ -313,7 +313,7 @@ pub async fn review(
     let isolated = host.pool_root().join(format!(
         "review-{}-{}-{}",
         host.run_id(),
-        attempt::slug(&task.name),
+        crate::slug::slug(&task.name),
         spec.number
     ));
     isolated_checkout(host.repo_root(), spec.base, head, &isolated)?;

@@ -9,10 +9,10 @@ use serde_json::json;
 use super::{Outcome, RunError, RunReport, Runner, TaskReport};
 use crate::ir::Task;
 use crate::ledger;
-use crate::run::attempt;
 use crate::run::failure::Failure;
 use crate::run::host::Host;
 use crate::run::policy::CheckpointKind;
+use crate::slug::slug;
 
 impl Runner<'_> {
     /// Stops at a `review` checkpoint on attempt `(id, number, branch)`, whose rejection
@@ -223,9 +223,7 @@ impl Runner<'_> {
             "\n## Next\n\nInspect a branch with `git log -p {target}..BRANCH`; every attempt's prompt, agent output and gate logs are under `{}`.",
             self.trail.run_dir().display()
         );
-        let path = self
-            .trail
-            .write_handoff(&attempt::slug(&task.name), &text)?;
+        let path = self.trail.write_handoff(&slug(&task.name), &text)?;
         let mut detail = json!({"file": path.display().to_string()});
         if let Some(why) = why {
             detail["reason"] = json!(why);

@@ -376,7 +376,7 @@ impl<'a> Runner<'a> {
             let cx = GateContext {
                 cwd: &lease.path,
                 env: &env,
-                log: dir.join(format!("merge-gate-{}.log", attempt::slug(&g.name))),
+                log: dir.join(format!("merge-gate-{}.log", crate::slug::slug(&g.name))),
                 timeout: g.timeout,
                 sandbox: task.sandbox.as_ref(),
                 protected: &self.protected,
@@ -974,7 +974,7 @@ fn landing_gates<'t>(request: &Request<'t>, moved: bool) -> Vec<(&'t Gate, bool)
 
 /// The branch a task's landing gates run on.
 fn landing_branch(run: &str, task: &Task) -> String {
-    format!("mvk/{run}/{}/landing", attempt::slug(&task.name))
+    format!("mvk/{run}/{}/landing", crate::slug::slug(&task.name))
 }
 
 /// Why the main checkout refused a batch.

@@ -15,7 +15,7 @@ use crate::ledger::{self, Ledger};
 use crate::run::git::land;
 use crate::run::host::Host;
 use crate::run::sandbox::Protected;
-use crate::run::trail::{self, Trail};
+use crate::run::trail::Trail;
 use crate::run::worktree::Pool;
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
@@ -398,7 +398,7 @@ pub(super) fn program_json(program: &Program) -> Result<String, RunError> {
 
 /// `20261203T001945Z-3fa2`: sortable by time, unique by its random part.
 pub fn new_run_id() -> Result<String, RunError> {
-    let (time, _) = trail::now();
+    let (time, _) = crate::clock::now();
     let stamp: String = time
         .chars()
         .take(19)

@@ -1077,7 +1077,7 @@ pub fn close_dead_attempt(repo_root: &Path, run: &RunRow) -> Result<Option<usize
         &run.id,
         None,
         None,
-        crate::run::trail::now().1,
+        crate::clock::now().1,
         "run.closed",
         &json!({
             "outcome": "interrupted",

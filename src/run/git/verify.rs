@@ -538,7 +538,7 @@ fn own_sources(repo: &Repository, program: &Program) -> Vec<String> {
         .filter_map(|p| {
             p.strip_prefix(&top)
                 .ok()
-                .map(|r| globset::escape(&r.to_string_lossy()))
+                .map(|r| crate::glob::escape(&r.to_string_lossy()))
         })
         .collect()
 }

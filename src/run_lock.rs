@@ -71,7 +71,7 @@ pub struct RunLock {
 pub fn path(mvk_dir: &Path, program: &str) -> PathBuf {
     mvk_dir
         .join("locks")
-        .join(format!("{}.lock", crate::run::attempt::slug(program)))
+        .join(format!("{}.lock", crate::slug::slug(program)))
 }
 
 fn open(path: &Path) -> Result<File, LockError> {
