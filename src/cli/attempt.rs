@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::apply::{Progress, repository, run_error, shown_file, until_signal};
 use super::printer::Printer;
+use super::repo::{repository, shown_file};
+use super::running::{Progress, run_error, until_signal};
 use super::{Cli, CliError, Exit};
 use crate::ledger::read::Reader;
 use crate::run::attempt::Failure;
@@ -82,7 +83,7 @@ pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit,
         die_with_parent(parent)?;
     }
     let program = super::compile(cli, printer, &args.file)?;
-    super::apply::refuse_library(&program, &args.file)?;
+    super::running::refuse_library(&program, &args.file)?;
     let repo_root = repository(cli, &args.file)?;
     super::resume::close_all_dead_attempts(printer, &repo_root)?;
     let opts = RunOptions {

@@ -7,7 +7,9 @@ use clap::Args;
 
 use super::printer::Printer;
 use super::reading::run_named;
-use super::resume::{ResumeArgs, open_ledger, repo_root};
+use super::reading::{open_ledger, undecided};
+use super::repo::repo_root;
+use super::resume::ResumeArgs;
 use super::{Cli, CliError, Exit};
 use crate::ledger::CheckpointRow;
 
@@ -79,7 +81,7 @@ fn decide(
     let run = run_named(cli, Some(run))?;
     let mut ledger = open_ledger(&repo_root)?;
     let internal = |e: crate::ledger::LedgerError| CliError::Internal {
-        message: super::apply::chain(&e),
+        message: super::running::chain(&e),
     };
     let rows = ledger.checkpoints(&run.id).map_err(internal)?;
     let open = undecided(&rows);
@@ -166,9 +168,4 @@ fn decide(
             temporal_address: None,
         },
     )
-}
-
-/// The checkpoints no one has answered yet.
-pub(crate) fn undecided(rows: &[CheckpointRow]) -> Vec<&CheckpointRow> {
-    rows.iter().filter(|c| c.decision.is_none()).collect()
 }

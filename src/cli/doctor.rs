@@ -23,7 +23,7 @@ pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, C
     let findings = match &args.file {
         Some(file) => {
             let program = super::compile(cli, printer, file)?;
-            let root = super::apply::repository(cli, file).or_else(|_| {
+            let root = super::repo::repository(cli, file).or_else(|_| {
                 std::env::current_dir().map_err(|e| CliError::Usage {
                     message: format!("cannot read the current directory: {e}"),
                     hint: None,

@@ -84,3 +84,20 @@ pub fn err_line(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{text}");
 }
+
+/// Prints a drift report: one diagnostic per changed field (its new and old location), then
+/// what it invalidates downstream.
+pub(crate) fn print_drift(printer: &Printer, drift: &crate::drift::DriftReport) {
+    printer.diagnostics(&drift.diagnostics(), &drift.sources);
+    for i in &drift.invalidated {
+        printer.out(&format!(
+            "invalidated: task `{}` starts after {}, which changed",
+            i.task,
+            i.because
+                .iter()
+                .map(|b| format!("`{b}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}

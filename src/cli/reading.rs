@@ -116,3 +116,27 @@ pub fn clock(ms: i64) -> String {
 pub fn plural(n: u64) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
+
+/// The repository's ledger, which must exist.
+pub(crate) fn open_ledger(repo_root: &Path) -> Result<crate::ledger::Ledger, CliError> {
+    let path = repo_root.join(".mvk").join("ledger.db");
+    if !path.exists() {
+        return Err(CliError::Usage {
+            message: format!(
+                "there are no runs in `{}` yet (no `.mvk/ledger.db`)",
+                repo_root.display()
+            ),
+            hint: Some("start one with `mvk apply FILE`".into()),
+        });
+    }
+    crate::ledger::Ledger::open(&path).map_err(|e| CliError::Internal {
+        message: super::running::chain(&e),
+    })
+}
+
+/// The checkpoints no one has answered yet.
+pub(crate) fn undecided(
+    rows: &[crate::ledger::CheckpointRow],
+) -> Vec<&crate::ledger::CheckpointRow> {
+    rows.iter().filter(|c| c.decision.is_none()).collect()
+}

@@ -2,12 +2,14 @@
 //! interrupted or paused run continued to its end out, after its definition was recompiled and
 //! compared with what the run began with: drift stops with exit 5 and a report unless accepted.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::Args;
 
-use super::apply::{Progress, execute, lock, repository_at, run_error};
 use super::printer::Printer;
+use super::reading::open_ledger;
+use super::repo::repo_root;
+use super::running::{Progress, execute, lock, run_error};
 use super::{Cli, CliError, Exit};
 use crate::ledger::{Ledger, RunRow};
 use crate::run::driver::{self, ResumeFrom, RunOptions};
@@ -63,7 +65,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
             ledger
                 .reopen_stopped_run(&run.id)
                 .map_err(|e| CliError::Internal {
-                    message: super::apply::chain(&e),
+                    message: super::running::chain(&e),
                 })?;
             printer.status(&format!(
                 "run `{}` was recorded finished on mvk's own error (exit {}) while {} had not ended; it goes on",
@@ -78,14 +80,14 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     let checkpoints = ledger
         .checkpoints(&run.id)
         .map_err(|e| CliError::Internal {
-            message: super::apply::chain(&e),
+            message: super::running::chain(&e),
         })?;
     // A paused run goes on once a person answered one of its checkpoints; the tasks still
     // waiting stay where they are.
     let answered = ledger
         .answered_checkpoints(&run.id)
         .map_err(|e| CliError::Internal {
-            message: super::apply::chain(&e),
+            message: super::running::chain(&e),
         })?;
     // A landing stopped on someone else's index lock asked only for the lock to go: gone, the
     // resume itself is the answer.
@@ -96,7 +98,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
     });
     if run.state == "paused"
         && !news
-        && let Some(c) = super::decide::undecided(&checkpoints).first()
+        && let Some(c) = super::reading::undecided(&checkpoints).first()
     {
         printer.error(&format!(
             "run `{}` waits for a person at attempt {} of task `{}`: {}",
@@ -129,7 +131,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         return Ok(Exit::Drift);
     }
     let program = super::compile(cli, printer, &file)?;
-    super::apply::sandbox_preflight(printer, &program)?;
+    super::running::sandbox_preflight(printer, &program)?;
     let drift = crate::run::driver::resume::drift(&ledger, &run, &program, &repo_root)
         .map_err(run_error)?;
     let began = crate::run::driver::resume::began(&ledger, &run).map_err(run_error)?;
@@ -162,7 +164,7 @@ pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, C
         ));
         Some(drift)
     } else {
-        super::why::print_drift(printer, &drift);
+        super::printer::print_drift(printer, &drift);
         printer.error(&format!(
             "run `{}` was not resumed: its definition drifted since it began",
             run.id
@@ -266,7 +268,7 @@ fn remote_resume(
     #[cfg(not(feature = "temporal"))]
     {
         let _ = (ledger, args);
-        Err(super::apply::without_temporal())
+        Err(super::running::without_temporal())
     }
 }
 
@@ -389,30 +391,4 @@ fn latest_apply_run(cli: &Cli) -> Result<RunRow, CliError> {
         Some(run) => Ok(run.clone()),
         None => super::reading::find_run(&ledger, None),
     }
-}
-
-/// The repository of the command: `--repo`, else the one holding the working directory.
-pub(crate) fn repo_root(cli: &Cli) -> Result<PathBuf, CliError> {
-    let start = match &cli.repo {
-        Some(r) => r.clone(),
-        None => PathBuf::from("."),
-    };
-    repository_at(&start)
-}
-
-/// The repository's ledger, which must exist.
-pub(crate) fn open_ledger(repo_root: &Path) -> Result<Ledger, CliError> {
-    let path = repo_root.join(".mvk").join("ledger.db");
-    if !path.exists() {
-        return Err(CliError::Usage {
-            message: format!(
-                "there are no runs in `{}` yet (no `.mvk/ledger.db`)",
-                repo_root.display()
-            ),
-            hint: Some("start one with `mvk apply FILE`".into()),
-        });
-    }
-    Ledger::open(&path).map_err(|e| CliError::Internal {
-        message: super::apply::chain(&e),
-    })
 }

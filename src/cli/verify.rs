@@ -56,8 +56,8 @@ pub fn check(
     (base, head): (&str, Option<&str>),
     task: Option<&str>,
 ) -> Result<Verification, CliError> {
-    let repo_root = super::apply::checkout(cli, file)?;
-    let shown = super::apply::shown_file(file, &repo_root);
+    let repo_root = super::repo::checkout(cli, file)?;
+    let shown = super::repo::shown_file(file, &repo_root);
     verify::verify(&repo_root, program, &shown, task, base, head).map_err(|e| match e {
         VerifyError::Revision { .. } => CliError::Usage {
             message: e.to_string(),
@@ -68,7 +68,7 @@ pub fn check(
             hint: None,
         },
         other => CliError::Internal {
-            message: super::apply::chain(&other),
+            message: super::running::chain(&other),
         },
     })
 }

@@ -5,9 +5,10 @@
 use clap::Args;
 use serde::Serialize;
 
-use super::printer::Printer;
+use super::printer::{Printer, print_drift};
+use super::reading::open_ledger;
 use super::reading::run_named;
-use super::resume::{open_ledger, repo_root};
+use super::repo::repo_root;
 use super::{Cli, CliError, Exit};
 use crate::drift::DriftReport;
 use crate::ledger::TaskRowState;
@@ -51,9 +52,9 @@ pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliErro
     let ledger = open_ledger(&repo_root)?;
     let program = super::compile(cli, printer, &repo_root.join(&run.file))?;
     let drift = crate::run::driver::resume::drift(&ledger, &run, &program, &repo_root)
-        .map_err(super::apply::run_error)?;
+        .map_err(super::running::run_error)?;
     let internal = |e: crate::ledger::LedgerError| CliError::Internal {
-        message: super::apply::chain(&e),
+        message: super::running::chain(&e),
     };
     let rows = ledger.task_rows(&run.id).map_err(internal)?;
     if let Some(t) = &args.task
@@ -192,21 +193,4 @@ pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliErro
         printer.out(&format!("task `{}`: {}: {}", e.task, e.verdict, e.reason));
     }
     Ok(Exit::Ok)
-}
-
-/// Prints a drift report: one diagnostic per changed field (its new and old location), then
-/// what it invalidates downstream.
-pub(crate) fn print_drift(printer: &Printer, drift: &DriftReport) {
-    printer.diagnostics(&drift.diagnostics(), &drift.sources);
-    for i in &drift.invalidated {
-        printer.out(&format!(
-            "invalidated: task `{}` starts after {}, which changed",
-            i.task,
-            i.because
-                .iter()
-                .map(|b| format!("`{b}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
 }

@@ -19,7 +19,7 @@ pub fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, C
     #[cfg(feature = "temporal")]
     {
         let start = cli.repo.clone().unwrap_or_else(|| ".".into());
-        let repo = super::apply::repository_at(&start)?;
+        let repo = super::repo::repository_at(&start)?;
         let endpoint = crate::run::temporal::Endpoint {
             address: args.temporal.temporal_address.clone(),
             task_queue: args.temporal.task_queue.clone(),
@@ -33,15 +33,15 @@ pub fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, C
             endpoint.namespace,
             repo.display()
         ));
-        super::apply::runtime()?
+        super::running::runtime()?
             .block_on(crate::run::temporal::worker(&endpoint, &repo))
-            .map_err(super::apply::run_error)?;
+            .map_err(super::running::run_error)?;
         printer.status("worker stopped");
         Ok(Exit::Ok)
     }
     #[cfg(not(feature = "temporal"))]
     {
         let _ = (cli, printer, args);
-        Err(super::apply::without_temporal())
+        Err(super::running::without_temporal())
     }
 }

@@ -64,7 +64,7 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
 /// `mvk mcp`: serves MCP on standard input and output until the client closes them. Exit 0
 /// when the client went away, 70 when serving failed.
 pub fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, CliError> {
-    crate::cli::apply::runtime()?
+    crate::cli::running::runtime()?
         .block_on(serve(cli.repo.clone()))
         .map_err(|e| CliError::Internal {
             message: format!("the MCP server stopped: {e}"),
@@ -280,7 +280,7 @@ impl Server {
         Parameters(input): Parameters<ApplyInput>,
     ) -> Result<Json<Started>, ErrorData> {
         let cli = self.cli();
-        let repo_root = crate::cli::apply::repository(&cli, &self.file(&input.file)?)
+        let repo_root = crate::cli::repo::repository(&cli, &self.file(&input.file)?)
             .map_err(|e| cli_error(&e))?;
         let mut args = vec!["apply".to_string(), self.file_arg(&input.file)?];
         if let Some(t) = input.task {
@@ -428,7 +428,7 @@ impl Server {
 
     /// Starts a command that continues a run of this repository.
     async fn continue_run(&self, args: Vec<String>) -> Result<Json<Started>, ErrorData> {
-        let repo_root = crate::cli::resume::repo_root(&self.cli()).map_err(|e| cli_error(&e))?;
+        let repo_root = crate::cli::repo::repo_root(&self.cli()).map_err(|e| cli_error(&e))?;
         spawn::detached(&self.dir, &repo_root, &self.global_args(), &args)
             .await
             .map(Json)

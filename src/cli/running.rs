@@ -1,0 +1,349 @@
+//! What the commands that run a loop share (`apply`, `resume`, `attempt`, `approve`/`reject`):
+//! a compiled program and a repository in; the run lock taken, the run executed on the async
+//! runtime until it ends or a signal stops it, its progress shown, its report printed and its
+//! errors mapped to the contract's exit codes out.
+
+use std::io::{IsTerminal, Write as _};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::printer::Printer;
+use super::{CliError, Exit};
+use crate::run::driver::{self, Observer, RunError, RunReport};
+use crate::run::exec::process::ProcessError;
+use crate::run::git::land::LandError;
+use crate::run::trail::Event;
+use crate::run::worktree::WorktreeError;
+use crate::run_lock::{Holder, LockError, RunLock};
+
+/// The refusal of `--executor temporal` and `mvk worker` by a build without the feature.
+#[cfg(not(feature = "temporal"))]
+pub(crate) fn without_temporal() -> CliError {
+    CliError::Usage {
+        message: "this mvk was built without the `temporal` feature, so it cannot run flows on Temporal".into(),
+        hint: Some("build mvk with `cargo build --features temporal` (or `cargo install --features temporal`)".into()),
+    }
+}
+
+/// Checks the program's sandboxes against the kernel before anything runs: a warning for each
+/// that will run less confined than it says, the refusal (exit 70) of one that is required.
+pub(crate) fn sandbox_preflight(
+    printer: &Printer,
+    program: &crate::ir::Program,
+) -> Result<(), CliError> {
+    let warnings = crate::run::sandbox::preflight(program)
+        .map_err(|e| CliError::Internal { message: chain(&e) })?;
+    for w in warnings {
+        printer.warn(&w);
+    }
+    Ok(())
+}
+
+/// Refuses a file of gate and agent definitions only: it has no task to run.
+pub(crate) fn refuse_library(program: &crate::ir::Program, file: &Path) -> Result<(), CliError> {
+    if program.kind == crate::ir::ProgramKind::Library {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` defines gates and agents only; there is no loop or flow to run",
+                file.display()
+            ),
+            hint: Some("name a file with a `loop` or a `flow` that imports this one".into()),
+        });
+    }
+    Ok(())
+}
+
+/// Takes the run lock of `program` in `repo_root/.mvk` for `run`, or says who holds it.
+pub(crate) fn lock(
+    printer: &Printer,
+    repo_root: &Path,
+    program: &str,
+    run: &str,
+    command: &str,
+    wait: bool,
+) -> Result<RunLock, CliError> {
+    let me = Holder {
+        run: run.to_string(),
+        pid: std::process::id(),
+        host: driver::host_name(),
+        since: crate::clock::now().0,
+        command: command.to_string(),
+    };
+    RunLock::acquire(&repo_root.join(".mvk"), program, &me, wait, |holder| {
+        printer.status(&format!("waiting for {holder} to finish"));
+    })
+    .map_err(|e| match e {
+        LockError::Held { .. } => CliError::Usage {
+            message: e.to_string(),
+            hint: Some(format!(
+                "wait for it (`mvk status`), or add `--wait` to start when it ends; two runs of `{program}` at once would fight over its target"
+            )),
+        },
+        LockError::Io { .. } => CliError::Internal {
+            message: chain(&e),
+        },
+    })
+}
+
+/// Runs a driver future to its end on a runtime of its own, stopping every process it started
+/// on Ctrl-C, SIGTERM or SIGHUP; prints the report and returns the contract's exit code.
+pub(crate) fn execute(
+    printer: &Printer,
+    json: bool,
+    progress: &Progress,
+    run: impl std::future::Future<Output = Result<RunReport, RunError>>,
+) -> Result<Exit, CliError> {
+    let result = until_signal(run)?;
+    progress.finish();
+    let report = match result {
+        // Dropping the run killed every process group it had started.
+        None => {
+            printer.error(
+                "interrupted; every agent and gate this run started was stopped (the ledger still shows the run as running: continue it with `mvk resume`)",
+            );
+            return Ok(Exit::Interrupted);
+        }
+        Some(Err(e)) => return Err(run_error(e)),
+        Some(Ok(report)) => report,
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Internal {
+            message: format!("cannot encode the report as JSON: {e}"),
+        })?;
+        printer.out(&text);
+    } else {
+        printer.out(&summary(&report));
+    }
+    Ok(Exit::from_code(report.exit_code))
+}
+
+/// Runs `run` to its end on a runtime of its own; `None` when Ctrl-C, SIGTERM or SIGHUP came
+/// first (dropping the run stops every process it started).
+pub(crate) fn until_signal<T>(
+    run: impl std::future::Future<Output = T>,
+) -> Result<Option<T>, CliError> {
+    Ok(runtime()?.block_on(async {
+        // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
+        // The same signals from the run's own agents and gates are counted, not obeyed.
+        let warn = |text: String| Printer::new(false, false).warn(&text);
+        let Ok(mut stop) = crate::run::exec::signals::watch(warn) else {
+            return Some(run.await);
+        };
+        tokio::select! {
+            r = run => Some(r),
+            () = stop.stopped() => None,
+        }
+    }))
+}
+
+/// The async runtime a command runs on: two workers, timers and I/O.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal {
+            message: format!("cannot start the async runtime: {e}"),
+        })
+}
+
+pub(crate) use crate::run::error_chain as chain;
+
+pub(crate) fn run_error(e: RunError) -> CliError {
+    match e {
+        RunError::Config { message } => CliError::Usage {
+            message,
+            hint: None,
+        },
+        RunError::Land(LandError::Detached) => CliError::Usage {
+            message: "HEAD is detached, so there is no current branch to land on".into(),
+            hint: Some("check out a branch, or say `merge into=BRANCH` in the loop".into()),
+        },
+        RunError::Land(LandError::NoSuchBranch { branch }) => CliError::Usage {
+            message: format!("the target branch `{branch}` does not exist"),
+            hint: Some(format!(
+                "create it (`git branch {branch}`) or change `merge into=`"
+            )),
+        },
+        RunError::Worktree(WorktreeError::NoCommits { repo }) => CliError::Usage {
+            message: format!("repository `{}` has no commits yet", repo.display()),
+            hint: Some("make a first commit: attempts start from one".into()),
+        },
+        RunError::Agent {
+            agent,
+            source: source @ ProcessError::ProgramNotFound { .. },
+        } => CliError::Usage {
+            message: format!("cannot run agent `{agent}`: {source}"),
+            hint: Some("install it, or fix the `run` line of its definition".into()),
+        },
+        RunError::Agent {
+            source: source @ ProcessError::GrantExposes { .. },
+            ..
+        }
+        | RunError::Gate(crate::run::judge::gate::GateError::Process {
+            source: source @ ProcessError::GrantExposes { .. },
+            ..
+        }) => CliError::Usage {
+            message: source.to_string(),
+            hint: Some(
+                "mvk stopped here (what landed stays landed): remove the link, then continue the run with `mvk resume`, or start the flow again with `mvk apply`"
+                    .into(),
+            ),
+        },
+        other => {
+            let mut message = chain(&other);
+            // SQLite says "disk I/O error" for a full disk and for a file-size limit alike.
+            if other.is_out_of_space() {
+                message.push_str(
+                    " (is the disk full, or a file-size limit (`ulimit -f`) reached? the ledger keeps every transition written before this one, and the run stands where it stopped: free some space, then continue it with `mvk resume`)",
+                );
+            }
+            CliError::Internal { message }
+        }
+    }
+}
+
+fn summary(report: &RunReport) -> String {
+    let mut out = String::new();
+    for t in &report.tasks {
+        out.push_str(&format!(
+            "{} {}: {} ({} attempt{}{})\n",
+            mark(t.outcome),
+            t.name,
+            t.reason,
+            t.attempts,
+            if t.attempts == 1 { "" } else { "s" },
+            if t.usd > 0.0 || t.tokens > 0 {
+                format!(
+                    ", {} tokens, {}",
+                    t.tokens,
+                    crate::plan::format_usd((t.usd * 1e6).round() as u64)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out.push_str(&format!(
+        "run {}: {} (exit {})",
+        report.run,
+        report.outcome.name(),
+        report.exit_code
+    ));
+    out
+}
+
+fn mark(o: driver::Outcome) -> &'static str {
+    match o {
+        driver::Outcome::Accepted => "✓",
+        driver::Outcome::Skipped => "-",
+        driver::Outcome::Human | driver::Outcome::Waiting => "?",
+        _ => "✗",
+    }
+}
+
+/// An event as `--verbose` shows it: who, the event's name, its description, and its details.
+fn verbose_line(e: &Event, described: Option<&str>, who: &str) -> String {
+    let who = if who == "run" {
+        format!("run {}", e.run)
+    } else {
+        who.to_string()
+    };
+    let mut line = format!("{who}: [{}]", e.event);
+    if let Some(text) = described {
+        line.push(' ');
+        line.push_str(text);
+    }
+    let empty = e.detail.as_object().is_some_and(serde_json::Map::is_empty);
+    if !e.detail.is_null() && !empty {
+        line.push_str(&format!(" {}", e.detail));
+    }
+    line
+}
+
+/// Shows events: the run id on stdout as soon as it exists, then a live line on a terminal
+/// or plain lines otherwise, on stderr; with `--verbose`, every event with its details (the
+/// durations, tokens, log files) as JSON.
+pub(crate) struct Progress {
+    quiet: bool,
+    verbose: bool,
+    json: bool,
+    bar: Option<indicatif::ProgressBar>,
+    printed_id: Mutex<bool>,
+}
+
+impl Progress {
+    pub(crate) fn new(printer: &Printer, json: bool) -> Progress {
+        let quiet = printer.quiet();
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        Progress {
+            quiet,
+            verbose: printer.verbose(),
+            json,
+            bar,
+            printed_id: Mutex::new(false),
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.println(text),
+            None => super::printer::err_line(text),
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn event(&self, e: &Event) {
+        if (e.event == "run.started" || e.event == "run.resumed") && !self.json {
+            let mut printed = self
+                .printed_id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !*printed {
+                // Not `println!`: it panics when standard output is a closed pipe.
+                let _ = writeln!(std::io::stdout().lock(), "{}", e.run);
+                *printed = true;
+            }
+        }
+        let who = match (&e.task, e.attempt) {
+            (Some(t), Some(a)) => format!("{t} #{a}"),
+            (Some(t), None) => t.clone(),
+            _ => "run".to_string(),
+        };
+        // `task.finished`, `task.stuck` and `run.finished` repeat what the summary says.
+        let shown = !matches!(
+            e.event.as_str(),
+            "task.finished" | "task.stuck" | "run.finished"
+        );
+        let described = crate::report::event_text::describe(&e.event, &e.detail);
+        let text = if self.verbose {
+            Some(verbose_line(e, described.as_deref(), &who))
+        } else {
+            described.filter(|_| shown).map(|t| match e.event.as_str() {
+                "run.started" | "run.resumed" => format!("run {}: {t}", e.run),
+                _ => format!("{who}: {t}"),
+            })
+        };
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("{who}: {}", e.event));
+        }
+        if let Some(t) = text {
+            self.line(&t);
+        }
+    }
+}

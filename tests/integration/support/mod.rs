@@ -1,0 +1,11 @@
+//! What the integration tests share: a temporary repository with the shell-only project (a bug,
+//! a sealed test, a loop file) and scripted agents from `tests/agents/` ([`Fixture`]), `mvk`
+//! run in it hermetically, and a finished run's exit code and events ([`Run`]).
+
+mod fixture;
+mod project;
+mod run;
+
+pub(crate) use fixture::*;
+pub(crate) use project::*;
+pub(crate) use run::*;
