@@ -75,7 +75,7 @@ pub fn isolate() -> Result<(), Unisolated> {
     let gid = rustix::process::getgid().as_raw();
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID)
         .map_err(|e| Unisolated::Refused(format!("no PID namespace: {e}")))?;
-    super::map_user(uid, gid).map_err(Unisolated::HalfEntered)
+    super::netns::map_user(uid, gid).map_err(Unisolated::HalfEntered)
 }
 
 /// How the program ended.

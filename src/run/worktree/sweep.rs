@@ -1,0 +1,422 @@
+//! A worktree and its index in; out, the worktree judged by stat data alone and put right in
+//! place: swept to exactly its captured commit ([`clean_in_place`]), or reset to a new base by
+//! writing only the files that differ ([`reset_in_place`]); `false` or `None` whenever only a
+//! full checkout can do it.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use git2::{ErrorCode, Oid, Repository};
+
+use crate::run::exec::untrusted;
+
+use super::lease::Lease;
+use super::{WorktreeError, git_err};
+
+/// Makes LEASE's worktree a clean checkout of HEAD, its captured commit, in place: what the
+/// gates need, without a second lease and a full checkout. True when done; false when the
+/// worktree is not exactly what `capture` recorded (a file changed since, an index flag, a
+/// submodule, a filter or line-ending setting a checkout would apply), and the caller takes a
+/// fresh lease instead. Only reads directories and stats tracked files: after `capture` the
+/// index holds every tracked file's stat data, so a file that still matches it is the blob
+/// the commit names, and anything the index does not list (ignored build output, empty
+/// directories) is removed.
+pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
+    let path = &lease.path;
+    let repo = match lease.open() {
+        Ok(repo) => repo,
+        Err(WorktreeError::Relinked { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let on_head = repo
+        .head()
+        .ok()
+        .and_then(|h| h.target())
+        .is_some_and(|id| id == head);
+    let commit = repo
+        .find_commit(head)
+        .map_err(git_err(format!("find commit `{head}`"), path))?;
+    // What `capture` wrote, from mvk's copy: whatever stands in the worktree's index now.
+    if !lease.trusted.restore(repo.path())? {
+        return Ok(false);
+    }
+    let mut index = repo.index().map_err(git_err("open index", path))?;
+    index.read(true).map_err(git_err("read index", path))?;
+    if !on_head || index.write_tree().ok() != Some(commit.tree_id()) {
+        return Ok(false);
+    }
+    if !sweep(&repo, &lease.common, path, &index)?.is_some_and(|dirty| dirty.is_empty()) {
+        return Ok(false);
+    }
+    // What a fresh lease's reset clears: a merge, rebase or bisect the agent left half done.
+    repo.cleanup_state()
+        .map_err(git_err("clear merge or rebase state", path))?;
+    Ok(true)
+}
+
+/// Removes from the worktree at PATH what INDEX does not list (ignored and untracked files,
+/// directories holding no tracked file) and returns the tracked paths whose file is missing
+/// or differs from the stat data INDEX holds for it. `None` when the worktree is one mvk
+/// does not judge by stat data alone, and a full checkout must do: a checkout would convert
+/// line endings or run filters, the index has a conflict, an entry hidden by a flag, a
+/// submodule, or a directory cannot be read or removed.
+pub(super) fn sweep(
+    repo: &Repository,
+    common: &Path,
+    path: &Path,
+    index: &git2::Index,
+) -> Result<Option<Vec<Vec<u8>>>, WorktreeError> {
+    use std::collections::{HashMap, HashSet};
+
+    const ASSUME_UNCHANGED: u16 = 0x8000;
+    const SKIP_WORKTREE: u16 = 1 << 14;
+    let config = repo
+        .config()
+        .and_then(|mut c| c.snapshot())
+        .map_err(git_err("read configuration", path))?;
+    // libgit2 also reads the user's and the system's attributes files with no key naming them.
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))
+        .map(|d| d.join("git").join("attributes"));
+    let converting = [
+        "core.autocrlf",
+        "core.eol",
+        "core.attributesfile",
+        "core.symlinks",
+    ]
+    .iter()
+    .any(|key| config.get_entry(key).is_ok())
+        || common.join("info").join("attributes").exists()
+        || xdg.is_some_and(|f| f.exists())
+        || Path::new("/etc/gitattributes").exists();
+    if converting || index.has_conflicts() {
+        return Ok(None);
+    }
+    // Entries not older than the index file are racily clean: a write in the same clock tick
+    // as the index's leaves the same stat data (git's rule), so their files are rewritten.
+    let Ok(stamp) = fs::symlink_metadata(repo.path().join("index")) else {
+        return Ok(None);
+    };
+    let stamp = {
+        use std::os::unix::fs::MetadataExt;
+        (stamp.mtime(), stamp.mtime_nsec())
+    };
+    let mut tracked: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
+    let mut dirs: HashSet<Vec<u8>> = HashSet::new();
+    for entry in index.iter() {
+        let name = entry.path.clone();
+        if entry.flags & ASSUME_UNCHANGED != 0
+            || entry.flags_extended & SKIP_WORKTREE != 0
+            || entry.mode == 0o160000
+            || is_attributes(&name)
+        {
+            return Ok(None);
+        }
+        let mut at = 0;
+        while let Some(i) = name[at..].iter().position(|&b| b == b'/') {
+            dirs.insert(name[..at + i].to_vec());
+            at += i + 1;
+        }
+        tracked.insert(name, entry);
+    }
+    // A path both a file and a directory of others is no index git writes.
+    if tracked.keys().any(|k| dirs.contains(k)) {
+        return Ok(None);
+    }
+    let mut dirty = Vec::new();
+    // Walked through descriptors, never by a path looked up again: a process the agent left
+    // running may swap a directory for a symlink to one outside the worktree after it was
+    // seen, and mvk (unconfined) would delete what it found there.
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return Ok(None);
+    };
+    let mut seen = Seen {
+        dirs: &dirs,
+        tracked: &mut tracked,
+        dirty: &mut dirty,
+        stamp,
+    };
+    if !sweep_dir(&top, &[], &mut seen) {
+        return Ok(None);
+    }
+    // What is left was never seen: missing from the worktree.
+    dirty.extend(tracked.into_keys());
+    Ok(Some(dirty))
+}
+
+/// What [`sweep`] knows of the index, and what it found so far.
+struct Seen<'a> {
+    /// The directories that hold tracked files.
+    dirs: &'a std::collections::HashSet<Vec<u8>>,
+    /// The tracked files not seen yet.
+    tracked: &'a mut std::collections::HashMap<Vec<u8>, git2::IndexEntry>,
+    /// Tracked files that differ from their stat data.
+    dirty: &'a mut Vec<Vec<u8>>,
+    /// The index file's modification time: entries not older are racily clean.
+    stamp: (i64, i64),
+}
+
+/// [`sweep`] of the directory open at DIR, REL in the worktree, and of what it holds: false when
+/// it cannot be judged (something cannot be read or removed, or was swapped meanwhile).
+fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(listing) = untrusted::list(dir) else {
+        return false;
+    };
+    // Listed whole first: one descriptor per level, not two.
+    let names: Vec<std::ffi::OsString> = listing.map(|(name, _)| name).collect();
+    for name in names {
+        if rel.is_empty() && name == ".git" {
+            continue;
+        }
+        let mut child = rel.to_vec();
+        if !child.is_empty() {
+            child.push(b'/');
+        }
+        child.extend_from_slice(name.as_bytes());
+        let name = Path::new(&name);
+        // The entry's own type, never through a link.
+        let Ok(stat) = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
+            if seen.dirs.contains(&child) {
+                // Opened once, without following: one swapped for a symlink since is refused.
+                let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
+                    return false;
+                };
+                if !sweep_dir(&sub, &child, seen) {
+                    return false;
+                }
+            } else if untrusted::remove_at(dir, name).is_err() {
+                return false;
+            }
+            continue;
+        }
+        match seen.tracked.remove(&child) {
+            Some(e)
+                if same_stat(&e, &stat)
+                    && (
+                        i64::from(e.mtime.seconds()),
+                        i64::from(e.mtime.nanoseconds()),
+                    ) < seen.stamp => {}
+            Some(_) => seen.dirty.push(child),
+            None => {
+                // A directory swapped in since the stat is not removed (EISDIR).
+                if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Whether the path names a `.gitattributes` file, which changes how a checkout writes files.
+fn is_attributes(path: &[u8]) -> bool {
+    path == b".gitattributes" || path.ends_with(b"/.gitattributes")
+}
+
+/// The most files [`reset_in_place`] writes; more are left to a full checkout.
+pub(super) const RESET_IN_PLACE_MAX: usize = 64;
+
+/// Resets the slot's worktree to TREE without a full checkout: removes what the index does
+/// not list, then writes only the files that differ (those the index's tree and TREE name
+/// differently, and tracked files changed or missing on disk), and stages them in INDEX
+/// after it has read TREE. False, with nothing promised about the worktree, when a full
+/// checkout must do it (see [`sweep`]; also a file becoming a directory or the reverse, a
+/// submodule or attributes file among the changes).
+pub(super) fn reset_in_place(
+    slot: &Repository,
+    common: &Path,
+    path: &Path,
+    tree: &git2::Tree<'_>,
+    index: &mut git2::Index,
+) -> Result<bool, WorktreeError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    if index.read(true).is_err() {
+        return Ok(false);
+    }
+    let Some(dirty) = sweep(slot, common, path, index)? else {
+        return Ok(false);
+    };
+    let mut changed: BTreeSet<Vec<u8>> = dirty.into_iter().collect();
+    // Compared by ids only: no tree is written for an index mvk is about to replace.
+    let diff = slot
+        .diff_tree_to_index(Some(tree), Some(index), None)
+        .map_err(git_err("compare the index with the tree", path))?;
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(p) = file.path_bytes() {
+                changed.insert(p.to_vec());
+            }
+        }
+    }
+    // Many files to write (a new slot, a base far ahead): libgit2's checkout does it in one
+    // pass, where staging each file written here would cost more than its walk.
+    if changed.len() > RESET_IN_PLACE_MAX {
+        return Ok(false);
+    }
+    let mut written = Vec::new();
+    // Removals first: a file that goes may stand where a directory comes.
+    let mut wanted = Vec::new();
+    for rel in changed {
+        // A path git would refuse to check out (`..`, `.git`, empty components) is left to
+        // libgit2's checkout, which refuses it with an error.
+        if is_attributes(&rel) || !plain_path(&rel) {
+            return Ok(false);
+        }
+        // Every directory above it must be a real one (or not be there yet): never remove or
+        // write through a link standing where the tree has a directory.
+        if !real_dirs_above(path, &rel) {
+            return Ok(false);
+        }
+        let full = path.join(std::ffi::OsStr::from_bytes(&rel));
+        match fs::symlink_metadata(&full) {
+            Ok(m) if m.is_dir() => return Ok(false),
+            Ok(_) => {
+                if fs::remove_file(&full).is_err() {
+                    return Ok(false);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => return Ok(false),
+        }
+        match tree.get_path(Path::new(std::ffi::OsStr::from_bytes(&rel))) {
+            Ok(entry) if entry.kind() == Some(git2::ObjectType::Blob) => {
+                wanted.push((rel, full, entry.id(), entry.filemode()));
+            }
+            Ok(_) => return Ok(false),
+            Err(e) if e.code() == ErrorCode::NotFound => remove_empty_parents(path, &full),
+            Err(e) => return Err(git_err("read tree", path)(e)),
+        }
+    }
+    for (rel, full, id, mode) in wanted {
+        let blob = slot
+            .find_blob(id)
+            .map_err(git_err(format!("read blob `{id}`"), path))?;
+        if let Some(parent) = full.parent()
+            && fs::create_dir_all(parent).is_err()
+        {
+            return Ok(false);
+        }
+        let made = if mode == 0o120000 {
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(blob.content()), &full)
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                // The modes libgit2's checkout writes, so a file is the same whichever path wrote it.
+                .mode(if mode == 0o100755 { 0o755 } else { 0o644 })
+                .open(&full)
+                .and_then(|mut f| io::Write::write_all(&mut f, blob.content()))
+        };
+        if made.is_err() {
+            return Ok(false);
+        }
+        written.push(rel);
+    }
+    index
+        .read_tree(tree)
+        .map_err(git_err("reset index", path))?;
+    for rel in written {
+        index
+            .add_path(Path::new(std::ffi::OsStr::from_bytes(&rel)))
+            .map_err(git_err("stage reset file", path))?;
+    }
+    Ok(true)
+}
+
+/// Whether REL is a relative path whose every component is a plain name: not empty, `.`,
+/// `..`, or `.git` in any case, and without a NUL byte.
+fn plain_path(rel: &[u8]) -> bool {
+    !rel.is_empty()
+        && rel.split(|&b| b == b'/').all(|c| {
+            !c.is_empty()
+                && c != b"."
+                && c != b".."
+                && !c.eq_ignore_ascii_case(b".git")
+                && !c.contains(&0)
+        })
+}
+
+/// Whether each directory between ROOT and REL (relative, `/`-separated) is a directory itself,
+/// not a link to one, or is not there.
+fn real_dirs_above(root: &Path, rel: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut at = 0;
+    while let Some(i) = rel[at..].iter().position(|&b| b == b'/') {
+        let dir = root.join(std::ffi::OsStr::from_bytes(&rel[..at + i]));
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+            _ => return false,
+        }
+        at += i + 1;
+    }
+    true
+}
+
+/// Removes the directories above FULL, up to ROOT, that are left empty.
+fn remove_empty_parents(root: &Path, full: &Path) {
+    let mut dir = full.parent();
+    while let Some(d) = dir {
+        if d == root || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}
+
+/// Whether META is the file ENTRY recorded: same type, executable bit, size, change and
+/// modification times, inode. `capture` staged every file, so each tracked entry carries the
+/// stat data of the file it hashed.
+fn same_stat(entry: &git2::IndexEntry, stat: &rustix::fs::Stat) -> bool {
+    use rustix::fs::FileType;
+    let mode = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Symlink => 0o120000,
+        FileType::RegularFile if stat.st_mode & 0o100 != 0 => 0o100755,
+        FileType::RegularFile => 0o100644,
+        _ => return false,
+    };
+    // A second name for the file (a hard link an agent made) would carry an edit of one path
+    // into the other.
+    if stat.st_nlink != 1 {
+        return false;
+    }
+    // The index keeps 32 bits of each: compared as git compares them.
+    entry.mode == mode
+        && entry.file_size == stat.st_size as u32
+        && entry.ino == stat.st_ino as u32
+        && i64::from(entry.mtime.seconds()) == stat.st_mtime
+        && i64::try_from(stat.st_mtime_nsec).ok() == Some(i64::from(entry.mtime.nanoseconds()))
+        && i64::from(entry.ctime.seconds()) == stat.st_ctime
+        && i64::try_from(stat.st_ctime_nsec).ok() == Some(i64::from(entry.ctime.nanoseconds()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_in_place_leaves_paths_git_refuses_to_a_checkout() {
+        assert!(plain_path(b"a/b.txt"));
+        for bad in [
+            &b"../x"[..],
+            b"a/../x",
+            b"",
+            b"a//b",
+            b"./a",
+            b".GIT/config",
+            b"a/.git/x",
+        ] {
+            assert!(!plain_path(bad), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
