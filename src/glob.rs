@@ -1,6 +1,6 @@
 //! Seal and scope glob patterns in; compiled matchers and pattern errors out. The one place
 //! repository path patterns are written and compiled: `resolve` holds `scope`, `seal` and
-//! `each` to these rules at compile time, and the seal ([`crate::run::seal`]), the scheduler's
+//! `each` to these rules at compile time, and the seal ([`crate::run::git::seal`]), the scheduler's
 //! scope overlap and the generic gates' matcher (`mvk __glob-match`) match by them at run time.
 //!
 //! Pattern rules (repository-relative, case-sensitive, anchored at the repository root):

@@ -10,7 +10,7 @@
 //! - [`syntax`]: KDL text → typed, spanned syntax tree; never touches git or the disk.
 //! - [`resolve`]: imports, definitions, parameters, templates, fan-out → [`ir::Program`].
 //! - [`glob`]: seal and scope glob patterns → compiled matchers and pattern errors; [`resolve`]
-//!   holds `scope`, `seal` and `each` to its rules, [`run::seal`] matches by them.
+//!   holds `scope`, `seal` and `each` to its rules, [`run::git::seal`] matches by them.
 //! - [`digest`]: canonical encoding of the IR → blake3 digests per field, task and program.
 //! - [`plan`]: the IR → petgraph DAG, batches, worst-case cost.
 //! - [`drift`]: a run's stored program and the program compiled now → what changed, field by

@@ -139,7 +139,7 @@ pub struct TaskStart<'a> {
     pub after: &'a [String],
     /// The commit it starts from.
     pub base: &'a str,
-    /// The digest of its sealed paths' contents in `base` (see `run::seal::content_digest`).
+    /// The digest of its sealed paths' contents in `base` (see `run::git::seal::content_digest`).
     pub seal_digest: &'a str,
 }
 

@@ -102,7 +102,7 @@ pub struct FailureResult {
     pub gate: Option<String>,
     pub exit_code: Option<i32>,
     /// The sealed paths the change touched (a `seal` failure).
-    pub breaches: Vec<crate::run::seal::Breach>,
+    pub breaches: Vec<crate::run::git::seal::Breach>,
     /// The reviewer's blockers (a `review` failure), one line each.
     pub blockers: Vec<String>,
     /// The end of the failing step's output.

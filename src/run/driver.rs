@@ -674,14 +674,15 @@ impl<'a> Runner<'a> {
 
     /// The digest of `task`'s sealed files at `base`.
     pub(crate) fn seal_digest(&self, task: &Task, base: Oid) -> Result<String, RunError> {
-        let sealed = crate::run::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
+        let sealed = crate::run::git::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
         let repo =
             git2::Repository::open(&self.opts.repo_root).map_err(|source| RunError::Git {
                 action: "open the repository".into(),
                 source,
             })?;
-        let files = crate::run::seal::sealed_files(&repo, base, &sealed).map_err(RunError::Seal)?;
-        Ok(crate::run::seal::sealed_digest(&files))
+        let files =
+            crate::run::git::seal::sealed_files(&repo, base, &sealed).map_err(RunError::Seal)?;
+        Ok(crate::run::git::seal::sealed_digest(&files))
     }
 }
 

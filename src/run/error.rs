@@ -33,7 +33,7 @@ pub enum RunError {
     #[error(transparent)]
     Land(#[from] LandError),
     #[error(transparent)]
-    Seal(crate::run::seal::SealError),
+    Seal(crate::run::git::seal::SealError),
     #[error(transparent)]
     Gate(gate::GateError),
     #[error("cannot run agent `{agent}`")]

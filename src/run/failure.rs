@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::prompt;
-use crate::run::seal::Breach;
+use crate::run::git::seal::Breach;
 
 /// What kind of criterion an attempt missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,16 +1,17 @@
 //! The interpreter: a compiled [`Program`](crate::ir::Program) and a repository in, a run carried
 //! to an end out. Its rooms:
-//! - [`driver`] opens a run and drives its tasks; each task is a loop around the attempt
-//!   [`policy`] (the one place that decides to attempt, climb, stop or brake), over
-//!   [`schedule`] (which task starts when) and [`executor`] (here, or on Temporal workers);
-//! - [`attempt`] makes one attempt: a [`worktree`] from the pool, the agent, the capture, the
-//!   [`seal`], then [`judge`] (gates, evidence, review, what the agent spent);
+//! - [`driver`] opens a run (or resumes one) and drives its tasks; each task is a loop around
+//!   the attempt [`policy`] (the one place that decides to attempt, climb, stop or brake), over
+//!   [`schedule`] (which task starts when) and [`executor`] (here, or on Temporal workers,
+//!   [`temporal`]);
+//! - [`attempt`] makes one attempt through a narrow [`host`]: a [`worktree`] from the pool, the
+//!   agent, the capture, the seal, the gates and evidence ([`judge`]), the review;
 //! - [`exec`] runs processes and ends what they leave behind; [`sandbox`] confines them;
-//! - [`git`] lands accepted work and checks the oracle on its own (one run of a program at a
-//!   time is [`crate::run_lock`]'s, outside `run` so that the ledger reads it too);
-//! - [`trail`] writes the events, the heartbeat and the status files; [`resume`] reads a run
-//!   back from the ledger; [`failure`], [`outcome`] and [`attempt_result`] are what the rooms
-//!   pass each other.
+//! - [`git`] lands accepted work and decides what a change touched (the seal, `mvk verify`);
+//!   one run of a program at a time is [`crate::run_lock`]'s, outside `run` so that the ledger
+//!   reads it too;
+//! - [`trail`] writes the events, the heartbeat and the status files; [`error`], [`failure`],
+//!   [`outcome`] and [`attempt_result`] are what the rooms pass each other.
 
 pub mod attempt;
 pub mod attempt_result;
@@ -26,7 +27,6 @@ pub mod outcome;
 pub mod policy;
 pub mod sandbox;
 pub mod schedule;
-pub mod seal;
 #[cfg(feature = "temporal")]
 pub mod temporal;
 pub mod trail;

@@ -1000,10 +1000,10 @@ pub fn drift(
             land::current_branch(repo_root)?
         };
         let now = land::branch_tip(repo_root, &target)?;
-        let seal = crate::run::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
+        let seal = crate::run::git::seal::Seal::new(&task.seal).map_err(RunError::Seal)?;
         let files_now =
-            crate::run::seal::sealed_files(&repo, now, &seal).map_err(RunError::Seal)?;
-        if &crate::run::seal::sealed_digest(&files_now) == digest {
+            crate::run::git::seal::sealed_files(&repo, now, &seal).map_err(RunError::Seal)?;
+        if &crate::run::git::seal::sealed_digest(&files_now) == digest {
             continue;
         }
         // Sealed files as the run's own last landing left them, when it landed since: changed
@@ -1012,7 +1012,7 @@ pub fn drift(
             && let Ok(ours) = Oid::from_str(ours)
         {
             let files_ours =
-                crate::run::seal::sealed_files(&repo, ours, &seal).map_err(RunError::Seal)?;
+                crate::run::git::seal::sealed_files(&repo, ours, &seal).map_err(RunError::Seal)?;
             if files_ours == files_now {
                 continue;
             }
@@ -1022,7 +1022,7 @@ pub fn drift(
             source,
         })?;
         let files_then =
-            crate::run::seal::sealed_files(&repo, base, &seal).map_err(RunError::Seal)?;
+            crate::run::git::seal::sealed_files(&repo, base, &seal).map_err(RunError::Seal)?;
         let mut changes = Vec::new();
         let paths: BTreeSet<&String> = files_then.keys().chain(files_now.keys()).collect();
         for path in paths {

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ir::Program;
-use crate::run::seal::{self, Breach, BreachKind, Seal, SealError, SealVerdict};
+use crate::run::git::seal::{self, Breach, BreachKind, Seal, SealError, SealVerdict};
 
 /// The schema name of [`Verification`].
 pub const SCHEMA: &str = "mvk.verify.v1";

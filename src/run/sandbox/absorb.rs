@@ -95,7 +95,7 @@ pub fn absorb_objects_within(
     name.push(".checked");
     let checked = objects.with_file_name(name);
     let added = fresh_dir(&checked)
-        .and_then(|()| crate::run::git::agent_pack::copy_checked(objects, &checked, limits))
+        .and_then(|()| super::agent_pack::copy_checked(objects, &checked, limits))
         .and_then(|()| absorb_checked(repo, &checked, limits));
     // Best effort: the directories are the attempt's own, and a leftover is only space (a
     // file the agent made immutable stays).
@@ -135,7 +135,7 @@ fn absorb_checked(repo: &Path, objects: &Path, limits: Limits) -> Result<usize, 
     let both = again.odb()?;
     both.add_disk_alternate(&path_text(objects))?;
     // A delta's header gives only what it makes, not the bases its read inflates.
-    crate::run::git::agent_pack::check(&objects.join("pack"), &shared, limits)?;
+    super::agent_pack::check(&objects.join("pack"), &shared, limits)?;
     let mut ids = Vec::new();
     // Stop listing past the limit: the list itself is mvk's memory.
     let listed = theirs.foreach(|id| {

@@ -27,12 +27,14 @@
 //! (what the kernel can confine, asked before a run), [`confine`](mod@confine) (a process
 //! rewritten to start through the trampoline), [`trampoline`](mod@trampoline) (the trampoline
 //! itself, confining the process it becomes: [`netns`], [`ruleset`], [`pidns`]) and [`absorb`]
-//! (an agent's objects, checked, into the shared store).
+//! (an agent's objects, checked, into the shared store; [`agent_pack`] copies them out and
+//! finds what reading them would cost).
 
 use std::io;
 use std::path::PathBuf;
 
 mod absorb;
+mod agent_pack;
 mod confine;
 mod netns;
 mod pidns;
