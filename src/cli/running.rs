@@ -13,7 +13,7 @@ use super::{CliError, Exit};
 use crate::run::driver::{self, Observer, RunError, RunReport};
 use crate::run::exec::process::ProcessError;
 use crate::run::git::land::LandError;
-use crate::run::trail::Event;
+use crate::run::trail::Line;
 use crate::run::worktree::WorktreeError;
 use crate::run_lock::{Holder, LockError, RunLock};
 
@@ -244,7 +244,7 @@ fn mark(o: driver::Outcome) -> &'static str {
 }
 
 /// An event as `--verbose` shows it: who, the event's name, its description, and its details.
-fn verbose_line(e: &Event, described: Option<&str>, who: &str) -> String {
+fn verbose_line(e: &Line, described: Option<&str>, who: &str) -> String {
     let who = if who == "run" {
         format!("run {}", e.run)
     } else {
@@ -308,7 +308,7 @@ impl Progress {
 }
 
 impl Observer for Progress {
-    fn event(&self, e: &Event) {
+    fn event(&self, e: &Line) {
         if (e.event == "run.started" || e.event == "run.resumed") && !self.json {
             let mut printed = self
                 .printed_id

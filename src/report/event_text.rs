@@ -1,126 +1,113 @@
 //! An event's name and detail in; one short line for a person out (`mvk apply`'s progress and
-//! `mvk log`'s text), or `None` for events whose name says it all.
+//! `mvk log`'s text), or `None` for events whose name says it all (and for a detail this mvk
+//! cannot read as its event, as a later mvk may write).
 
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::run::event::Event;
+
 /// The line for event `event` with `detail` (without who it is about).
-pub fn describe(event: &str, d: &Value) -> Option<String> {
-    let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let text = match event {
-        "run.started" => format!("{} ({})", s("program"), s("file")),
-        "run.resumed" => format!("resumed ({})", s("found")),
-        "task.resumed" => format!(
-            "resumed after {} attempt(s){}",
-            d.get("attempts").and_then(Value::as_u64).unwrap_or(0),
-            d.get("pending")
-                .and_then(Value::as_str)
-                .map_or(String::new(), |p| format!(", carrying on: {p}"))
+pub fn describe(event: &str, detail: &Value) -> Option<String> {
+    let wait = |ms: u64| crate::plan::format_duration(Duration::from_millis(ms));
+    let text = match Event::from_parts(event, detail.clone()).ok()? {
+        Event::RunStarted { program, file, .. } => format!("{program} ({file})"),
+        Event::RunResumed { found, .. } => format!("resumed ({found})"),
+        Event::TaskResumed {
+            attempts, pending, ..
+        } => format!(
+            "resumed after {attempts} attempt(s){}",
+            pending.map_or(String::new(), |p| format!(", carrying on: {p}"))
         ),
-        "task.replanned" => "re-planned (drift accepted)".to_string(),
-        "attempt.abandoned" => format!("abandoned: {}", s("reason")),
-        "merge.settled" => format!(
+        Event::TaskReplanned { .. } => "re-planned (drift accepted)".to_string(),
+        Event::AttemptAbandoned { reason } => format!("abandoned: {reason}"),
+        Event::MergeSettled { landed, .. } => format!(
             "an interrupted merge was {}",
-            if d.get("landed").and_then(Value::as_bool).unwrap_or(false) {
+            if landed {
                 "found landed"
             } else {
                 "not landed; landing again"
             }
         ),
-        "attempt.started" => format!("{} on {}", s("agent"), s("branch")),
-        "agent.rate-limited" => format!(
-            "rate-limited, waiting {} ({})",
-            crate::plan::format_duration(Duration::from_millis(
-                d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
-            )),
-            s("message")
-        ),
-        "agent.finished" => format!(
+        Event::AttemptStarted { agent, branch, .. } => format!("{agent} on {branch}"),
+        Event::AgentRateLimited {
+            wait_ms, message, ..
+        } => format!("rate-limited, waiting {} ({message})", wait(wait_ms)),
+        Event::AgentFinished {
+            timed_out,
+            exit_code,
+            ..
+        } => format!(
             "agent {}",
-            if d.get("timed_out").and_then(Value::as_bool).unwrap_or(false) {
+            if timed_out {
                 "timed out".to_string()
             } else {
-                format!(
-                    "exited {}",
-                    d.get("exit_code").map_or("?".into(), Value::to_string)
-                )
+                format!("exited {}", exit_code.map_or("null".into(), |c| c.to_string()))
             }
         ),
-        "seal.breached" => format!(
-            "seal breached: {}",
-            d.get("breaches")
-                .and_then(Value::as_array)
-                .map(|b| b
-                    .iter()
-                    .filter_map(|x| x.get("path").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join(", "))
-                .unwrap_or_default()
-        ),
-        "gate.finished" => format!("gate {} {}: {}", s("gate"), s("verdict"), s("reason")),
-        "attempt.failed" => format!("failed ({}): {}", s("kind"), s("criterion")),
-        "rung.climbed" => format!("climbing to rung {}", s("rung")),
-        "budget.exhausted" => format!("the {} budget ran out", s("budget")),
-        "merge.conflict" => format!("cannot land: {}", s("reason")),
-        "merge.failed" => format!("after-merge gate {} failed", s("gate")),
-        "merge.batch-split" => {
+        Event::SealBreached { breaches } => {
+            let paths: Vec<&str> = breaches.iter().map(|b| b.path.as_str()).collect();
+            format!("seal breached: {}", paths.join(", "))
+        }
+        Event::GateFinished {
+            gate,
+            verdict,
+            reason,
+            ..
+        } => format!("gate {gate} {verdict}: {reason}"),
+        Event::AttemptFailed {
+            kind, criterion, ..
+        } => format!("failed ({kind}): {criterion}"),
+        Event::RungClimbed { rung, .. } => format!("climbing to rung {rung}"),
+        Event::BudgetExhausted { budget, .. } => format!("the {budget} budget ran out"),
+        Event::MergeConflict { reason, .. } => format!("cannot land: {reason}"),
+        Event::MergeFailed { gate, .. } => format!("after-merge gate {gate} failed"),
+        Event::MergeBatchSplit { .. } => {
             "its gates did not pass on its commit: the changes before it land, those after it are gated again"
                 .to_string()
         }
-        "merge.done" => format!(
-            "landed on {} as {}",
-            s("into"),
-            s("commit").get(..10).unwrap_or("")
-        ),
-        "human.handoff" => format!("waiting for a person: {}", s("file")),
-        "task.skipped" => s("reason"),
-        "task.waiting" => format!("waits for {}", s("reason")),
-        "task.finished" => format!("{}: {}", s("outcome"), s("reason")),
-        "task.stuck" => format!(
-            "the same failure {} times",
-            d.get("times").map_or("?".into(), Value::to_string)
-        ),
-        "review.started" => format!("reviewed by {}", s("agent")),
-        "review.finished" => {
-            let blockers: Vec<String> = d
-                .get("blockers")
-                .and_then(Value::as_array)
-                .map(|bs| {
-                    bs.iter()
-                        .map(|b| {
-                            let f = |k: &str| b.get(k).and_then(Value::as_str).unwrap_or("");
-                            format!("({}) {}: {}", f("category"), f("location"), f("evidence"))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            match s("verdict").as_str() {
-                "reject" => format!("review: reject; {}", blockers.join("; ")),
-                "unknown" => format!("review: unknown ({})", s("reason")),
-                v => format!("review: {v}"),
-            }
+        Event::MergeDone { into, commit, .. } => {
+            format!("landed on {into} as {}", commit.get(..10).unwrap_or(""))
         }
-        "checkpoint.waiting" => format!("waiting for a person ({}): {}", s("kind"), s("question")),
-        "checkpoint.answered" => format!("a person answered: {}", s("decision")),
-        "run.paused" => "paused: answer with `mvk approve` or `mvk reject`".to_string(),
-        "run.stopped" => format!(
-            "stopped on mvk's own error, tasks unended: {}; continue it with `mvk resume`",
-            s("error")
+        Event::HumanHandoff { file, .. } => format!("waiting for a person: {file}"),
+        Event::TaskSkipped { reason, .. } => reason,
+        Event::TaskWaiting { reason, .. } => format!("waits for {reason}"),
+        Event::TaskFinished { outcome, reason, .. } => format!("{outcome}: {reason}"),
+        Event::TaskStuck { times, .. } => format!("the same failure {times} times"),
+        Event::ReviewStarted { agent, .. } => format!("reviewed by {agent}"),
+        Event::ReviewFinished {
+            verdict,
+            blockers,
+            reason,
+            ..
+        } => match verdict.as_str() {
+            "reject" => {
+                let lines: Vec<String> = blockers.iter().map(crate::prompt::Blocker::line).collect();
+                format!("review: reject; {}", lines.join("; "))
+            }
+            "unknown" => format!("review: unknown ({reason})"),
+            v => format!("review: {v}"),
+        },
+        Event::CheckpointWaiting { kind, question, .. } => {
+            format!("waiting for a person ({kind}): {question}")
+        }
+        Event::CheckpointAnswered { decision, .. } => format!("a person answered: {decision}"),
+        Event::RunPaused { .. } => "paused: answer with `mvk approve` or `mvk reject`".to_string(),
+        Event::RunStopped { error, .. } => format!(
+            "stopped on mvk's own error, tasks unended: {error}; continue it with `mvk resume`"
         ),
-        "worktree.retry" => format!(
-            "no worktree for {} yet ({}); trying again in {}",
-            s("branch"),
-            s("error"),
-            crate::plan::format_duration(Duration::from_millis(
-                d.get("wait_ms").and_then(Value::as_u64).unwrap_or(0)
-            ))
+        Event::WorktreeRetry {
+            branch,
+            error,
+            wait_ms,
+        } => format!(
+            "no worktree for {branch} yet ({error}); trying again in {}",
+            wait(wait_ms)
         ),
-        "run.finished" => format!(
-            "{} (exit {})",
-            s("outcome"),
-            d.get("exit_code").map_or("?".into(), Value::to_string)
-        ),
+        Event::RunFinished {
+            outcome, exit_code, ..
+        } => format!("{outcome} (exit {exit_code})"),
         _ => return None,
     };
     Some(text)

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use git2::Oid;
-use serde_json::{Value, json};
 
 use crate::ir::{Program, Rung, Task};
 use crate::ledger::{self, Ledger};
 use crate::run::attempt::{self, Failure};
+use crate::run::event::Event;
 use crate::run::git::land::{self};
 use crate::run::host::Host;
 use crate::run::judge::evidence::GateVerdict;
@@ -34,7 +34,7 @@ use crate::run::judge::gate::GateRun;
 use crate::run::policy;
 use crate::run::sandbox::Protected;
 use crate::run::schedule::{self, Board, Decision, Entry, Wait};
-use crate::run::trail::{Event, Limits, LoopState, OpenFailure, TaskState, Trail};
+use crate::run::trail::{Limits, Line, LoopState, OpenFailure, TaskState, Trail};
 use crate::run::worktree::{self, Lease, Pool};
 
 mod checkpoint;
@@ -72,7 +72,7 @@ pub struct RunOptions {
 
 /// Sees every event as it is written (the CLI's progress display).
 pub trait Observer: Send + Sync {
-    fn event(&self, event: &Event);
+    fn event(&self, line: &Line);
 }
 
 /// What a resume found of a task.
@@ -302,15 +302,15 @@ impl<'a> Runner<'a> {
         selected: &[usize],
         targets: &BTreeMap<usize, String>,
         mut restored: BTreeMap<String, Restored>,
-        first: Option<(&str, Value)>,
+        first: Option<Event>,
     ) -> Result<RunReport, RunError> {
         let program = self.program;
         let _heartbeat = self.trail.heartbeat();
         self.state_flushed
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let result: Result<RunReport, RunError> = async {
-            if let Some((event, detail)) = first {
-                self.emit(None, None, event, detail)?;
+            if let Some(event) = first {
+                self.emit(None, None, event)?;
             }
             self.write_state()?;
 
@@ -507,8 +507,11 @@ impl<'a> Runner<'a> {
         self.emit(
             None,
             None,
-            "run.finished",
-            json!({"outcome": outcome.name(), "exit_code": exit_code}),
+            Event::RunFinished {
+                outcome: outcome.name().to_string(),
+                exit_code: i32::from(exit_code),
+                error: None,
+            },
         )?;
         self.state().outcome = Some(outcome.name().into());
         self.state().exit_code = Some(exit_code);
@@ -546,12 +549,11 @@ impl<'a> Runner<'a> {
             let _ = self.emit(
                 None,
                 None,
-                "run.stopped",
                 // No exit code: the CLI decides it (64 for a usage error, else 70).
-                json!({
-                    "error": e.to_string(),
-                    "unended": unended.unwrap_or_default(),
-                }),
+                Event::RunStopped {
+                    error: e.to_string(),
+                    unended: unended.unwrap_or_default(),
+                },
             );
             self.state().phase = "stopped".into();
             let _ = self.write_state();
@@ -574,8 +576,11 @@ impl<'a> Runner<'a> {
         let _ = self.emit(
             None,
             None,
-            "run.finished",
-            json!({"outcome": "error", "exit_code": 70, "error": message}),
+            Event::RunFinished {
+                outcome: "error".to_string(),
+                exit_code: 70,
+                error: Some(message),
+            },
         );
         self.state().outcome = Some("error".into());
         self.state().exit_code = Some(70);
@@ -608,8 +613,10 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             None,
-            "task.skipped",
-            json!({ "reason": reason, "after": failed }),
+            Event::TaskSkipped {
+                reason: reason.clone(),
+                after: failed.to_vec(),
+            },
         )?;
         self.task_state(&task.name, |s| {
             s.state = "skipped".into();
@@ -631,9 +638,11 @@ impl<'a> Runner<'a> {
     /// Says why `task` has not started: an event, and its line in the status files.
     fn announce_wait(&self, task: &Task, wait: &Wait) -> Result<(), RunError> {
         let text = wait.text();
-        let mut detail = serde_json::to_value(wait).unwrap_or_else(|_| json!({}));
-        detail["reason"] = json!(text);
-        self.emit(Some(&task.name), None, "task.waiting", detail)?;
+        let waiting = Event::TaskWaiting {
+            wait: wait.clone(),
+            reason: text.clone(),
+        };
+        self.emit(Some(&task.name), None, waiting)?;
         self.task_state(&task.name, |s| {
             s.state = "pending".into();
             s.note = Some(text);
@@ -647,8 +656,11 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             None,
-            "task.started",
-            json!({"digest": task.meta.digest.to_string(), "base": base.to_string(), "target": target}),
+            Event::TaskStarted {
+                digest: task.meta.digest.to_string(),
+                base: base.to_string(),
+                target: target.to_string(),
+            },
         )
     }
 
@@ -732,8 +744,11 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             None,
-            "task.replanned",
-            json!({"digest": task.meta.digest.to_string(), "epoch": epoch, "base": base.to_string()}),
+            Event::TaskReplanned {
+                digest: task.meta.digest.to_string(),
+                epoch,
+                base: base.to_string(),
+            },
         )
     }
 
@@ -763,8 +778,11 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             None,
-            "task.finished",
-            json!({"outcome": "accepted", "reason": reason, "merged": commit}),
+            Event::TaskFinished {
+                outcome: "accepted".to_string(),
+                reason: reason.clone(),
+                merged: Some(commit.to_string()),
+            },
         )?;
         let spent = self.ledger().spent(&self.run_id, Some(&task.name))?;
         self.state().last_green_commit = Some(commit.to_string());
@@ -839,18 +857,15 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             Some(number),
-            "attempt.failed",
-            json!({
-                "kind": f.kind.name(),
-                "signature": f.signature,
-                "criterion": f.criterion,
-                "gate": f.gate,
-                "exit_code": f.exit_code,
-                "counts": f.counts,
-                // Whole, so a resume can replay a failure that has no attempt row of its own
-                // (a landing that conflicted).
-                "failure": f,
-            }),
+            Event::AttemptFailed {
+                kind: f.kind.name().to_string(),
+                signature: f.signature.clone(),
+                criterion: f.criterion.clone(),
+                gate: f.gate.clone(),
+                exit_code: f.exit_code,
+                counts: f.counts,
+                failure: f.clone(),
+            },
         )?;
         self.state().open_failures.retain(|o| o.task != task.name);
         self.state().open_failures.push(OpenFailure {
@@ -962,25 +977,25 @@ impl Host for Runner<'_> {
             self.emit(
                 None,
                 None,
-                "worktree.retry",
-                json!({
-                    "branch": branch,
-                    "error": crate::run::error_chain(&e),
-                    "wait_ms": attempt::ms(*wait),
-                }),
+                Event::WorktreeRetry {
+                    branch: branch.to_string(),
+                    error: crate::run::error_chain(&e),
+                    wait_ms: attempt::ms(*wait),
+                },
             )?;
             tokio::time::sleep(*wait).await;
         }
     }
 
     /// Writes an event to the ledger and the trail (in that order), then shows it.
-    fn emit(
-        &self,
-        task: Option<&str>,
-        attempt: Option<u32>,
-        event: &str,
-        detail: Value,
-    ) -> Result<(), RunError> {
+    fn emit(&self, task: Option<&str>, attempt: Option<u32>, event: Event) -> Result<(), RunError> {
+        let (event, detail) =
+            event
+                .into_parts()
+                .map_err(|source| crate::run::trail::TrailError::Json {
+                    what: "an event",
+                    source,
+                })?;
         let (_, time_ms) = crate::clock::now();
         self.ledger().event(
             &self.run_id,
@@ -1112,16 +1127,15 @@ impl Host for Runner<'_> {
         self.emit(
             Some(task),
             Some(attempt),
-            "gate.finished",
-            json!({
-                "gate": run.gate,
-                "phase": phase,
-                "verdict": verdict,
-                "exit_code": run.exit_code,
-                "counts": run.counts(),
-                "reason": run.reason,
-                "log": log,
-            }),
+            Event::GateFinished {
+                gate: run.gate.clone(),
+                phase: phase.to_string(),
+                verdict: verdict.to_string(),
+                exit_code: run.exit_code,
+                counts: run.counts(),
+                reason: run.reason.clone(),
+                log,
+            },
         )
     }
 }
@@ -1174,8 +1188,11 @@ impl Runner<'_> {
         self.emit(
             Some(name),
             None,
-            "budget.exhausted",
-            json!({"budget": which, "spent": spent, "limit": limit}),
+            Event::BudgetExhausted {
+                budget: which.to_string(),
+                spent,
+                limit,
+            },
         )?;
         Ok(format!(
             "the {which} budget ran out ({}){}",

@@ -8,10 +8,10 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use git2::Oid;
-use serde_json::{Value, json};
 
 use crate::ledger::Ledger;
 use crate::run::error::RunError;
+use crate::run::event::Event;
 use crate::run::judge::adapter::Usage;
 use crate::run::judge::gate::GateRun;
 use crate::run::sandbox::Protected;
@@ -38,13 +38,7 @@ pub trait Host: Sync {
         branch: &str,
     ) -> impl Future<Output = Result<Lease, RunError>> + Send;
     /// Records `event` (with `detail`) in the ledger and the trail, and shows it.
-    fn emit(
-        &self,
-        task: Option<&str>,
-        attempt: Option<u32>,
-        event: &str,
-        detail: Value,
-    ) -> Result<(), RunError>;
+    fn emit(&self, task: Option<&str>, attempt: Option<u32>, event: Event) -> Result<(), RunError>;
     /// Says in the status files what the run is doing now.
     fn set_phase(&self, phase: &str, task: Option<&str>, attempt: u32) -> Result<(), RunError>;
     /// Records an attempt's start, before its agent runs; its ledger id.
@@ -84,22 +78,20 @@ pub trait Host: Sync {
     ) -> Result<(), RunError>;
 
     /// How many stop signals the processes counted in `window` sent mvk, once every signal
-    /// delivered so far is decided; recorded as `event` (with `signals` added to `detail`) when
-    /// there were any.
+    /// delivered so far is decided; recorded as the event `event` makes of that count, when there
+    /// were any.
     fn signals_sent(
         &self,
         window: &crate::run::exec::signals::Window,
         task: &str,
         attempt: u32,
-        event: &str,
-        mut detail: Value,
+        event: impl FnOnce(u64) -> Event + Send,
     ) -> impl Future<Output = Result<u64, RunError>> + Send {
         async move {
             crate::run::exec::signals::settle().await;
             let signals = window.signals();
             if signals > 0 {
-                detail["signals"] = json!(signals);
-                self.emit(Some(task), Some(attempt), event, detail)?;
+                self.emit(Some(task), Some(attempt), event(signals))?;
             }
             Ok(signals)
         }

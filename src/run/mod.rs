@@ -17,6 +17,7 @@ pub mod attempt;
 pub mod attempt_result;
 pub mod driver;
 pub mod error;
+pub mod event;
 pub mod exec;
 pub mod executor;
 pub mod failure;

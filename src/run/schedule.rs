@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ir::Task;
 use crate::run::outcome::Outcome;
@@ -42,7 +42,7 @@ pub enum Decision {
 }
 
 /// Why a task that has not started waits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "on", rename_all = "kebab-case")]
 pub enum Wait {
     /// Tasks it starts after have not finished.

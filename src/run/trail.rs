@@ -43,9 +43,10 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TrailE
     }
 }
 
-/// One line of `events.jsonl`.
+/// One line of `events.jsonl`: an [`Event`](crate::run::event::Event)'s name and detail, with
+/// when, in which run, task and attempt.
 #[derive(Debug, Clone, Serialize)]
-pub struct Event {
+pub struct Line {
     pub time: String,
     /// Milliseconds since the Unix epoch, the same instant as `time` (for the ledger).
     #[serde(skip)]
@@ -102,9 +103,9 @@ impl Trail {
         attempt: Option<u32>,
         event: &str,
         detail: Value,
-    ) -> Result<Event, TrailError> {
+    ) -> Result<Line, TrailError> {
         let (time, time_ms) = now();
-        let record = Event {
+        let record = Line {
             time,
             time_ms,
             run: self.run.clone(),

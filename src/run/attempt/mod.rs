@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use git2::{Oid, Repository};
-use serde_json::json;
 
 use crate::ir::{Agent, Task};
 use crate::prompt::{self, GateInfo, PromptContext};
 use crate::run::error::{RunError, blocking};
+use crate::run::event::Event;
 use crate::run::exec::process::{self, ProcessSpec, Termination};
 use crate::run::git::seal::{self, Seal, SealVerdict};
 use crate::run::host::{Budgets, Host};
@@ -102,15 +102,16 @@ pub async fn run_attempt(
     host.emit(
         Some(&task.name),
         Some(spec.number),
-        "attempt.started",
-        json!({
-            "rung": spec.rung,
-            "agent": spec.agent.label(),
-            "branch": branch,
-            "worktree": worktree_path.display().to_string(),
-            "worktree_ms": worktree_ms,
-            "base": spec.base.to_string(),
-        }),
+        Event::AttemptStarted {
+            rung: spec.rung,
+            agent: spec.agent.label(),
+            branch: branch.clone(),
+            worktree: Some(worktree_path.display().to_string()),
+            worktree_ms: Some(worktree_ms),
+            base: spec.base.to_string(),
+            worker: None,
+            from: None,
+        },
     )?;
     host.set_phase("agent", Some(&task.name), spec.number)?;
 
@@ -177,16 +178,22 @@ pub async fn run_attempt(
             host.emit(
                 Some(&task.name),
                 Some(spec.number),
-                "agent.rate-limited",
-                json!({"wait_ms": ms(wait), "message": limit_hit.message, "gave_up": true}),
+                Event::AgentRateLimited {
+                    wait_ms: ms(wait),
+                    message: limit_hit.message,
+                    gave_up: Some(true),
+                },
             )?;
             return finish_wall(host, ledger_id, spec, branch, None, usage, retries).await;
         }
         host.emit(
             Some(&task.name),
             Some(spec.number),
-            "agent.rate-limited",
-            json!({"wait_ms": ms(wait), "message": limit_hit.message}),
+            Event::AgentRateLimited {
+                wait_ms: ms(wait),
+                message: limit_hit.message,
+                gave_up: None,
+            },
         )?;
         host.set_phase("rate-limited", Some(&task.name), spec.number)?;
         keep_limited_logs(&ps, retries)?;
@@ -294,28 +301,23 @@ pub async fn run_attempt(
     host.emit(
         Some(&task.name),
         Some(spec.number),
-        "agent.finished",
-        json!({
-            "exit_code": exit_code,
-            "timed_out": timed_out,
-            "duration_ms": ms(duration),
-            "tokens": usage.tokens(),
-            "usd": usage.usd_micros.map(|u| u as f64 / 1e6),
-            "rate_limited": retries,
-            "stragglers_killed": outcome.stragglers_killed,
-            "escaped_killed": escaped,
-        }),
+        Event::AgentFinished {
+            exit_code,
+            timed_out,
+            duration_ms: ms(duration),
+            tokens: usage.tokens(),
+            usd: usage.usd_micros.map(|u| u as f64 / 1e6),
+            rate_limited: retries,
+            stragglers_killed: outcome.stragglers_killed,
+            escaped_killed: escaped,
+        },
     )?;
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
     // Every signal delivered while the agent ran is decided before its count is read.
     let signalled = host
-        .signals_sent(
-            &window,
-            &task.name,
-            spec.number,
-            "agent.signalled-mvk",
-            json!({}),
-        )
+        .signals_sent(&window, &task.name, spec.number, |signals| {
+            Event::AgentSignalledMvk { signals }
+        })
         .await?;
     drop(window);
     if signalled > 0 {
@@ -558,8 +560,11 @@ fn signalled_by_gate(
     host.emit(
         Some(&spec.task.name),
         Some(spec.number),
-        "gate.signalled-mvk",
-        json!({ "gate": run.gate, "signals": signals }),
+        Event::GateSignalledMvk {
+            gate: run.gate.clone(),
+            landing: None,
+            signals,
+        },
     )?;
     let mut f = Failure::new(
         spec.number,
@@ -867,20 +872,16 @@ pub(crate) async fn check_seal(
     .await??;
     match verdict {
         SealVerdict::Untouched => {
-            host.emit(
-                Some(&task.name),
-                Some(spec.number),
-                "seal.passed",
-                json!({}),
-            )?;
+            host.emit(Some(&task.name), Some(spec.number), Event::SealPassed {})?;
             Ok(None)
         }
         SealVerdict::Breached(breaches) => {
             host.emit(
                 Some(&task.name),
                 Some(spec.number),
-                "seal.breached",
-                json!({ "breaches": breaches }),
+                Event::SealBreached {
+                    breaches: breaches.clone(),
+                },
             )?;
             let first = breaches
                 .first()

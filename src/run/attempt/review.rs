@@ -17,6 +17,7 @@ use crate::ir::Review;
 use crate::prompt::{self, Blocker, GateInfo, PromptContext};
 use crate::run::attempt::{self, AttemptSpec};
 use crate::run::error::RunError;
+use crate::run::event::Event;
 use crate::run::exec::process::{self, Termination};
 use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::{self, Usage};
@@ -231,8 +232,9 @@ pub async fn review(
         host.emit(
             Some(&task.name),
             Some(spec.number),
-            "review.recalled",
-            json!({"verdict": verdict.name()}),
+            Event::ReviewRecalled {
+                verdict: verdict.name().to_string(),
+            },
         )?;
         return Ok(Reviewed {
             verdict,
@@ -303,8 +305,10 @@ pub async fn review(
     host.emit(
         Some(&task.name),
         Some(spec.number),
-        "review.started",
-        json!({"agent": review.agent.label(), "previous_blockers": previous.len()}),
+        Event::ReviewStarted {
+            agent: review.agent.label(),
+            previous_blockers: previous.len(),
+        },
     )?;
 
     // A repository of its own, outside the pool, holding two commits (the base and the change)
@@ -376,8 +380,11 @@ pub async fn review(
         host.emit(
             Some(&task.name),
             Some(spec.number),
-            "review.rate-limited",
-            json!({"wait_ms": attempt::ms(wait), "message": hit.message, "gave_up": out_of_time || too_many}),
+            Event::ReviewRateLimited {
+                wait_ms: attempt::ms(wait),
+                message: hit.message.clone(),
+                gave_up: out_of_time || too_many,
+            },
         )?;
         if out_of_time || too_many {
             let why = format!(
@@ -395,13 +402,9 @@ pub async fn review(
         _ => None,
     };
     let signalled = host
-        .signals_sent(
-            &window,
-            &task.name,
-            spec.number,
-            "review.signalled-mvk",
-            json!({}),
-        )
+        .signals_sent(&window, &task.name, spec.number, |signals| {
+            Event::ReviewSignalledMvk { signals }
+        })
         .await?;
     drop(window);
     let verdict = match outcome.termination {
@@ -462,16 +465,15 @@ pub async fn review(
     host.emit(
         Some(&task.name),
         Some(spec.number),
-        "review.finished",
-        json!({
-            "verdict": verdict.name(),
-            "blockers": blockers,
-            "notes": verdict.notes(),
-            "reason": reason,
-            "exit_code": exit_code,
-            "tokens": usage.tokens(),
-            "usd": usage.usd_micros.map(|u| u as f64 / 1e6),
-        }),
+        Event::ReviewFinished {
+            verdict: verdict.name().to_string(),
+            blockers: blockers.to_vec(),
+            notes: verdict.notes().to_vec(),
+            reason: reason.to_string(),
+            exit_code,
+            tokens: usage.tokens(),
+            usd: usage.usd_micros.map(|u| u as f64 / 1e6),
+        },
     )?;
     Ok(Reviewed { verdict, usage })
 }

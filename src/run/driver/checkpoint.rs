@@ -4,11 +4,10 @@
 
 use std::path::PathBuf;
 
-use serde_json::json;
-
 use super::{Outcome, RunError, RunReport, Runner, TaskReport};
 use crate::ir::Task;
 use crate::ledger;
+use crate::run::event::Event;
 use crate::run::failure::Failure;
 use crate::run::host::Host;
 use crate::run::policy::CheckpointKind;
@@ -76,8 +75,12 @@ impl Runner<'_> {
         self.emit(
             Some(&task.name),
             Some(number),
-            "checkpoint.waiting",
-            json!({"checkpoint": id, "kind": kind.name(), "lands": lands, "question": question}),
+            Event::CheckpointWaiting {
+                checkpoint: id,
+                kind: kind.name().to_string(),
+                lands,
+                question: question.to_string(),
+            },
         )?;
         self.task_state(&task.name, |s| {
             s.state = "waiting".into();
@@ -101,13 +104,13 @@ impl Runner<'_> {
 
     /// Ends this process's part of a run paused at a checkpoint: exit 4, the run resumable.
     pub(super) fn paused(&self, reports: Vec<TaskReport>) -> Result<RunReport, RunError> {
-        let waiting: Vec<&str> = reports
+        let waiting: Vec<String> = reports
             .iter()
             .filter(|r| r.outcome == Outcome::Waiting)
-            .map(|r| r.name.as_str())
+            .map(|r| r.name.clone())
             .collect();
         self.ledger().pause_run(&self.run_id)?;
-        self.emit(None, None, "run.paused", json!({"waiting": waiting}))?;
+        self.emit(None, None, Event::RunPaused { waiting })?;
         // The worst code over the tasks, as for a finished flow: a task already rejected or
         // stuck beside one that waits is not hidden behind "waiting" (4).
         let exit_code = reports
@@ -224,14 +227,12 @@ impl Runner<'_> {
             self.trail.run_dir().display()
         );
         let path = self.trail.write_handoff(&slug(&task.name), &text)?;
-        let mut detail = json!({"file": path.display().to_string()});
-        if let Some(why) = why {
-            detail["reason"] = json!(why);
-        }
-        if let Some(f) = last.filter(|f| !f.blockers.is_empty()) {
-            detail["blockers"] = json!(f.blockers);
-        }
-        self.emit(Some(&task.name), None, "human.handoff", detail)?;
+        let handoff = Event::HumanHandoff {
+            file: path.display().to_string(),
+            reason: why.map(str::to_string),
+            blockers: last.map(|f| f.blockers.clone()).unwrap_or_default(),
+        };
+        self.emit(Some(&task.name), None, handoff)?;
         Ok(path)
     }
 }

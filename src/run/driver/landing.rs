@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use git2::Oid;
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::{Outcome, RunError, Runner, blocking, locked};
 use crate::ir::{Gate, Task};
 use crate::ledger;
 use crate::run::attempt::{self, AttemptSpec, Failure, FailureKind};
+use crate::run::event::Event;
 use crate::run::git::land::{self, LandError, Prepared};
 use crate::run::host::Host;
 use crate::run::judge::evidence::GateVerdict;
@@ -165,8 +165,10 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             Some(spec.number),
-            "merge.started",
-            json!({"into": target, "strategy": task.merge.strategy.name()}),
+            Event::MergeStarted {
+                into: target.to_string(),
+                strategy: task.merge.strategy.name().to_string(),
+            },
         )?;
         let (reply, mut answer) = oneshot::channel();
         locked(&self.queue).push(Request {
@@ -296,8 +298,9 @@ impl<'a> Runner<'a> {
                 self.emit(
                     Some(&task.name),
                     Some(request.number),
-                    "merge.empty",
-                    json!({"into": target}),
+                    Event::MergeEmpty {
+                        into: target.to_string(),
+                    },
                 )?;
                 return Ok(Fit::Answer(Landing::Landed(None)));
             }
@@ -396,15 +399,15 @@ impl<'a> Runner<'a> {
             )?;
             // A landing gate whose processes sent mvk stop signals: the change does not land,
             // whatever the gate's verdict (as an attempt's gate that does is rejected).
-            let detail = json!({ "gate": run.gate, "landing": true });
+            let gate = run.gate.clone();
             let signals = self
-                .signals_sent(
-                    &window,
-                    &task.name,
-                    request.number,
-                    "gate.signalled-mvk",
-                    detail,
-                )
+                .signals_sent(&window, &task.name, request.number, |signals| {
+                    Event::GateSignalledMvk {
+                        gate,
+                        landing: Some(true),
+                        signals,
+                    }
+                })
                 .await?;
             if signals > 0 {
                 return Ok(Some(Fit::Answer(Landing::Rejected(
@@ -450,8 +453,11 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&task.name),
                 Some(request.number),
-                "merge.failed",
-                json!({"gate": run.gate, "reason": run.reason, "log": run.log.display().to_string()}),
+                Event::MergeFailed {
+                    gate: run.gate.clone(),
+                    reason: run.reason.clone(),
+                    log: run.log.display().to_string(),
+                },
             )?;
             let outcome = if run.verdict == GateVerdict::Unknown {
                 Outcome::Unknown
@@ -621,13 +627,7 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&request.task.name),
                 Some(request.number),
-                "merge.batch-split",
-                json!({
-                    "into": target,
-                    "kept": ready.iter().map(|r| r.request.task.name.as_str()).collect::<Vec<_>>(),
-                    "later": later.iter().map(|r| r.task.name.as_str()).collect::<Vec<_>>(),
-                    "reason": "its gates did not pass on its commit: the changes before it land, those after it are gated again on what lands",
-                }),
+                Event::MergeBatchSplit { into: target.to_string(), kept: ready.iter().map(|r| r.request.task.name.clone()).collect(), later: later.iter().map(|r| r.task.name.clone()).collect(), reason: "its gates did not pass on its commit: the changes before it land, those after it are gated again on what lands".to_string(), },
             )?;
         }
         // Those after the one that failed were gated on commits holding it: they wait for the
@@ -729,8 +729,11 @@ impl<'a> Runner<'a> {
                     self.emit(
                         Some(&task.name),
                         Some(r.request.number),
-                        "merge.done",
-                        json!({"commit": r.commit.to_string(), "into": target, "strategy": task.merge.strategy.name()}),
+                        Event::MergeDone {
+                            commit: r.commit.to_string(),
+                            into: target.to_string(),
+                            strategy: task.merge.strategy.name().to_string(),
+                        },
                     )?;
                     self.answer(r.request, Landing::Landed(Some(r.commit)))?;
                 }
@@ -829,8 +832,9 @@ impl<'a> Runner<'a> {
                     self.emit(
                         Some(&task.name),
                         Some(r.request.number),
-                        "merge.blocked",
-                        json!({"paths": paths}),
+                        Event::MergeBlocked {
+                            paths: paths.to_vec(),
+                        },
                     )?;
                     format!(
                         "accepted, but landing would overwrite local changes to {} in the main checkout; commit or stash them, then land branch `{branch}`",
@@ -841,8 +845,9 @@ impl<'a> Runner<'a> {
                     self.emit(
                         Some(&task.name),
                         Some(r.request.number),
-                        "merge.locked",
-                        json!({"reason": detail}),
+                        Event::MergeLocked {
+                            reason: detail.to_string(),
+                        },
                     )?;
                     // Not the task's end: once the lock is gone, approving lands the change.
                     let question = format!(
@@ -873,8 +878,10 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&r.request.task.name),
                 Some(r.request.number),
-                "merge.lock-wait",
-                json!({"lock": lock.display().to_string(), "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)}),
+                Event::MergeLockWait {
+                    lock: lock.display().to_string(),
+                    wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                },
             )?;
         }
         Ok(())
@@ -914,8 +921,12 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             Some(request.number),
-            "merge.conflict",
-            json!({"paths": paths, "into": target, "reason": why, "target_tip": new_base.to_string()}),
+            Event::MergeConflict {
+                paths: paths.clone(),
+                into: target.to_string(),
+                reason: why.to_string(),
+                target_tip: new_base.to_string(),
+            },
         )?;
         let shown = if paths.is_empty() {
             String::new()

@@ -3,13 +3,13 @@
 //! recorded it, with nothing landed.
 
 use git2::Oid;
-use serde_json::json;
 
 use super::open::{begin_run_of, open_run, select, targets_of, task_names};
 use super::{Budgets, Observer, Outcome, RunError, RunOptions, Runner};
 use crate::ir::{Program, Rung};
 use crate::ledger;
 use crate::run::attempt::{self, AttemptEnd, AttemptSpec};
+use crate::run::event::Event;
 use crate::run::failure::{Failure, FailureKind};
 use crate::run::git::land;
 use crate::run::host::Host;
@@ -125,18 +125,19 @@ pub async fn attempt_once(
     runner.emit(
         None,
         None,
-        "run.started",
-        json!({
-            "file": opts.file,
-            "program": program.name,
-            "digest": program.digest.to_string(),
-            "base": base.to_string(),
-            "target": target,
-            "tasks": [task.name.clone()],
-            "whole": false,
-            "current": land::current_branch(&opts.repo_root).ok(),
-            "attempt_only": true,
-        }),
+        Event::RunStarted {
+            file: opts.file.clone(),
+            program: program.name.clone(),
+            digest: program.digest.to_string(),
+            base: base.to_string(),
+            target: target.clone(),
+            tasks: vec![task.name.clone()],
+            whole: false,
+            current: land::current_branch(&opts.repo_root).ok(),
+            attempt_only: Some(true),
+            executor: None,
+            temporal: None,
+        },
     )?;
     runner.start_task(task, base, &target)?;
     let budgets = Budgets {
@@ -167,8 +168,7 @@ pub async fn attempt_once(
                 runner.emit(
                     Some(&task.name),
                     Some(number),
-                    "attempt.passed",
-                    json!({"head": head.to_string()}),
+                    Event::AttemptPassed { head: head.to_string(), },
                 )?;
                 runner.finish_attempt(ledger_id, None)?;
                 (None, Outcome::Skipped)
@@ -208,8 +208,11 @@ pub async fn attempt_once(
         runner.emit(
             Some(&task.name),
             None,
-            "task.finished",
-            json!({"outcome": outcome.name(), "reason": reason, "merged": null}),
+            Event::TaskFinished {
+                outcome: outcome.name().to_string(),
+                reason,
+                merged: None,
+            },
         )?;
         Ok::<_, RunError>(((ledger_id, head, branch, usage), failure, outcome))
     }
@@ -223,11 +226,12 @@ pub async fn attempt_once(
     let finished = runner
         .ledger()
         .finish_run(&runner.run_id, outcome, i32::from(exit_code));
-    let detail = match &result {
-        Ok(_) => json!({"outcome": outcome, "exit_code": exit_code}),
-        Err(e) => json!({"outcome": outcome, "exit_code": exit_code, "error": e.to_string()}),
+    let finished_event = Event::RunFinished {
+        outcome: outcome.to_string(),
+        exit_code: i32::from(exit_code),
+        error: result.as_ref().err().map(ToString::to_string),
     };
-    let emitted = runner.emit(None, None, "run.finished", detail);
+    let emitted = runner.emit(None, None, finished_event);
     {
         let mut state = runner.state();
         state.outcome = Some(outcome.into());

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use git2::Oid;
-use serde_json::{Value, json};
 
 use super::{Observer, RunError, RunOptions, RunReport, Runner};
 use crate::ir::Program;
 use crate::ledger::{self, Ledger};
+use crate::run::event::Event;
 use crate::run::git::land;
 use crate::run::host::Host;
 use crate::run::sandbox::Protected;
@@ -32,7 +32,7 @@ pub async fn apply(
             &opened.selected,
             &opened.targets,
             BTreeMap::new(),
-            Some(("run.started", opened.started)),
+            Some(opened.started),
         )
         .await
 }
@@ -43,7 +43,7 @@ pub(crate) struct Opened<'a> {
     pub runner: Runner<'a>,
     pub selected: Vec<usize>,
     pub targets: BTreeMap<usize, String>,
-    pub started: Value,
+    pub started: Event,
 }
 
 /// Opens a new run of `program` as `mvk apply` does, whichever executor makes its attempts
@@ -68,21 +68,24 @@ pub(crate) fn open_apply<'a>(
 
     begin_run(&mut opening.ledger, program, opts, base, &first_target)?;
     let runner = Runner::new(program, opts, opening, observer, &selected);
-    let mut started = json!({
-        "file": opts.file,
-        "program": program.name,
-        "digest": program.digest.to_string(),
-        "base": base.to_string(),
-        "target": first_target,
-        "tasks": selected.iter().map(|&i| program.tasks[i].name.clone()).collect::<Vec<_>>(),
+    let started = Event::RunStarted {
+        file: opts.file.clone(),
+        program: program.name.clone(),
+        digest: program.digest.to_string(),
+        base: base.to_string(),
+        target: first_target,
+        tasks: selected
+            .iter()
+            .map(|&i| program.tasks[i].name.clone())
+            .collect(),
         // What a resume needs to go on as this run would have: whether it ran the whole program,
         // and where tasks without `merge into=` land.
-        "whole": opts.task.is_none(),
-        "current": land::current_branch(repo_root).ok(),
-    });
-    if let Some(executor) = executor {
-        started["executor"] = json!(executor);
-    }
+        whole: opts.task.is_none(),
+        current: land::current_branch(repo_root).ok(),
+        attempt_only: None,
+        executor: executor.map(str::to_string),
+        temporal: None,
+    };
     Ok(Opened {
         runner,
         selected,
@@ -178,14 +181,19 @@ pub(crate) fn reopen<'a>(
     runner.emit(
         None,
         None,
-        "run.resumed",
-        json!({
-            "found": from.found,
-            "orphans_killed": orphans,
-            "ref_locks_removed": ref_locks.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-            "digest": program.digest.to_string(),
-            "drift_accepted": from.drift.as_ref().map(|d| d.replanned()),
-        }),
+        Event::RunResumed {
+            found: from.found.clone(),
+            orphans_killed: orphans,
+            ref_locks_removed: ref_locks
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+            digest: program.digest.to_string(),
+            drift_accepted: from
+                .drift
+                .as_ref()
+                .map(|d| d.replanned().into_iter().collect()),
+        },
     )?;
     let last = crate::run::driver::resume::last_sign_of_life(
         &runner.ledger(),

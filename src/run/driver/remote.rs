@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use git2::Oid;
-use serde_json::json;
 
 use super::landing::{Landing, StoredAnswer};
 use super::open::{Opened, Reopened, open_apply, record_resume, reopen};
@@ -18,6 +17,7 @@ use super::{
 use crate::ir::{Program, Rung, Task};
 use crate::ledger;
 use crate::run::attempt::{AttemptSpec, Failure, FailureKind};
+use crate::run::event::Event;
 use crate::run::git::land;
 use crate::run::host::Host;
 
@@ -141,10 +141,13 @@ impl<'a> Coordinator<'a> {
             targets,
             mut started,
         } = open_apply(program, opts, observer, Some(executor))?;
-        if let Some(fields) = started.as_object_mut() {
-            fields.insert(executor.to_string(), detail);
+        // Where the executor's work lives, under its name, for a resume to find it again.
+        if let Event::RunStarted { temporal, .. } = &mut started
+            && executor == "temporal"
+        {
+            *temporal = Some(detail);
         }
-        runner.emit(None, None, "run.started", started)?;
+        runner.emit(None, None, started)?;
         runner.write_state()?;
         Ok(Coordinator::new(runner, &selected, &targets, false))
     }
@@ -406,15 +409,16 @@ impl<'a> Coordinator<'a> {
         self.runner.emit(
             Some(name),
             Some(a.number),
-            "attempt.started",
-            json!({
-                "rung": a.rung,
-                "agent": agent,
-                "branch": a.branch,
-                "worktree": worktree.display().to_string(),
-                "base": a.base.to_string(),
-                "worker": a.worker,
-            }),
+            Event::AttemptStarted {
+                rung: a.rung,
+                agent,
+                branch: a.branch.clone(),
+                worktree: Some(worktree.display().to_string()),
+                base: a.base.to_string(),
+                worker: Some(a.worker.clone()),
+                worktree_ms: None,
+                from: None,
+            },
         )?;
         self.runner.ledger_agent_done(
             id,
@@ -449,16 +453,20 @@ impl<'a> Coordinator<'a> {
             self.runner.emit(
                 Some(name),
                 Some(a.number),
-                "gate.finished",
-                json!({
-                    "gate": g.name,
-                    "phase": "gate",
-                    "verdict": g.verdict,
-                    "exit_code": g.exit_code,
-                    "counts": g.counts,
-                    "reason": g.reason,
-                    "log": log,
-                }),
+                Event::GateFinished {
+                    gate: g.name.clone(),
+                    phase: "gate".to_string(),
+                    verdict: g.verdict.clone(),
+                    exit_code: g.exit_code,
+                    counts: g.counts.map(|c| crate::run::judge::evidence::Counts {
+                        executed: c.executed,
+                        passed: c.passed,
+                        failed: c.failed,
+                        skipped: c.skipped,
+                    }),
+                    reason: g.reason.clone(),
+                    log,
+                },
             )?;
         }
         self.runner.finish_attempt(id, a.failure.as_ref())?;
@@ -466,8 +474,9 @@ impl<'a> Coordinator<'a> {
             (None, Some(head)) => self.runner.emit(
                 Some(name),
                 Some(a.number),
-                "attempt.passed",
-                json!({"head": head.to_string()}),
+                Event::AttemptPassed {
+                    head: head.to_string(),
+                },
             )?,
             (Some(f), _) => self.runner.fail(task, a.number, f)?,
             (None, None) => {}
@@ -623,8 +632,11 @@ impl<'a> Coordinator<'a> {
         self.runner.emit(
             Some(name),
             None,
-            "rung.climbed",
-            json!({"from": to, "to": to + 1, "rung": label}),
+            Event::RungClimbed {
+                from: to,
+                to: to + 1,
+                rung: label.clone(),
+            },
         )?;
         Ok(label)
     }
@@ -664,8 +676,11 @@ impl<'a> Coordinator<'a> {
         self.runner.emit(
             Some(name),
             None,
-            "task.finished",
-            json!({"outcome": outcome.name(), "reason": reason, "merged": merged}),
+            Event::TaskFinished {
+                outcome: outcome.name().to_string(),
+                reason: reason.to_string(),
+                merged: merged.clone(),
+            },
         )?;
         self.runner.task_state(name, |s| {
             s.state = outcome.name().into();

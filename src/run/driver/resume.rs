@@ -17,6 +17,7 @@ use crate::run::attempt::{self, Failure, FailureKind};
 use crate::run::driver::{
     Outcome, Pending, Progress, Restored, Resume, RunError, Runner, TaskReport,
 };
+use crate::run::event::Event;
 use crate::run::git::land;
 use crate::run::host::Host;
 
@@ -258,8 +259,10 @@ pub fn restore_remote(
                 runner.emit(
                     Some(&task.name),
                     Some(a.number),
-                    "attempt.abandoned",
-                    json!({"reason": "its recording was cut short; the workflow records it again"}),
+                    Event::AttemptAbandoned {
+                        reason: "its recording was cut short; the workflow records it again"
+                            .to_string(),
+                    },
                 )?;
             }
             if let Ok(b) = Oid::from_str(&a.base) {
@@ -342,14 +345,22 @@ fn recover_landings<'t>(
             land::Recovery::Finished => runner.emit(
                 Some(task),
                 None,
-                "merge.finished-by-resume",
-                json!({"merge": last.id, "merges": merges, "commit": last.new_commit, "into": last.into}),
+                Event::MergeFinishedByResume {
+                    merge: last.id,
+                    merges: Some(merges),
+                    commit: last.new_commit.clone(),
+                    into: last.into.clone(),
+                },
             )?,
             land::Recovery::Undone { foreign } => runner.emit(
                 Some(task),
                 None,
-                "merge.undone-by-resume",
-                json!({"merge": last.id, "merges": merges, "into": last.into, "foreign": foreign}),
+                Event::MergeUndoneByResume {
+                    merge: last.id,
+                    merges,
+                    into: last.into.clone(),
+                    foreign,
+                },
             )?,
         }
     }
@@ -440,8 +451,12 @@ fn finish_interrupted_publish<'t>(
                 runner.emit(
                     Some(task),
                     None,
-                    "merge.finished-by-resume",
-                    json!({"merge": m.id, "commit": m.new_commit, "into": m.into}),
+                    Event::MergeFinishedByResume {
+                        merge: m.id,
+                        commit: m.new_commit,
+                        into: m.into,
+                        merges: None,
+                    },
                 )?;
             }
             // Moved meanwhile: settling finds out which intents it holds.
@@ -521,8 +536,13 @@ fn settle_merges(runner: &Runner<'_>, task: &str) -> Result<(), RunError> {
             runner.emit(
                 Some(task),
                 None,
-                "merge.settled",
-                json!({"merge": m.id, "commit": m.new_commit, "into": m.into, "landed": true}),
+                Event::MergeSettled {
+                    merge: m.id,
+                    commit: Some(m.new_commit),
+                    into: m.into,
+                    landed: true,
+                    tip: None,
+                },
             )?;
         } else {
             runner.ledger().finish_merge(
@@ -534,8 +554,13 @@ fn settle_merges(runner: &Runner<'_>, task: &str) -> Result<(), RunError> {
             runner.emit(
                 Some(task),
                 None,
-                "merge.settled",
-                json!({"merge": m.id, "into": m.into, "landed": false, "tip": tip.to_string()}),
+                Event::MergeSettled {
+                    merge: m.id,
+                    into: m.into,
+                    landed: false,
+                    tip: Some(tip.to_string()),
+                    commit: None,
+                },
             )?;
         }
     }
@@ -626,8 +651,10 @@ fn progress_of(
                 runner.emit(
                     Some(&task.name),
                     Some(a.number),
-                    "attempt.abandoned",
-                    json!({"reason": "its process was gone when the run was resumed; it starts again"}),
+                    Event::AttemptAbandoned {
+                        reason: "its process was gone when the run was resumed; it starts again"
+                            .to_string(),
+                    },
                 )?;
             }
             "agent-done" if a.head.is_some() => {
@@ -749,8 +776,12 @@ fn progress_of(
         runner.emit(
             Some(&task.name),
             Some(a.number),
-            "checkpoint.answered",
-            json!({"checkpoint": c.id, "kind": c.kind, "decision": decision, "reason": c.reason}),
+            Event::CheckpointAnswered {
+                checkpoint: c.id,
+                kind: c.kind.clone(),
+                decision: decision.to_string(),
+                reason: c.reason.clone(),
+            },
         )?;
         if decision == "approve" && c.kind == "human" {
             // The person vouches for the branch as they left it (they may have committed the
@@ -896,8 +927,16 @@ fn person_attempt(
     runner.emit(
         Some(&task.name),
         Some(number),
-        "attempt.started",
-        json!({"rung": a.rung, "agent": PERSON, "branch": branch, "base": a.base, "from": a.branch}),
+        Event::AttemptStarted {
+            rung: a.rung,
+            agent: PERSON.to_string(),
+            branch,
+            base: a.base.clone(),
+            from: Some(a.branch.clone()),
+            worktree_ms: None,
+            worktree: None,
+            worker: None,
+        },
     )?;
     // Exit 0: the person finished; what they left is judged from the seal on.
     runner.ledger_agent_done(
@@ -1073,19 +1112,26 @@ pub fn close_dead_attempt(repo_root: &Path, run: &RunRow) -> Result<Option<usize
     if !ledger.close_interrupted(&run.id, INTERRUPTED_EXIT)? {
         return Ok(None);
     }
+    let closed = Event::RunClosed {
+        outcome: "interrupted".into(),
+        exit_code: INTERRUPTED_EXIT,
+        reason: "the attempt's process died; an attempt is not resumed".into(),
+        orphans_killed: killed,
+    };
+    let (name, detail) =
+        closed
+            .into_parts()
+            .map_err(|source| crate::run::trail::TrailError::Json {
+                what: "an event",
+                source,
+            })?;
     ledger.event(
         &run.id,
         None,
         None,
         crate::clock::now().1,
-        "run.closed",
-        &json!({
-            "outcome": "interrupted",
-            "exit_code": INTERRUPTED_EXIT,
-            "reason": "the attempt's process died; an attempt is not resumed",
-            "orphans_killed": killed,
-        })
-        .to_string(),
+        name,
+        &detail.to_string(),
     )?;
     Ok(Some(killed))
 }

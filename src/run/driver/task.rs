@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use git2::Oid;
-use serde_json::json;
 
 use super::landing::Landing;
 use super::{
@@ -16,6 +15,7 @@ use super::{
 };
 use crate::ir::{Agent, Rung, Task};
 use crate::run::attempt::{self, AttemptEnd, AttemptRecord, AttemptSpec};
+use crate::run::event::Event;
 use crate::run::failure::{Failure, FailureKind};
 use crate::run::host::Host;
 use crate::run::outcome::Outcome;
@@ -185,15 +185,14 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&task.name),
                 None,
-                "task.resumed",
-                json!({
-                    "digest": task.meta.digest.to_string(),
-                    "base": base.to_string(),
-                    "target": target,
-                    "attempts": resume.progress.number,
-                    "epoch": resume.progress.epoch,
-                    "pending": resume.pending.as_ref().map(Pending::name),
-                }),
+                Event::TaskResumed {
+                    digest: task.meta.digest.to_string(),
+                    base: base.to_string(),
+                    target: target.to_string(),
+                    attempts: resume.progress.number,
+                    epoch: resume.progress.epoch,
+                    pending: resume.pending.as_ref().map(|p| p.name().to_string()),
+                },
             )?;
         } else {
             self.start_task(task, base, target)?;
@@ -268,8 +267,11 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&task.name),
                 None,
-                "rung.climbed",
-                json!({"from": to, "to": to + 1, "rung": rung_label(&task.ladder[to])}),
+                Event::RungClimbed {
+                    from: to,
+                    to: to + 1,
+                    rung: rung_label(&task.ladder[to]),
+                },
             )?;
         }
         (t.rung, t.on_rung) = (decision.rung, decision.on_rung);
@@ -313,8 +315,10 @@ impl<'a> Runner<'a> {
                     self.emit(
                         Some(&task.name),
                         None,
-                        "task.stuck",
-                        json!({"signature": f.signature, "times": t.same}),
+                        Event::TaskStuck {
+                            signature: f.signature.clone(),
+                            times: t.same,
+                        },
                     )?;
                 }
                 let reason = format!(
@@ -545,8 +549,9 @@ impl<'a> Runner<'a> {
             self.emit(
                 Some(&task.name),
                 Some(number),
-                "attempt.passed",
-                json!({"head": head.to_string()}),
+                Event::AttemptPassed {
+                    head: head.to_string(),
+                },
             )?;
             self.finish_attempt(id, None)?;
             crate::run::failpoint("attempt-passed");
@@ -636,8 +641,11 @@ impl<'a> Runner<'a> {
         self.emit(
             Some(&task.name),
             None,
-            "task.finished",
-            json!({"outcome": outcome.name(), "reason": reason, "merged": merged}),
+            Event::TaskFinished {
+                outcome: outcome.name().to_string(),
+                reason: reason.clone(),
+                merged: merged.clone(),
+            },
         )?;
         self.task_state(&task.name, |s| {
             s.state = outcome.name().into();

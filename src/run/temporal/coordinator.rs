@@ -26,6 +26,7 @@ use super::{ATTEMPT_SLACK, Endpoint, HEARTBEAT_EVERY, REF_PREFIX};
 use crate::ir::{Program, Rung};
 use crate::run::driver::remote::{Coordinator, Landed, RemoteAttempt};
 use crate::run::driver::{Observer, Outcome, RunError, RunOptions, RunReport, TaskReport};
+use crate::run::event::Event;
 use crate::run::host::Host;
 use crate::run::policy::{self};
 
@@ -609,8 +610,12 @@ pub(super) async fn coordinate(
         coord.runner().emit(
             None,
             None,
-            "temporal.started",
-            serde_json::json!({"workflow": workflow, "task_queue": endpoint.task_queue, "address": endpoint.address, "repo_url": repo_url}),
+            Event::TemporalStarted {
+                workflow: workflow.clone(),
+                task_queue: endpoint.task_queue.clone(),
+                address: endpoint.address.clone(),
+                repo_url: repo_url.to_string(),
+            },
         )?;
     }
 
@@ -667,8 +672,10 @@ pub(super) async fn coordinate(
     coord.runner().emit(
         None,
         None,
-        "temporal.finished",
-        serde_json::json!({"workflow": workflow, "summary": summary}),
+        Event::TemporalFinished {
+            workflow: workflow.clone(),
+            summary: summary.clone(),
+        },
     )?;
     let reports = reports
         .into_inner()
