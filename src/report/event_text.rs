@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// The line for event `event` with `detail` (without who it is about).
-pub fn describe(event: &str, d: &Value) -> Option<String> {
+pub(crate) fn describe(event: &str, d: &Value) -> Option<String> {
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let text = match event {
         "run.started" => format!("{} ({})", s("program"), s("file")),
