@@ -6,10 +6,10 @@
 use std::time::{Duration, SystemTime};
 
 /// How often the heartbeat file is touched while a run is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// The time now as RFC 3339 with milliseconds, and as epoch milliseconds.
-pub fn now() -> (String, i64) {
+pub(crate) fn now() -> (String, i64) {
     let t = SystemTime::now();
     let ms = t
         .duration_since(SystemTime::UNIX_EPOCH)

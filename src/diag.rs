@@ -25,7 +25,7 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn error(code: &'static str, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn error(code: &'static str, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Error,
             code,
@@ -37,7 +37,7 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(code: &'static str, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn warning(code: &'static str, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, message)
@@ -45,25 +45,25 @@ impl Diagnostic {
     }
 
     #[must_use]
-    pub fn at(mut self, span: Span, label: impl Into<String>) -> Diagnostic {
+    pub(crate) fn at(mut self, span: Span, label: impl Into<String>) -> Diagnostic {
         self.span = Some(span);
         self.label = label.into();
         self
     }
 
     #[must_use]
-    pub fn help(mut self, help: impl Into<String>) -> Diagnostic {
+    pub(crate) fn help(mut self, help: impl Into<String>) -> Diagnostic {
         self.help = Some(help.into());
         self
     }
 
     #[must_use]
-    pub fn also(mut self, span: Span, label: impl Into<String>) -> Diagnostic {
+    pub(crate) fn also(mut self, span: Span, label: impl Into<String>) -> Diagnostic {
         self.related.push((span, label.into()));
         self
     }
 
-    pub fn is_error(&self) -> bool {
+    pub(crate) fn is_error(&self) -> bool {
         matches!(self.severity, Severity::Error)
     }
 }
@@ -75,23 +75,19 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    pub fn push(&mut self, d: Diagnostic) {
+    pub(crate) fn push(&mut self, d: Diagnostic) {
         self.items.push(d);
-    }
-
-    pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
-        self.items.extend(ds);
     }
 
     pub fn has_errors(&self) -> bool {
         self.items.iter().any(Diagnostic::is_error)
     }
 
-    pub fn error_count(&self) -> usize {
+    pub(crate) fn error_count(&self) -> usize {
         self.items.iter().filter(|d| d.is_error()).count()
     }
 
-    pub fn warning_count(&self) -> usize {
+    pub(crate) fn warning_count(&self) -> usize {
         self.items.len() - self.error_count()
     }
 
@@ -102,14 +98,10 @@ impl Diagnostics {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
-
-    pub fn into_vec(self) -> Vec<Diagnostic> {
-        self.items
-    }
 }
 
 /// A diagnostic bound to its file's text, ready for miette to render.
-pub struct Located<'a> {
+pub(crate) struct Located<'a> {
     diag: &'a Diagnostic,
     source: Option<NamedSource<Arc<String>>>,
     /// The related spans drawn beside the primary one: in its file, on lines short enough.
@@ -118,7 +110,7 @@ pub struct Located<'a> {
 
 impl<'a> Located<'a> {
     /// The diagnostic with its file's text, unless a line it would quote is too long to show.
-    pub fn new(diag: &'a Diagnostic, sources: &Sources) -> Located<'a> {
+    pub(crate) fn new(diag: &'a Diagnostic, sources: &Sources) -> Located<'a> {
         let quoted = diag.span.filter(|s| quotable(sources, *s));
         let source = quoted.map(|s| sources.get(s.file).named_source());
         let drawn = diag
@@ -219,7 +211,7 @@ impl Renderer {
         }
     }
 
-    pub fn fancy(width: usize) -> Renderer {
+    pub(crate) fn fancy(width: usize) -> Renderer {
         Renderer {
             handler: GraphicalReportHandler::new_themed(GraphicalTheme::unicode())
                 .with_width(width)
@@ -227,7 +219,7 @@ impl Renderer {
         }
     }
 
-    pub fn render(&self, diag: &Diagnostic, sources: &Sources) -> String {
+    pub(crate) fn render(&self, diag: &Diagnostic, sources: &Sources) -> String {
         let located = Located::new(diag, sources);
         let mut out = String::new();
         if self.handler.render_report(&mut out, &located).is_err() {
@@ -267,7 +259,7 @@ impl Renderer {
     /// The first [`SHOWN`] diagnostics `keep` selects, then one line counting the rest: each
     /// rendering reads its file from the start to find the lines it quotes, so thousands of
     /// them (a file of stray characters is one syntax error per byte) took minutes.
-    pub fn render_where(
+    pub(crate) fn render_where(
         &self,
         diags: &Diagnostics,
         sources: &Sources,
@@ -301,7 +293,7 @@ impl Renderer {
 pub const SHOWN: usize = 50;
 
 /// The closest of `candidates` to `name`, if it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -314,7 +306,7 @@ pub fn did_you_mean<'a>(
 }
 
 /// A help line listing what may be written instead, with a "did you mean" first when one is close.
-pub fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
+pub(crate) fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
     let list = candidates
         .iter()
         .map(|c| format!("`{c}`"))

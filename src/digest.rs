@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::ir::{FlowSettings, ProgramKind, Task};
 
 /// The version of the canonical encoding; bump it when the IR's meaning changes shape.
-pub const SCHEMA: &str = "mvk.ir.v1";
+pub(crate) const SCHEMA: &str = "mvk.ir.v1";
 
 /// A blake3 digest, printed as 64 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -64,7 +64,7 @@ impl<'de> Deserialize<'de> for Digest {
 }
 
 /// Appends the canonical encoding of `v`: a tag byte, then length-prefixed content.
-pub fn encode(v: &Value, out: &mut Vec<u8>) {
+pub(crate) fn encode(v: &Value, out: &mut Vec<u8>) {
     fn bytes(tag: u8, b: &[u8], out: &mut Vec<u8>) {
         out.push(tag);
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
@@ -98,7 +98,7 @@ pub fn encode(v: &Value, out: &mut Vec<u8>) {
 }
 
 /// Hashes a value under a purpose; the schema version is part of the key derivation context.
-pub fn hash(purpose: &str, v: &Value) -> Digest {
+pub(crate) fn hash(purpose: &str, v: &Value) -> Digest {
     let mut buf = Vec::new();
     encode(v, &mut buf);
     let context = format!("mvk 2026-12 {SCHEMA} {purpose}");
@@ -115,7 +115,7 @@ fn to_value<T: Serialize>(t: &T) -> Value {
 /// The canonical value of each field of a task, by field name. Gates get one field each
 /// (`gate.NAME`) besides their order (`gates`), so a report can name the gate that changed.
 /// `after` holds the dependencies' digests (Merkle): a changed dependency changes its dependents.
-pub fn task_fields(
+pub(crate) fn task_fields(
     task: &Task,
     deps: &BTreeMap<String, crate::digest::Digest>,
 ) -> BTreeMap<String, Value> {
@@ -159,7 +159,7 @@ pub fn task_fields(
 }
 
 /// Computes and stores a task's field components and digest, given its dependencies' digests.
-pub fn seal_task(task: &mut Task, deps: &BTreeMap<String, Digest>) {
+pub(crate) fn seal_task(task: &mut Task, deps: &BTreeMap<String, Digest>) {
     let fields = task_fields(task, deps);
     let components: BTreeMap<String, Digest> = fields
         .iter()
@@ -176,7 +176,7 @@ pub fn seal_task(task: &mut Task, deps: &BTreeMap<String, Digest>) {
 }
 
 /// The program's digest: its kind, name, flow settings and every task's digest.
-pub fn program_digest(
+pub(crate) fn program_digest(
     kind: ProgramKind,
     name: &str,
     flow: Option<&FlowSettings>,

@@ -25,7 +25,7 @@ const PROBE_OUTPUT: u64 = 256 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     /// The run may fail: something could not be confirmed (credentials, a relative program).
     Warn,
@@ -35,19 +35,19 @@ pub enum Level {
 
 /// One line of the report: an agent, a gate or the sandbox, and what was found.
 #[derive(Debug, Clone, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// `agent claude (model=sonnet)`, `gate tests`, `sandbox`.
-    pub subject: String,
-    pub level: Level,
+    pub(crate) subject: String,
+    pub(crate) level: Level,
     /// What was found: the program's path and version, or the problem.
-    pub detail: String,
+    pub(crate) detail: String,
     /// How to fix a problem.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 /// Every distinct agent and gate of `program`, and its sandboxes, checked.
-pub fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
+pub(crate) fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
     // (agent, its sandbox, whether it reviews), each distinct setting once.
     let mut agents: Vec<(&Agent, Option<&Sandbox>, bool)> = Vec::new();
     let mut gates: Vec<&Gate> = Vec::new();
@@ -80,7 +80,7 @@ pub fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
 /// One agent, run under `sandbox` (its own or its task's) if any: installed, version, flags,
 /// credentials, root. `reviews`: it is a reviewer somewhere, so its review-only flags
 /// (`--output-schema={{verdict_schema}}`) are passed and checked.
-pub fn check_agent(
+pub(crate) fn check_agent(
     agent: &Agent,
     sandbox: Option<&Sandbox>,
     reviews: bool,
@@ -252,7 +252,7 @@ fn codex_sandboxes_itself(agent: &Agent) -> bool {
 }
 
 /// One gate: its program is installed (a bare name on PATH, a path in the repository).
-pub fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
+pub(crate) fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
     let subject = format!("gate {}", gate.name);
     let Some(program) = gate.argv.first() else {
         return Finding {
@@ -344,7 +344,7 @@ fn cli_name(adapter: Adapter) -> &'static str {
 
 /// Where `program` is: a path with a `/` (relative to the repository), else the first match on
 /// `path` (the agent's own `PATH`) or this process's `PATH`.
-pub fn find_program(
+pub(crate) fn find_program(
     program: &str,
     path: Option<&std::ffi::OsStr>,
     repo_root: &Path,

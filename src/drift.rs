@@ -17,34 +17,34 @@ use crate::ir::{FlowSettings, Program, Task};
 use crate::source::{FileId, Origin, SourceFile, Sources, Span};
 
 /// The schema of the stored IR (`programs.ir_json`).
-pub const STORED_SCHEMA: &str = "mvk.ir.v1";
+pub(crate) const STORED_SCHEMA: &str = "mvk.ir.v1";
 
 /// A program as stored in the ledger when a run begins.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredIr {
-    pub schema: String,
-    pub name: String,
-    pub flow: Option<FlowSettings>,
-    pub digest: String,
-    pub tasks: Vec<StoredTask>,
+pub(crate) struct StoredIr {
+    pub(crate) schema: String,
+    pub(crate) name: String,
+    pub(crate) flow: Option<FlowSettings>,
+    pub(crate) digest: String,
+    pub(crate) tasks: Vec<StoredTask>,
 }
 
 /// One task of a stored program: the task, its digests, and where each field was written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredTask {
+pub(crate) struct StoredTask {
     #[serde(flatten)]
-    pub task: Task,
-    pub digest: String,
-    pub fields: BTreeMap<String, String>,
+    pub(crate) task: Task,
+    pub(crate) digest: String,
+    pub(crate) fields: BTreeMap<String, String>,
     /// Field → `[file, offset, len]` into the stored sources (absent in ledgers written before
     /// spans were stored).
     #[serde(default)]
-    pub spans: BTreeMap<String, [usize; 3]>,
+    pub(crate) spans: BTreeMap<String, [usize; 3]>,
 }
 
 impl StoredIr {
     /// The stored form of a compiled program.
-    pub fn of(program: &Program) -> StoredIr {
+    pub(crate) fn of(program: &Program) -> StoredIr {
         StoredIr {
             schema: STORED_SCHEMA.into(),
             name: program.name.clone(),
@@ -73,17 +73,17 @@ impl StoredIr {
         }
     }
 
-    pub fn task(&self, name: &str) -> Option<&StoredTask> {
+    pub(crate) fn task(&self, name: &str) -> Option<&StoredTask> {
         self.tasks.iter().find(|t| t.task.name == name)
     }
 }
 
 /// A location shown in a report: `path:line:col`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Location {
-    pub file: String,
-    pub line: usize,
-    pub column: usize,
+pub(crate) struct Location {
+    pub(crate) file: String,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
 }
 
 impl std::fmt::Display for Location {
@@ -94,64 +94,64 @@ impl std::fmt::Display for Location {
 
 /// One leaf of a field's value that differs: `budget.iterations` 5 → 8.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ValueChange {
+pub(crate) struct ValueChange {
     /// A dotted path inside the field (`""` for the field itself).
-    pub path: String,
-    pub old: Option<Value>,
-    pub new: Option<Value>,
+    pub(crate) path: String,
+    pub(crate) old: Option<Value>,
+    pub(crate) new: Option<Value>,
 }
 
 /// A field of a task whose component digest changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FieldDrift {
-    pub field: String,
-    pub changes: Vec<ValueChange>,
+pub(crate) struct FieldDrift {
+    pub(crate) field: String,
+    pub(crate) changes: Vec<ValueChange>,
     /// Where it was written when the run began (in the stored sources).
-    pub old_at: Option<Location>,
+    pub(crate) old_at: Option<Location>,
     /// Where it is written now.
-    pub new_at: Option<Location>,
+    pub(crate) new_at: Option<Location>,
     #[serde(skip)]
-    pub new_span: Option<Span>,
+    pub(crate) new_span: Option<Span>,
     #[serde(skip)]
-    pub old_span: Option<Span>,
+    pub(crate) old_span: Option<Span>,
 }
 
 /// A task whose own meaning changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskDrift {
-    pub task: String,
-    pub old_digest: String,
-    pub new_digest: String,
-    pub fields: Vec<FieldDrift>,
+pub(crate) struct TaskDrift {
+    pub(crate) task: String,
+    pub(crate) old_digest: String,
+    pub(crate) new_digest: String,
+    pub(crate) fields: Vec<FieldDrift>,
 }
 
 /// A task that must run again because a task it waits for changed.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Invalidated {
-    pub task: String,
+pub(crate) struct Invalidated {
+    pub(crate) task: String,
     /// The changed tasks upstream of it.
-    pub because: Vec<String>,
+    pub(crate) because: Vec<String>,
 }
 
 /// Everything that differs between the program a run began with and the one compiled now.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DriftReport {
-    pub schema: String,
-    pub run: String,
-    pub old_digest: String,
-    pub new_digest: String,
-    pub changed: Vec<TaskDrift>,
-    pub added: Vec<String>,
-    pub removed: Vec<String>,
-    pub invalidated: Vec<Invalidated>,
+pub(crate) struct DriftReport {
+    pub(crate) schema: String,
+    pub(crate) run: String,
+    pub(crate) old_digest: String,
+    pub(crate) new_digest: String,
+    pub(crate) changed: Vec<TaskDrift>,
+    pub(crate) added: Vec<String>,
+    pub(crate) removed: Vec<String>,
+    pub(crate) invalidated: Vec<Invalidated>,
     /// The flow's own settings (`parallel`, `continue-on-failure`, its budget), when changed.
-    pub flow: Vec<ValueChange>,
+    pub(crate) flow: Vec<ValueChange>,
     #[serde(skip)]
-    pub sources: Sources,
+    pub(crate) sources: Sources,
 }
 
 impl DriftReport {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changed.is_empty()
             && self.added.is_empty()
             && self.removed.is_empty()
@@ -159,7 +159,7 @@ impl DriftReport {
     }
 
     /// The tasks a resume must plan again: changed, added and invalidated ones.
-    pub fn replanned(&self) -> BTreeSet<String> {
+    pub(crate) fn replanned(&self) -> BTreeSet<String> {
         self.changed
             .iter()
             .map(|t| t.task.clone())
@@ -169,7 +169,7 @@ impl DriftReport {
     }
 
     /// Adds a drift of sealed files' contents in the base to `task` (a field `seal.content`).
-    pub fn add_sealed_change(
+    pub(crate) fn add_sealed_change(
         &mut self,
         task: &str,
         digest_pair: (&str, &str),
@@ -195,7 +195,7 @@ impl DriftReport {
     }
 
     /// One diagnostic per changed field, at its new location, with the old location as a note.
-    pub fn diagnostics(&self) -> Diagnostics {
+    pub(crate) fn diagnostics(&self) -> Diagnostics {
         let mut out = Diagnostics::default();
         for t in &self.changed {
             for f in &t.fields {
@@ -278,7 +278,7 @@ fn shorten(s: &str, max: usize) -> String {
 
 /// Compares the stored program of run `run` with `new`. `old_sources` are the stored sources
 /// (`(path, text)`, in file order) that the stored spans point into.
-pub fn compare(
+pub(crate) fn compare(
     run: &str,
     old: &StoredIr,
     old_sources: &[(String, String)],
@@ -458,7 +458,7 @@ fn downstream(new: &Program, changed: &BTreeSet<String>, added: &[String]) -> Ve
 }
 
 /// The leaves where `old` and `new` differ, as dotted paths under `path`.
-pub fn diff_values(
+pub(crate) fn diff_values(
     path: &str,
     old: Option<&Value>,
     new: Option<&Value>,

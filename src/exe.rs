@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 /// This executable's path, found once (`entry::run` asks first, at startup). Linux reads it from
 /// `/proc/self/exe`, which says `… (deleted)` once the file has been replaced (a `cargo install`
 /// or build during a long run), a path that runs nothing; the replacement does.
-pub fn path() -> io::Result<&'static Path> {
+pub(crate) fn path() -> io::Result<&'static Path> {
     // `io::Error` is not `Clone`: keep what it said and say it again to each caller.
     static EXE: OnceLock<Result<PathBuf, (io::ErrorKind, String)>> = OnceLock::new();
     match EXE.get_or_init(|| {

@@ -18,14 +18,14 @@ use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 /// A pattern the rules refuse, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid glob `{pattern}`: {reason}")]
-pub struct PatternError {
-    pub pattern: String,
-    pub reason: String,
+pub(crate) struct PatternError {
+    pub(crate) pattern: String,
+    pub(crate) reason: String,
 }
 
 /// A compiled set of repository path patterns (the rules in the module docs).
 #[derive(Debug, Clone)]
-pub struct PathSet {
+pub(crate) struct PathSet {
     patterns: Vec<String>,
     literals: BTreeSet<String>,
     globs: GlobSet,
@@ -33,7 +33,7 @@ pub struct PathSet {
 
 impl PathSet {
     /// Compiles `patterns` (see the module docs for the rules).
-    pub fn new(patterns: &[String]) -> Result<PathSet, PatternError> {
+    pub(crate) fn new(patterns: &[String]) -> Result<PathSet, PatternError> {
         let mut normalized = Vec::with_capacity(patterns.len());
         let mut literals = BTreeSet::new();
         let mut globs = GlobSetBuilder::new();
@@ -62,7 +62,7 @@ impl PathSet {
 
     /// Whether the repository-relative `path` (`/`-separated) is covered: it or one of the
     /// directories containing it matches a pattern.
-    pub fn covers(&self, path: &str) -> bool {
+    pub(crate) fn covers(&self, path: &str) -> bool {
         let path = normalize(path);
         if path.is_empty() {
             return false;
@@ -76,7 +76,7 @@ impl PathSet {
     /// The directories (or files) every covered path lies under: each pattern's leading
     /// components up to the first one with a wildcard. `None` when a pattern starts with one
     /// (`**/*.snap`), so that the whole tree must be looked at.
-    pub fn roots(&self) -> Option<BTreeSet<String>> {
+    pub(crate) fn roots(&self) -> Option<BTreeSet<String>> {
         let mut roots = BTreeSet::new();
         for pattern in &self.patterns {
             let literal: Vec<&str> = pattern
@@ -98,12 +98,12 @@ impl PathSet {
     }
 
     /// Whether no path is covered at all.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
 
     /// The patterns as compiled (after dropping `./`, leading and trailing `/`).
-    pub fn patterns(&self) -> &[String] {
+    pub(crate) fn patterns(&self) -> &[String] {
         &self.patterns
     }
 }
@@ -123,7 +123,7 @@ fn normalize(path: &str) -> &str {
 /// Whether `raw` is a pattern [`PathSet::new`] accepts (the rules in the module docs): `mvk
 /// check` holds `scope` and `seal` to it, so that no loop compiles whose globs the seal or the
 /// generic gates' matcher (`mvk __glob-match`) would refuse at run time. Err is why not.
-pub fn check(raw: &str) -> Result<(), PatternError> {
+pub(crate) fn check(raw: &str) -> Result<(), PatternError> {
     compile(raw).map(|_| ())
 }
 
@@ -158,7 +158,7 @@ fn compile(raw: &str) -> Result<(&str, Option<globset::Glob>), PatternError> {
 
 /// Whether `text` is a glob at all, by globset's own syntax (default options, before the rules
 /// above are applied): Err is what is wrong with it.
-pub fn check_syntax(text: &str) -> Result<(), String> {
+pub(crate) fn check_syntax(text: &str) -> Result<(), String> {
     globset::Glob::new(text)
         .map(|_| ())
         .map_err(|e| e.kind().to_string())
@@ -166,7 +166,7 @@ pub fn check_syntax(text: &str) -> Result<(), String> {
 
 /// One glob matched against whole paths, `*` and `?` never crossing `/` (a fan-out's `each`, a
 /// scope's component); `None` when it does not compile.
-pub fn matcher(glob: &str) -> Option<GlobMatcher> {
+pub(crate) fn matcher(glob: &str) -> Option<GlobMatcher> {
     GlobBuilder::new(glob)
         .literal_separator(true)
         .build()
@@ -175,7 +175,7 @@ pub fn matcher(glob: &str) -> Option<GlobMatcher> {
 }
 
 /// `path` as a pattern that matches it literally, glob characters escaped.
-pub fn escape(path: &str) -> String {
+pub(crate) fn escape(path: &str) -> String {
     globset::escape(path)
 }
 

@@ -13,7 +13,7 @@ use crate::digest::Digest;
 use crate::source::{Sources, Span};
 
 /// Names mvk itself provides to templates and commands; a `param` may not take them.
-pub const RESERVED_PARAMS: &[&str] = &[
+pub(crate) const RESERVED_PARAMS: &[&str] = &[
     "item",
     "prompt",
     "prompt_file",
@@ -27,7 +27,7 @@ pub const RESERVED_PARAMS: &[&str] = &[
 ];
 
 /// Placeholders in an agent command that are filled in when the attempt starts.
-pub const RUNTIME_PLACEHOLDERS: &[&str] = &[
+pub(crate) const RUNTIME_PLACEHOLDERS: &[&str] = &[
     "prompt",
     "prompt_file",
     "worktree",
@@ -39,15 +39,15 @@ pub const RUNTIME_PLACEHOLDERS: &[&str] = &[
     "verdict_schema_json",
 ];
 
-pub const DEFAULT_ITERATIONS: u32 = 5;
-pub const DEFAULT_SAME_FAILURE: u32 = 2;
-pub const DEFAULT_CONTEXT_TOKENS: u32 = 16_000;
-pub const DEFAULT_REVIEW_ROUNDS: u32 = 2;
-pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-pub const DEFAULT_PARALLEL: u32 = 1;
+pub(crate) const DEFAULT_ITERATIONS: u32 = 5;
+pub(crate) const DEFAULT_SAME_FAILURE: u32 = 2;
+pub(crate) const DEFAULT_CONTEXT_TOKENS: u32 = 16_000;
+pub(crate) const DEFAULT_REVIEW_ROUNDS: u32 = 2;
+pub(crate) const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+pub(crate) const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_PARALLEL: u32 = 1;
 /// The branch a merge lands on when the loop does not say: the one checked out when the run starts.
-pub const CURRENT_BRANCH: &str = "HEAD";
+pub(crate) const CURRENT_BRANCH: &str = "HEAD";
 
 /// What a compilation produced: one loop (a single task) or a flow of tasks.
 #[derive(Debug, Clone)]
@@ -122,7 +122,7 @@ pub struct Task {
 
 impl Task {
     /// Every agent the task may run: its rungs' (the makers), then its reviewer's, marked `true`.
-    pub fn agents(&self) -> impl Iterator<Item = (&Agent, bool)> + '_ {
+    pub(crate) fn agents(&self) -> impl Iterator<Item = (&Agent, bool)> + '_ {
         let makers = self.ladder.iter().filter_map(|r| match r {
             Rung::Agent { agent, .. } => Some((agent, false)),
             Rung::Human => None,
@@ -215,7 +215,7 @@ impl EvidenceMode {
             .map(|i| Self::ALL[i])
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         let i = Self::ALL.iter().position(|m| *m == self).unwrap_or(0);
         Self::NAMES[i]
     }
@@ -301,7 +301,7 @@ pub struct Price {
 impl Price {
     /// What `input` tokens (of which `cached` were cache reads) and `output` tokens cost, in
     /// micro-dollars, rounded to the nearest.
-    pub fn cost(&self, input: u64, cached: u64, output: u64) -> u64 {
+    pub(crate) fn cost(&self, input: u64, cached: u64, output: u64) -> u64 {
         let cached = cached.min(input);
         let millionths = u128::from(input - cached) * u128::from(self.input)
             + u128::from(cached) * u128::from(self.cached)
@@ -313,12 +313,12 @@ impl Price {
 impl Agent {
     /// Whether the agent's program reports what it cost in dollars itself (Claude Code, aider);
     /// the others report tokens, which mvk prices from [`Agent::price`].
-    pub fn reports_dollars(&self) -> bool {
+    pub(crate) fn reports_dollars(&self) -> bool {
         matches!(self.adapter, Adapter::Claude | Adapter::Aider)
     }
 
     /// The name its price is looked up by: its `model` parameter, else the agent's own name.
-    pub fn price_key(&self) -> &str {
+    pub(crate) fn price_key(&self) -> &str {
         self.params
             .get("model")
             .map_or(self.name.as_str(), String::as_str)
@@ -408,9 +408,9 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const NAMES: [&'static str; 3] = ["ff", "merge", "squash"];
+    pub(crate) const NAMES: [&'static str; 3] = ["ff", "merge", "squash"];
 
-    pub fn parse(s: &str) -> Option<Strategy> {
+    pub(crate) fn parse(s: &str) -> Option<Strategy> {
         match s {
             "ff" => Some(Strategy::Ff),
             "merge" => Some(Strategy::Merge),
@@ -419,7 +419,7 @@ impl Strategy {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Strategy::Ff => "ff",
             Strategy::Merge => "merge",
@@ -453,11 +453,11 @@ mod millis {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_millis)
     }
 }
@@ -467,14 +467,16 @@ mod opt_millis {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => s.serialize_some(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         Option::<u64>::deserialize(d).map(|o| o.map(Duration::from_millis))
     }
 }

@@ -11,7 +11,7 @@ use crate::ir::{Program, Rung, Task};
 /// An upper bound that may not exist: a budget left open is unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
-pub enum Bound {
+pub(crate) enum Bound {
     Limited(u64),
     #[serde(serialize_with = "unbounded")]
     Unbounded,
@@ -40,26 +40,24 @@ impl Bound {
 
 /// The most a task (or the whole program) can spend before its budgets stop it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Cost {
+pub(crate) struct Cost {
     /// Agent attempts, over the whole ladder.
-    pub attempts: u64,
-    pub usd_micros: Bound,
-    pub tokens: Bound,
+    pub(crate) attempts: u64,
+    pub(crate) usd_micros: Bound,
+    pub(crate) tokens: Bound,
     /// Wall time in milliseconds.
-    pub wall_ms: Bound,
+    pub(crate) wall_ms: Bound,
 }
 
 /// The program as a graph, ready to be printed or run.
 #[derive(Debug)]
-pub struct Plan {
-    /// Node weights index [`Program::tasks`]; an edge runs from a dependency to its dependent.
-    pub graph: DiGraph<usize, ()>,
+pub(crate) struct Plan {
     /// Task indices in an order where every task comes after its dependencies.
-    pub order: Vec<usize>,
+    pub(crate) order: Vec<usize>,
     /// Groups of tasks that may run at the same time: by depth in the DAG, at most `parallel` each.
-    pub batches: Vec<Vec<usize>>,
-    pub costs: Vec<Cost>,
-    pub total: Cost,
+    pub(crate) batches: Vec<Vec<usize>>,
+    pub(crate) costs: Vec<Cost>,
+    pub(crate) total: Cost,
 }
 
 /// A topological order of the tasks in which, of the tasks ready at any point, the one written
@@ -96,7 +94,7 @@ fn written_order(graph: &DiGraph<usize, ()>, nodes: &[NodeIndex]) -> Vec<usize> 
 }
 
 /// Builds the plan; the resolver has already refused cycles and unknown dependencies.
-pub fn plan(program: &Program) -> Plan {
+pub(crate) fn plan(program: &Program) -> Plan {
     let mut graph = DiGraph::new();
     let nodes: Vec<NodeIndex> = (0..program.tasks.len())
         .map(|i| graph.add_node(i))
@@ -154,7 +152,6 @@ pub fn plan(program: &Program) -> Plan {
         total.wall_ms = total.wall_ms.cap(flow.budget.wall.map(ms));
     }
     Plan {
-        graph,
         order,
         batches,
         costs,
@@ -167,7 +164,7 @@ fn ms(d: Duration) -> u64 {
 }
 
 /// The most attempts a task can make: its iterations, or fewer if every rung is bounded.
-pub fn max_attempts(task: &Task) -> u64 {
+pub(crate) fn max_attempts(task: &Task) -> u64 {
     let iterations = u64::from(task.budget.iterations);
     let mut ladder: u64 = 0;
     for rung in &task.ladder {
@@ -215,13 +212,13 @@ fn task_cost(task: &Task) -> Cost {
 }
 
 /// `$5.00` from micro-dollars.
-pub fn format_usd(micros: u64) -> String {
+pub(crate) fn format_usd(micros: u64) -> String {
     let cents = micros.div_ceil(10_000);
     format!("${}.{:02}", cents / 100, cents % 100)
 }
 
 /// `1h30m`, `45s`, `250ms`: the shortest exact spelling.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let total_ms = ms(d);
     if total_ms == 0 {
         return "0s".into();

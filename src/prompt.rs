@@ -66,7 +66,7 @@ pub struct Blocker {
 
 impl Blocker {
     /// `(correctness) src/lib.rs:3: the cursor is ignored`.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!("({}) {}: {}", self.category, self.location, self.evidence)
     }
 }
@@ -107,7 +107,7 @@ pub fn render(template: &str, ctx: &PromptContext) -> Result<String, TemplatePro
 
 /// Compiles a template and renders it once with every field filled in, so that syntax errors
 /// and unknown variables are found before a run starts.
-pub fn check(template: &str) -> Result<(), TemplateProblem> {
+pub(crate) fn check(template: &str) -> Result<(), TemplateProblem> {
     if let Err(e) = handlebars::Template::compile(template) {
         let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
         return Err(TemplateProblem {
@@ -125,7 +125,7 @@ pub fn check(template: &str) -> Result<(), TemplateProblem> {
 }
 
 /// [`sample`] with a failure whose optional parts are all absent.
-pub fn sample_bare_failure() -> PromptContext {
+pub(crate) fn sample_bare_failure() -> PromptContext {
     let mut cx = sample();
     if let Some(f) = cx.failure.as_mut() {
         f.gate = None;
@@ -137,7 +137,7 @@ pub fn sample_bare_failure() -> PromptContext {
 }
 
 /// [`sample`] as the first attempt sees it: no previous failure, no earlier blockers.
-pub fn sample_first_attempt() -> PromptContext {
+pub(crate) fn sample_first_attempt() -> PromptContext {
     PromptContext {
         attempt: 1,
         failure: None,

@@ -19,7 +19,7 @@ const SETTLE: Duration = Duration::from_millis(500);
 const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     #[error("cannot {action} the run lock `{}`", path.display())]
     Io {
         action: &'static str,
@@ -37,14 +37,14 @@ pub enum LockError {
 
 /// Who holds a lock, as its file says.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Holder {
-    pub run: String,
-    pub pid: u32,
-    pub host: String,
+pub(crate) struct Holder {
+    pub(crate) run: String,
+    pub(crate) pid: u32,
+    pub(crate) host: String,
     /// RFC 3339.
-    pub since: String,
+    pub(crate) since: String,
     /// `apply` or `resume`.
-    pub command: String,
+    pub(crate) command: String,
 }
 
 impl std::fmt::Display for Holder {
@@ -62,13 +62,12 @@ impl std::fmt::Display for Holder {
 
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     file: File,
-    path: PathBuf,
 }
 
 /// The lock file of `program` under `mvk_dir`.
-pub fn path(mvk_dir: &Path, program: &str) -> PathBuf {
+pub(crate) fn path(mvk_dir: &Path, program: &str) -> PathBuf {
     mvk_dir
         .join("locks")
         .join(format!("{}.lock", crate::slug::slug(program)))
@@ -96,7 +95,7 @@ fn open(path: &Path) -> Result<File, LockError> {
 }
 
 /// Reads who holds the lock at `path` (empty when the file says nothing readable).
-pub fn holder(path: &Path) -> Holder {
+pub(crate) fn holder(path: &Path) -> Holder {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
@@ -105,7 +104,7 @@ pub fn holder(path: &Path) -> Holder {
 
 /// Whether someone holds the lock at `path` right now. Probes with a shared lock, which an
 /// exclusive holder refuses, and lets go at once.
-pub fn is_held(path: &Path) -> Result<bool, LockError> {
+pub(crate) fn is_held(path: &Path) -> Result<bool, LockError> {
     if !path.exists() {
         return Ok(false);
     }
@@ -124,7 +123,7 @@ pub fn is_held(path: &Path) -> Result<bool, LockError> {
 impl RunLock {
     /// Takes the lock of `program` for `me`. Someone else holding it is [`LockError::Held`]
     /// (after a short grace, see [`SETTLE`]), unless `wait`, which waits as long as it takes.
-    pub fn acquire(
+    pub(crate) fn acquire(
         mvk_dir: &Path,
         program: &str,
         me: &Holder,
@@ -173,26 +172,7 @@ impl RunLock {
                 path: path.clone(),
                 source,
             })?;
-        Ok(RunLock { file, path })
-    }
-
-    /// Records the run id once it is known (`apply` takes the lock before it has one).
-    pub fn set_run(&mut self, me: &Holder) -> Result<(), LockError> {
-        let text = serde_json::to_string(me).unwrap_or_default();
-        self.file
-            .set_len(0)
-            .and_then(|()| self.file.seek(SeekFrom::Start(0)))
-            .and_then(|_| self.file.write_all(text.as_bytes()))
-            .and_then(|()| self.file.flush())
-            .map_err(|source| LockError::Io {
-                action: "write",
-                path: self.path.clone(),
-                source,
-            })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(RunLock { file })
     }
 }
 
@@ -221,7 +201,8 @@ mod tests {
     fn a_second_taker_is_refused_with_the_holder_named_until_the_first_lets_go() {
         let dir = tempfile::tempdir().unwrap();
         let first = RunLock::acquire(dir.path(), "fix", &me("r1"), false, |_| {}).unwrap();
-        assert!(is_held(first.path()).unwrap());
+        let lock_file = path(dir.path(), "fix");
+        assert!(is_held(&lock_file).unwrap());
         let err = RunLock::acquire(dir.path(), "fix", &me("r2"), false, |_| {}).unwrap_err();
         match err {
             LockError::Held { holder, .. } => assert_eq!(*holder, me("r1")),
@@ -229,10 +210,9 @@ mod tests {
         }
         // Another program's lock is independent.
         let _other = RunLock::acquire(dir.path(), "docs", &me("r3"), false, |_| {}).unwrap();
-        let path = first.path().to_path_buf();
         drop(first);
-        assert!(!is_held(&path).unwrap());
-        let again = RunLock::acquire(dir.path(), "fix", &me("r2"), false, |_| {}).unwrap();
-        assert_eq!(holder(again.path()), me("r2"));
+        assert!(!is_held(&lock_file).unwrap());
+        let _again = RunLock::acquire(dir.path(), "fix", &me("r2"), false, |_| {}).unwrap();
+        assert_eq!(holder(&lock_file), me("r2"));
     }
 }

@@ -29,7 +29,7 @@ impl ProjectKind {
     ];
 
     /// The kind of the project in `dir`.
-    pub fn detect(dir: &Path) -> ProjectKind {
+    pub(crate) fn detect(dir: &Path) -> ProjectKind {
         Self::MANIFESTS
             .iter()
             .find(|(file, _)| dir.join(file).is_file())
@@ -37,7 +37,7 @@ impl ProjectKind {
     }
 
     /// A name for messages: `rust (Cargo.toml)`.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             ProjectKind::Rust => "rust (`Cargo.toml`)",
             ProjectKind::Python => "python (`pyproject.toml`)",
@@ -97,11 +97,11 @@ impl ProjectKind {
 }
 
 /// The starter loop's file, under `loops/`.
-pub const LOOP_FILE: &str = "loops/fix-tests.kdl";
+pub(crate) const LOOP_FILE: &str = "loops/fix-tests.kdl";
 /// The agent definitions, under `loops/`.
-pub const AGENTS_FILE: &str = "loops/agents.kdl";
+pub(crate) const AGENTS_FILE: &str = "loops/agents.kdl";
 /// The maker's prompt template, under `loops/`.
-pub const PROMPT_FILE: &str = "loops/prompts/maker.hbs";
+pub(crate) const PROMPT_FILE: &str = "loops/prompts/maker.hbs";
 
 /// The agent definition the user edits: Claude Code, as `std/agents.kdl` has it, written out.
 const AGENTS: &str = r#"// The agents your loops use. Edit the command, the model and the timeout to suit: mvk runs

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 /// The hidden first argument that makes `mvk` leave the server's session before it parses the
 /// rest as a command line: `mvk __session apply FILE` (see [`enter_session`]).
-pub const SESSION: &str = "__session";
+pub(crate) const SESSION: &str = "__session";
 
 /// How long a started command may take to name its run (compiling, taking the run lock); one
 /// that names none by then is stopped. `mvk gc` removes the output of a command that named no
 /// run once it is older than this.
-pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// In a command the MCP server started (`mvk __session …`, see [`crate::mcp::spawn`]): a new
 /// session, led by this process, with no controlling terminal, so the server's client, its
@@ -24,7 +24,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// binary may be missing. It cannot fail here (the command is started as an ordinary member of
 /// the server's process group, never a group leader), but if it did the run would not be
 /// detached as promised, so it is an error.
-pub fn enter_session() -> Result<(), String> {
+pub(crate) fn enter_session() -> Result<(), String> {
     rustix::process::setsid()
         .map(|_| ())
         .map_err(|e| format!("cannot start a session of its own (setsid): {e}"))
@@ -32,7 +32,7 @@ pub fn enter_session() -> Result<(), String> {
 
 /// Fences this process's compilations in the checkout that `repo` (else the working
 /// directory) is in, as the server and the commands it starts do; returns its top directory.
-pub fn fence(repo: Option<&std::path::Path>) -> Result<PathBuf, String> {
+pub(crate) fn fence(repo: Option<&std::path::Path>) -> Result<PathBuf, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
     let dir = files_dir(&cwd.join(repo.unwrap_or(&cwd)));

@@ -5,7 +5,7 @@
 /// `name` with every character but ASCII letters, digits, `-` and `_` made `-` (runs of `-`
 /// collapsed, none at either end); when that changed the name, a short hash of the name
 /// appended, so that two names never share a slug.
-pub fn slug(name: &str) -> String {
+pub(crate) fn slug(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| {

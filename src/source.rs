@@ -54,7 +54,7 @@ impl GitFile {
 
 /// `reference` read from directory `dir` of a repository: `/`-joined, `.` and `..` removed; a
 /// `..` above the root stays, so that reading the file fails and says where it looked.
-pub fn join_in_repo(dir: &str, reference: &str) -> String {
+pub(crate) fn join_in_repo(dir: &str, reference: &str) -> String {
     let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
     for part in reference.split('/') {
         match part {
@@ -168,7 +168,7 @@ impl Sources {
 }
 
 /// How a path is shown to a user: relative to the working directory when it is below it.
-pub fn display_path(path: &Path) -> String {
+pub(crate) fn display_path(path: &Path) -> String {
     let rel = std::env::current_dir()
         .ok()
         .and_then(|cwd| path.strip_prefix(&cwd).ok().map(Path::to_path_buf));

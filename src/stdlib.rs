@@ -34,13 +34,13 @@ pub const FILES: &[(&str, &str)] = &[
 ];
 
 /// The price table every loop sees (`price` nodes), whether or not it imports it.
-pub const PRICES: &str = "std/prices.kdl";
+pub(crate) const PRICES: &str = "std/prices.kdl";
 
 pub const MAKER_PROMPT: &str = "std/prompts/maker.hbs";
 pub const REVIEWER_PROMPT: &str = "std/prompts/reviewer.hbs";
 
 /// The version of the stdlib, for lock files and digests: it changes with mvk's version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub fn get(path: &str) -> Option<&'static str> {
     FILES

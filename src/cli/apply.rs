@@ -14,74 +14,74 @@ use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, RunOptions};
 
 #[derive(Debug, Args)]
-pub struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     /// The loop or flow file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Run only this task of a flow (from the target's current tip).
     #[arg(long, value_name = "NAME")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// When to stop for a person: `auto` never does (batch and step need `mvk approve`, which
     /// this version does not have yet).
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// When another run of the same loop or flow is going on, wait for it to end instead of
     /// refusing.
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
     /// Start without `mvk doctor`'s checks of the agents and gates (for a CLI that accepts a
     /// flag its `--help` does not list).
     #[arg(long)]
-    pub no_doctor: bool,
+    pub(crate) no_doctor: bool,
     /// Where attempts are made: `local` (by this process), or `temporal` (a Temporal workflow
     /// whose attempts `mvk worker` processes make, each in its own clone; this process records
     /// the run and lands the changes). `temporal` needs mvk built with the `temporal` feature,
     /// and does not yet take `--mode batch|step` or a `human` rung.
     #[arg(long, value_enum, default_value_t = Executor::Local)]
-    pub executor: Executor,
+    pub(crate) executor: Executor,
     #[command(flatten)]
-    pub temporal: TemporalArgs,
+    pub(crate) temporal: TemporalArgs,
     /// With `--executor temporal`: where workers reach this repository, to fetch each
     /// attempt's base and push a passed change to a ref under `refs/mvk/temporal/` (any URL
     /// `git fetch` and `git push` take: `ssh://host/path`, `https://…`, `git://…`, a path).
     /// Default: this repository's path, which only workers on this machine (or a shared
     /// filesystem) can reach.
     #[arg(long, value_name = "URL")]
-    pub repo_url: Option<String>,
+    pub(crate) repo_url: Option<String>,
 }
 
 /// Where the Temporal server is and which task queue the workers poll.
 #[derive(Debug, Args)]
-pub struct TemporalArgs {
+pub(crate) struct TemporalArgs {
     /// The Temporal server (frontend gRPC), for `--executor temporal` and `mvk worker`.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7233")]
-    pub temporal_address: String,
+    pub(crate) temporal_address: String,
     /// The task queue attempts are sent to and `mvk worker` polls.
     #[arg(long, value_name = "QUEUE", default_value = "mvk")]
-    pub task_queue: String,
+    pub(crate) task_queue: String,
     /// The Temporal namespace the workflow runs in; the coordinator and its workers must name
     /// the same one.
     #[arg(long, value_name = "NAMESPACE", default_value = "default")]
-    pub temporal_namespace: String,
+    pub(crate) temporal_namespace: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Executor {
+pub(crate) enum Executor {
     Local,
     Temporal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     Auto,
     Batch,
     Step,
 }
 
-pub fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
+pub(crate) fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Exit, CliError> {
     if args.executor == Executor::Temporal {
         refuse_for_temporal(args)?;
     } else if args.repo_url.is_some() {

@@ -20,44 +20,44 @@ use crate::run::attempt_result::{
 use crate::run::driver::{self, OnceReport, OnceSpec, RunOptions};
 
 /// The schema name of [`AttemptResult`].
-pub const SCHEMA: &str = "mvk.attempt.v1";
+pub(crate) const SCHEMA: &str = "mvk.attempt.v1";
 
 #[derive(Debug, Args)]
-pub struct AttemptArgs {
+pub(crate) struct AttemptArgs {
     /// The loop or flow file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The task to attempt (needed when the file has several).
     #[arg(long, value_name = "NAME")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Print one JSON document (schema `mvk.attempt.v1`) instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Internal (`mvk worker`): the process that started this attempt; when it dies, the
     /// attempt is interrupted as by SIGTERM, so a killed worker leaves no attempt running
     /// that nobody will collect.
     #[arg(long, value_name = "PID", hide = true)]
-    pub with_parent: Option<u32>,
+    pub(crate) with_parent: Option<u32>,
     /// Internal (the temporal executor's workers): the attempt's number in its task.
     #[arg(long, hide = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub number: u32,
+    pub(crate) number: u32,
     /// Internal: the 1-based rung of the task's ladder whose agent makes the attempt.
     #[arg(long, hide = true, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub rung: u32,
+    pub(crate) rung: u32,
     /// Internal: a JSON file holding the previous attempt's failure, for the prompt.
     #[arg(long, hide = true, value_name = "FILE")]
-    pub previous_failure: Option<PathBuf>,
+    pub(crate) previous_failure: Option<PathBuf>,
     /// Internal: where to write the attempt's failure as JSON, whole (the JSON document's
     /// `failure` is a summary of it).
     #[arg(long, hide = true, value_name = "FILE")]
-    pub failure_out: Option<PathBuf>,
+    pub(crate) failure_out: Option<PathBuf>,
     /// Internal (`mvk worker`): the commit to start from, instead of the target's tip here (the
     /// worker's checkout stands detached at it, so no branch of the clone is moved).
     #[arg(long, hide = true, value_name = "OID", requires = "target")]
-    pub base: Option<String>,
+    pub(crate) base: Option<String>,
     /// Internal: the branch the `--base` commit stands for (the task's target).
     #[arg(long, hide = true, value_name = "BRANCH", requires = "base")]
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
 }
 
 /// SIGTERM to this process when `parent` dies. Set before anything runs; a parent already gone
@@ -78,7 +78,7 @@ fn die_with_parent(parent: u32) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit, CliError> {
+pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Result<Exit, CliError> {
     if let Some(parent) = args.with_parent {
         die_with_parent(parent)?;
     }

@@ -10,13 +10,13 @@ use crate::ir::ProgramKind;
 use crate::source::display_path;
 
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Loop, flow or library files to check.
     #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
 }
 
-pub fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, CliError> {
+pub(crate) fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, CliError> {
     let mut worst = Exit::Ok;
     for file in &args.files {
         let compiled = super::compile_quiet(cli, file);

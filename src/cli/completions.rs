@@ -8,13 +8,13 @@ use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to write the completion script for.
     #[arg(value_enum, value_name = "SHELL")]
-    pub shell: Shell,
+    pub(crate) shell: Shell,
 }
 
-pub fn completions(
+pub(crate) fn completions(
     _cli: &Cli,
     printer: &Printer,
     args: &CompletionsArgs,

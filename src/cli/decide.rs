@@ -14,35 +14,35 @@ use super::{Cli, CliError, Exit};
 use crate::ledger::CheckpointRow;
 
 #[derive(Debug, Args)]
-pub struct ApproveArgs {
+pub(crate) struct ApproveArgs {
     /// The paused run (an id or a unique prefix of one).
     #[arg(value_name = "RUN")]
-    pub run: String,
+    pub(crate) run: String,
     /// The task whose checkpoint is answered (default: every task that waits).
     #[arg(value_name = "TASK")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct RejectArgs {
+pub(crate) struct RejectArgs {
     /// The paused run (an id or a unique prefix of one).
     #[arg(value_name = "RUN")]
-    pub run: String,
+    pub(crate) run: String,
     /// The task whose checkpoint is answered (needed only when several wait).
     #[arg(value_name = "TASK")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Why: it goes into the next attempt's prompt.
     #[arg(long, value_name = "TEXT")]
-    pub reason: String,
+    pub(crate) reason: String,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn approve(cli: &Cli, printer: &Printer, args: &ApproveArgs) -> Result<Exit, CliError> {
+pub(crate) fn approve(cli: &Cli, printer: &Printer, args: &ApproveArgs) -> Result<Exit, CliError> {
     decide(
         cli,
         printer,
@@ -52,7 +52,7 @@ pub fn approve(cli: &Cli, printer: &Printer, args: &ApproveArgs) -> Result<Exit,
     )
 }
 
-pub fn reject(cli: &Cli, printer: &Printer, args: &RejectArgs) -> Result<Exit, CliError> {
+pub(crate) fn reject(cli: &Cli, printer: &Printer, args: &RejectArgs) -> Result<Exit, CliError> {
     if args.reason.trim().is_empty() {
         return Err(CliError::Usage {
             message: "`--reason` is empty; the next attempt's prompt needs to say what is wrong"

@@ -10,16 +10,16 @@ use super::{Cli, CliError, Exit};
 use crate::doctor::{self, Finding, Level};
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// A loop or flow file; without it, every agent of the standard library is checked.
     #[arg(value_name = "FILE")]
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     /// Print one JSON document: a list of findings (subject, level, detail, fix).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, CliError> {
+pub(crate) fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, CliError> {
     let findings = match &args.file {
         Some(file) => {
             let program = super::compile(cli, printer, file)?;
@@ -52,7 +52,7 @@ pub fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<Exit, C
 }
 
 /// One line per finding (`✓`, `!`, `✗`), then its fix.
-pub fn print(printer: &Printer, findings: &[Finding]) {
+pub(crate) fn print(printer: &Printer, findings: &[Finding]) {
     for f in findings {
         let mark = match f.level {
             Level::Ok => "✓",

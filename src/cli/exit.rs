@@ -46,7 +46,7 @@ impl From<Exit> for ExitCode {
 
 /// A command that could not do its job, and why.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error("`{file}` is not a valid loop definition ({errors} error{s})", s = if *errors == 1 { "" } else { "s" })]
     Invalid { file: String, errors: usize },
     #[error("the imports of `{file}` do not match `mvk.lock` ({errors} import{s})", s = if *errors == 1 { "" } else { "s" })]
@@ -61,7 +61,7 @@ pub enum CliError {
 }
 
 impl CliError {
-    pub fn exit(&self) -> Exit {
+    pub(crate) fn exit(&self) -> Exit {
         match self {
             CliError::Invalid { .. } => Exit::Invalid,
             CliError::Drift { .. } => Exit::Drift,
@@ -70,7 +70,7 @@ impl CliError {
         }
     }
 
-    pub fn hint(&self) -> Option<&str> {
+    pub(crate) fn hint(&self) -> Option<&str> {
         match self {
             CliError::Usage { hint, .. } => hint.as_deref(),
             CliError::Drift { .. } => {

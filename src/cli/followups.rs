@@ -11,19 +11,19 @@ use super::{Cli, CliError, Exit};
 use crate::ledger::FollowupRow;
 
 /// The schema name of `mvk followups --json`.
-pub const SCHEMA: &str = "mvk.followups.v1";
+pub(crate) const SCHEMA: &str = "mvk.followups.v1";
 
 #[derive(Debug, Args)]
-pub struct FollowupsArgs {
+pub(crate) struct FollowupsArgs {
     /// The run (an id or a unique prefix of one; default: the latest run).
     #[arg(value_name = "RUN", conflicts_with = "all")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// List the follow-ups of every run.
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
     /// Print one JSON document (schema `mvk.followups.v1`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -33,7 +33,11 @@ struct Followups {
     followups: Vec<FollowupRow>,
 }
 
-pub fn followups(cli: &Cli, printer: &Printer, args: &FollowupsArgs) -> Result<Exit, CliError> {
+pub(crate) fn followups(
+    cli: &Cli,
+    printer: &Printer,
+    args: &FollowupsArgs,
+) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let run = if args.all {
         None

@@ -21,13 +21,13 @@ use crate::ledger::Ledger;
 use crate::run::worktree::Pool;
 
 #[derive(Debug, Args)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Say what would be removed, remove nothing.
     #[arg(long)]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
-pub fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError> {
+pub(crate) fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError> {
     let start = cli
         .repo
         .clone()

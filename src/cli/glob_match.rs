@@ -19,10 +19,10 @@ use std::process::ExitCode;
 use crate::glob::{PathSet, PatternError};
 
 /// The argument that selects this helper, before clap sees the command line.
-pub const HELPER: &str = "__glob-match";
+pub(crate) const HELPER: &str = "__glob-match";
 
 /// Runs the helper on the arguments after [`HELPER`].
-pub fn run(args: &[OsString]) -> ExitCode {
+pub(crate) fn run(args: &[OsString]) -> ExitCode {
     let mut invert = false;
     let mut globs = Vec::new();
     let mut options = true;
@@ -57,12 +57,12 @@ fn refuse(why: &str) -> ExitCode {
 }
 
 /// Globs compiled with the seal's rules; none matches nothing.
-pub struct Matcher {
+pub(crate) struct Matcher {
     paths: Option<PathSet>,
 }
 
 impl Matcher {
-    pub fn new(globs: &[String]) -> Result<Matcher, PatternError> {
+    pub(crate) fn new(globs: &[String]) -> Result<Matcher, PatternError> {
         let paths = if globs.is_empty() {
             None
         } else {
@@ -72,7 +72,7 @@ impl Matcher {
     }
 
     /// Whether the line's path (its last tab-separated field, unquoted) matches.
-    pub fn matches_line(&self, line: &[u8]) -> bool {
+    pub(crate) fn matches_line(&self, line: &[u8]) -> bool {
         let Some(paths) = &self.paths else {
             return false;
         };
@@ -82,7 +82,7 @@ impl Matcher {
     }
 
     /// Copies the lines of `input` that match (or, `invert`ed, do not) to `output`.
-    pub fn filter(
+    pub(crate) fn filter(
         &self,
         mut input: impl BufRead,
         output: &mut impl Write,

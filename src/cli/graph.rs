@@ -9,22 +9,22 @@ use super::{Cli, CliError, Exit};
 use crate::ir::Program;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Dot,
     Mermaid,
 }
 
 #[derive(Debug, Args)]
-pub struct GraphArgs {
+pub(crate) struct GraphArgs {
     /// The loop or flow file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The picture language.
     #[arg(long, value_enum, default_value = "dot")]
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
-pub fn graph(cli: &Cli, printer: &Printer, args: &GraphArgs) -> Result<Exit, CliError> {
+pub(crate) fn graph(cli: &Cli, printer: &Printer, args: &GraphArgs) -> Result<Exit, CliError> {
     let program = super::compile(cli, printer, &args.file)?;
     let text = match args.format {
         Format::Dot => dot(&program),
@@ -49,7 +49,7 @@ fn label(p: &Program, i: usize) -> String {
 }
 
 /// Graphviz: one node per task, an edge from each dependency to its dependent.
-pub fn dot(p: &Program) -> String {
+pub(crate) fn dot(p: &Program) -> String {
     let mut out = format!(
         "digraph {} {{\n  rankdir=LR;\n  node [shape=box];\n",
         quote(&p.name)
@@ -71,7 +71,7 @@ pub fn dot(p: &Program) -> String {
 }
 
 /// Mermaid: node ids are positional (`t0`), since task names may hold `[` and `/`.
-pub fn mermaid(p: &Program) -> String {
+pub(crate) fn mermaid(p: &Program) -> String {
     let mut out = String::from("flowchart LR\n");
     let id = |name: &str| {
         p.tasks

@@ -11,14 +11,14 @@ use super::{Cli, CliError, Exit};
 use crate::scaffold::{self, ProjectKind};
 
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The project's directory (default: `--repo`, else the current directory); made when it
     /// does not exist.
     #[arg(value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 }
 
-pub fn init(cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliError> {
+pub(crate) fn init(cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit, CliError> {
     let dir = args
         .dir
         .clone()

@@ -17,17 +17,17 @@ use crate::resolve::lock::{self, LockFile, Mode};
 use crate::source::display_path;
 
 #[derive(Debug, Args)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     /// Loop files or directories; each directory's `*.kdl` files are locked together (default:
     /// the current directory).
     #[arg(value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
     /// Fetch every git import's rev again and accept whatever changed.
     #[arg(long)]
-    pub update: bool,
+    pub(crate) update: bool,
 }
 
-pub fn lock(cli: &Cli, printer: &Printer, args: &LockArgs) -> Result<Exit, CliError> {
+pub(crate) fn lock(cli: &Cli, printer: &Printer, args: &LockArgs) -> Result<Exit, CliError> {
     let paths = if args.paths.is_empty() {
         vec![PathBuf::from(".")]
     } else {

@@ -19,23 +19,23 @@ use crate::ledger::read::{EventRow, Liveness, liveness};
 use crate::report::event_text::describe;
 
 /// The schema name of `mvk log --json`.
-pub const SCHEMA: &str = "mvk.log.v1";
+pub(crate) const SCHEMA: &str = "mvk.log.v1";
 /// How long `--follow` sleeps between two reads of the ledger.
-pub const POLL: Duration = Duration::from_millis(200);
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// Polls `--follow` waits, after the ledger says finished, for the `run.finished` event.
 const SETTLE_POLLS: u32 = 10;
 
 #[derive(Debug, Args)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// The run: its id or a unique prefix of it (default: the latest run).
     #[arg(value_name = "RUN")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Keep printing new events until the run ends.
     #[arg(long, short)]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// One JSON document (schema `mvk.log.v1`); with `--follow`, one JSON object a line.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -45,7 +45,7 @@ struct Log<'a> {
     events: &'a [EventRow],
 }
 
-pub fn log(cli: &Cli, printer: &Printer, args: &LogArgs) -> Result<Exit, CliError> {
+pub(crate) fn log(cli: &Cli, printer: &Printer, args: &LogArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let run = reading::find_run(&ledger, args.run.as_deref())?;
     let internal = |e: crate::ledger::LedgerError| reading::internal(&e);

@@ -12,14 +12,14 @@ use super::reference::{built, visible};
 use super::{Cli, CliError, Exit};
 
 #[derive(Debug, Args)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write one page per command into DIR (made when missing) instead of one page on standard
     /// output.
     #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
 }
 
-pub fn man(_cli: &Cli, printer: &Printer, args: &ManArgs) -> Result<Exit, CliError> {
+pub(crate) fn man(_cli: &Cli, printer: &Printer, args: &ManArgs) -> Result<Exit, CliError> {
     let cmd = built();
     match &args.out {
         Some(dir) => {

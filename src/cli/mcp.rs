@@ -5,4 +5,4 @@
 use clap::Args;
 
 #[derive(Debug, Args)]
-pub struct McpArgs {}
+pub(crate) struct McpArgs {}

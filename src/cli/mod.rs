@@ -3,42 +3,42 @@
 //! through [`printer::Printer`]. [`crate::entry`] parses the arguments and calls the command's
 //! function (`mvk mcp`'s is [`crate::mcp::command`], which builds on this module).
 
-pub mod apply;
-pub mod attempt;
-pub mod check;
-pub mod completions;
-pub mod decide;
-pub mod doctor;
-pub mod exit;
-pub mod followups;
-pub mod gc;
-pub mod glob_match;
-pub mod graph;
-pub mod init;
-pub mod lock;
-pub mod log;
-pub mod man;
-pub mod mcp;
-pub mod plan;
-pub mod printer;
-pub mod reading;
+pub(crate) mod apply;
+pub(crate) mod attempt;
+pub(crate) mod check;
+pub(crate) mod completions;
+pub(crate) mod decide;
+pub(crate) mod doctor;
+pub(crate) mod exit;
+pub(crate) mod followups;
+pub(crate) mod gc;
+pub(crate) mod glob_match;
+pub(crate) mod graph;
+pub(crate) mod init;
+pub(crate) mod lock;
+pub(crate) mod log;
+pub(crate) mod man;
+pub(crate) mod mcp;
+pub(crate) mod plan;
+pub(crate) mod printer;
+pub(crate) mod reading;
 pub mod reference;
-pub mod repo;
-pub mod report;
-pub mod resume;
-pub mod running;
-pub mod runs;
-pub mod stats;
-pub mod status;
-pub mod verify;
-pub mod why;
-pub mod worker;
+pub(crate) mod repo;
+pub(crate) mod report;
+pub(crate) mod resume;
+pub(crate) mod running;
+pub(crate) mod runs;
+pub(crate) mod stats;
+pub(crate) mod status;
+pub(crate) mod verify;
+pub(crate) mod why;
+pub(crate) mod worker;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use exit::{CliError, Exit};
+pub(crate) use exit::{CliError, Exit};
 use printer::Printer;
 
 /// Run AI coding agents in loops declared in KDL.
@@ -47,22 +47,22 @@ use printer::Printer;
 pub struct Cli {
     /// The repository to work on (default: the git repository that holds the loop file).
     #[arg(long, global = true, value_name = "DIR", env = crate::env::MVK_REPO)]
-    pub repo: Option<PathBuf>,
+    pub(crate) repo: Option<PathBuf>,
 
     /// Print only errors.
     #[arg(long, short, global = true, conflicts_with = "verbose")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 
     /// Print more detail.
     #[arg(long, short, global = true)]
-    pub verbose: bool,
+    pub(crate) verbose: bool,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Write a starter loop, an agent definition and a prompt template for the project in DIR.
     Init(init::InitArgs),
     /// Compile a loop or flow and run it to an end: attempts, seal, gates, budgets, ladder, merge.
@@ -117,7 +117,7 @@ pub enum Command {
 }
 
 /// Compiles a file for a command, printing its diagnostics; `Err` when it has errors.
-pub fn compile(
+pub(crate) fn compile(
     cli: &Cli,
     printer: &Printer,
     file: &std::path::Path,
@@ -131,7 +131,7 @@ pub fn compile(
 }
 
 /// The error for a file that did not compile: drift when the lock is all that is wrong.
-pub fn failure(file: &std::path::Path, diags: &crate::diag::Diagnostics) -> CliError {
+pub(crate) fn failure(file: &std::path::Path, diags: &crate::diag::Diagnostics) -> CliError {
     let file = crate::source::display_path(file);
     let errors = diags.error_count();
     if crate::resolve::lock::only_drift(diags) {
@@ -141,12 +141,12 @@ pub fn failure(file: &std::path::Path, diags: &crate::diag::Diagnostics) -> CliE
     }
 }
 
-pub fn compile_quiet(cli: &Cli, file: &std::path::Path) -> crate::resolve::Compiled {
+pub(crate) fn compile_quiet(cli: &Cli, file: &std::path::Path) -> crate::resolve::Compiled {
     compile_with(cli, file, crate::resolve::lock::Mode::Verify)
 }
 
 /// Compiles a file, using `mvk.lock` beside it as `lock` says.
-pub fn compile_with(
+pub(crate) fn compile_with(
     cli: &Cli,
     file: &std::path::Path,
     lock: crate::resolve::lock::Mode,

@@ -12,16 +12,16 @@ use crate::ir::{self, Program, Rung, Task};
 use crate::plan::{self, Bound, Cost, Plan, format_duration, format_usd};
 
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// The loop or flow file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Print one JSON document instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn plan(cli: &Cli, printer: &Printer, args: &PlanArgs) -> Result<Exit, CliError> {
+pub(crate) fn plan(cli: &Cli, printer: &Printer, args: &PlanArgs) -> Result<Exit, CliError> {
     let program = super::compile(cli, printer, &args.file)?;
     let plan = plan::plan(&program);
     if args.json {
@@ -217,7 +217,7 @@ fn task_text(t: &Task, c: &Cost, out: &mut String) {
     row("worst", cost_line(c));
 }
 
-pub fn to_text(p: &Program, plan: &Plan) -> String {
+pub(crate) fn to_text(p: &Program, plan: &Plan) -> String {
     let mut out = String::new();
     match p.kind {
         ir::ProgramKind::Library => {
@@ -360,7 +360,7 @@ fn cost_json(c: &Cost) -> Value {
     })
 }
 
-pub fn to_json(p: &Program, plan: &Plan) -> Value {
+pub(crate) fn to_json(p: &Program, plan: &Plan) -> Value {
     let tasks: Vec<Value> = plan
         .order
         .iter()

@@ -6,14 +6,14 @@ use std::io::{IsTerminal, Write};
 use crate::diag::{Diagnostics, Renderer};
 use crate::source::Sources;
 
-pub struct Printer {
+pub(crate) struct Printer {
     quiet: bool,
     verbose: bool,
     color: bool,
 }
 
 impl Printer {
-    pub fn new(quiet: bool, verbose: bool) -> Printer {
+    pub(crate) fn new(quiet: bool, verbose: bool) -> Printer {
         let color = std::io::stderr().is_terminal()
             && std::env::var_os(crate::env::NO_COLOR).is_none_or(|v| v.is_empty());
         Printer {
@@ -23,16 +23,16 @@ impl Printer {
         }
     }
 
-    pub fn quiet(&self) -> bool {
+    pub(crate) fn quiet(&self) -> bool {
         self.quiet
     }
 
-    pub fn verbose(&self) -> bool {
+    pub(crate) fn verbose(&self) -> bool {
         self.verbose
     }
 
     /// The result of a command, on standard output (always printed, even with `--quiet`).
-    pub fn out(&self, text: &str) {
+    pub(crate) fn out(&self, text: &str) {
         let mut out = std::io::stdout().lock();
         // A closed pipe (`mvk plan | head`) is not an error worth reporting.
         let _ = out.write_all(text.as_bytes());
@@ -42,27 +42,27 @@ impl Printer {
     }
 
     /// A progress or status line on standard error; silent with `--quiet`.
-    pub fn status(&self, text: &str) {
+    pub(crate) fn status(&self, text: &str) {
         if !self.quiet {
             err_line(text);
         }
     }
 
     /// Something the user must know even when it does not stop the command; shown with `--quiet` too.
-    pub fn warn(&self, text: &str) {
+    pub(crate) fn warn(&self, text: &str) {
         err_line(&format!("warning: {text}"));
     }
 
-    pub fn error(&self, text: &str) {
+    pub(crate) fn error(&self, text: &str) {
         err_line(&format!("error: {text}"));
     }
 
-    pub fn hint(&self, text: &str) {
+    pub(crate) fn hint(&self, text: &str) {
         err_line(&format!("  hint: {text}"));
     }
 
     /// Renders diagnostics on standard error; warnings are hidden with `--quiet`.
-    pub fn diagnostics(&self, diags: &Diagnostics, sources: &Sources) {
+    pub(crate) fn diagnostics(&self, diags: &Diagnostics, sources: &Sources) {
         let width = std::env::var(crate::env::COLUMNS)
             .ok()
             .and_then(|c| c.parse().ok())
@@ -80,7 +80,7 @@ impl Printer {
 /// One line on standard error. `eprintln!` panics when the write fails, and standard error may
 /// be a pipe whose reader is gone (the MCP server that started `mvk attempt`, a closed
 /// terminal): a line nobody can read is dropped, the command goes on and records its run.
-pub fn err_line(text: &str) {
+pub(crate) fn err_line(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{text}");
 }

@@ -12,14 +12,14 @@ use super::{Cli, CliError};
 use crate::ledger::read::{ReadError, Reader, RunRow};
 
 /// A repository's ledger, open for reading.
-pub struct Ledgered {
+pub(crate) struct Ledgered {
     /// The repository's `.mvk/` directory.
-    pub mvk_dir: PathBuf,
-    pub reader: Reader,
+    pub(crate) mvk_dir: PathBuf,
+    pub(crate) reader: Reader,
 }
 
 /// Opens the ledger of the repository `--repo` names (or the current directory's).
-pub fn open(cli: &Cli) -> Result<Ledgered, CliError> {
+pub(crate) fn open(cli: &Cli) -> Result<Ledgered, CliError> {
     let start = cli.repo.clone().unwrap_or_else(|| PathBuf::from("."));
     let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
         message: format!(
@@ -44,7 +44,7 @@ pub fn open(cli: &Cli) -> Result<Ledgered, CliError> {
 }
 
 /// The run `given` names (a unique prefix of its id), or the latest run.
-pub fn find_run(ledger: &Ledgered, given: Option<&str>) -> Result<RunRow, CliError> {
+pub(crate) fn find_run(ledger: &Ledgered, given: Option<&str>) -> Result<RunRow, CliError> {
     ledger.reader.find_run(given).map_err(read_error)
 }
 
@@ -55,7 +55,7 @@ pub(crate) fn run_named(cli: &Cli, given: Option<&str>) -> Result<RunRow, CliErr
 }
 
 /// A reading error as the CLI reports it: a missing ledger or run is a usage error (64).
-pub fn read_error(e: ReadError) -> CliError {
+pub(crate) fn read_error(e: ReadError) -> CliError {
     let usage = |message: String, hint: String| CliError::Usage {
         message,
         hint: Some(hint),
@@ -82,38 +82,38 @@ pub fn read_error(e: ReadError) -> CliError {
 }
 
 /// An error reading the ledger (or encoding what was read): mvk's own failure (70).
-pub fn internal(e: &dyn std::error::Error) -> CliError {
+pub(crate) fn internal(e: &dyn std::error::Error) -> CliError {
     CliError::Internal {
         message: crate::run::error_chain(e),
     }
 }
 
 /// Prints `value` as one pretty JSON document.
-pub fn print_json(printer: &Printer, value: &impl Serialize) -> Result<(), CliError> {
+pub(crate) fn print_json(printer: &Printer, value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| internal(&e))?;
     printer.out(&text);
     Ok(())
 }
 
 /// `$1.20`.
-pub fn usd(micros: u64) -> String {
+pub(crate) fn usd(micros: u64) -> String {
     crate::plan::format_usd(micros)
 }
 
 /// A duration in milliseconds to the second: `1m5s`, `0s`.
-pub fn duration(ms: i64) -> String {
+pub(crate) fn duration(ms: i64) -> String {
     let secs = u64::try_from(ms / 1000).unwrap_or(0);
     crate::plan::format_duration(Duration::from_secs(secs))
 }
 
 /// `HH:MM:SS` (UTC) of a time in ms since the epoch.
-pub fn clock(ms: i64) -> String {
+pub(crate) fn clock(ms: i64) -> String {
     let t = crate::ledger::read::rfc3339(ms);
     t.get(11..19).unwrap_or(&t).to_string()
 }
 
 /// `s` when `n` is not 1.
-pub fn plural(n: u64) -> &'static str {
+pub(crate) fn plural(n: u64) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 

@@ -10,20 +10,20 @@ use super::reading;
 use super::{Cli, CliError, Exit};
 
 #[derive(Debug, Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The run: its id or a unique prefix of it (default: the latest run).
     #[arg(value_name = "RUN")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Write the report as one self-contained HTML page (inline CSS and SVG, no script, no
     /// network); the only format so far.
     #[arg(long, required = true)]
-    pub html: bool,
+    pub(crate) html: bool,
     /// Write the page to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
 }
 
-pub fn report(cli: &Cli, printer: &Printer, args: &ReportArgs) -> Result<Exit, CliError> {
+pub(crate) fn report(cli: &Cli, printer: &Printer, args: &ReportArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let run = reading::find_run(&ledger, args.run.as_deref())?;
     let page = crate::report::html::html(&ledger.reader, &ledger.mvk_dir, &run)

@@ -15,28 +15,28 @@ use crate::ledger::{Ledger, RunRow};
 use crate::run::driver::{self, ResumeFrom, RunOptions};
 
 #[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// The run to continue (an id or a unique prefix of one; default: the latest run of `mvk
     /// apply`).
     #[arg(value_name = "RUN")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Go on although the definition changed: the changed tasks and those after them are
     /// planned again (fresh budgets and ladder); the acceptance is recorded in the ledger.
     #[arg(long)]
-    pub accept_drift: bool,
+    pub(crate) accept_drift: bool,
     /// When the run's process is still alive, wait for it to end instead of refusing.
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// For a run on Temporal: the server's address, when it is no longer the one the run
     /// recorded (the task queue and the repository's URL stay the run's).
     #[arg(long, value_name = "HOST:PORT")]
-    pub temporal_address: Option<String>,
+    pub(crate) temporal_address: Option<String>,
 }
 
-pub fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
+pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
     let run = match args.run.as_deref() {
         Some(given) => super::reading::run_named(cli, Some(given))?,

@@ -13,13 +13,13 @@ use crate::ledger::read::{Liveness, ms_since_epoch, rfc3339};
 use crate::report::{Spent, spent_by_attempt};
 
 /// The schema name of `mvk runs --json`.
-pub const SCHEMA: &str = "mvk.runs.v1";
+pub(crate) const SCHEMA: &str = "mvk.runs.v1";
 
 #[derive(Debug, Args)]
-pub struct RunsArgs {
+pub(crate) struct RunsArgs {
     /// Print one JSON document (schema `mvk.runs.v1`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -44,7 +44,7 @@ struct RunLine {
     spent: Spent,
 }
 
-pub fn runs(cli: &Cli, printer: &Printer, args: &RunsArgs) -> Result<Exit, CliError> {
+pub(crate) fn runs(cli: &Cli, printer: &Printer, args: &RunsArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let internal = |e: crate::ledger::LedgerError| reading::internal(&e);
     let rows = ledger.reader.runs().map_err(internal)?;

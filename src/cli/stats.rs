@@ -12,13 +12,13 @@ use super::{Cli, CliError, Exit};
 use crate::report::stats::{AttemptStats, Stats, stats as build};
 
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// Print one JSON document (schema `mvk.stats.v1`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn stats(cli: &Cli, printer: &Printer, args: &StatsArgs) -> Result<Exit, CliError> {
+pub(crate) fn stats(cli: &Cli, printer: &Printer, args: &StatsArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let s = build(&ledger.reader, &ledger.mvk_dir).map_err(|e| reading::internal(&e))?;
     if args.json {

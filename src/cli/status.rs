@@ -13,16 +13,16 @@ use crate::ledger::read::{Liveness, rfc3339};
 use crate::report::status::{Status, TaskStatus, Waiting, status as build};
 
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// The run: its id or a unique prefix of it (default: the latest run).
     #[arg(value_name = "RUN")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Print one JSON document (schema `mvk.status.v1`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn status(cli: &Cli, printer: &Printer, args: &StatusArgs) -> Result<Exit, CliError> {
+pub(crate) fn status(cli: &Cli, printer: &Printer, args: &StatusArgs) -> Result<Exit, CliError> {
     let ledger = reading::open(cli)?;
     let run = reading::find_run(&ledger, args.run.as_deref())?;
     let s = build(&ledger.reader, &ledger.mvk_dir, &run).map_err(|e| reading::internal(&e))?;

@@ -12,25 +12,25 @@ use super::{Cli, CliError, Exit};
 use crate::run::git::verify::{self, Verdict, Verification, VerifyError};
 
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The loop or flow file whose seal is the oracle.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The revision the change starts from (a commit, branch or tag).
     #[arg(long, value_name = "REV")]
-    pub base: String,
+    pub(crate) base: String,
     /// The revision the change ends at (default: the checkout, uncommitted work included).
     #[arg(long, value_name = "REV")]
-    pub head: Option<String>,
+    pub(crate) head: Option<String>,
     /// Check only this task's seal (default: every task's).
     #[arg(long, value_name = "NAME")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Print one JSON document (schema `mvk.verify.v1`) instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn verify(cli: &Cli, printer: &Printer, args: &VerifyArgs) -> Result<Exit, CliError> {
+pub(crate) fn verify(cli: &Cli, printer: &Printer, args: &VerifyArgs) -> Result<Exit, CliError> {
     let program = super::compile(cli, printer, &args.file)?;
     let v = check(
         cli,
@@ -49,7 +49,7 @@ pub fn verify(cli: &Cli, printer: &Printer, args: &VerifyArgs) -> Result<Exit, C
 
 /// The oracle check of a compiled program in the checkout of `file` (or `--repo`): a linked
 /// worktree's own (where an agent's change is), not the main checkout's.
-pub fn check(
+pub(crate) fn check(
     cli: &Cli,
     program: &crate::ir::Program,
     file: &std::path::Path,

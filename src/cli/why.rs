@@ -14,16 +14,16 @@ use crate::drift::DriftReport;
 use crate::ledger::TaskRowState;
 
 #[derive(Debug, Args)]
-pub struct WhyArgs {
+pub(crate) struct WhyArgs {
     /// The run (an id or a unique prefix of one; default: the latest run).
     #[arg(value_name = "RUN")]
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Explain this task only.
     #[arg(value_name = "TASK")]
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Print one JSON document (schema `mvk.why.v1`).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// Why a task would or would not run again.
@@ -46,7 +46,7 @@ struct WhyReport<'a> {
     tasks: Vec<Explanation>,
 }
 
-pub fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliError> {
+pub(crate) fn why(cli: &Cli, printer: &Printer, args: &WhyArgs) -> Result<Exit, CliError> {
     let repo_root = repo_root(cli)?;
     let run = run_named(cli, args.run.as_deref())?;
     let ledger = open_ledger(&repo_root)?;

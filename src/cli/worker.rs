@@ -10,12 +10,12 @@ use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     #[command(flatten)]
-    pub temporal: TemporalArgs,
+    pub(crate) temporal: TemporalArgs,
 }
 
-pub fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, CliError> {
+pub(crate) fn worker(cli: &Cli, printer: &Printer, args: &WorkerArgs) -> Result<Exit, CliError> {
     #[cfg(feature = "temporal")]
     {
         let start = cli.repo.clone().unwrap_or_else(|| ".".into());

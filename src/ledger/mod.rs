@@ -9,14 +9,14 @@
 //! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
-pub mod read;
+pub(crate) mod read;
 mod resume;
 mod review;
 mod schema;
 
-pub use read::RunRow;
-pub use resume::{AttemptRow, MergeRow, ResumeStart, StoredProgram, TaskRow, TaskRowState};
-pub use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};
+pub(crate) use read::RunRow;
+pub(crate) use resume::{AttemptRow, MergeRow, ResumeStart, TaskRow, TaskRowState};
+pub(crate) use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -24,7 +24,7 @@ use std::time::SystemTime;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 #[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
+pub(crate) enum LedgerError {
     #[error("cannot create the directory of the ledger `{}`", path.display())]
     CreateDir {
         path: PathBuf,
@@ -86,33 +86,33 @@ pub enum LedgerError {
 }
 
 /// The start of a run, recorded before any task starts.
-pub struct RunStart<'a> {
-    pub id: &'a str,
+pub(crate) struct RunStart<'a> {
+    pub(crate) id: &'a str,
     /// The loop file as given, repository-relative if it is inside the repository.
-    pub file: &'a str,
+    pub(crate) file: &'a str,
     /// The loop or flow name.
-    pub program: &'a str,
+    pub(crate) program: &'a str,
     /// `loop` or `flow`.
-    pub kind: &'a str,
+    pub(crate) kind: &'a str,
     /// The program digest, hex.
-    pub program_digest: &'a str,
+    pub(crate) program_digest: &'a str,
     /// The compiled IR, stored content-addressed by `program_digest` (kept if already there).
-    pub ir_json: &'a str,
+    pub(crate) ir_json: &'a str,
     /// `(path, text)` of every file compiled, in the compiler's file order, stored with the
     /// program.
-    pub sources: &'a [(String, String)],
-    pub repo_root: &'a str,
-    pub base_commit: &'a str,
-    pub target_branch: &'a str,
-    pub pid: u32,
-    pub host: &'a str,
+    pub(crate) sources: &'a [(String, String)],
+    pub(crate) repo_root: &'a str,
+    pub(crate) base_commit: &'a str,
+    pub(crate) target_branch: &'a str,
+    pub(crate) pid: u32,
+    pub(crate) host: &'a str,
     /// `auto`, `batch` or `step`.
-    pub mode: &'a str,
+    pub(crate) mode: &'a str,
 }
 
 /// The command that started a run (`runs.command`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunCommand {
+pub(crate) enum RunCommand {
     /// `mvk apply`: attempts go on and what passes lands; `mvk resume` continues it.
     Apply,
     /// `mvk attempt`: one attempt of one task, never landed; nothing continues it.
@@ -120,7 +120,7 @@ pub enum RunCommand {
 }
 
 impl RunCommand {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunCommand::Apply => "apply",
             RunCommand::Attempt => "attempt",
@@ -129,128 +129,129 @@ impl RunCommand {
 }
 
 /// The start of a task, with the digests a resume compares for drift.
-pub struct TaskStart<'a> {
-    pub run: &'a str,
-    pub name: &'a str,
-    pub digest: &'a str,
+pub(crate) struct TaskStart<'a> {
+    pub(crate) run: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) digest: &'a str,
     /// Per-field component digests `(field, hex)`.
-    pub fields: &'a [(String, String)],
+    pub(crate) fields: &'a [(String, String)],
     /// The names of the tasks it waits for.
-    pub after: &'a [String],
+    pub(crate) after: &'a [String],
     /// The commit it starts from.
-    pub base: &'a str,
+    pub(crate) base: &'a str,
     /// The digest of its sealed paths' contents in `base` (see `run::git::seal::content_digest`).
-    pub seal_digest: &'a str,
+    pub(crate) seal_digest: &'a str,
 }
 
 /// The start of an attempt, recorded before its agent runs.
-pub struct AttemptStart<'a> {
-    pub run: &'a str,
-    pub task: &'a str,
+pub(crate) struct AttemptStart<'a> {
+    pub(crate) run: &'a str,
+    pub(crate) task: &'a str,
     /// 1-based over the task's whole ladder.
-    pub number: u32,
+    pub(crate) number: u32,
     /// 1-based.
-    pub rung: u32,
+    pub(crate) rung: u32,
     /// The agent's label.
-    pub agent: &'a str,
-    pub branch: &'a str,
-    pub worktree: &'a str,
-    pub base: &'a str,
+    pub(crate) agent: &'a str,
+    pub(crate) branch: &'a str,
+    pub(crate) worktree: &'a str,
+    pub(crate) base: &'a str,
     /// The task's epoch (see [`Ledger::reset_task`]).
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// The agent's result.
-pub struct AgentEnd<'a> {
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
+pub(crate) struct AgentEnd<'a> {
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) timed_out: bool,
+    pub(crate) duration_ms: u64,
     /// The commit that captured the attempt's change.
-    pub head: Option<&'a str>,
-    pub usage: Option<Cost>,
+    pub(crate) head: Option<&'a str>,
+    pub(crate) usage: Option<Cost>,
     /// Rate-limit retries before this result.
-    pub rate_limited: u32,
+    pub(crate) rate_limited: u32,
 }
 
 /// What one agent call spent, as read from its output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Cost {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub usd_micros: u64,
+pub(crate) struct Cost {
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) usd_micros: u64,
 }
 
 /// One gate run.
-pub struct GateRow<'a> {
+pub(crate) struct GateRow<'a> {
     /// `gate` or `after-merge`.
-    pub phase: &'a str,
-    pub ordinal: u32,
-    pub name: &'a str,
+    pub(crate) phase: &'a str,
+    pub(crate) ordinal: u32,
+    pub(crate) name: &'a str,
     /// `pass`, `fail` or `unknown`.
-    pub verdict: &'a str,
-    pub exit_code: Option<i32>,
+    pub(crate) verdict: &'a str,
+    pub(crate) exit_code: Option<i32>,
     /// Executed, passed, failed, skipped, from the evidence.
-    pub counts: Option<(u64, u64, u64, u64)>,
+    pub(crate) counts: Option<(u64, u64, u64, u64)>,
     /// Where the verdict's evidence came from: `nonce`, `cargo-test summary`, `none`, `unknown`.
-    pub evidence: &'a str,
-    pub reason: &'a str,
+    pub(crate) evidence: &'a str,
+    pub(crate) reason: &'a str,
     /// The gate's log file.
-    pub log: &'a str,
-    pub duration_ms: u64,
+    pub(crate) log: &'a str,
+    pub(crate) duration_ms: u64,
 }
 
 /// An attempt's verdict.
-pub struct AttemptEnd<'a> {
+pub(crate) struct AttemptEnd<'a> {
     /// `passed` or `failed`.
-    pub outcome: &'a str,
+    pub(crate) outcome: &'a str,
     /// `agent`, `seal`, `gate`, `unknown`, `merge` (or `review`), for a failure.
-    pub failure_kind: Option<&'a str>,
-    pub signature: Option<&'a str>,
-    pub criterion: Option<&'a str>,
+    pub(crate) failure_kind: Option<&'a str>,
+    pub(crate) signature: Option<&'a str>,
+    pub(crate) criterion: Option<&'a str>,
     /// The whole failure as JSON, as the next attempt's prompt sees it.
-    pub failure_json: Option<&'a str>,
+    pub(crate) failure_json: Option<&'a str>,
 }
 
 /// A merge about to land `new_commit` on `into`: its parent `old_tip` is the target's tip, or
 /// the commit of the change before it in the same landing batch.
-pub struct MergeStart<'a> {
-    pub run: &'a str,
-    pub task: &'a str,
-    pub attempt_id: i64,
-    pub into: &'a str,
+pub(crate) struct MergeStart<'a> {
+    pub(crate) run: &'a str,
+    pub(crate) task: &'a str,
+    pub(crate) attempt_id: i64,
+    pub(crate) into: &'a str,
     /// `ff`, `merge` or `squash`.
-    pub strategy: &'a str,
-    pub old_tip: &'a str,
-    pub new_commit: &'a str,
+    pub(crate) strategy: &'a str,
+    pub(crate) old_tip: &'a str,
+    pub(crate) new_commit: &'a str,
     /// The file through which the landing takes the main checkout's index lock
     /// (`run::git::land::lock_name`), recorded before it is taken.
-    pub index_lock: Option<&'a str>,
+    pub(crate) index_lock: Option<&'a str>,
 }
 
 /// What a run (or one of its tasks) has spent so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spent {
-    pub attempts: u32,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub usd_micros: u64,
+pub(crate) struct Spent {
+    pub(crate) attempts: u32,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) usd_micros: u64,
 }
 
 /// Where a run stands, for telling a live run from a dead one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunStatus {
+pub(crate) struct RunStatus {
     /// `running`, `paused` or `finished`.
-    pub state: String,
-    pub pid: u32,
-    pub host: String,
-    pub heartbeat_ms: Option<i64>,
-    pub outcome: Option<String>,
-    pub exit_code: Option<i32>,
+    pub(crate) state: String,
+    pub(crate) pid: u32,
+    pub(crate) host: String,
+    pub(crate) heartbeat_ms: Option<i64>,
+    pub(crate) outcome: Option<String>,
+    pub(crate) exit_code: Option<i32>,
 }
 
 /// An open ledger: one SQLite connection with mvk's settings.
-pub struct Ledger {
+pub(crate) struct Ledger {
     conn: Connection,
+    #[cfg_attr(not(test), allow(dead_code))]
     path: PathBuf,
 }
 
@@ -334,7 +335,7 @@ fn state_of(
 
 impl Ledger {
     /// Opens the ledger at `path`, creating it and its directory if needed, and migrates it.
-    pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
+    pub(crate) fn open(path: &Path) -> Result<Ledger, LedgerError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| LedgerError::CreateDir {
                 path: dir.to_path_buf(),
@@ -348,7 +349,8 @@ impl Ledger {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -375,12 +377,13 @@ impl Ledger {
 
     /// Records a run of `mvk apply` as `running`, with its program (IR and sources) if the
     /// ledger has not got it.
-    pub fn begin_run(&mut self, r: &RunStart<'_>) -> Result<(), LedgerError> {
+    #[cfg(test)]
+    pub(crate) fn begin_run(&mut self, r: &RunStart<'_>) -> Result<(), LedgerError> {
         self.begin_run_of(r, RunCommand::Apply)
     }
 
     /// Records a run started by `command` as `running` (see [`begin_run`](Self::begin_run)).
-    pub fn begin_run_of(
+    pub(crate) fn begin_run_of(
         &mut self,
         r: &RunStart<'_>,
         command: RunCommand,
@@ -418,7 +421,7 @@ impl Ledger {
     }
 
     /// Sets the run's `heartbeat_at` to now.
-    pub fn heartbeat(&mut self, run: &str) -> Result<(), LedgerError> {
+    pub(crate) fn heartbeat(&mut self, run: &str) -> Result<(), LedgerError> {
         let what = || format!("a heartbeat of run `{run}`");
         self.write(&what, |tx, now| {
             transition(
@@ -435,7 +438,7 @@ impl Ledger {
     }
 
     /// Marks a `running` run `finished` with its outcome and exit code.
-    pub fn finish_run(
+    pub(crate) fn finish_run(
         &mut self,
         run: &str,
         outcome: &str,
@@ -459,7 +462,7 @@ impl Ledger {
     }
 
     /// Records a task as `running`, with its digest per field and what it waits for.
-    pub fn begin_task(&mut self, t: &TaskStart<'_>) -> Result<(), LedgerError> {
+    pub(crate) fn begin_task(&mut self, t: &TaskStart<'_>) -> Result<(), LedgerError> {
         let what = || format!("the start of task `{}` of run `{}`", t.name, t.run);
         let sql = |source| LedgerError::Write {
             what: what(),
@@ -477,7 +480,7 @@ impl Ledger {
     }
 
     /// Marks a `running` task `finished` with its outcome and the commit it landed as.
-    pub fn finish_task(
+    pub(crate) fn finish_task(
         &mut self,
         run: &str,
         task: &str,
@@ -501,7 +504,7 @@ impl Ledger {
     }
 
     /// Records an attempt as `running`, before its agent starts; returns its id.
-    pub fn begin_attempt(&mut self, a: &AttemptStart<'_>) -> Result<i64, LedgerError> {
+    pub(crate) fn begin_attempt(&mut self, a: &AttemptStart<'_>) -> Result<i64, LedgerError> {
         let what = || format!("the start of attempt {} of task `{}`", a.number, a.task);
         self.write(&what, |tx, now| {
             tx.execute(
@@ -522,7 +525,7 @@ impl Ledger {
     }
 
     /// Records the agent's result (`agent-done`), and what it spent when it was read.
-    pub fn agent_done(&mut self, attempt: i64, e: &AgentEnd<'_>) -> Result<(), LedgerError> {
+    pub(crate) fn agent_done(&mut self, attempt: i64, e: &AgentEnd<'_>) -> Result<(), LedgerError> {
         let what = || format!("the agent's result for attempt #{attempt}");
         self.write(&what, |tx, now| {
             transition(
@@ -554,7 +557,7 @@ impl Ledger {
 
     /// Records one gate run of an attempt (its own gates, or after-merge ones, any number of
     /// times).
-    pub fn record_gate(&mut self, attempt: i64, g: &GateRow<'_>) -> Result<(), LedgerError> {
+    pub(crate) fn record_gate(&mut self, attempt: i64, g: &GateRow<'_>) -> Result<(), LedgerError> {
         let what = || format!("gate `{}` of attempt #{attempt}", g.name);
         let counts = match g.counts {
             Some((e, p, f, s)) => [
@@ -600,7 +603,11 @@ impl Ledger {
 
     /// Marks an attempt `finished` with its verdict (from `running` when the agent never
     /// reported, e.g. the wall budget ran out).
-    pub fn finish_attempt(&mut self, attempt: i64, e: &AttemptEnd<'_>) -> Result<(), LedgerError> {
+    pub(crate) fn finish_attempt(
+        &mut self,
+        attempt: i64,
+        e: &AttemptEnd<'_>,
+    ) -> Result<(), LedgerError> {
         let what = || format!("the end of attempt #{attempt}");
         self.write(&what, |tx, now| {
             transition(
@@ -628,7 +635,7 @@ impl Ledger {
 
     /// Records the intent to land `new_commit` (made on `old_tip`) on `into`, before it happens;
     /// returns the merge's id.
-    pub fn begin_merge(&mut self, m: &MergeStart<'_>) -> Result<i64, LedgerError> {
+    pub(crate) fn begin_merge(&mut self, m: &MergeStart<'_>) -> Result<i64, LedgerError> {
         let what = || format!("the intent to merge task `{}` into `{}`", m.task, m.into);
         self.write(&what, |tx, now| {
             tx.execute(
@@ -657,7 +664,7 @@ impl Ledger {
 
     /// Settles a merge intent: `done` (with the commit the target now points at), `conflict`,
     /// `failed` or `aborted`.
-    pub fn finish_merge(
+    pub(crate) fn finish_merge(
         &mut self,
         merge: i64,
         state: &str,
@@ -681,7 +688,7 @@ impl Ledger {
     }
 
     /// Appends one event of the run's trail (`detail_json` must be JSON).
-    pub fn event(
+    pub(crate) fn event(
         &mut self,
         run: &str,
         task: Option<&str>,
@@ -707,7 +714,7 @@ impl Ledger {
 
     /// Attempts (not counting abandoned ones), tokens and micro-dollars of a run, or of one of
     /// its tasks.
-    pub fn spent(&self, run: &str, task: Option<&str>) -> Result<Spent, LedgerError> {
+    pub(crate) fn spent(&self, run: &str, task: Option<&str>) -> Result<Spent, LedgerError> {
         let what = || match task {
             None => format!("what run `{run}` spent"),
             Some(t) => format!("what task `{t}` of run `{run}` spent"),
@@ -750,7 +757,7 @@ impl Ledger {
     }
 
     /// The state of a run, or `None` when the ledger has no such run.
-    pub fn run_status(&self, run: &str) -> Result<Option<RunStatus>, LedgerError> {
+    pub(crate) fn run_status(&self, run: &str) -> Result<Option<RunStatus>, LedgerError> {
         self.conn
             .query_row(
                 "SELECT state, pid, host, heartbeat_at, outcome, exit_code FROM runs WHERE id = ?1",

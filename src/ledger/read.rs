@@ -16,11 +16,11 @@ use super::LedgerError;
 
 /// A heartbeat older than this (five beats of [`crate::clock::HEARTBEAT_EVERY`]) has
 /// stopped.
-pub const HEARTBEAT_STALE: Duration = Duration::from_secs(10);
+pub(crate) const HEARTBEAT_STALE: Duration = Duration::from_secs(10);
 
 /// Why the ledger could not be read, or a run not found in it.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("no runs in this repository yet (no ledger at `{}`)", path.display())]
     NoLedger { path: PathBuf },
     #[error("no runs in this repository yet")]
@@ -41,89 +41,89 @@ pub enum ReadError {
 
 /// One `mvk apply`.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunRow {
-    pub id: String,
-    pub file: String,
-    pub program: String,
-    pub kind: String,
-    pub program_digest: String,
-    pub repo_root: String,
-    pub base_commit: String,
-    pub target_branch: String,
-    pub mode: String,
-    pub pid: u32,
-    pub host: String,
+pub(crate) struct RunRow {
+    pub(crate) id: String,
+    pub(crate) file: String,
+    pub(crate) program: String,
+    pub(crate) kind: String,
+    pub(crate) program_digest: String,
+    pub(crate) repo_root: String,
+    pub(crate) base_commit: String,
+    pub(crate) target_branch: String,
+    pub(crate) mode: String,
+    pub(crate) pid: u32,
+    pub(crate) host: String,
     /// `running`, `paused` or `finished`, as the ledger says (see [`liveness`]).
-    pub state: String,
-    pub outcome: Option<String>,
-    pub exit_code: Option<i32>,
-    pub started_at: i64,
-    pub heartbeat_at: i64,
-    pub finished_at: Option<i64>,
+    pub(crate) state: String,
+    pub(crate) outcome: Option<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) started_at: i64,
+    pub(crate) heartbeat_at: i64,
+    pub(crate) finished_at: Option<i64>,
     /// The command that started it: `apply` (lands what passes) or `attempt` (one attempt,
     /// never landed; `mvk resume` does not continue it).
-    pub command: String,
+    pub(crate) command: String,
 }
 
 /// One task of a run.
 #[derive(Debug, Clone, Serialize)]
-pub struct TaskRow {
-    pub run: String,
-    pub name: String,
-    pub digest: String,
-    pub state: String,
-    pub outcome: Option<String>,
-    pub merged: Option<String>,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
+pub(crate) struct TaskRow {
+    pub(crate) run: String,
+    pub(crate) name: String,
+    pub(crate) digest: String,
+    pub(crate) state: String,
+    pub(crate) outcome: Option<String>,
+    pub(crate) merged: Option<String>,
+    pub(crate) started_at: Option<i64>,
+    pub(crate) finished_at: Option<i64>,
     /// Raised each time `--accept-drift` re-planned the task: its budgets count this epoch only.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// One attempt at a task.
 #[derive(Debug, Clone, Serialize)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub run: String,
-    pub task: String,
-    pub number: u32,
-    pub rung: u32,
-    pub agent: String,
-    pub branch: String,
-    pub state: String,
-    pub started_at: i64,
-    pub exit_code: Option<i32>,
-    pub timed_out: Option<bool>,
-    pub agent_ms: Option<i64>,
-    pub head: Option<String>,
-    pub rate_limited: u32,
-    pub outcome: Option<String>,
-    pub failure_kind: Option<String>,
-    pub signature: Option<String>,
-    pub criterion: Option<String>,
+pub(crate) struct AttemptRow {
+    pub(crate) id: i64,
+    pub(crate) run: String,
+    pub(crate) task: String,
+    pub(crate) number: u32,
+    pub(crate) rung: u32,
+    pub(crate) agent: String,
+    pub(crate) branch: String,
+    pub(crate) state: String,
+    pub(crate) started_at: i64,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) timed_out: Option<bool>,
+    pub(crate) agent_ms: Option<i64>,
+    pub(crate) head: Option<String>,
+    pub(crate) rate_limited: u32,
+    pub(crate) outcome: Option<String>,
+    pub(crate) failure_kind: Option<String>,
+    pub(crate) signature: Option<String>,
+    pub(crate) criterion: Option<String>,
     /// The gate that failed, from the stored failure.
-    pub failed_gate: Option<String>,
-    pub finished_at: Option<i64>,
+    pub(crate) failed_gate: Option<String>,
+    pub(crate) finished_at: Option<i64>,
     /// The task's epoch it was made in.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// One gate run of an attempt.
 #[derive(Debug, Clone, Serialize)]
-pub struct GateResultRow {
-    pub attempt_id: i64,
-    pub phase: String,
-    pub ordinal: u32,
-    pub name: String,
-    pub verdict: String,
-    pub exit_code: Option<i32>,
-    pub executed: Option<i64>,
-    pub passed: Option<i64>,
-    pub failed: Option<i64>,
-    pub skipped: Option<i64>,
-    pub evidence: String,
-    pub reason: String,
-    pub duration_ms: i64,
+pub(crate) struct GateResultRow {
+    pub(crate) attempt_id: i64,
+    pub(crate) phase: String,
+    pub(crate) ordinal: u32,
+    pub(crate) name: String,
+    pub(crate) verdict: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) executed: Option<i64>,
+    pub(crate) passed: Option<i64>,
+    pub(crate) failed: Option<i64>,
+    pub(crate) skipped: Option<i64>,
+    pub(crate) evidence: String,
+    pub(crate) reason: String,
+    pub(crate) duration_ms: i64,
 }
 
 /// The columns [`gate_result_row`] reads, from `gate_results g`.
@@ -153,49 +153,49 @@ pub(super) fn gate_result_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GateRes
 
 /// What one agent (or reviewer) call spent.
 #[derive(Debug, Clone, Serialize)]
-pub struct CostRow {
-    pub attempt_id: i64,
-    pub kind: String,
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    pub usd_micros: i64,
+pub(crate) struct CostRow {
+    pub(crate) attempt_id: i64,
+    pub(crate) kind: String,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) usd_micros: i64,
 }
 
 /// One event of a run's trail.
 #[derive(Debug, Clone, Serialize)]
-pub struct EventRow {
-    pub id: i64,
-    pub run: String,
-    pub task: Option<String>,
-    pub attempt: Option<u32>,
-    pub time_ms: i64,
-    pub event: String,
-    pub detail: Value,
+pub(crate) struct EventRow {
+    pub(crate) id: i64,
+    pub(crate) run: String,
+    pub(crate) task: Option<String>,
+    pub(crate) attempt: Option<u32>,
+    pub(crate) time_ms: i64,
+    pub(crate) event: String,
+    pub(crate) detail: Value,
 }
 
 /// One merge of an accepted attempt.
 #[derive(Debug, Clone, Serialize)]
-pub struct MergeRow {
-    pub run: String,
-    pub task: String,
-    pub attempt_id: i64,
-    pub into_branch: String,
-    pub strategy: String,
-    pub state: String,
-    pub commit_id: Option<String>,
-    pub detail: String,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
+pub(crate) struct MergeRow {
+    pub(crate) run: String,
+    pub(crate) task: String,
+    pub(crate) attempt_id: i64,
+    pub(crate) into_branch: String,
+    pub(crate) strategy: String,
+    pub(crate) state: String,
+    pub(crate) commit_id: Option<String>,
+    pub(crate) detail: String,
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: Option<i64>,
 }
 
 /// A ledger opened for reading.
-pub struct Reader {
+pub(crate) struct Reader {
     conn: Connection,
 }
 
 impl Reader {
     /// Opens the ledger at `path` read-only; a missing file is [`ReadError::NoLedger`].
-    pub fn open(path: &Path) -> Result<Reader, ReadError> {
+    pub(crate) fn open(path: &Path) -> Result<Reader, ReadError> {
         if !path.is_file() {
             return Err(ReadError::NoLedger {
                 path: path.to_path_buf(),
@@ -249,7 +249,7 @@ impl Reader {
     }
 
     /// Every run, newest first.
-    pub fn runs(&self) -> Result<Vec<RunRow>, LedgerError> {
+    pub(crate) fn runs(&self) -> Result<Vec<RunRow>, LedgerError> {
         self.rows(
             "the runs",
             &format!("{RUN_SELECT} ORDER BY started_at DESC, id DESC"),
@@ -259,7 +259,7 @@ impl Reader {
     }
 
     /// The run `given` names (a whole id or a unique prefix of one), or the latest run.
-    pub fn find_run(&self, given: Option<&str>) -> Result<RunRow, ReadError> {
+    pub(crate) fn find_run(&self, given: Option<&str>) -> Result<RunRow, ReadError> {
         let runs = self.runs()?;
         let Some(given) = given else {
             return runs.into_iter().next().ok_or(ReadError::NoRuns);
@@ -286,7 +286,7 @@ impl Reader {
     }
 
     /// The run with this exact id.
-    pub fn run(&self, id: &str) -> Result<Option<RunRow>, LedgerError> {
+    pub(crate) fn run(&self, id: &str) -> Result<Option<RunRow>, LedgerError> {
         self.conn
             .query_row(&format!("{RUN_SELECT} WHERE id = ?1"), [id], run_row)
             .optional()
@@ -297,7 +297,7 @@ impl Reader {
     }
 
     /// The tasks of `run` (of every run with `None`), in the order they started.
-    pub fn tasks(&self, run: Option<&str>) -> Result<Vec<TaskRow>, LedgerError> {
+    pub(crate) fn tasks(&self, run: Option<&str>) -> Result<Vec<TaskRow>, LedgerError> {
         self.rows(
             "the tasks",
             "SELECT run, name, digest, state, outcome, merged, started_at, finished_at, epoch
@@ -321,7 +321,7 @@ impl Reader {
     }
 
     /// The attempts of `run` (of every run with `None`) not abandoned, in order.
-    pub fn attempts(&self, run: Option<&str>) -> Result<Vec<AttemptRow>, LedgerError> {
+    pub(crate) fn attempts(&self, run: Option<&str>) -> Result<Vec<AttemptRow>, LedgerError> {
         self.rows(
             "the attempts",
             "SELECT id, run, task, number, rung, agent, branch, state, started_at, exit_code,
@@ -359,7 +359,10 @@ impl Reader {
     }
 
     /// The gate results of the attempts of `run` (of every run with `None`), in order.
-    pub fn gate_results(&self, run: Option<&str>) -> Result<Vec<GateResultRow>, LedgerError> {
+    pub(crate) fn gate_results(
+        &self,
+        run: Option<&str>,
+    ) -> Result<Vec<GateResultRow>, LedgerError> {
         self.rows(
             "the gate results",
             &format!(
@@ -372,7 +375,7 @@ impl Reader {
     }
 
     /// What the attempts of `run` (of every run with `None`) spent, one row per call.
-    pub fn costs(&self, run: Option<&str>) -> Result<Vec<CostRow>, LedgerError> {
+    pub(crate) fn costs(&self, run: Option<&str>) -> Result<Vec<CostRow>, LedgerError> {
         self.rows(
             "the costs",
             "SELECT c.attempt_id, c.kind, c.input_tokens, c.output_tokens, c.usd_micros
@@ -392,12 +395,15 @@ impl Reader {
     }
 
     /// The checkpoints of `run` (stops for a person and their decisions), in order.
-    pub fn checkpoints(&self, run: &str) -> Result<Vec<super::CheckpointRow>, LedgerError> {
+    pub(crate) fn checkpoints(&self, run: &str) -> Result<Vec<super::CheckpointRow>, LedgerError> {
         super::review::checkpoint_rows(&self.conn, run)
     }
 
     /// The follow-ups reviewers noted on `run` (on every run with `None`), oldest first.
-    pub fn followups(&self, run: Option<&str>) -> Result<Vec<super::FollowupRow>, LedgerError> {
+    pub(crate) fn followups(
+        &self,
+        run: Option<&str>,
+    ) -> Result<Vec<super::FollowupRow>, LedgerError> {
         self.rows(
             "the follow-ups",
             "SELECT a.run, a.task, a.number, r.verdict, f.note, f.recorded_at
@@ -419,7 +425,7 @@ impl Reader {
     }
 
     /// The events of `run` with an id above `after`, in the order written.
-    pub fn events(&self, run: &str, after: i64) -> Result<Vec<EventRow>, LedgerError> {
+    pub(crate) fn events(&self, run: &str, after: i64) -> Result<Vec<EventRow>, LedgerError> {
         self.rows(
             "the events",
             "SELECT id, run, task, attempt, time_ms, event, detail_json FROM events
@@ -442,7 +448,7 @@ impl Reader {
     }
 
     /// The merges of `run`, in order.
-    pub fn merges(&self, run: &str) -> Result<Vec<MergeRow>, LedgerError> {
+    pub(crate) fn merges(&self, run: &str) -> Result<Vec<MergeRow>, LedgerError> {
         self.rows(
             "the merges",
             "SELECT run, task, attempt_id, into_branch, strategy, state, commit_id, detail,
@@ -467,7 +473,7 @@ impl Reader {
     }
 
     /// The stored IR of the program with this digest, as JSON.
-    pub fn program_ir(&self, digest: &str) -> Result<Option<Value>, LedgerError> {
+    pub(crate) fn program_ir(&self, digest: &str) -> Result<Option<Value>, LedgerError> {
         let text: Option<String> = self
             .conn
             .query_row(
@@ -515,7 +521,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
 /// Whether a run is alive, decided from its pid, host and heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
-pub enum Liveness {
+pub(crate) enum Liveness {
     /// The ledger says it ended.
     Finished,
     /// Stopped at a checkpoint, for `mvk resume`.
@@ -542,7 +548,7 @@ pub enum Liveness {
 
 impl Liveness {
     /// `finished`, `paused`, `running`, `interrupted` or `unknown`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Liveness::Finished => "finished",
             Liveness::Paused => "paused",
@@ -556,7 +562,7 @@ impl Liveness {
 /// Decides whether `run` (as the ledger in `mvk_dir` has it) is alive: a `running` run on this
 /// host is alive while its process is; on another host, while its heartbeat file is fresher
 /// than [`HEARTBEAT_STALE`].
-pub fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
+pub(crate) fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
     match run.state.as_str() {
         "finished" => return Liveness::Finished,
         "paused" => return Liveness::Paused,
@@ -636,18 +642,18 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
-pub fn ms_since_epoch(t: SystemTime) -> i64 {
+pub(crate) fn ms_since_epoch(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, millis)
 }
 
 /// `2026-01-01T00:00:00Z`: a time in ms since the epoch, to the second, UTC.
-pub fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     let t = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// This machine's host name, as runs record it.
-pub fn this_host() -> String {
+pub(crate) fn this_host() -> String {
     rustix::system::uname()
         .nodename()
         .to_string_lossy()

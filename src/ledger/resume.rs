@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::read::{RUN_SELECT, RunRow, run_row};
 use super::{Ledger, LedgerError, TaskStart, insert_fields, store_program, transition};
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskRowState {
+pub(crate) enum TaskRowState {
     Pending,
     Running,
     Finished,
@@ -19,85 +18,92 @@ pub enum TaskRowState {
 
 /// A task of a run.
 #[derive(Debug, Clone)]
-pub struct TaskRow {
-    pub name: String,
-    pub digest: String,
-    pub state: TaskRowState,
-    pub outcome: Option<String>,
-    pub merged: Option<String>,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub base: Option<String>,
-    pub seal_digest: Option<String>,
-    pub epoch: u32,
+pub(crate) struct TaskRow {
+    pub(crate) name: String,
+    pub(crate) digest: String,
+    pub(crate) state: TaskRowState,
+    pub(crate) outcome: Option<String>,
+    pub(crate) merged: Option<String>,
+    pub(crate) started_at: Option<i64>,
+    #[allow(dead_code)]
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) base: Option<String>,
+    pub(crate) seal_digest: Option<String>,
+    pub(crate) epoch: u32,
     /// Field name → component digest (hex).
-    pub fields: BTreeMap<String, String>,
+    pub(crate) fields: BTreeMap<String, String>,
 }
 
 /// An attempt of a task.
 #[derive(Debug, Clone)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub number: u32,
-    pub rung: u32,
-    pub agent: String,
-    pub branch: String,
-    pub base: String,
+pub(crate) struct AttemptRow {
+    pub(crate) id: i64,
+    pub(crate) number: u32,
+    pub(crate) rung: u32,
+    pub(crate) agent: String,
+    pub(crate) branch: String,
+    pub(crate) base: String,
     /// `running`, `agent-done`, `finished` or `abandoned`.
-    pub state: String,
-    pub exit_code: Option<i32>,
-    pub timed_out: Option<bool>,
-    pub head: Option<String>,
-    pub rate_limited: u32,
-    pub outcome: Option<String>,
-    pub failure_kind: Option<String>,
-    pub signature: Option<String>,
-    pub failure_json: Option<String>,
-    pub started_at: i64,
-    pub agent_done_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub epoch: u32,
+    pub(crate) state: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) timed_out: Option<bool>,
+    pub(crate) head: Option<String>,
+    pub(crate) rate_limited: u32,
+    pub(crate) outcome: Option<String>,
+    #[allow(dead_code)]
+    pub(crate) failure_kind: Option<String>,
+    #[allow(dead_code)]
+    pub(crate) signature: Option<String>,
+    pub(crate) failure_json: Option<String>,
+    #[allow(dead_code)]
+    pub(crate) started_at: i64,
+    #[allow(dead_code)]
+    pub(crate) agent_done_at: Option<i64>,
+    #[allow(dead_code)]
+    pub(crate) finished_at: Option<i64>,
+    pub(crate) epoch: u32,
 }
 
 /// A merge of a task's accepted attempt.
 #[derive(Debug, Clone)]
-pub struct MergeRow {
-    pub id: i64,
-    pub attempt_id: i64,
-    pub into: String,
-    pub strategy: String,
-    pub old_tip: String,
-    pub new_commit: String,
+pub(crate) struct MergeRow {
+    pub(crate) id: i64,
+    pub(crate) attempt_id: i64,
+    pub(crate) into: String,
+    #[allow(dead_code)]
+    pub(crate) strategy: String,
+    pub(crate) old_tip: String,
+    pub(crate) new_commit: String,
     /// `intent`, `done`, `conflict`, `failed` or `aborted`.
-    pub state: String,
-    pub commit: Option<String>,
+    pub(crate) state: String,
+    pub(crate) commit: Option<String>,
     /// The file through which the landing takes the main checkout's index lock (none for
     /// intents recorded before migration 8).
-    pub index_lock: Option<String>,
+    pub(crate) index_lock: Option<String>,
 }
 
 /// A program as stored with a run: its IR as JSON and the sources it was compiled from.
 #[derive(Debug, Clone)]
-pub struct StoredProgram {
-    pub ir_json: String,
+pub(crate) struct StoredProgram {
+    pub(crate) ir_json: String,
     /// `(path, text)` in the compiler's file order (the IR's spans index into it).
-    pub sources: Vec<(String, String)>,
+    pub(crate) sources: Vec<(String, String)>,
 }
 
 /// A run taken over by a new process.
-pub struct ResumeStart<'a> {
-    pub run: &'a str,
-    pub pid: u32,
-    pub host: &'a str,
+pub(crate) struct ResumeStart<'a> {
+    pub(crate) run: &'a str,
+    pub(crate) pid: u32,
+    pub(crate) host: &'a str,
     /// `interrupted` or `paused`.
-    pub found: &'a str,
-    pub old_program_digest: &'a str,
+    pub(crate) found: &'a str,
+    pub(crate) old_program_digest: &'a str,
     /// The program the run goes on with (the old one unless drift was accepted).
-    pub new_program_digest: &'a str,
-    pub ir_json: &'a str,
-    pub sources: &'a [(String, String)],
+    pub(crate) new_program_digest: &'a str,
+    pub(crate) ir_json: &'a str,
+    pub(crate) sources: &'a [(String, String)],
     /// The accepted drift report, when there was drift.
-    pub drift_json: Option<&'a str>,
+    pub(crate) drift_json: Option<&'a str>,
 }
 
 impl Ledger {
@@ -106,16 +112,11 @@ impl Ledger {
         move |source| LedgerError::Read { what, source }
     }
 
-    /// The run `id`, if the ledger has it.
-    pub fn run_row(&self, id: &str) -> Result<Option<RunRow>, LedgerError> {
-        self.conn
-            .query_row(&format!("{RUN_SELECT} WHERE id = ?1"), [id], run_row)
-            .optional()
-            .map_err(Self::read_err(format!("run `{id}`")))
-    }
-
     /// The program stored under `digest`.
-    pub fn stored_program(&self, digest: &str) -> Result<Option<StoredProgram>, LedgerError> {
+    pub(crate) fn stored_program(
+        &self,
+        digest: &str,
+    ) -> Result<Option<StoredProgram>, LedgerError> {
         let read = || Self::read_err(format!("program `{digest}`"));
         let Some(ir_json) = self
             .conn
@@ -144,7 +145,7 @@ impl Ledger {
     }
 
     /// The tasks of a run that have rows (started, finished or skipped), with their fields.
-    pub fn task_rows(&self, run: &str) -> Result<Vec<TaskRow>, LedgerError> {
+    pub(crate) fn task_rows(&self, run: &str) -> Result<Vec<TaskRow>, LedgerError> {
         let read = || Self::read_err(format!("the tasks of run `{run}`"));
         let mut stmt = self
             .conn
@@ -201,7 +202,11 @@ impl Ledger {
     }
 
     /// A task's attempts, in the order they were made (abandoned ones included).
-    pub fn attempt_rows(&self, run: &str, task: &str) -> Result<Vec<AttemptRow>, LedgerError> {
+    pub(crate) fn attempt_rows(
+        &self,
+        run: &str,
+        task: &str,
+    ) -> Result<Vec<AttemptRow>, LedgerError> {
         let read = || Self::read_err(format!("the attempts of task `{task}` of run `{run}`"));
         let mut stmt = self
             .conn
@@ -243,7 +248,7 @@ impl Ledger {
     }
 
     /// The gate results (phase `gate`) of a task's attempts, in the order they were recorded.
-    pub fn task_gate_results(
+    pub(crate) fn task_gate_results(
         &self,
         run: &str,
         task: &str,
@@ -266,7 +271,7 @@ impl Ledger {
     }
 
     /// A task's merges, in the order they were begun.
-    pub fn merge_rows(&self, run: &str, task: &str) -> Result<Vec<MergeRow>, LedgerError> {
+    pub(crate) fn merge_rows(&self, run: &str, task: &str) -> Result<Vec<MergeRow>, LedgerError> {
         let read = || Self::read_err(format!("the merges of task `{task}` of run `{run}`"));
         let mut stmt = self
             .conn
@@ -297,7 +302,7 @@ impl Ledger {
     }
 
     /// The run whose landing recorded `lock` as its index lock's file, if any did.
-    pub fn run_of_index_lock(&self, lock: &str) -> Result<Option<String>, LedgerError> {
+    pub(crate) fn run_of_index_lock(&self, lock: &str) -> Result<Option<String>, LedgerError> {
         self.conn
             .query_row(
                 "SELECT run FROM merges WHERE index_lock = ?1 ORDER BY id LIMIT 1",
@@ -309,7 +314,11 @@ impl Ledger {
     }
 
     /// The time of the last event recorded for a run (or one of its tasks), in ms.
-    pub fn last_event_ms(&self, run: &str, task: Option<&str>) -> Result<Option<i64>, LedgerError> {
+    pub(crate) fn last_event_ms(
+        &self,
+        run: &str,
+        task: Option<&str>,
+    ) -> Result<Option<i64>, LedgerError> {
         self.conn
             .query_row(
                 "SELECT MAX(time_ms) FROM events WHERE run = ?1 AND (?2 IS NULL OR task = ?2)",
@@ -320,7 +329,7 @@ impl Ledger {
     }
 
     /// Tokens and micro-dollars spent by one epoch of a task: what its budgets count.
-    pub fn spent_in_epoch(
+    pub(crate) fn spent_in_epoch(
         &self,
         run: &str,
         task: &str,
@@ -350,7 +359,7 @@ impl Ledger {
 
     /// Hands a `running` (its process gone) or `paused` run to this process, recording the
     /// resumption and, when drift was accepted, the program it goes on with.
-    pub fn resume_run(&mut self, r: &ResumeStart<'_>) -> Result<(), LedgerError> {
+    pub(crate) fn resume_run(&mut self, r: &ResumeStart<'_>) -> Result<(), LedgerError> {
         let what = || format!("the resumption of run `{}`", r.run);
         self.write(&what, |tx, now| {
             let sql = |source| LedgerError::Write {
@@ -393,7 +402,7 @@ impl Ledger {
     /// Takes run `run`, recorded finished on mvk's own error (`error`) while some of its tasks
     /// had not ended, back to `running`, for `mvk resume` to continue like an interrupted run
     /// (see `run::driver::resume::stopped_on_error`, which decides it may).
-    pub fn reopen_stopped_run(&mut self, run: &str) -> Result<(), LedgerError> {
+    pub(crate) fn reopen_stopped_run(&mut self, run: &str) -> Result<(), LedgerError> {
         let what = || format!("the reopening of run `{run}`");
         self.write(&what, |tx, now| {
             transition(
@@ -413,7 +422,7 @@ impl Ledger {
 
     /// Marks an attempt caught in flight (`running`, its process gone) `abandoned`: a resume
     /// restarts it under the same number.
-    pub fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {
+    pub(crate) fn abandon_attempt(&mut self, attempt: i64) -> Result<(), LedgerError> {
         self.abandon(attempt, false)
     }
 
@@ -422,7 +431,8 @@ impl Ledger {
     /// recording, asked again, writes it whole under the same number. The costs it had recorded
     /// go with it, in the same transaction: the recording asked again records them again, and
     /// they would count twice.
-    pub fn abandon_half_recorded(&mut self, attempt: i64) -> Result<(), LedgerError> {
+    #[cfg(feature = "temporal")]
+    pub(crate) fn abandon_half_recorded(&mut self, attempt: i64) -> Result<(), LedgerError> {
         self.abandon(attempt, true)
     }
 
@@ -460,7 +470,11 @@ impl Ledger {
 
     /// Records the coordinator's answer to the landing of attempt `attempt` (JSON), before it is
     /// given; an answer already recorded stands (see migration 7).
-    pub fn record_landing_answer(&mut self, attempt: i64, answer: &str) -> Result<(), LedgerError> {
+    pub(crate) fn record_landing_answer(
+        &mut self,
+        attempt: i64,
+        answer: &str,
+    ) -> Result<(), LedgerError> {
         let what = || format!("the landing answer of attempt #{attempt}");
         self.write(&what, |tx, now| {
             tx.execute(
@@ -477,7 +491,8 @@ impl Ledger {
     }
 
     /// The recorded landing answers of task `task`'s attempts: `(attempt id, JSON)`, in order.
-    pub fn landing_answers(
+    #[cfg(feature = "temporal")]
+    pub(crate) fn landing_answers(
         &self,
         run: &str,
         task: &str,
@@ -502,7 +517,11 @@ impl Ledger {
     /// attempt`): its attempts in flight `abandoned`, its unfinished tasks and the run itself
     /// `finished` as `interrupted` with `exit_code`, all at once. False when the run was no longer
     /// `running` (another process closed it first).
-    pub fn close_interrupted(&mut self, run: &str, exit_code: i32) -> Result<bool, LedgerError> {
+    pub(crate) fn close_interrupted(
+        &mut self,
+        run: &str,
+        exit_code: i32,
+    ) -> Result<bool, LedgerError> {
         let what = || format!("the close of interrupted run `{run}`");
         self.write(&what, |tx, now| {
             let sql = |source| LedgerError::Write {
@@ -538,7 +557,7 @@ impl Ledger {
 
     /// Re-plans a task after accepted drift: it runs again under its new digest, in a new
     /// epoch (fresh budgets and ladder); its earlier attempts and merges stay as they were.
-    pub fn reset_task(&mut self, t: &TaskStart<'_>, epoch: u32) -> Result<(), LedgerError> {
+    pub(crate) fn reset_task(&mut self, t: &TaskStart<'_>, epoch: u32) -> Result<(), LedgerError> {
         let what = || format!("the re-planning of task `{}` of run `{}`", t.name, t.run);
         self.write(&what, |tx, now| {
             let sql = |source| LedgerError::Write {
@@ -575,7 +594,7 @@ impl Ledger {
 
 impl Ledger {
     /// The details (JSON) of a task's events called `event` for attempt `attempt`, in order.
-    pub fn event_details(
+    pub(crate) fn event_details(
         &self,
         run: &str,
         task: &str,
@@ -599,7 +618,7 @@ impl Ledger {
     }
 
     /// The detail (JSON) of the first `event` of a run, such as its `run.started`.
-    pub fn first_event_detail(
+    pub(crate) fn first_event_detail(
         &self,
         run: &str,
         event: &str,

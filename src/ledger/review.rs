@@ -11,32 +11,32 @@ use super::{Cost, Ledger, LedgerError, insert_cost, transition};
 
 /// A stop for a person, as the driver opens it.
 #[derive(Debug)]
-pub struct CheckpointStart<'a> {
-    pub run: &'a str,
-    pub task: &'a str,
-    pub attempt_id: i64,
+pub(crate) struct CheckpointStart<'a> {
+    pub(crate) run: &'a str,
+    pub(crate) task: &'a str,
+    pub(crate) attempt_id: i64,
     /// `review`, `step`, `batch` or `human`.
-    pub kind: &'a str,
+    pub(crate) kind: &'a str,
     /// Whether approving lands the attempt.
-    pub lands: bool,
-    pub question: &'a str,
+    pub(crate) lands: bool,
+    pub(crate) question: &'a str,
 }
 
 /// A stop for a person and what was decided there.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct CheckpointRow {
-    pub id: i64,
-    pub run: String,
-    pub task: String,
-    pub attempt_id: i64,
-    pub attempt: u32,
-    pub kind: String,
-    pub lands: bool,
-    pub question: String,
-    pub since: i64,
-    pub decision: Option<String>,
-    pub reason: Option<String>,
-    pub decided_at: Option<i64>,
+pub(crate) struct CheckpointRow {
+    pub(crate) id: i64,
+    pub(crate) run: String,
+    pub(crate) task: String,
+    pub(crate) attempt_id: i64,
+    pub(crate) attempt: u32,
+    pub(crate) kind: String,
+    pub(crate) lands: bool,
+    pub(crate) question: String,
+    pub(crate) since: i64,
+    pub(crate) decision: Option<String>,
+    pub(crate) reason: Option<String>,
+    pub(crate) decided_at: Option<i64>,
 }
 
 /// The checkpoints of `run`, in order.
@@ -79,35 +79,35 @@ pub(crate) fn checkpoint_rows(
 
 /// One reviewer's verdict on an attempt, as mvk made it out.
 #[derive(Debug)]
-pub struct ReviewRow<'a> {
-    pub attempt_id: i64,
-    pub agent: &'a str,
+pub(crate) struct ReviewRow<'a> {
+    pub(crate) attempt_id: i64,
+    pub(crate) agent: &'a str,
     /// `approve`, `reject` or `unknown`.
-    pub verdict: &'a str,
+    pub(crate) verdict: &'a str,
     /// A JSON array of blockers.
-    pub blockers_json: &'a str,
-    pub notes: &'a [String],
-    pub reason: &'a str,
-    pub exit_code: Option<i32>,
-    pub output: &'a str,
+    pub(crate) blockers_json: &'a str,
+    pub(crate) notes: &'a [String],
+    pub(crate) reason: &'a str,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) output: &'a str,
     /// What the reviewer spent, when its output said.
-    pub usage: Option<Cost>,
+    pub(crate) usage: Option<Cost>,
 }
 
 /// A follow-up a reviewer noted.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct FollowupRow {
-    pub run: String,
-    pub task: String,
-    pub attempt: u32,
-    pub verdict: String,
-    pub note: String,
-    pub recorded_at: i64,
+pub(crate) struct FollowupRow {
+    pub(crate) run: String,
+    pub(crate) task: String,
+    pub(crate) attempt: u32,
+    pub(crate) verdict: String,
+    pub(crate) note: String,
+    pub(crate) recorded_at: i64,
 }
 
 impl Ledger {
     /// Records a verdict with its notes and its cost, in one transaction; returns its id.
-    pub fn record_review(&mut self, r: &ReviewRow<'_>) -> Result<i64, LedgerError> {
+    pub(crate) fn record_review(&mut self, r: &ReviewRow<'_>) -> Result<i64, LedgerError> {
         let what = || format!("the review of attempt #{}", r.attempt_id);
         let sql = |source| LedgerError::Write {
             what: what(),
@@ -147,7 +147,12 @@ impl Ledger {
 
     /// How many attempts of one epoch of a task reviewers rejected (an attempt reviewed again
     /// after a crash counts once).
-    pub fn review_rejections(&self, run: &str, task: &str, epoch: u32) -> Result<u32, LedgerError> {
+    pub(crate) fn review_rejections(
+        &self,
+        run: &str,
+        task: &str,
+        epoch: u32,
+    ) -> Result<u32, LedgerError> {
         self.conn
             .query_row(
                 "SELECT COUNT(DISTINCT r.attempt_id) FROM reviews r JOIN attempts a ON a.id = r.attempt_id
@@ -163,7 +168,7 @@ impl Ledger {
 
     /// The first verdict recorded on an attempt, `(verdict, blockers_json, reason)`: a resume
     /// that judges the attempt again keeps it rather than asking again.
-    pub fn recorded_review(
+    pub(crate) fn recorded_review(
         &self,
         attempt_id: i64,
     ) -> Result<Option<(String, String, String)>, LedgerError> {
@@ -182,7 +187,7 @@ impl Ledger {
     }
 
     /// The blockers (a JSON array) of the last rejection in one epoch of a task.
-    pub fn last_blockers(
+    pub(crate) fn last_blockers(
         &self,
         run: &str,
         task: &str,
@@ -205,7 +210,7 @@ impl Ledger {
 
     /// Opens a checkpoint: a task of the run waits for a person. The run goes on with its other
     /// tasks; [`Ledger::pause_run`] pauses it when nothing else can run.
-    pub fn open_checkpoint(&mut self, c: &CheckpointStart<'_>) -> Result<i64, LedgerError> {
+    pub(crate) fn open_checkpoint(&mut self, c: &CheckpointStart<'_>) -> Result<i64, LedgerError> {
         let what = || {
             format!(
                 "the stop for a person in task `{}` of run `{}`",
@@ -236,7 +241,7 @@ impl Ledger {
     }
 
     /// Pauses a running run: it waits for a person's answer at its open checkpoints.
-    pub fn pause_run(&mut self, run: &str) -> Result<(), LedgerError> {
+    pub(crate) fn pause_run(&mut self, run: &str) -> Result<(), LedgerError> {
         let what = || format!("the pause of run `{run}`");
         self.write(&what, |tx, now| {
             transition(
@@ -254,7 +259,7 @@ impl Ledger {
     }
 
     /// Records a person's decision at an open checkpoint; a checkpoint is decided once.
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         checkpoint: i64,
         decision: &str,
@@ -278,7 +283,7 @@ impl Ledger {
 
     /// The checkpoints of `run` whose answer a resume has acted on (its `checkpoint.answered`
     /// event is written): a decided checkpoint not among them is an answer still to act on.
-    pub fn answered_checkpoints(&self, run: &str) -> Result<BTreeSet<i64>, LedgerError> {
+    pub(crate) fn answered_checkpoints(&self, run: &str) -> Result<BTreeSet<i64>, LedgerError> {
         let read = |source| LedgerError::Read {
             what: format!("the answered checkpoints of run `{run}`"),
             source,
@@ -299,7 +304,7 @@ impl Ledger {
     }
 
     /// The checkpoints of `run`, in order.
-    pub fn checkpoints(&self, run: &str) -> Result<Vec<CheckpointRow>, LedgerError> {
+    pub(crate) fn checkpoints(&self, run: &str) -> Result<Vec<CheckpointRow>, LedgerError> {
         checkpoint_rows(&self.conn, run)
     }
 }

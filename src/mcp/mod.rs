@@ -9,7 +9,7 @@
 //! (unknown arguments are refused by each schema), and the work is done by the same code as
 //! from the command line, so the seal, the evidence rule and the review bound hold exactly.
 
-pub mod spawn;
+pub(crate) mod spawn;
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -27,14 +27,14 @@ use crate::cli::printer::Printer;
 use crate::cli::{Cli, CliError, Command, Exit};
 use crate::run::attempt_result::AttemptResult;
 use crate::run::git::verify::Verification;
-pub use spawn::Started;
+pub(crate) use spawn::Started;
 
 /// What every tool's description ends with.
 const HOLDS: &str = "The contract cannot be weakened from here: no input turns off or loosens the seal, the evidence rule or the review bound; they hold exactly as from the command line.";
 
 /// The server: the repository `--repo` named, if any (else the working directory's).
 #[derive(Clone)]
-pub struct Server {
+pub(crate) struct Server {
     /// `--repo`, made absolute (the commands this server starts run in `dir`).
     repo: Option<PathBuf>,
     /// What the files named in tool calls are relative to: the top of the repository's
@@ -44,7 +44,7 @@ pub struct Server {
 }
 
 /// Serves MCP on standard input and output until the client closes them.
-pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
+pub(crate) async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
     let cwd = std::env::current_dir()?;
     let repo = repo.map(|r| cwd.join(r));
     let dir = crate::session::fence(repo.as_deref()).map_err(std::io::Error::other)?;
@@ -63,7 +63,7 @@ pub async fn serve(repo: Option<PathBuf>) -> Result<(), std::io::Error> {
 
 /// `mvk mcp`: serves MCP on standard input and output until the client closes them. Exit 0
 /// when the client went away, 70 when serving failed.
-pub fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, CliError> {
+pub(crate) fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, CliError> {
     crate::cli::running::runtime()?
         .block_on(serve(cli.repo.clone()))
         .map_err(|e| CliError::Internal {
@@ -75,38 +75,38 @@ pub fn command(cli: &Cli, _printer: &Printer, _args: &McpArgs) -> Result<Exit, C
 /// A loop or flow file.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PlanInput {
+pub(crate) struct PlanInput {
     /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
-    pub file: String,
+    pub(crate) file: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyInput {
+pub(crate) struct VerifyInput {
     /// The loop or flow file whose seal is the oracle (relative to the repository's top
     /// directory, or absolute; inside the repository).
-    pub file: String,
+    pub(crate) file: String,
     /// The revision the change starts from (a commit, branch or tag).
-    pub base: String,
+    pub(crate) base: String,
     /// The revision it ends at; when absent, the checkout with its uncommitted work.
-    pub head: Option<String>,
+    pub(crate) head: Option<String>,
     /// Check only this task's seal (default: every task's).
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AttemptInput {
+pub(crate) struct AttemptInput {
     /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
-    pub file: String,
+    pub(crate) file: String,
     /// The task to attempt (needed when the file has several).
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 }
 
 /// When a run stops for a person.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Never: attempts go on and passed work lands.
     Auto,
     /// Before each landing.
@@ -117,57 +117,57 @@ pub enum Mode {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ApplyInput {
+pub(crate) struct ApplyInput {
     /// The loop or flow file, inside the repository (relative to its top directory, or absolute).
-    pub file: String,
+    pub(crate) file: String,
     /// Run only this task of a flow.
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// When to stop for a person (default `auto`).
-    pub mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResumeInput {
+pub(crate) struct ResumeInput {
     /// The run (an id or a unique prefix; default: the latest run of `apply`).
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
     /// Go on although the definition changed: the changed tasks and those after them are
     /// planned again (fresh budgets and ladder); recorded in the ledger.
     #[serde(default)]
-    pub accept_drift: bool,
+    pub(crate) accept_drift: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusInput {
+pub(crate) struct StatusInput {
     /// The run (an id or a unique prefix; default: the latest run).
-    pub run: Option<String>,
+    pub(crate) run: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ApproveInput {
+pub(crate) struct ApproveInput {
     /// The paused run (an id or a unique prefix).
-    pub run: String,
+    pub(crate) run: String,
     /// The task whose checkpoint is answered (needed only when several wait).
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RejectInput {
+pub(crate) struct RejectInput {
     /// The paused run (an id or a unique prefix).
-    pub run: String,
+    pub(crate) run: String,
     /// The task whose checkpoint is answered (needed only when several wait).
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// What is wrong: it goes into the next attempt's prompt.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// A JSON document of a schema the book documents (`mvk plan --json`, `mvk status --json`).
 #[derive(Debug, Serialize)]
 #[serde(transparent)]
-pub struct Document(Value);
+pub(crate) struct Document(Value);
 
 impl JsonSchema for Document {
     fn schema_name() -> Cow<'static, str> {

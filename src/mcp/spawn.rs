@@ -21,23 +21,23 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// A command started in the background.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Started {
+pub(crate) struct Started {
     /// The run it started or continues: `status` follows it.
-    pub run: String,
+    pub(crate) run: String,
     /// The command line, as a person would type it.
-    pub command: String,
+    pub(crate) command: String,
     /// Its process id; it leads a session and a process group of its own.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Its standard output (the run id, then the summary) and error (progress, errors).
-    pub stdout: PathBuf,
-    pub stderr: PathBuf,
+    pub(crate) stdout: PathBuf,
+    pub(crate) stderr: PathBuf,
 }
 
 /// What a command that ran to its end printed.
-pub struct Finished {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Finished {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 fn exe() -> Result<&'static Path, ErrorData> {
@@ -50,7 +50,11 @@ fn exe() -> Result<&'static Path, ErrorData> {
 /// client that goes away mid-call, and kills the server's process group or session as it goes,
 /// leaves the command to finish and record its run. Once the server is gone its pipes are closed;
 /// the command drops what it can no longer print (it never panics on a closed pipe) and goes on.
-pub async fn wait(dir: &Path, global: &[String], args: &[String]) -> Result<Finished, ErrorData> {
+pub(crate) async fn wait(
+    dir: &Path,
+    global: &[String],
+    args: &[String],
+) -> Result<Finished, ErrorData> {
     let out = tokio::process::Command::new(exe()?)
         .arg(SESSION)
         .args(global)
@@ -72,7 +76,7 @@ pub async fn wait(dir: &Path, global: &[String], args: &[String]) -> Result<Fini
 /// Starts `mvk GLOBAL ARGS` detached in DIR, its output in `.mvk/mcp/` of `repo_root`, and
 /// returns when it has printed its run id (its first line); when it ends first, what it printed
 /// on standard error is the error.
-pub async fn detached(
+pub(crate) async fn detached(
     dir: &Path,
     repo_root: &Path,
     global: &[String],

@@ -16,15 +16,15 @@ use serde::Serialize;
 use crate::ledger::read::{AttemptRow, Liveness, RunRow, TaskRow};
 
 /// Attempts without a single passing gate that make a task a runaway.
-pub const RUNAWAY_ATTEMPTS: usize = 5;
+pub(crate) const RUNAWAY_ATTEMPTS: usize = 5;
 /// Failures, all different, that make a task a random walk.
-pub const RANDOM_WALK_ATTEMPTS: usize = 3;
+pub(crate) const RANDOM_WALK_ATTEMPTS: usize = 3;
 /// The same failure this many times in a row makes a task stuck.
-pub const STUCK_REPEATS: usize = 2;
+pub(crate) const STUCK_REPEATS: usize = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Pattern {
+pub(crate) enum Pattern {
     SilentDeath,
     Stuck,
     Runaway,
@@ -32,7 +32,7 @@ pub enum Pattern {
 }
 
 impl Pattern {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Pattern::SilentDeath => "silent death",
             Pattern::Stuck => "stuck",
@@ -44,15 +44,15 @@ impl Pattern {
 
 /// What went wrong with a run, in one line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Diagnosis {
-    pub pattern: Pattern,
+pub(crate) struct Diagnosis {
+    pub(crate) pattern: Pattern,
     /// The task that shows it (none for a silent death).
-    pub task: Option<String>,
-    pub reason: String,
+    pub(crate) task: Option<String>,
+    pub(crate) reason: String,
 }
 
 /// The pattern of `run`, from its own tasks, attempts and gate results.
-pub fn diagnose(
+pub(crate) fn diagnose(
     run: &RunRow,
     liveness: &Liveness,
     tasks: &[TaskRow],

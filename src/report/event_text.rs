@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::run::event::Event;
 
 /// The line for event `event` with `detail` (without who it is about).
-pub fn describe(event: &str, detail: &Value) -> Option<String> {
+pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
     let wait = |ms: u64| crate::plan::format_duration(Duration::from_millis(ms));
     let text = match Event::from_parts(event, detail.clone()).ok()? {
         Event::RunStarted { program, file, .. } => format!("{program} ({file})"),

@@ -37,7 +37,7 @@ struct Rows {
 }
 
 /// The page for `run`.
-pub fn html(
+pub(crate) fn html(
     reader: &Reader,
     mvk_dir: &std::path::Path,
     run: &RunRow,

@@ -2,11 +2,11 @@
 //! ([`status`]), figures over all runs ([`stats`]), the pattern of a run that went wrong
 //! ([`diagnosis`]), one line per event ([`event_text`]), and a run's HTML report ([`html`]).
 
-pub mod diagnosis;
-pub mod event_text;
-pub mod html;
-pub mod stats;
-pub mod status;
+pub(crate) mod diagnosis;
+pub(crate) mod event_text;
+pub(crate) mod html;
+pub(crate) mod stats;
+pub(crate) mod status;
 
 use std::collections::BTreeMap;
 
@@ -16,31 +16,25 @@ use crate::ledger::read::{AttemptRow, CostRow};
 
 /// What some attempts spent: how many, tokens (input and output) and micro-dollars.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Spent {
-    pub attempts: u64,
-    pub tokens: u64,
-    pub usd_micros: u64,
+pub(crate) struct Spent {
+    pub(crate) attempts: u64,
+    pub(crate) tokens: u64,
+    pub(crate) usd_micros: u64,
 }
 
 impl Spent {
     /// Counts attempt `a` and what it spent (from `costs`, by attempt id).
-    pub fn add_attempt(&mut self, a: &AttemptRow, costs: &BTreeMap<i64, Spent>) {
+    pub(crate) fn add_attempt(&mut self, a: &AttemptRow, costs: &BTreeMap<i64, Spent>) {
         self.attempts += 1;
         if let Some(c) = costs.get(&a.id) {
             self.tokens += c.tokens;
             self.usd_micros += c.usd_micros;
         }
     }
-
-    pub fn add(&mut self, other: Spent) {
-        self.attempts += other.attempts;
-        self.tokens += other.tokens;
-        self.usd_micros += other.usd_micros;
-    }
 }
 
 /// The cost rows summed per attempt id (`attempts` stays 0).
-pub fn spent_by_attempt(costs: &[CostRow]) -> BTreeMap<i64, Spent> {
+pub(crate) fn spent_by_attempt(costs: &[CostRow]) -> BTreeMap<i64, Spent> {
     let mut out: BTreeMap<i64, Spent> = BTreeMap::new();
     for c in costs {
         let s = out.entry(c.attempt_id).or_default();

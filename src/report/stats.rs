@@ -18,35 +18,35 @@ use crate::ledger::LedgerError;
 use crate::ledger::read::{AttemptRow, GateResultRow, Reader, TaskRow, liveness};
 
 /// The schema name of [`Stats`].
-pub const SCHEMA: &str = "mvk.stats.v1";
+pub(crate) const SCHEMA: &str = "mvk.stats.v1";
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Stats {
-    pub schema: &'static str,
+pub(crate) struct Stats {
+    pub(crate) schema: &'static str,
     #[serde(flatten)]
-    pub overall: Summary,
+    pub(crate) overall: Summary,
     /// What the accepted tasks themselves spent, in all and on average.
-    pub accepted_tasks: Option<AcceptedTasks>,
-    pub by_loop: Vec<LoopStats>,
-    pub by_agent: Vec<AttemptStats>,
-    pub by_rung: Vec<AttemptStats>,
+    pub(crate) accepted_tasks: Option<AcceptedTasks>,
+    pub(crate) by_loop: Vec<LoopStats>,
+    pub(crate) by_agent: Vec<AttemptStats>,
+    pub(crate) by_rung: Vec<AttemptStats>,
     /// The runs that ended badly (or died) and the pattern each shows.
-    pub diagnoses: Vec<RunDiagnosis>,
+    pub(crate) diagnoses: Vec<RunDiagnosis>,
 }
 
 /// Runs, their tasks' acceptance, and what they spent.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
-    pub runs: u64,
+pub(crate) struct Summary {
+    pub(crate) runs: u64,
     /// Finished tasks (skipped ones apart), and how many were accepted.
-    pub tasks: u64,
-    pub accepted: u64,
+    pub(crate) tasks: u64,
+    pub(crate) accepted: u64,
     /// `accepted / tasks`; `None` before any task finished.
-    pub acceptance_rate: Option<f64>,
+    pub(crate) acceptance_rate: Option<f64>,
     /// Everything spent: every attempt's cost, and the wall time of the finished tasks.
-    pub spent: Totals,
+    pub(crate) spent: Totals,
     /// `spent` divided by the accepted changes: what one accepted change costs.
-    pub per_accepted_change: Option<Means>,
+    pub(crate) per_accepted_change: Option<Means>,
 }
 
 impl Summary {
@@ -68,20 +68,20 @@ impl Summary {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Totals {
-    pub attempts: u64,
-    pub tokens: u64,
-    pub usd_micros: u64,
-    pub wall_ms: u64,
+pub(crate) struct Totals {
+    pub(crate) attempts: u64,
+    pub(crate) tokens: u64,
+    pub(crate) usd_micros: u64,
+    pub(crate) wall_ms: u64,
 }
 
 /// [`Totals`] divided by a count.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Means {
-    pub attempts: f64,
-    pub tokens: f64,
-    pub usd_micros: f64,
-    pub wall_ms: f64,
+pub(crate) struct Means {
+    pub(crate) attempts: f64,
+    pub(crate) tokens: f64,
+    pub(crate) usd_micros: f64,
+    pub(crate) wall_ms: f64,
 }
 
 impl Totals {
@@ -106,49 +106,49 @@ impl Totals {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AcceptedTasks {
-    pub total: Totals,
-    pub mean: Means,
+pub(crate) struct AcceptedTasks {
+    pub(crate) total: Totals,
+    pub(crate) mean: Means,
 }
 
 /// One loop's (or flow's) runs.
 #[derive(Debug, Clone, Serialize)]
-pub struct LoopStats {
-    pub program: String,
+pub(crate) struct LoopStats {
+    pub(crate) program: String,
     #[serde(flatten)]
-    pub summary: Summary,
+    pub(crate) summary: Summary,
 }
 
 /// Attempts of one agent or one rung, and what stopped those that failed.
 #[derive(Debug, Clone, Serialize)]
-pub struct AttemptStats {
+pub(crate) struct AttemptStats {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rung: Option<u32>,
-    pub attempts: u64,
-    pub passed: u64,
-    pub tokens: u64,
-    pub usd_micros: u64,
+    pub(crate) rung: Option<u32>,
+    pub(crate) attempts: u64,
+    pub(crate) passed: u64,
+    pub(crate) tokens: u64,
+    pub(crate) usd_micros: u64,
     /// By cause: `seal`, `gate NAME`, `review`, `agent`, `unknown`, `merge`.
-    pub stopped_by: BTreeMap<String, Share>,
+    pub(crate) stopped_by: BTreeMap<String, Share>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Share {
-    pub count: u64,
+pub(crate) struct Share {
+    pub(crate) count: u64,
     /// `count` over the group's attempts.
-    pub share: f64,
+    pub(crate) share: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct RunDiagnosis {
-    pub run: String,
-    pub program: String,
+pub(crate) struct RunDiagnosis {
+    pub(crate) run: String,
+    pub(crate) program: String,
     /// The ledger's outcome, or the liveness of a run that did not finish.
-    pub outcome: String,
+    pub(crate) outcome: String,
     #[serde(flatten)]
-    pub diagnosis: Diagnosis,
+    pub(crate) diagnosis: Diagnosis,
 }
 
 #[expect(clippy::cast_precision_loss, reason = "counts far below 2^52")]
@@ -169,7 +169,7 @@ fn wall_ms(t: &TaskRow) -> u64 {
 }
 
 /// The figures over every run in the ledger of `mvk_dir`.
-pub fn stats(reader: &Reader, mvk_dir: &Path) -> Result<Stats, LedgerError> {
+pub(crate) fn stats(reader: &Reader, mvk_dir: &Path) -> Result<Stats, LedgerError> {
     let runs = reader.runs()?;
     let tasks = reader.tasks(None)?;
     let attempts = reader.attempts(None)?;

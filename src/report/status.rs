@@ -15,74 +15,74 @@ use crate::ledger::read::{
 };
 
 /// The schema name of [`Status`].
-pub const SCHEMA: &str = "mvk.status.v1";
+pub(crate) const SCHEMA: &str = "mvk.status.v1";
 
 /// Where a run stands.
 #[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    pub schema: &'static str,
-    pub run: String,
-    pub file: String,
-    pub program: String,
-    pub kind: String,
+pub(crate) struct Status {
+    pub(crate) schema: &'static str,
+    pub(crate) run: String,
+    pub(crate) file: String,
+    pub(crate) program: String,
+    pub(crate) kind: String,
     /// The ledger's `running`, `paused` or `finished`.
-    pub state: String,
-    pub liveness: Liveness,
+    pub(crate) state: String,
+    pub(crate) liveness: Liveness,
     /// starting, agent, seal, gates, merging, waiting-human, finished, stopped (mvk's own error
     /// with tasks unended): from the last event.
-    pub phase: String,
-    pub outcome: Option<String>,
-    pub exit_code: Option<i32>,
-    pub started: String,
-    pub finished: Option<String>,
-    pub spent: Spent,
-    pub tasks: Vec<TaskStatus>,
+    pub(crate) phase: String,
+    pub(crate) outcome: Option<String>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) started: String,
+    pub(crate) finished: Option<String>,
+    pub(crate) spent: Spent,
+    pub(crate) tasks: Vec<TaskStatus>,
     /// What the run as a whole waits for (a dead process waits for `mvk resume`).
-    pub waiting_for: Option<Waiting>,
-    pub diagnosis: Option<Diagnosis>,
+    pub(crate) waiting_for: Option<Waiting>,
+    pub(crate) diagnosis: Option<Diagnosis>,
 }
 
 /// Where one task stands.
 #[derive(Debug, Clone, Serialize)]
-pub struct TaskStatus {
-    pub name: String,
+pub(crate) struct TaskStatus {
+    pub(crate) name: String,
     /// pending, running or finished.
-    pub state: String,
-    pub outcome: Option<String>,
+    pub(crate) state: String,
+    pub(crate) outcome: Option<String>,
     /// The latest attempt's number, rung and agent.
-    pub attempt: Option<u32>,
-    pub rung: Option<u32>,
-    pub agent: Option<String>,
-    pub spent: Spent,
-    pub limits: Limits,
-    pub last_failure: Option<LastFailure>,
-    pub merged: Option<String>,
-    pub waiting_for: Option<Waiting>,
+    pub(crate) attempt: Option<u32>,
+    pub(crate) rung: Option<u32>,
+    pub(crate) agent: Option<String>,
+    pub(crate) spent: Spent,
+    pub(crate) limits: Limits,
+    pub(crate) last_failure: Option<LastFailure>,
+    pub(crate) merged: Option<String>,
+    pub(crate) waiting_for: Option<Waiting>,
     /// The time of the task's last event.
-    pub since: Option<String>,
+    pub(crate) since: Option<String>,
 }
 
 /// A task's budget, from the run's stored program.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Limits {
-    pub iterations: Option<u64>,
-    pub tokens: Option<u64>,
-    pub usd_micros: Option<u64>,
-    pub wall_ms: Option<u64>,
+pub(crate) struct Limits {
+    pub(crate) iterations: Option<u64>,
+    pub(crate) tokens: Option<u64>,
+    pub(crate) usd_micros: Option<u64>,
+    pub(crate) wall_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct LastFailure {
-    pub attempt: u32,
-    pub kind: Option<String>,
-    pub gate: Option<String>,
-    pub criterion: Option<String>,
+pub(crate) struct LastFailure {
+    pub(crate) attempt: u32,
+    pub(crate) kind: Option<String>,
+    pub(crate) gate: Option<String>,
+    pub(crate) criterion: Option<String>,
 }
 
 /// What a task or run waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Waiting {
+pub(crate) enum Waiting {
     /// A person: read the handoff file.
     Human { handoff: PathBuf },
     /// Tasks that have not finished yet.
@@ -110,7 +110,7 @@ pub enum Waiting {
 }
 
 /// Builds the status of `run` from the ledger in `mvk_dir`.
-pub fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, LedgerError> {
+pub(crate) fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<Status, LedgerError> {
     let live = liveness(mvk_dir, run);
     let tasks = reader.tasks(Some(&run.id))?;
     let attempts = reader.attempts(Some(&run.id))?;

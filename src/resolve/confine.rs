@@ -23,13 +23,13 @@ pub struct Confine {
 static PROCESS: OnceLock<Confine> = OnceLock::new();
 
 /// Fences every later compilation of this process in `confine`.
-pub fn confine_process(confine: Confine) {
+pub(crate) fn confine_process(confine: Confine) {
     // Set once per process; a second call names the same checkout.
     let _ = PROCESS.set(confine);
 }
 
 /// The fence of this process, if it has one.
-pub fn current() -> Option<Confine> {
+pub(crate) fn current() -> Option<Confine> {
     PROCESS.get().cloned()
 }
 

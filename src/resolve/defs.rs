@@ -13,15 +13,15 @@ use crate::source::{Origin, Span};
 use crate::syntax::ast::{AgentUse, Binding, Command, EnvVar, GateDecl, Item, ParamDecl, Spanned};
 
 #[derive(Debug, Clone)]
-pub struct ParamSpec {
-    pub name: String,
-    pub default: Option<String>,
-    pub span: Span,
+pub(crate) struct ParamSpec {
+    pub(crate) name: String,
+    pub(crate) default: Option<String>,
+    pub(crate) span: Span,
 }
 
 /// A command whose strings may still hold `{{param}}` placeholders.
 #[derive(Debug, Clone)]
-pub enum CommandTemplate {
+pub(crate) enum CommandTemplate {
     Run(Vec<Spanned<String>>),
     Sh(Spanned<String>),
 }
@@ -36,31 +36,31 @@ impl CommandTemplate {
 }
 
 #[derive(Debug, Clone)]
-pub struct GateDef {
-    pub name: String,
-    pub params: Vec<ParamSpec>,
-    pub command: CommandTemplate,
-    pub env: Vec<EnvVar>,
-    pub evidence: EvidenceMode,
-    pub timeout: Duration,
-    pub doc: Option<String>,
+pub(crate) struct GateDef {
+    pub(crate) name: String,
+    pub(crate) params: Vec<ParamSpec>,
+    pub(crate) command: CommandTemplate,
+    pub(crate) env: Vec<EnvVar>,
+    pub(crate) evidence: EvidenceMode,
+    pub(crate) timeout: Duration,
+    pub(crate) doc: Option<String>,
 }
 
 #[derive(Debug, Clone)]
-pub struct AgentDef {
-    pub name: String,
-    pub params: Vec<ParamSpec>,
-    pub command: CommandTemplate,
-    pub env: Vec<EnvVar>,
-    pub adapter: Adapter,
-    pub timeout: Duration,
-    pub rate_limits: Vec<String>,
-    pub sandbox: Option<ir::Sandbox>,
+pub(crate) struct AgentDef {
+    pub(crate) name: String,
+    pub(crate) params: Vec<ParamSpec>,
+    pub(crate) command: CommandTemplate,
+    pub(crate) env: Vec<EnvVar>,
+    pub(crate) adapter: Adapter,
+    pub(crate) timeout: Duration,
+    pub(crate) rate_limits: Vec<String>,
+    pub(crate) sandbox: Option<ir::Sandbox>,
 }
 
 /// A `sandbox` node as the IR keeps it: defaults written in (network on, not required), the
 /// grants sorted and each once, so their order never changes a digest.
-pub fn lower_sandbox(decl: &crate::syntax::ast::SandboxDecl) -> ir::Sandbox {
+pub(crate) fn lower_sandbox(decl: &crate::syntax::ast::SandboxDecl) -> ir::Sandbox {
     let sorted = |list: &[Spanned<String>]| {
         let set: std::collections::BTreeSet<String> = list.iter().map(|s| s.node.clone()).collect();
         set.into_iter().collect()
@@ -85,7 +85,13 @@ fn param_specs(params: &[ParamDecl]) -> Vec<ParamSpec> {
 }
 
 /// Reports a failed placeholder substitution at the string it happened in.
-pub fn interp_error(world: &mut World, err: &InterpError, at: Span, owner: &str, known: &[String]) {
+pub(crate) fn interp_error(
+    world: &mut World,
+    err: &InterpError,
+    at: Span,
+    owner: &str,
+    known: &[String],
+) {
     let known_list: Vec<&str> = known.iter().map(String::as_str).collect();
     let d = match err {
         InterpError::Unclosed { .. } => Diagnostic::error("mvk::bad-placeholder", format!("unclosed `{{{{` in {owner}"))
@@ -160,7 +166,7 @@ impl World {
     }
 
     /// Resolves a gate definition (following `use=` chains), memoized; `None` after an error.
-    pub fn gate_def(&mut self, def: DefRef) -> Option<Rc<GateDef>> {
+    pub(crate) fn gate_def(&mut self, def: DefRef) -> Option<Rc<GateDef>> {
         if let Some(done) = self.gate_defs.get(&def) {
             return done.clone();
         }
@@ -275,7 +281,7 @@ impl World {
     }
 
     /// Resolves an agent definition, memoized; `None` after an error.
-    pub fn agent_def(&mut self, def: DefRef) -> Option<Rc<AgentDef>> {
+    pub(crate) fn agent_def(&mut self, def: DefRef) -> Option<Rc<AgentDef>> {
         if let Some(done) = self.agent_defs.get(&def) {
             return done.clone();
         }
@@ -467,7 +473,7 @@ impl World {
     }
 
     /// A loop's `gate` node as a runnable check.
-    pub fn instantiate_gate(
+    pub(crate) fn instantiate_gate(
         &mut self,
         module: usize,
         decl: &GateDecl,
@@ -557,7 +563,7 @@ impl World {
     }
 
     /// An agent use (`agent claude model=opus`) as a runnable agent.
-    pub fn instantiate_agent(
+    pub(crate) fn instantiate_agent(
         &mut self,
         module: usize,
         use_: &AgentUse,
@@ -604,7 +610,7 @@ impl World {
 
     /// The price of `model`: written in the entry file, else in another file loaded (in load
     /// order), else in the stdlib's table.
-    pub fn price_of(&self, model: &str) -> Option<ir::Price> {
+    pub(crate) fn price_of(&self, model: &str) -> Option<ir::Price> {
         let std = Origin::Std(crate::stdlib::PRICES.to_string());
         let mut order: Vec<usize> = (0..self.modules.len())
             .filter(|&m| self.file_of(m).origin != std)
@@ -631,7 +637,7 @@ impl World {
     /// Two prices for one model must agree, except that the entry file's (and the user's over
     /// the stdlib's) wins: a price written twice in one file, or differently in two imported
     /// files, is an error.
-    pub fn check_prices(&mut self) {
+    pub(crate) fn check_prices(&mut self) {
         let std = Origin::Std(crate::stdlib::PRICES.to_string());
         let mut seen: BTreeMap<String, (usize, Span, [u64; 3])> = BTreeMap::new();
         let mut found = Vec::new();

@@ -13,7 +13,7 @@ use git2::{AutotagOption, Direction, FetchOptions, ObjectType, Oid, Repository};
 
 /// What went wrong reading a git import; each becomes a diagnostic at the import.
 #[derive(Debug, thiserror::Error)]
-pub enum GitError {
+pub(crate) enum GitError {
     #[error("cannot fetch `{url}`: {message}")]
     Fetch { url: String, message: String },
     #[error("`{url}` has no branch, tag or commit `{rev}`")]
@@ -40,7 +40,7 @@ pub enum GitError {
 }
 
 /// The bare repositories of one compilation, one per URL.
-pub struct GitCache {
+pub(crate) struct GitCache {
     root: PathBuf,
     repos: HashMap<String, Repository>,
     fetched: HashSet<String>,
@@ -48,7 +48,7 @@ pub struct GitCache {
 
 impl GitCache {
     /// A cache under `root` (see [`default_root`]).
-    pub fn new(root: PathBuf) -> GitCache {
+    pub(crate) fn new(root: PathBuf) -> GitCache {
         GitCache {
             root,
             repos: HashMap::new(),
@@ -57,7 +57,7 @@ impl GitCache {
     }
 
     /// The bare repository that mirrors `url`: `<root>/git/<blake3 of url>`.
-    pub fn dir_for(&self, url: &str) -> PathBuf {
+    pub(crate) fn dir_for(&self, url: &str) -> PathBuf {
         self.root
             .join("git")
             .join(blake3::hash(url.as_bytes()).to_hex().as_str())
@@ -124,13 +124,13 @@ impl GitCache {
     }
 
     /// Whether `commit` is already in the cache of `url` (nothing is fetched).
-    pub fn has_commit(&mut self, url: &str, commit: Oid) -> bool {
+    pub(crate) fn has_commit(&mut self, url: &str, commit: Oid) -> bool {
         self.repo(url).is_ok_and(|r| r.find_commit(commit).is_ok())
     }
 
     /// The commit `rev` names at `url` now (`None`: the remote's HEAD), fetching first unless
     /// `rev` is a full commit id already in the cache.
-    pub fn resolve(&mut self, url: &str, rev: Option<&str>) -> Result<Oid, GitError> {
+    pub(crate) fn resolve(&mut self, url: &str, rev: Option<&str>) -> Result<Oid, GitError> {
         if let Some(oid) = rev.and_then(full_commit_id)
             && self.has_commit(url, oid)
         {
@@ -180,7 +180,7 @@ impl GitCache {
     }
 
     /// Makes sure `commit` is in the cache, fetching `url` only when it is not.
-    pub fn ensure(&mut self, url: &str, commit: Oid) -> Result<(), GitError> {
+    pub(crate) fn ensure(&mut self, url: &str, commit: Oid) -> Result<(), GitError> {
         if self.has_commit(url, commit) {
             return Ok(());
         }
@@ -198,7 +198,7 @@ impl GitCache {
     }
 
     /// The text of `path` in the tree of `commit` (which must be in the cache).
-    pub fn read(&mut self, url: &str, commit: Oid, path: &str) -> Result<String, GitError> {
+    pub(crate) fn read(&mut self, url: &str, commit: Oid, path: &str) -> Result<String, GitError> {
         let repo = self.repo(url)?;
         let missing = |files| GitError::MissingPath {
             url: url.to_string(),
@@ -231,7 +231,7 @@ impl GitCache {
 }
 
 /// The cache root when `$MVK_CACHE_DIR` is not set: `$XDG_CACHE_HOME/mvk`, else `~/.cache/mvk`.
-pub fn default_root() -> PathBuf {
+pub(crate) fn default_root() -> PathBuf {
     root_from(
         std::env::var_os(crate::env::MVK_CACHE_DIR),
         std::env::var_os(crate::env::XDG_CACHE_HOME),
@@ -259,7 +259,7 @@ fn root_from(mvk: Option<OsString>, xdg: Option<OsString>, home: Option<OsString
 }
 
 /// The first 12 hex digits of a commit, as messages show it.
-pub fn short(commit: Oid) -> String {
+pub(crate) fn short(commit: Oid) -> String {
     commit.to_string().chars().take(12).collect()
 }
 

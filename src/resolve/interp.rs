@@ -8,21 +8,21 @@ use std::borrow::Cow;
 
 /// One `{{ name }}` found in a string, with its byte range.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placeholder<'a> {
-    pub name: &'a str,
-    pub start: usize,
-    pub end: usize,
+pub(crate) struct Placeholder<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InterpError {
+pub(crate) enum InterpError {
     Unclosed { at: usize },
     BadName { name: String, at: usize },
     Unknown { name: String, at: usize },
 }
 
 /// Finds the placeholders of a string.
-pub fn placeholders(s: &str) -> Result<Vec<Placeholder<'_>>, InterpError> {
+pub(crate) fn placeholders(s: &str) -> Result<Vec<Placeholder<'_>>, InterpError> {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(rel) = s[i..].find("{{") {
@@ -49,7 +49,7 @@ pub fn placeholders(s: &str) -> Result<Vec<Placeholder<'_>>, InterpError> {
 }
 
 /// Replaces each placeholder `lookup` knows; keeps those in `keep`; any other is an error.
-pub fn interpolate<'a>(
+pub(crate) fn interpolate<'a>(
     s: &'a str,
     lookup: &dyn Fn(&str) -> Option<String>,
     keep: &[&str],
@@ -80,7 +80,7 @@ pub fn interpolate<'a>(
 
 /// The name of the only placeholder when a string is exactly one placeholder (`"{{target}}"`).
 /// Such an argument is dropped from an argv when it renders empty, so optional flags work.
-pub fn sole_placeholder(s: &str) -> Option<&str> {
+pub(crate) fn sole_placeholder(s: &str) -> Option<&str> {
     let found = placeholders(s).ok()?;
     match found.as_slice() {
         [p] if p.start == 0 && p.end == s.len() => Some(p.name),

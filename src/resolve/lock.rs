@@ -24,17 +24,17 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The lock file's name, in the directory of the loop files it locks.
-pub const FILE_NAME: &str = "mvk.lock";
+pub(crate) const FILE_NAME: &str = "mvk.lock";
 
 /// The format's version; a lock of another version is refused.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// The codes of diagnostics that say an import no longer matches the lock: when they are a
 /// compilation's only errors, the command exits with the drift code (5), not 65.
-pub const DRIFT_CODES: &[&str] = &["mvk::lock-drift", "mvk::not-locked"];
+pub(crate) const DRIFT_CODES: &[&str] = &["mvk::lock-drift", "mvk::not-locked"];
 
 /// Whether every error among `diags` is drift from the lock (and there is at least one).
-pub fn only_drift(diags: &crate::diag::Diagnostics) -> bool {
+pub(crate) fn only_drift(diags: &crate::diag::Diagnostics) -> bool {
     diags.has_errors()
         && diags
             .iter()
@@ -61,9 +61,9 @@ pub enum Mode {
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LockFile {
-    pub version: u32,
-    pub imports: BTreeMap<String, Entry>,
+pub(crate) struct LockFile {
+    pub(crate) version: u32,
+    pub(crate) imports: BTreeMap<String, Entry>,
 }
 
 /// One import: as written, and as locked.
@@ -100,7 +100,7 @@ pub struct Locked {
 
 /// Reading or writing the lock failed.
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     #[error("cannot read `{path}`: {source}")]
     Read {
         path: String,
@@ -158,7 +158,7 @@ fn short(commit: &str) -> String {
 }
 
 impl LockFile {
-    pub fn new(imports: BTreeMap<String, Entry>) -> LockFile {
+    pub(crate) fn new(imports: BTreeMap<String, Entry>) -> LockFile {
         LockFile {
             version: VERSION,
             imports,
@@ -166,7 +166,7 @@ impl LockFile {
     }
 
     /// The canonical text: sorted keys, two-space indent, a final newline.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         // Through `Value`, whose maps are sorted, so every level has sorted keys.
         let value = serde_json::to_value(self).unwrap_or_default();
         let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
@@ -174,7 +174,7 @@ impl LockFile {
         text
     }
 
-    pub fn parse(text: &str, path: &Path) -> Result<LockFile, LockError> {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<LockFile, LockError> {
         let malformed = |message: String| LockError::Malformed {
             path: crate::source::display_path(path),
             message,
@@ -191,14 +191,14 @@ impl LockFile {
 }
 
 /// Where the lock of the loop file `entry` lives: beside it.
-pub fn path_for(entry: &Path) -> PathBuf {
+pub(crate) fn path_for(entry: &Path) -> PathBuf {
     entry
         .parent()
         .map_or_else(|| PathBuf::from(FILE_NAME), |d| d.join(FILE_NAME))
 }
 
 /// The lock at `path`, or `None` when there is none.
-pub fn read(path: &Path) -> Result<Option<LockFile>, LockError> {
+pub(crate) fn read(path: &Path) -> Result<Option<LockFile>, LockError> {
     match std::fs::read_to_string(path) {
         Ok(text) => LockFile::parse(&text, path).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -210,7 +210,7 @@ pub fn read(path: &Path) -> Result<Option<LockFile>, LockError> {
 }
 
 /// Writes the lock atomically: a temporary file beside it, then a rename.
-pub fn write(path: &Path, lock: &LockFile) -> Result<(), LockError> {
+pub(crate) fn write(path: &Path, lock: &LockFile) -> Result<(), LockError> {
     let err = |source| LockError::Write {
         path: crate::source::display_path(path),
         source,
@@ -221,7 +221,7 @@ pub fn write(path: &Path, lock: &LockFile) -> Result<(), LockError> {
 }
 
 /// A path relative to `base`, both absolute and normalized (`../gates/team.kdl`), with `/`.
-pub fn relative(path: &Path, base: &Path) -> String {
+pub(crate) fn relative(path: &Path, base: &Path) -> String {
     let p: Vec<_> = path.components().collect();
     let b: Vec<_> = base.components().collect();
     let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();

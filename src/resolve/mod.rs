@@ -6,13 +6,13 @@
 //! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches;
 //! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`.
 
-pub mod confine;
-pub mod defs;
-pub mod git;
-pub mod interp;
-pub mod lock;
-pub mod repo;
-pub mod task;
+pub(crate) mod confine;
+pub(crate) mod defs;
+pub(crate) mod git;
+pub(crate) mod interp;
+pub(crate) mod lock;
+pub(crate) mod repo;
+pub(crate) mod task;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -85,7 +85,7 @@ pub fn compile(entry: &Path, options: &Options) -> Compiled {
 
 /// Every agent the stdlib defines (`std/agents.kdl`), with its parameters' defaults, as a loop
 /// that writes `agent NAME` would run it (for `mvk doctor` without a file).
-pub fn stdlib_agents() -> Vec<crate::ir::Agent> {
+pub(crate) fn stdlib_agents() -> Vec<crate::ir::Agent> {
     let mut world = World::new(Options::default());
     let Some(m) = world.load(Origin::Std("std/agents.kdl".into()), None, LoadAs::Import) else {
         return Vec::new();
@@ -119,7 +119,7 @@ pub fn stdlib_agents() -> Vec<crate::ir::Agent> {
 
 /// Why a file is being loaded, which decides what it may contain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadAs {
+pub(crate) enum LoadAs {
     /// The file named on the command line.
     Entry,
     /// A flow task's `loop=` file: definitions and one loop.
@@ -130,33 +130,33 @@ pub enum LoadAs {
 
 /// Where a definition lives: module index and item index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DefRef {
-    pub module: usize,
-    pub item: usize,
+pub(crate) struct DefRef {
+    pub(crate) module: usize,
+    pub(crate) item: usize,
 }
 
 /// The names visible in one file: its own definitions and those its imports bring.
 #[derive(Debug, Default)]
-pub struct Scope {
-    pub gates: BTreeMap<String, (DefRef, Span)>,
-    pub agents: BTreeMap<String, (DefRef, Span)>,
+pub(crate) struct Scope {
+    pub(crate) gates: BTreeMap<String, (DefRef, Span)>,
+    pub(crate) agents: BTreeMap<String, (DefRef, Span)>,
     /// An import failed (and was reported): an unknown name may be one it would have brought.
-    pub incomplete: bool,
+    pub(crate) incomplete: bool,
 }
 
 #[derive(Debug)]
-pub struct Module {
-    pub file: FileId,
-    pub ast: FileAst,
-    pub scope: Scope,
+pub(crate) struct Module {
+    pub(crate) file: FileId,
+    pub(crate) ast: FileAst,
+    pub(crate) scope: Scope,
 }
 
 /// Everything loaded so far, the diagnostics, and memoized definitions.
-pub struct World {
-    pub options: Options,
-    pub sources: Sources,
-    pub modules: Vec<Module>,
-    pub diags: Diagnostics,
+pub(crate) struct World {
+    pub(crate) options: Options,
+    pub(crate) sources: Sources,
+    pub(crate) modules: Vec<Module>,
+    pub(crate) diags: Diagnostics,
     by_origin: HashMap<Origin, usize>,
     loading: Vec<(Origin, String)>,
     pub(crate) gate_defs: HashMap<DefRef, Option<Rc<defs::GateDef>>>,
@@ -175,7 +175,7 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(mut options: Options) -> World {
+    pub(crate) fn new(mut options: Options) -> World {
         if options.confine.is_none() {
             options.confine = confine::current();
         }
@@ -222,7 +222,11 @@ impl World {
 
     /// `path` resolved when this compilation may read it (it is fenced in a repository, see
     /// [`confine`]), else the error saying why not; nothing of the file is read.
-    pub fn confined(&self, path: &Path, via: Option<Span>) -> Result<PathBuf, Box<Diagnostic>> {
+    pub(crate) fn confined(
+        &self,
+        path: &Path,
+        via: Option<Span>,
+    ) -> Result<PathBuf, Box<Diagnostic>> {
         let Some(fence) = &self.options.confine else {
             return Ok(path.to_path_buf());
         };
@@ -236,12 +240,12 @@ impl World {
         })
     }
 
-    pub fn file_of(&self, module: usize) -> &SourceFile {
+    pub(crate) fn file_of(&self, module: usize) -> &SourceFile {
         self.sources.get(self.modules[module].file)
     }
 
     /// Where a reference written in `module` points: `std/…` or a path relative to that file.
-    pub fn origin_for(&self, module: usize, path: &str) -> Origin {
+    pub(crate) fn origin_for(&self, module: usize, path: &str) -> Origin {
         if path.starts_with("std/") {
             return Origin::Std(path.to_string());
         }
@@ -257,7 +261,12 @@ impl World {
     }
 
     /// Loads a file and everything it imports; `via` is the reference that named it.
-    pub fn load(&mut self, origin: Origin, via: Option<Span>, load_as: LoadAs) -> Option<usize> {
+    pub(crate) fn load(
+        &mut self,
+        origin: Origin,
+        via: Option<Span>,
+        load_as: LoadAs,
+    ) -> Option<usize> {
         if let Some(&i) = self.by_origin.get(&origin) {
             return Some(i);
         }
@@ -584,7 +593,7 @@ impl World {
 
     /// Resolves every definition of every loaded file, so a library's mistakes surface even
     /// when no loop uses the broken definition.
-    pub fn check_all_definitions(&mut self) {
+    pub(crate) fn check_all_definitions(&mut self) {
         for m in 0..self.modules.len() {
             for k in 0..self.modules[m].ast.items.len() {
                 let def = DefRef { module: m, item: k };
@@ -602,7 +611,7 @@ impl World {
     }
 
     /// The repository's files, listed once per compilation.
-    pub fn repo_files(&mut self) -> Result<Rc<Vec<String>>, String> {
+    pub(crate) fn repo_files(&mut self) -> Result<Rc<Vec<String>>, String> {
         if self.repo_files.is_none() {
             let listed = match &self.options.repo_root {
                 Some(root) => repo::list_files(root).map(Rc::new),
@@ -718,7 +727,7 @@ fn io_reason(e: &std::io::Error) -> String {
 
 /// Makes a path absolute and removes `.` and `..` without touching the file system, so that
 /// one file reached by two spellings is loaded once.
-pub fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// The repository a loop file belongs to: the git work tree that contains it, else `fallback`.
-pub fn discover_root(entry: &Path, fallback: &Path) -> PathBuf {
+pub(crate) fn discover_root(entry: &Path, fallback: &Path) -> PathBuf {
     let dir = entry
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -16,7 +16,7 @@ pub fn discover_root(entry: &Path, fallback: &Path) -> PathBuf {
 
 /// Repository-relative paths with `/` separators, sorted: the tracked files of a git work tree,
 /// or every file below `root` (but `.git` and `.mvk`) when it is not one.
-pub fn list_files(root: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn list_files(root: &Path) -> Result<Vec<String>, String> {
     if let Ok(repo) = git2::Repository::open(root)
         && !repo.is_bare()
     {

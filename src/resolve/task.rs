@@ -85,7 +85,7 @@ impl Partial {
     }
 }
 
-pub fn build_program(world: &mut World, root: usize) -> Option<Program> {
+pub(crate) fn build_program(world: &mut World, root: usize) -> Option<Program> {
     let items = world.modules[root].ast.items.clone();
     let loops: Vec<&LoopDecl> = items
         .iter()

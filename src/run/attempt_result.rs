@@ -7,34 +7,34 @@ use serde::{Deserialize, Serialize};
 
 /// How one attempt ended.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct AttemptResult {
+pub(crate) struct AttemptResult {
     /// `mvk.attempt.v1`.
-    pub schema: String,
+    pub(crate) schema: String,
     /// The run the attempt is recorded as (`mvk status RUN`, `mvk log RUN`).
-    pub run: String,
-    pub task: String,
-    pub attempt: u32,
+    pub(crate) run: String,
+    pub(crate) task: String,
+    pub(crate) attempt: u32,
     /// `passed` (seal, gates with evidence and review), `failed`, or `unknown` (a gate gave no
     /// evidence that tests ran: never a pass).
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// How the run ended: `skipped` (passed, not landed), `rejected`, `unknown` or `budget`.
-    pub outcome: String,
-    pub exit_code: u8,
+    pub(crate) outcome: String,
+    pub(crate) exit_code: u8,
     /// The commit the attempt started from.
-    pub base: String,
+    pub(crate) base: String,
     /// The commit holding the attempt's change, on `branch`.
-    pub head: Option<String>,
-    pub branch: String,
+    pub(crate) head: Option<String>,
+    pub(crate) branch: String,
     /// The tests the gates' evidence counted, summed over the attempt's gates.
-    pub counts: Counts,
-    pub gates: Vec<GateResult>,
+    pub(crate) counts: Counts,
+    pub(crate) gates: Vec<GateResult>,
     /// What failed; `None` when the attempt passed.
-    pub failure: Option<FailureResult>,
+    pub(crate) failure: Option<FailureResult>,
     /// What the attempt's agent (and reviewer) spent, as their output said.
     #[serde(default)]
-    pub usage: UsageResult,
+    pub(crate) usage: UsageResult,
     /// The run's events in the ledger, in order.
-    pub events: Vec<EventRef>,
+    pub(crate) events: Vec<EventRef>,
 }
 
 /// Tokens and dollars an attempt spent.
@@ -92,28 +92,28 @@ pub struct GateResult {
 
 /// The attempt's failure, as the next attempt's prompt would be told it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct FailureResult {
+pub(crate) struct FailureResult {
     /// `agent`, `seal`, `gate`, `unknown` or `review`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The criterion the attempt missed.
-    pub criterion: String,
+    pub(crate) criterion: String,
     /// Two failures with the same signature are the same failure (the same-failure brake).
-    pub signature: String,
-    pub gate: Option<String>,
-    pub exit_code: Option<i32>,
+    pub(crate) signature: String,
+    pub(crate) gate: Option<String>,
+    pub(crate) exit_code: Option<i32>,
     /// The sealed paths the change touched (a `seal` failure).
-    pub breaches: Vec<crate::run::git::seal::Breach>,
+    pub(crate) breaches: Vec<crate::run::git::seal::Breach>,
     /// The reviewer's blockers (a `review` failure), one line each.
-    pub blockers: Vec<String>,
+    pub(crate) blockers: Vec<String>,
     /// The end of the failing step's output.
-    pub tail: String,
+    pub(crate) tail: String,
 }
 
 /// One event of the run.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct EventRef {
+pub(crate) struct EventRef {
     /// The event's id in the ledger's `events` table.
-    pub id: i64,
-    pub event: String,
-    pub attempt: Option<u32>,
+    pub(crate) id: i64,
+    pub(crate) event: String,
+    pub(crate) attempt: Option<u32>,
 }

@@ -42,42 +42,42 @@ mod landing;
 mod once;
 mod open;
 #[cfg(feature = "temporal")]
-pub mod remote;
-pub mod resume;
+pub(crate) mod remote;
+pub(crate) mod resume;
 mod task;
 
-pub use crate::run::error::{RunError, blocking};
-pub use once::{OnceReport, OnceSpec, attempt_once};
+pub(crate) use crate::run::error::{RunError, blocking};
+pub(crate) use once::{OnceReport, OnceSpec, attempt_once};
 use open::Opening;
-pub use open::{ResumeFrom, apply, host_name, new_run_id, resume};
+pub(crate) use open::{ResumeFrom, apply, host_name, new_run_id, resume};
 
-pub use crate::run::host::Budgets;
-pub use crate::run::outcome::{Outcome, RunReport, TaskReport};
-pub use crate::run::policy::RunMode;
+pub(crate) use crate::run::host::Budgets;
+pub(crate) use crate::run::outcome::{Outcome, RunReport, TaskReport};
+pub(crate) use crate::run::policy::RunMode;
 
 /// Where and how to run.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub repo_root: PathBuf,
+pub(crate) struct RunOptions {
+    pub(crate) repo_root: PathBuf,
     /// The loop file as the user named it (for reports).
-    pub file: String,
+    pub(crate) file: String,
     /// Run only this task of a flow.
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// The worktree pool's root; `None` for [`Pool::default_root`].
-    pub worktree_root: Option<PathBuf>,
-    pub mode: RunMode,
+    pub(crate) worktree_root: Option<PathBuf>,
+    pub(crate) mode: RunMode,
     /// The run's id: a new one from [`new_run_id`], or the one being resumed.
-    pub run_id: String,
+    pub(crate) run_id: String,
 }
 
 /// Sees every event as it is written (the CLI's progress display).
-pub trait Observer: Send + Sync {
+pub(crate) trait Observer: Send + Sync {
     fn event(&self, line: &Line);
 }
 
 /// What a resume found of a task.
 #[derive(Debug)]
-pub enum Restored {
+pub(crate) enum Restored {
     /// It finished before the interruption (and is not re-planned): its report, from the ledger.
     Finished(TaskReport),
     /// It waits at a checkpoint no one has answered yet: it stays there, the rest goes on.
@@ -88,40 +88,40 @@ pub enum Restored {
 
 /// Where an unfinished task stands, as the ledger says.
 #[derive(Debug, Default)]
-pub struct Resume {
+pub(crate) struct Resume {
     /// The task has a ledger row: it had started (or was re-planned).
-    pub begun: bool,
-    pub progress: Progress,
-    pub pending: Option<Pending>,
+    pub(crate) begun: bool,
+    pub(crate) progress: Progress,
+    pub(crate) pending: Option<Pending>,
     /// Wall time the task used before, which its wall budget still counts.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// `(attempt, branch, failure)` of its attempts so far, for a handoff.
-    pub history: Vec<(u32, String, Option<Failure>)>,
+    pub(crate) history: Vec<(u32, String, Option<Failure>)>,
 }
 
 /// A task's way through its ladder so far.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Attempts made (the last attempt's number).
-    pub number: u32,
+    pub(crate) number: u32,
     /// Attempts numbered before the task's current epoch: its budgets count from here.
-    pub first: u32,
+    pub(crate) first: u32,
     /// 0-based index of the current rung, and the attempts made on it.
-    pub rung_idx: usize,
-    pub rung_used: u32,
-    pub last: Option<Failure>,
+    pub(crate) rung_idx: usize,
+    pub(crate) rung_used: u32,
+    pub(crate) last: Option<Failure>,
     /// How many times in a row `last`'s signature has been seen.
-    pub same: u32,
-    pub spent_tokens: u64,
-    pub spent_usd: u64,
-    pub last_branch: Option<String>,
+    pub(crate) same: u32,
+    pub(crate) spent_tokens: u64,
+    pub(crate) spent_usd: u64,
+    pub(crate) last_branch: Option<String>,
     /// The task's epoch (see `Ledger::reset_task`).
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// An attempt a resume found half done.
 #[derive(Debug)]
-pub enum Pending {
+pub(crate) enum Pending {
     /// Its agent finished and its change was captured: judge it from the seal check on.
     Judge(ledger::AttemptRow),
     /// It passed and was not landed: land it — at once when a person approved it (`true`) or
@@ -130,13 +130,13 @@ pub enum Pending {
 }
 
 impl Pending {
-    pub fn row(&self) -> &ledger::AttemptRow {
+    pub(crate) fn row(&self) -> &ledger::AttemptRow {
         match self {
             Pending::Judge(r) | Pending::Land(r, _) => r,
         }
     }
 
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Pending::Judge(_) => "judge",
             Pending::Land(..) => "land",
@@ -161,7 +161,7 @@ fn oid(hex: &str) -> Result<Oid, RunError> {
 }
 
 /// The state of one run: what every stage writes through.
-pub struct Runner<'a> {
+pub(crate) struct Runner<'a> {
     program: &'a Program,
     opts: &'a RunOptions,
     run_id: String,
@@ -700,11 +700,11 @@ impl<'a> Runner<'a> {
 
 impl<'a> Runner<'a> {
     /// `.mvk/runs/<run>`.
-    pub fn run_dir(&self) -> &Path {
+    pub(crate) fn run_dir(&self) -> &Path {
         self.trail.run_dir()
     }
 
-    pub fn program(&self) -> &'a Program {
+    pub(crate) fn program(&self) -> &'a Program {
         self.program
     }
 

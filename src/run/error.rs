@@ -10,7 +10,7 @@ use crate::run::judge::gate;
 use crate::run::{trail, worktree};
 
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error("cannot {action} `{}`", path.display())]
     Io {
         action: &'static str,
@@ -53,9 +53,11 @@ pub enum RunError {
     /// A request from a Temporal workflow that no honest one sends (an answer to one of its
     /// activities came from someone else): refused, and the workflow fails on it.
     #[error("{message}")]
+    #[cfg_attr(not(feature = "temporal"), allow(dead_code))]
     Refused { message: String },
     /// The executor that runs attempts elsewhere (Temporal) failed: the server, a worker.
     #[error("{message}")]
+    #[cfg_attr(not(feature = "temporal"), allow(dead_code))]
     Executor { message: String },
     #[error("a worker thread doing `{action}` ended abnormally")]
     Worker {
@@ -68,7 +70,7 @@ pub enum RunError {
 /// Runs F, a git or filesystem step that takes a while (a checkout, a commit of a worktree, a
 /// merge), on tokio's blocking pool: a flow's tasks are futures of one task, so a step run in
 /// place would stall every other task's agent, gate and landing until it ended.
-pub async fn blocking<T, F>(action: &'static str, f: F) -> Result<T, RunError>
+pub(crate) async fn blocking<T, F>(action: &'static str, f: F) -> Result<T, RunError>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -81,7 +83,7 @@ where
 impl RunError {
     /// Whether the error is the disk (or a file-size limit) running out of room while mvk wrote
     /// its ledger, trail or repository: the run is then left as it stands, to be resumed.
-    pub fn is_out_of_space(&self) -> bool {
+    pub(crate) fn is_out_of_space(&self) -> bool {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self);
         while let Some(e) = next {
             if let Some(io) = e.downcast_ref::<std::io::Error>()

@@ -21,7 +21,7 @@ macro_rules! events {
         /// An event of a run, as written to the ledger and `events.jsonl`.
         #[derive(Debug, Clone, Serialize, Deserialize)]
         #[serde(tag = "event", content = "detail")]
-        pub enum Event {
+        pub(crate) enum Event {
             $(
                 $(#[doc = $doc])*
                 #[serde(rename = $name)]
@@ -31,10 +31,11 @@ macro_rules! events {
 
         impl Event {
             /// Every event's name, in the order declared.
-            pub const NAMES: &'static [&'static str] = &[$($name),*];
+            #[cfg(test)]
+            pub(crate) const NAMES: &'static [&'static str] = &[$($name),*];
 
             /// The event's name (`task.started`, …).
-            pub fn name(&self) -> &'static str {
+            pub(crate) fn name(&self) -> &'static str {
                 match self {
                     $( Event::$variant { .. } => $name, )*
                 }
@@ -357,7 +358,7 @@ events! {
 
 impl Event {
     /// The event's name and its detail object, as the ledger and the trail write them.
-    pub fn into_parts(self) -> Result<(&'static str, Value), serde_json::Error> {
+    pub(crate) fn into_parts(self) -> Result<(&'static str, Value), serde_json::Error> {
         let name = self.name();
         let mut whole = serde_json::to_value(self)?;
         let detail = whole
@@ -368,7 +369,7 @@ impl Event {
     }
 
     /// The event a name and a detail object make, as read back from the ledger or a trail.
-    pub fn from_parts(name: &str, detail: Value) -> Result<Event, serde_json::Error> {
+    pub(crate) fn from_parts(name: &str, detail: Value) -> Result<Event, serde_json::Error> {
         serde_json::from_value(serde_json::json!({"event": name, "detail": detail}))
     }
 }

@@ -12,10 +12,10 @@ use crate::ir::Program;
 use crate::run::driver::{self, Observer, RunError, RunOptions, RunReport};
 
 /// A run of a program, to its report.
-pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<RunReport, RunError>> + 'a>>;
+pub(crate) type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<RunReport, RunError>> + 'a>>;
 
 /// Where the attempts of `mvk apply` are made.
-pub trait Executor {
+pub(crate) trait Executor {
     /// Runs `program` as `mvk apply` does: every selected task to its end, each accepted
     /// change landed in order, the run recorded in the ledger.
     fn apply<'a>(
@@ -28,7 +28,7 @@ pub trait Executor {
 
 /// Attempts made here, in worktrees of this machine's pool, up to the flow's `parallel`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Local;
+pub(crate) struct Local;
 
 impl Executor for Local {
     fn apply<'a>(

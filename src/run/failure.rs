@@ -23,7 +23,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FailureKind::Agent => "agent",
             FailureKind::Seal => "seal",
@@ -55,7 +55,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn to_prompt(&self) -> prompt::Failure {
+    pub(crate) fn to_prompt(&self) -> prompt::Failure {
         prompt::Failure {
             attempt: self.attempt,
             kind: self.kind.name().to_string(),
@@ -73,7 +73,7 @@ impl Failure {
         }
     }
 
-    pub fn new(
+    pub(crate) fn new(
         attempt: u32,
         kind: FailureKind,
         criterion: String,

@@ -18,7 +18,7 @@ use crate::run::sandbox::Protected;
 use crate::run::worktree::Lease;
 
 /// The run an attempt is made in.
-pub trait Host: Sync {
+pub(crate) trait Host: Sync {
     fn run_id(&self) -> &str;
     fn repo_root(&self) -> &Path;
     /// Where the run's worktrees are kept.
@@ -100,17 +100,17 @@ pub trait Host: Sync {
 
 /// The limits that apply to an attempt: the task's budget and, in a flow, the flow's.
 #[derive(Debug, Clone)]
-pub struct Budgets {
-    pub wall: Option<Duration>,
-    pub context_tokens: u32,
+pub(crate) struct Budgets {
+    pub(crate) wall: Option<Duration>,
+    pub(crate) context_tokens: u32,
     /// When the flow's wall budget runs out, if it has one: attempts in flight stop there too.
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl Budgets {
     /// Time left before the wall budget runs out from `started` (or the flow's, if sooner);
     /// `None` when it has run out.
-    pub fn time_left(&self, started: Instant) -> Option<Duration> {
+    pub(crate) fn time_left(&self, started: Instant) -> Option<Duration> {
         let task = match self.wall {
             None => Some(Duration::MAX),
             Some(w) => w.checked_sub(started.elapsed()).filter(|d| !d.is_zero()),

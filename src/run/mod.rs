@@ -15,23 +15,23 @@
 
 pub mod attempt;
 pub mod attempt_result;
-pub mod driver;
-pub mod error;
-pub mod event;
-pub mod exec;
-pub mod executor;
-pub mod failure;
-pub mod git;
-pub mod host;
+pub(crate) mod driver;
+pub(crate) mod error;
+pub(crate) mod event;
+pub(crate) mod exec;
+pub(crate) mod executor;
+pub(crate) mod failure;
+pub(crate) mod git;
+pub(crate) mod host;
 pub mod judge;
-pub mod outcome;
-pub mod policy;
-pub mod sandbox;
-pub mod schedule;
+pub(crate) mod outcome;
+pub(crate) mod policy;
+pub(crate) mod sandbox;
+pub(crate) mod schedule;
 #[cfg(feature = "temporal")]
 pub mod temporal;
-pub mod trail;
-pub mod worktree;
+pub(crate) mod trail;
+pub(crate) mod worktree;
 
 #[cfg(test)]
 mod testing;
@@ -39,7 +39,7 @@ mod testing;
 /// Dies here, at once and without cleaning up, when [`crate::env::MVK_FAILPOINT`] names `point`:
 /// crash tests use it to stop mvk between a ledger write and the effect it records, where no
 /// outside signal can be timed. Costs one environment lookup otherwise.
-pub fn failpoint(point: &str) {
+pub(crate) fn failpoint(point: &str) {
     if std::env::var_os(crate::env::MVK_FAILPOINT).is_some_and(|v| v == point) {
         let _ =
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
@@ -49,13 +49,13 @@ pub fn failpoint(point: &str) {
 /// Whether [`crate::env::MVK_FAILPOINT`] names `point`, where crash tests make mvk fail with an
 /// error of its own (as a full disk or a broken git would) at a moment no outside cause can be
 /// timed for.
-pub fn failing(point: &str) -> bool {
+pub(crate) fn failing(point: &str) -> bool {
     std::env::var_os(crate::env::MVK_FAILPOINT).is_some_and(|v| v == point)
 }
 
 /// An error and every source under it, on one line (`a: b: c`): what the CLI prints for mvk's
 /// own failures, and what a Temporal activity reports for one of its steps.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

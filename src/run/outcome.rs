@@ -8,7 +8,7 @@ use serde::Serialize;
 /// How a task, or a whole run, ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Accepted,
     Rejected,
     Stuck,
@@ -22,7 +22,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The outcome a ledger row names (`error` and `drift` are run outcomes only).
-    pub fn from_name(name: &str) -> Option<Outcome> {
+    pub(crate) fn from_name(name: &str) -> Option<Outcome> {
         Some(match name {
             "accepted" => Outcome::Accepted,
             "rejected" => Outcome::Rejected,
@@ -35,7 +35,7 @@ impl Outcome {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Outcome::Accepted => "accepted",
             Outcome::Rejected => "rejected",
@@ -49,7 +49,7 @@ impl Outcome {
     }
 
     /// The contract's exit code for `apply`.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             Outcome::Accepted | Outcome::Skipped => 0,
             Outcome::Rejected => 1,
@@ -73,25 +73,25 @@ impl Outcome {
 
 /// What one task did.
 #[derive(Debug, Clone, Serialize)]
-pub struct TaskReport {
-    pub name: String,
-    pub outcome: Outcome,
-    pub attempts: u32,
-    pub merged: Option<String>,
-    pub branch: Option<String>,
-    pub usd: f64,
-    pub tokens: u64,
+pub(crate) struct TaskReport {
+    pub(crate) name: String,
+    pub(crate) outcome: Outcome,
+    pub(crate) attempts: u32,
+    pub(crate) merged: Option<String>,
+    pub(crate) branch: Option<String>,
+    pub(crate) usd: f64,
+    pub(crate) tokens: u64,
     /// One line: why it ended so.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunReport {
-    pub schema: &'static str,
-    pub run: String,
-    pub outcome: Outcome,
-    pub exit_code: u8,
-    pub tasks: Vec<TaskReport>,
-    pub handoff: Option<PathBuf>,
+pub(crate) struct RunReport {
+    pub(crate) schema: &'static str,
+    pub(crate) run: String,
+    pub(crate) outcome: Outcome,
+    pub(crate) exit_code: u8,
+    pub(crate) tasks: Vec<TaskReport>,
+    pub(crate) handoff: Option<PathBuf>,
 }

@@ -11,14 +11,14 @@ use serde::{Deserialize, Serialize};
 /// When a run stops for a person: never (`auto`), before each landing (`batch`), after each
 /// attempt (`step`). The ledger keeps its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunMode {
+pub(crate) enum RunMode {
     Auto,
     Batch,
     Step,
 }
 
 impl RunMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             RunMode::Auto => "auto",
             RunMode::Batch => "batch",
@@ -27,7 +27,7 @@ impl RunMode {
     }
 
     /// The mode a ledger row names; `None` for a name this mvk does not know.
-    pub fn parse(name: &str) -> Option<RunMode> {
+    pub(crate) fn parse(name: &str) -> Option<RunMode> {
         [RunMode::Auto, RunMode::Batch, RunMode::Step]
             .into_iter()
             .find(|m| m.name() == name)
@@ -37,7 +37,7 @@ impl RunMode {
 /// A rung as the policy sees it: an agent allowing `attempts` before the task climbs (`None`:
 /// as many as the budget allows), or a person.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RungKind {
+pub(crate) enum RungKind {
     Agent { attempts: Option<u32> },
     Human,
 }
@@ -56,6 +56,9 @@ impl From<&crate::ir::Rung> for RungKind {
 /// Token, dollar and wall-time limits (a task's, or a flow's shared by its tasks); `None`: none.
 /// The Temporal workflow carries them as they are (its wire format).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+// Public as `run::temporal::Limits`, part of the Temporal wire format; without that feature
+// nothing outside the crate reaches it.
+#[cfg_attr(not(feature = "temporal"), allow(unreachable_pub))]
 pub struct Limits {
     pub tokens: Option<u64>,
     pub usd_micros: Option<u64>,
@@ -64,7 +67,7 @@ pub struct Limits {
 
 impl Limits {
     /// A budget's token, dollar and wall limits.
-    pub fn of(
+    pub(crate) fn of(
         tokens: Option<u64>,
         usd_micros: Option<u64>,
         wall: Option<std::time::Duration>,
@@ -79,62 +82,62 @@ impl Limits {
 
 /// What has been spent against [`Limits`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub tokens: u64,
-    pub usd_micros: u64,
-    pub wall_ms: u64,
+pub(crate) struct Tally {
+    pub(crate) tokens: u64,
+    pub(crate) usd_micros: u64,
+    pub(crate) wall_ms: u64,
 }
 
 /// The rules a task runs under, from its definition and the run's mode.
 #[derive(Debug, Clone, Copy)]
-pub struct Rules<'a> {
-    pub ladder: &'a [RungKind],
+pub(crate) struct Rules<'a> {
+    pub(crate) ladder: &'a [RungKind],
     /// Attempts the task may make in an epoch.
-    pub iterations: u32,
+    pub(crate) iterations: u32,
     /// Equal failures in a row that stop the task (the brake).
-    pub same_failure: u32,
+    pub(crate) same_failure: u32,
     /// The review's rounds of rework; `None` without a reviewer, and for a Temporal workflow an
     /// older mvk started, which braked on every failure and must replay as it decided then.
-    pub review_rounds: Option<u32>,
-    pub task: Limits,
-    pub flow: Limits,
-    pub mode: RunMode,
+    pub(crate) review_rounds: Option<u32>,
+    pub(crate) task: Limits,
+    pub(crate) flow: Limits,
+    pub(crate) mode: RunMode,
 }
 
 /// Where a task stands before its next step.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Standing<'a> {
+pub(crate) struct Standing<'a> {
     /// Attempts made in the task's current epoch: what the iterations budget counts.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// The 0-based rung, and the attempts made on it.
-    pub rung: usize,
-    pub on_rung: u32,
+    pub(crate) rung: usize,
+    pub(crate) on_rung: u32,
     /// The last attempt's failure (or its landing's), and how many times in a row its
     /// signature has been seen.
-    pub last: Option<&'a Failure>,
-    pub same: u32,
+    pub(crate) last: Option<&'a Failure>,
+    pub(crate) same: u32,
     /// The reviewer's rejections in this epoch.
-    pub rejections: u32,
+    pub(crate) rejections: u32,
     /// `last` was made by an attempt this process just judged and no person has seen it: a
     /// step-mode run stops here.
-    pub fresh: bool,
-    pub task_spent: Tally,
-    pub flow_spent: Tally,
+    pub(crate) fresh: bool,
+    pub(crate) task_spent: Tally,
+    pub(crate) flow_spent: Tally,
 }
 
 /// The policy's answer: the rungs climbed on the way, where the task then stands, what next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// The 0-based rungs climbed to, in order (each a `rung.climbed`), before `next`.
-    pub climbed: Vec<usize>,
-    pub rung: usize,
-    pub on_rung: u32,
-    pub next: Next,
+    pub(crate) climbed: Vec<usize>,
+    pub(crate) rung: usize,
+    pub(crate) on_rung: u32,
+    pub(crate) next: Next,
 }
 
 /// The next step of a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Another attempt, by the agent of rung [`Decision::rung`].
     Attempt,
     /// The same failure [`Standing::same`] times in a row: the task ends, with `outcome`.
@@ -162,7 +165,7 @@ pub enum Next {
 
 /// A budget that can end a task, the task's own or its flow's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Budget {
+pub(crate) enum Budget {
     Iterations,
     Tokens,
     Usd,
@@ -174,7 +177,7 @@ pub enum Budget {
 
 impl Budget {
     /// The name events, reasons and the Temporal wire use.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Budget::Iterations => "iterations",
             Budget::Tokens => "tokens",
@@ -191,7 +194,7 @@ impl Budget {
 /// review's rounds goes to a person; the brake; a step-mode stop after a fresh failure; then
 /// the climb past rungs whose attempts are used, and on the rung reached: none left, a person,
 /// or an agent, whose attempt every budget must allow first.
-pub fn decide(rules: &Rules<'_>, s: &Standing<'_>) -> Decision {
+pub(crate) fn decide(rules: &Rules<'_>, s: &Standing<'_>) -> Decision {
     let stop = |next| Decision {
         climbed: Vec::new(),
         rung: s.rung,
@@ -257,7 +260,7 @@ pub fn decide(rules: &Rules<'_>, s: &Standing<'_>) -> Decision {
 
 /// What a passed attempt does next: land, or first ask a person (batch and step modes; not
 /// when a person already `approved` it).
-pub fn on_pass(mode: RunMode, approved: bool) -> Option<CheckpointKind> {
+pub(crate) fn on_pass(mode: RunMode, approved: bool) -> Option<CheckpointKind> {
     match mode {
         _ if approved => None,
         RunMode::Auto => None,
@@ -268,7 +271,7 @@ pub fn on_pass(mode: RunMode, approved: bool) -> Option<CheckpointKind> {
 
 /// Why a run stops for a person at a checkpoint. The ledger keeps its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckpointKind {
+pub(crate) enum CheckpointKind {
     /// The maker and the reviewer could not agree.
     Review,
     /// The ladder reached `human`.
@@ -282,7 +285,7 @@ pub enum CheckpointKind {
 }
 
 impl CheckpointKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CheckpointKind::Review => "review",
             CheckpointKind::Human => "human",
@@ -337,7 +340,7 @@ fn exhausted(rules: &Rules<'_>, s: &Standing<'_>) -> Option<(Budget, u64, u64)> 
 
 /// How a task stuck on a failure of `kind` ends: tampering on the last attempt is a rejection
 /// (the contract's 1), however often; unprovable evidence is unknown.
-pub fn stuck_outcome(kind: FailureKind) -> Outcome {
+pub(crate) fn stuck_outcome(kind: FailureKind) -> Outcome {
     match kind {
         FailureKind::Seal => Outcome::Rejected,
         FailureKind::Unknown => Outcome::Unknown,
@@ -347,7 +350,7 @@ pub fn stuck_outcome(kind: FailureKind) -> Outcome {
 
 /// How a task whose budget ran out right after the failure `last` ends: after tampering or
 /// unprovable evidence, say that.
-pub fn budget_outcome(last: Option<&Failure>) -> Outcome {
+pub(crate) fn budget_outcome(last: Option<&Failure>) -> Outcome {
     match last.map(|f| f.kind) {
         Some(FailureKind::Seal) => Outcome::Rejected,
         Some(FailureKind::Unknown) => Outcome::Unknown,

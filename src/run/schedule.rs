@@ -14,10 +14,10 @@ use crate::run::outcome::Outcome;
 
 /// What scheduling reads of a task.
 #[derive(Debug, Clone, Copy)]
-pub struct Entry<'a> {
-    pub name: &'a str,
-    pub after: &'a [String],
-    pub scope: &'a [String],
+pub(crate) struct Entry<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) after: &'a [String],
+    pub(crate) scope: &'a [String],
 }
 
 impl<'a> From<&'a Task> for Entry<'a> {
@@ -32,7 +32,7 @@ impl<'a> From<&'a Task> for Entry<'a> {
 
 /// What becomes of a task that has not started.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Start,
     /// A task it starts after did not succeed (and the flow does not `continue-on-failure`).
     Skip {
@@ -44,7 +44,7 @@ pub enum Decision {
 /// Why a task that has not started waits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "on", rename_all = "kebab-case")]
-pub enum Wait {
+pub(crate) enum Wait {
     /// Tasks it starts after have not finished.
     After { tasks: Vec<String> },
     /// Tasks it starts after wait for a person's answer.
@@ -61,7 +61,7 @@ pub enum Wait {
 
 impl Wait {
     /// What the task waits for, for a person: the end of "waits for …".
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let list = |t: &[String]| {
             t.iter()
                 .map(|n| format!("`{n}`"))
@@ -82,22 +82,22 @@ impl Wait {
 }
 
 /// What the scheduler knows of the run.
-pub struct Board<'a> {
+pub(crate) struct Board<'a> {
     /// How each finished task ended (a task waiting for a person counts as not finished).
-    pub done: &'a BTreeMap<String, Outcome>,
+    pub(crate) done: &'a BTreeMap<String, Outcome>,
     /// The names of the tasks this run runs: dependencies outside it (`--task`) do not hold a
     /// task back.
-    pub selected: &'a [&'a str],
-    pub running: &'a [Entry<'a>],
+    pub(crate) selected: &'a [&'a str],
+    pub(crate) running: &'a [Entry<'a>],
     /// Tasks stopped at a checkpoint: they hold their scope (the work a person may let land,
     /// or finish by hand, was made on files no other task may touch meanwhile) but no slot.
-    pub holding: &'a [Entry<'a>],
-    pub parallel: usize,
-    pub continue_on_failure: bool,
+    pub(crate) holding: &'a [Entry<'a>],
+    pub(crate) parallel: usize,
+    pub(crate) continue_on_failure: bool,
 }
 
 /// Whether `task` starts now.
-pub fn decide(task: Entry<'_>, board: &Board<'_>) -> Decision {
+pub(crate) fn decide(task: Entry<'_>, board: &Board<'_>) -> Decision {
     let deps: Vec<&String> = task
         .after
         .iter()
@@ -153,7 +153,7 @@ pub fn decide(task: Entry<'_>, board: &Board<'_>) -> Decision {
 
 /// The first pair of globs, one of `a` and one of `b`, that may match a common path; an empty
 /// scope is the whole repository.
-pub fn scopes_overlap(a: &[String], b: &[String]) -> Option<(String, String)> {
+pub(crate) fn scopes_overlap(a: &[String], b: &[String]) -> Option<(String, String)> {
     let whole = || "**".to_string();
     match (a.is_empty(), b.is_empty()) {
         (true, true) => return Some((whole(), whole())),
@@ -171,7 +171,7 @@ pub fn scopes_overlap(a: &[String], b: &[String]) -> Option<(String, String)> {
 /// Whether some path may match both globs (`*`, `?` and classes stay within one path
 /// component; `**` spans any number). Errs towards "yes": a false "yes" only costs parallelism,
 /// a false "no" would let two agents edit one file at once.
-pub fn globs_overlap(a: &str, b: &str) -> bool {
+pub(crate) fn globs_overlap(a: &str, b: &str) -> bool {
     let split = |g: &str| -> Vec<String> {
         g.trim_start_matches("./")
             .split('/')

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Runs the real git CLI with no user or system configuration and a fixed identity.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::clock::{HEARTBEAT_EVERY, now};
 
 #[derive(Debug, thiserror::Error)]
-pub enum TrailError {
+pub(crate) enum TrailError {
     #[error("cannot {action} `{}`", path.display())]
     Io {
         action: &'static str,
@@ -46,21 +46,18 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TrailE
 /// One line of `events.jsonl`: an [`Event`](crate::run::event::Event)'s name and detail, with
 /// when, in which run, task and attempt.
 #[derive(Debug, Clone, Serialize)]
-pub struct Line {
-    pub time: String,
-    /// Milliseconds since the Unix epoch, the same instant as `time` (for the ledger).
-    #[serde(skip)]
-    pub time_ms: i64,
-    pub run: String,
-    pub task: Option<String>,
-    pub attempt: Option<u32>,
-    pub event: String,
-    pub detail: Value,
+pub(crate) struct Line {
+    pub(crate) time: String,
+    pub(crate) run: String,
+    pub(crate) task: Option<String>,
+    pub(crate) attempt: Option<u32>,
+    pub(crate) event: String,
+    pub(crate) detail: Value,
 }
 
 /// The writer of one run's trail.
 #[derive(Debug)]
-pub struct Trail {
+pub(crate) struct Trail {
     mvk_dir: PathBuf,
     run_dir: PathBuf,
     run: String,
@@ -70,7 +67,7 @@ pub struct Trail {
 
 impl Trail {
     /// Creates `.mvk/runs/<run>/` under `mvk_dir` and opens its event log for appending.
-    pub fn create(mvk_dir: &Path, run: &str) -> Result<Trail, TrailError> {
+    pub(crate) fn create(mvk_dir: &Path, run: &str) -> Result<Trail, TrailError> {
         let run_dir = mvk_dir.join("runs").join(run);
         fs::create_dir_all(&run_dir).map_err(io_err("create run directory", &run_dir))?;
         let events_path = run_dir.join("events.jsonl");
@@ -88,26 +85,26 @@ impl Trail {
         })
     }
 
-    pub fn run_dir(&self) -> &Path {
+    pub(crate) fn run_dir(&self) -> &Path {
         &self.run_dir
     }
 
-    pub fn events_path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn events_path(&self) -> &Path {
         &self.events_path
     }
 
     /// Appends one event and returns it as written.
-    pub fn event(
+    pub(crate) fn event(
         &self,
         task: Option<&str>,
         attempt: Option<u32>,
         event: &str,
         detail: Value,
     ) -> Result<Line, TrailError> {
-        let (time, time_ms) = now();
+        let (time, _) = now();
         let record = Line {
             time,
-            time_ms,
             run: self.run.clone(),
             task: task.map(str::to_string),
             attempt,
@@ -131,7 +128,7 @@ impl Trail {
     }
 
     /// Rewrites `.mvk/loop_state.json` and `.mvk/STATUS.md` from `state`.
-    pub fn write_state(&self, state: &LoopState) -> Result<(), TrailError> {
+    pub(crate) fn write_state(&self, state: &LoopState) -> Result<(), TrailError> {
         let json = serde_json::to_vec_pretty(state).map_err(|source| TrailError::Json {
             what: "the loop state",
             source,
@@ -151,7 +148,7 @@ impl Trail {
     /// `TASK_DIR/HANDOFF.md`, then `HANDOFF.md` in the run's directory as every task's handoff
     /// in turn (by directory name): in a flow, several tasks may stop for a person, and none of
     /// theirs may hide another's. Returns the run's file.
-    pub fn write_handoff(&self, task_dir: &str, text: &str) -> Result<PathBuf, TrailError> {
+    pub(crate) fn write_handoff(&self, task_dir: &str, text: &str) -> Result<PathBuf, TrailError> {
         let own = self.run_dir.join(task_dir).join("HANDOFF.md");
         if let Some(dir) = own.parent() {
             std::fs::create_dir_all(dir).map_err(|source| TrailError::Io {
@@ -191,7 +188,7 @@ impl Trail {
 
     /// Starts touching `heartbeat` every [`HEARTBEAT_EVERY`] until the returned guard is dropped.
     /// The file holds the pid and the time, so a reader can tell a live run from a dead one.
-    pub fn heartbeat(&self) -> Heartbeat {
+    pub(crate) fn heartbeat(&self) -> Heartbeat {
         let path = self.run_dir.join("heartbeat");
         let stop = Arc::new(tokio::sync::Notify::new());
         let notified = Arc::clone(&stop);
@@ -213,7 +210,7 @@ impl Trail {
 
 /// Stops the heartbeat when dropped.
 #[derive(Debug)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     stop: Arc<tokio::sync::Notify>,
     handle: tokio::task::JoinHandle<()>,
 }
@@ -226,7 +223,7 @@ impl Drop for Heartbeat {
 }
 
 /// Writes `bytes` to a sibling temporary file, syncs it, and renames it over `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrailError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrailError> {
     write_replacing(path, bytes, true)
 }
 
@@ -250,70 +247,70 @@ fn write_replacing(path: &Path, bytes: &[u8], sync: bool) -> Result<(), TrailErr
 
 /// What `loop_state.json` holds: where the run stands, for programs.
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct LoopState {
-    pub schema: &'static str,
-    pub run: String,
-    pub file: String,
-    pub program: String,
+pub(crate) struct LoopState {
+    pub(crate) schema: &'static str,
+    pub(crate) run: String,
+    pub(crate) file: String,
+    pub(crate) program: String,
     /// starting, agent, seal, gates, merging, waiting-human, finished, stopped.
-    pub phase: String,
-    pub started: String,
-    pub updated: String,
+    pub(crate) phase: String,
+    pub(crate) started: String,
+    pub(crate) updated: String,
     /// The task being worked on, if any.
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// The attempt being made, 1-based over the whole ladder.
-    pub iteration: u32,
-    pub last_green_commit: Option<String>,
-    pub open_failures: Vec<OpenFailure>,
-    pub budget_spent: Spent,
-    pub tasks: Vec<TaskState>,
+    pub(crate) iteration: u32,
+    pub(crate) last_green_commit: Option<String>,
+    pub(crate) open_failures: Vec<OpenFailure>,
+    pub(crate) budget_spent: Spent,
+    pub(crate) tasks: Vec<TaskState>,
     /// The run's outcome once it has one.
-    pub outcome: Option<String>,
-    pub exit_code: Option<u8>,
+    pub(crate) outcome: Option<String>,
+    pub(crate) exit_code: Option<u8>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct OpenFailure {
-    pub task: String,
-    pub attempt: u32,
-    pub kind: String,
-    pub criterion: String,
+pub(crate) struct OpenFailure {
+    pub(crate) task: String,
+    pub(crate) attempt: u32,
+    pub(crate) kind: String,
+    pub(crate) criterion: String,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
-pub struct Spent {
-    pub attempts: u32,
-    pub tokens: u64,
-    pub usd_micros: u64,
-    pub wall_ms: u64,
+pub(crate) struct Spent {
+    pub(crate) attempts: u32,
+    pub(crate) tokens: u64,
+    pub(crate) usd_micros: u64,
+    pub(crate) wall_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct TaskState {
-    pub name: String,
+pub(crate) struct TaskState {
+    pub(crate) name: String,
     /// pending, running, accepted, rejected, stuck, unknown, budget, human, skipped.
-    pub state: String,
-    pub attempt: u32,
-    pub rung: u32,
-    pub agent: Option<String>,
-    pub branch: Option<String>,
-    pub merged: Option<String>,
-    pub spent: Spent,
-    pub limits: Limits,
+    pub(crate) state: String,
+    pub(crate) attempt: u32,
+    pub(crate) rung: u32,
+    pub(crate) agent: Option<String>,
+    pub(crate) branch: Option<String>,
+    pub(crate) merged: Option<String>,
+    pub(crate) spent: Spent,
+    pub(crate) limits: Limits,
     /// The last failure or the reason for the state, in one line.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Default)]
-pub struct Limits {
-    pub iterations: u32,
-    pub tokens: Option<u64>,
-    pub usd_micros: Option<u64>,
-    pub wall_ms: Option<u64>,
+pub(crate) struct Limits {
+    pub(crate) iterations: u32,
+    pub(crate) tokens: Option<u64>,
+    pub(crate) usd_micros: Option<u64>,
+    pub(crate) wall_ms: Option<u64>,
 }
 
 impl LoopState {
-    pub const SCHEMA: &'static str = "mvk.loop_state.v1";
+    pub(crate) const SCHEMA: &'static str = "mvk.loop_state.v1";
 }
 
 fn render_status(s: &LoopState) -> String {

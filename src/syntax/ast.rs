@@ -6,20 +6,20 @@ use crate::source::Span;
 
 /// A value with the place it was written.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spanned<T> {
-    pub node: T,
-    pub span: Span,
+pub(crate) struct Spanned<T> {
+    pub(crate) node: T,
+    pub(crate) span: Span,
 }
 
 impl<T> Spanned<T> {
-    pub fn new(node: T, span: Span) -> Spanned<T> {
+    pub(crate) fn new(node: T, span: Span) -> Spanned<T> {
         Spanned { node, span }
     }
 }
 
 /// A parameter value as written in KDL.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     Str(String),
     Int(i64),
     Float(f64),
@@ -28,7 +28,7 @@ pub enum Scalar {
 
 impl Scalar {
     /// The text a parameter contributes when it is interpolated into a string.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         match self {
             Scalar::Str(s) => s.clone(),
             Scalar::Int(i) => i.to_string(),
@@ -40,8 +40,8 @@ impl Scalar {
 
 /// One file, its top-level items in source order.
 #[derive(Debug, Clone, Default)]
-pub struct FileAst {
-    pub items: Vec<Item>,
+pub(crate) struct FileAst {
+    pub(crate) items: Vec<Item>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,7 +49,7 @@ pub struct FileAst {
     clippy::large_enum_variant,
     reason = "items are few per file; boxing would only add noise"
 )]
-pub enum Item {
+pub(crate) enum Item {
     Import(Import),
     Gate(GateDecl),
     Agent(AgentDecl),
@@ -61,133 +61,138 @@ pub enum Item {
 /// `price "MODEL" input=USD output=USD [cached=USD]`: what a model's tokens cost, in US dollars
 /// per million tokens (kept as micro-dollars per million).
 #[derive(Debug, Clone)]
-pub struct PriceDecl {
-    pub model: Spanned<String>,
-    pub input: Spanned<u64>,
-    pub output: Spanned<u64>,
+pub(crate) struct PriceDecl {
+    pub(crate) model: Spanned<String>,
+    pub(crate) input: Spanned<u64>,
+    pub(crate) output: Spanned<u64>,
     /// Cached input tokens; `None`: priced as input.
-    pub cached: Option<Spanned<u64>>,
-    pub span: Span,
+    pub(crate) cached: Option<Spanned<u64>>,
+    #[allow(dead_code)]
+    pub(crate) span: Span,
 }
 
 /// `import "path" [git="URL" [rev="REV"]] [as=ns]`
 #[derive(Debug, Clone)]
-pub struct Import {
+pub(crate) struct Import {
     /// A file: `std/…`, relative to the importing file, or (with `git`) inside that repository.
-    pub path: Spanned<String>,
-    pub alias: Option<Spanned<String>>,
-    pub git: Option<GitSource>,
-    pub span: Span,
+    pub(crate) path: Spanned<String>,
+    pub(crate) alias: Option<Spanned<String>>,
+    pub(crate) git: Option<GitSource>,
+    pub(crate) span: Span,
 }
 
 /// Where a git import comes from: the repository's URL and the rev written (`None`: its HEAD).
 #[derive(Debug, Clone)]
-pub struct GitSource {
-    pub url: Spanned<String>,
-    pub rev: Option<Spanned<String>>,
+pub(crate) struct GitSource {
+    pub(crate) url: Spanned<String>,
+    pub(crate) rev: Option<Spanned<String>>,
 }
 
 /// A command: `run "prog" "arg"…` (an argv) or `sh "script"` (run by `sh -c`).
 #[derive(Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     Run(Vec<Spanned<String>>),
     Sh(Spanned<String>),
 }
 
 /// `param NAME default=VALUE doc="…"`
 #[derive(Debug, Clone)]
-pub struct ParamDecl {
-    pub name: Spanned<String>,
-    pub default: Option<Spanned<Scalar>>,
-    pub doc: Option<String>,
-    pub span: Span,
+pub(crate) struct ParamDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) default: Option<Spanned<Scalar>>,
+    #[allow(dead_code)]
+    pub(crate) doc: Option<String>,
+    pub(crate) span: Span,
 }
 
 /// A parameter given a value as a property: `target="--lib"`.
 #[derive(Debug, Clone)]
-pub struct Binding {
-    pub key: Spanned<String>,
-    pub value: Spanned<Scalar>,
+pub(crate) struct Binding {
+    pub(crate) key: Spanned<String>,
+    pub(crate) value: Spanned<Scalar>,
 }
 
 /// An environment variable: `env KEY="value"`.
 #[derive(Debug, Clone)]
-pub struct EnvVar {
-    pub key: Spanned<String>,
-    pub value: Spanned<String>,
+pub(crate) struct EnvVar {
+    pub(crate) key: Spanned<String>,
+    pub(crate) value: Spanned<String>,
 }
 
 /// A gate, either a definition (top level) or a loop's check; `uses` names another definition.
 #[derive(Debug, Clone)]
-pub struct GateDecl {
-    pub name: Spanned<String>,
-    pub uses: Option<Spanned<String>>,
-    pub evidence: Option<Spanned<String>>,
-    pub timeout: Option<Spanned<Duration>>,
-    pub bindings: Vec<Binding>,
-    pub command: Option<Spanned<Command>>,
-    pub env: Vec<EnvVar>,
-    pub params: Vec<ParamDecl>,
-    pub doc: Option<String>,
-    pub span: Span,
+pub(crate) struct GateDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) uses: Option<Spanned<String>>,
+    pub(crate) evidence: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<Duration>>,
+    pub(crate) bindings: Vec<Binding>,
+    pub(crate) command: Option<Spanned<Command>>,
+    pub(crate) env: Vec<EnvVar>,
+    pub(crate) params: Vec<ParamDecl>,
+    pub(crate) doc: Option<String>,
+    #[allow(dead_code)]
+    pub(crate) span: Span,
 }
 
 /// A top-level agent definition: how to run a coding agent.
 #[derive(Debug, Clone)]
-pub struct AgentDecl {
-    pub name: Spanned<String>,
-    pub adapter: Option<Spanned<String>>,
-    pub timeout: Option<Spanned<Duration>>,
-    pub command: Option<Spanned<Command>>,
-    pub env: Vec<EnvVar>,
-    pub params: Vec<ParamDecl>,
-    pub rate_limits: Vec<Spanned<String>>,
-    pub sandbox: Option<SandboxDecl>,
-    pub doc: Option<String>,
-    pub span: Span,
+pub(crate) struct AgentDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) adapter: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<Duration>>,
+    pub(crate) command: Option<Spanned<Command>>,
+    pub(crate) env: Vec<EnvVar>,
+    pub(crate) params: Vec<ParamDecl>,
+    pub(crate) rate_limits: Vec<Spanned<String>>,
+    pub(crate) sandbox: Option<SandboxDecl>,
+    #[allow(dead_code)]
+    pub(crate) doc: Option<String>,
+    #[allow(dead_code)]
+    pub(crate) span: Span,
 }
 
 /// `sandbox network=#false required=#true { write "/path"…; env "NAME"… }`
 #[derive(Debug, Clone)]
-pub struct SandboxDecl {
-    pub network: Option<Spanned<bool>>,
-    pub required: Option<Spanned<bool>>,
-    pub write: Vec<Spanned<String>>,
-    pub env: Vec<Spanned<String>>,
-    pub span: Span,
+pub(crate) struct SandboxDecl {
+    pub(crate) network: Option<Spanned<bool>>,
+    pub(crate) required: Option<Spanned<bool>>,
+    pub(crate) write: Vec<Spanned<String>>,
+    pub(crate) env: Vec<Spanned<String>>,
+    pub(crate) span: Span,
 }
 
 /// A use of an agent definition with parameters: `agent claude model=sonnet`.
 #[derive(Debug, Clone)]
-pub struct AgentUse {
-    pub name: Spanned<String>,
-    pub bindings: Vec<Binding>,
-    pub span: Span,
+pub(crate) struct AgentUse {
+    pub(crate) name: Spanned<String>,
+    pub(crate) bindings: Vec<Binding>,
+    pub(crate) span: Span,
 }
 
 /// `review agent=codex rounds=2 prompt="review.hbs"`
 #[derive(Debug, Clone)]
-pub struct ReviewDecl {
-    pub agent: AgentUse,
-    pub rounds: Option<Spanned<u32>>,
-    pub prompt: Option<Spanned<String>>,
-    pub span: Span,
+pub(crate) struct ReviewDecl {
+    pub(crate) agent: AgentUse,
+    pub(crate) rounds: Option<Spanned<u32>>,
+    pub(crate) prompt: Option<Spanned<String>>,
+    pub(crate) span: Span,
 }
 
 /// `budget iterations=… tokens=… usd=… wall=… same-failure=… context-tokens=…`
 #[derive(Debug, Clone, Default)]
-pub struct BudgetDecl {
-    pub iterations: Option<Spanned<u32>>,
-    pub tokens: Option<Spanned<u64>>,
-    pub usd_micros: Option<Spanned<u64>>,
-    pub wall: Option<Spanned<Duration>>,
-    pub same_failure: Option<Spanned<u32>>,
-    pub context_tokens: Option<Spanned<u32>>,
-    pub span: Option<Span>,
+pub(crate) struct BudgetDecl {
+    pub(crate) iterations: Option<Spanned<u32>>,
+    pub(crate) tokens: Option<Spanned<u64>>,
+    pub(crate) usd_micros: Option<Spanned<u64>>,
+    pub(crate) wall: Option<Spanned<Duration>>,
+    pub(crate) same_failure: Option<Spanned<u32>>,
+    pub(crate) context_tokens: Option<Spanned<u32>>,
+    pub(crate) span: Option<Span>,
 }
 
 #[derive(Debug, Clone)]
-pub enum RungDecl {
+pub(crate) enum RungDecl {
     Agent {
         agent: AgentUse,
         attempts: Option<Spanned<u32>>,
@@ -196,48 +201,43 @@ pub enum RungDecl {
 }
 
 #[derive(Debug, Clone)]
-pub struct LadderDecl {
-    pub rungs: Vec<Spanned<RungDecl>>,
-    pub span: Span,
+pub(crate) struct LadderDecl {
+    pub(crate) rungs: Vec<Spanned<RungDecl>>,
+    pub(crate) span: Span,
 }
 
 /// `merge into=main strategy=squash { gate … }`
 #[derive(Debug, Clone)]
-pub struct MergeDecl {
-    pub into: Option<Spanned<String>>,
-    pub strategy: Option<Spanned<String>>,
-    pub gates: Vec<GateDecl>,
-    pub span: Span,
+pub(crate) struct MergeDecl {
+    pub(crate) into: Option<Spanned<String>>,
+    pub(crate) strategy: Option<Spanned<String>>,
+    pub(crate) gates: Vec<GateDecl>,
+    pub(crate) span: Span,
 }
 
 /// The settings of a loop; also a task's inline body or its overrides of a loop file.
 #[derive(Debug, Clone, Default)]
-pub struct LoopBody {
-    pub goal: Option<Spanned<String>>,
-    pub prompt: Option<Spanned<String>>,
-    pub scope: Option<Spanned<Vec<Spanned<String>>>>,
-    pub seal: Option<Spanned<Vec<Spanned<String>>>>,
-    pub gates: Vec<GateDecl>,
-    pub review: Option<ReviewDecl>,
-    pub budget: Option<BudgetDecl>,
-    pub ladder: Option<LadderDecl>,
-    pub merge: Option<MergeDecl>,
-    pub agent: Option<AgentUse>,
-    pub uncertified: Option<Spanned<bool>>,
-    pub sandbox: Option<SandboxDecl>,
+pub(crate) struct LoopBody {
+    pub(crate) goal: Option<Spanned<String>>,
+    pub(crate) prompt: Option<Spanned<String>>,
+    pub(crate) scope: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) seal: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) gates: Vec<GateDecl>,
+    pub(crate) review: Option<ReviewDecl>,
+    pub(crate) budget: Option<BudgetDecl>,
+    pub(crate) ladder: Option<LadderDecl>,
+    pub(crate) merge: Option<MergeDecl>,
+    pub(crate) agent: Option<AgentUse>,
+    pub(crate) uncertified: Option<Spanned<bool>>,
+    pub(crate) sandbox: Option<SandboxDecl>,
     /// The settings written, whether or not they were valid (and the setting a misspelt node
     /// most likely meant), so that a broken `goal` is not also reported as a missing one.
-    pub written: Vec<&'static str>,
+    pub(crate) written: Vec<&'static str>,
 }
 
 impl LoopBody {
-    /// Whether `setting` (`"goal"`, `"agent"`, …) was written in this body, valid or not.
-    pub fn wrote(&self, setting: &str) -> bool {
-        self.written.contains(&setting)
-    }
-
     /// Whether this body sets anything at all (a task with `loop=` may only override).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.goal.is_none()
             && self.prompt.is_none()
             && self.scope.is_none()
@@ -255,15 +255,15 @@ impl LoopBody {
 }
 
 #[derive(Debug, Clone)]
-pub struct LoopDecl {
-    pub name: Spanned<String>,
-    pub body: LoopBody,
-    pub span: Span,
+pub(crate) struct LoopDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) body: LoopBody,
+    pub(crate) span: Span,
 }
 
 /// What a fan-out task iterates over.
 #[derive(Debug, Clone)]
-pub enum Each {
+pub(crate) enum Each {
     /// A glob over the repository's files.
     Glob(Spanned<String>),
     /// A literal list of items.
@@ -271,21 +271,22 @@ pub enum Each {
 }
 
 #[derive(Debug, Clone)]
-pub struct TaskDecl {
-    pub name: Spanned<String>,
-    pub loop_file: Option<Spanned<String>>,
-    pub each: Option<Spanned<Each>>,
-    pub after: Vec<Spanned<String>>,
-    pub body: LoopBody,
-    pub span: Span,
+pub(crate) struct TaskDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) loop_file: Option<Spanned<String>>,
+    pub(crate) each: Option<Spanned<Each>>,
+    pub(crate) after: Vec<Spanned<String>>,
+    pub(crate) body: LoopBody,
+    #[allow(dead_code)]
+    pub(crate) span: Span,
 }
 
 #[derive(Debug, Clone)]
-pub struct FlowDecl {
-    pub name: Spanned<String>,
-    pub parallel: Option<Spanned<u32>>,
-    pub continue_on_failure: Option<Spanned<bool>>,
-    pub budget: Option<BudgetDecl>,
-    pub tasks: Vec<TaskDecl>,
-    pub span: Span,
+pub(crate) struct FlowDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) parallel: Option<Spanned<u32>>,
+    pub(crate) continue_on_failure: Option<Spanned<bool>>,
+    pub(crate) budget: Option<BudgetDecl>,
+    pub(crate) tasks: Vec<TaskDecl>,
+    pub(crate) span: Span,
 }

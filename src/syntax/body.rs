@@ -8,7 +8,7 @@ use super::items::{agent_from_prop, agent_use, gate, name_arg};
 use super::{Cx, NodeView, duplicate_node, string_args, unknown_node, values};
 use crate::diag::{Diagnostic, suggest};
 
-pub const LOOP_CHILDREN: &[&str] = &[
+pub(crate) const LOOP_CHILDREN: &[&str] = &[
     "goal",
     "prompt",
     "scope",
@@ -23,7 +23,7 @@ pub const LOOP_CHILDREN: &[&str] = &[
     "sandbox",
 ];
 
-pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
+pub(crate) fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
     let usage = "loop NAME { goal \"…\"; gate … }";
     view.finish(cx, &[]);
     let name = if view.expect_args(cx, 1, usage) {
@@ -48,14 +48,14 @@ pub fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
 
 /// Records the setting an unknown node most likely meant (`gaol` → `goal`) as written, so that
 /// the typo is the one error reported instead of also "no goal".
-pub fn note_misspelt(body: &mut LoopBody, name: &str) {
+pub(crate) fn note_misspelt(body: &mut LoopBody, name: &str) {
     if let Some(meant) = crate::diag::did_you_mean(name, LOOP_CHILDREN.iter().copied()) {
         body.written.push(meant);
     }
 }
 
 /// Lowers one child of a loop body into `body`; returns false if the node is not a loop setting.
-pub fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeView<'_>) -> bool {
+pub(crate) fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeView<'_>) -> bool {
     if let Some(setting) = LOOP_CHILDREN.iter().find(|c| **c == view.name.node) {
         body.written.push(setting);
     }
@@ -229,7 +229,7 @@ const BUDGET_KEYS: &[&str] = &[
 const FLOW_BUDGET_KEYS: &[&str] = &["tokens", "usd", "wall"];
 
 /// `budget …`; a flow's budget (shared by its tasks) takes only `tokens`, `usd` and `wall`.
-pub fn budget(cx: &mut Cx<'_>, view: &mut NodeView<'_>, for_flow: bool) -> BudgetDecl {
+pub(crate) fn budget(cx: &mut Cx<'_>, view: &mut NodeView<'_>, for_flow: bool) -> BudgetDecl {
     view.no_children(cx);
     if !view.args.is_empty() {
         view.expect_args(cx, 0, "budget iterations=5 usd=2.0 wall=\"30m\"");

@@ -9,7 +9,7 @@ use crate::diag::Diagnostic;
 
 const FLOW_CHILDREN: &[&str] = &["parallel", "continue-on-failure", "budget", "task"];
 
-pub fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<FlowDecl> {
+pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<FlowDecl> {
     let usage = "flow NAME { parallel 4; task a { … }; task b loop=\"b.kdl\" { after a } }";
     view.finish(cx, &[]);
     let name = if view.expect_args(cx, 1, usage) {

@@ -1,7 +1,7 @@
 //! Top-level KDL nodes in, syntax items out: `import`, `gate` and `agent` definitions, and the
 //! pieces they share (`run`/`sh` commands, `env`, `param`, `doc`).
 
-use kdl::{KdlDocument, KdlNode};
+use kdl::KdlDocument;
 
 use super::ast::{
     AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, GitSource, Item, ParamDecl, PriceDecl,
@@ -12,7 +12,7 @@ use crate::diag::Diagnostic;
 
 const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow", "price"];
 
-pub fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
+pub(crate) fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
     let mut items = Vec::new();
     for node in doc.nodes() {
         let mut view = NodeView::new(cx, node);
@@ -34,7 +34,11 @@ pub fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
 }
 
 /// The one name argument of a definition node (`gate NAME`, `loop NAME`, …), checked for form.
-pub fn name_arg(cx: &mut Cx<'_>, view: &NodeView<'_>, usage: &str) -> Option<Spanned<String>> {
+pub(crate) fn name_arg(
+    cx: &mut Cx<'_>,
+    view: &NodeView<'_>,
+    usage: &str,
+) -> Option<Spanned<String>> {
     let Some(first) = view.args.first() else {
         cx.push(
             Diagnostic::error(
@@ -271,7 +275,7 @@ fn doc(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<String> {
 }
 
 /// `run "prog" "arg"…` or `sh "script"`.
-pub fn command(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Spanned<Command>> {
+pub(crate) fn command(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Spanned<Command>> {
     view.no_children(cx);
     view.finish(cx, &[]);
     let span = view.head;
@@ -339,7 +343,7 @@ fn env(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Vec<EnvVar> {
 }
 
 /// Whether `name` can be an environment variable's name; reports it at `span` if not.
-pub fn env_name_ok(cx: &mut Cx<'_>, name: &str, span: crate::source::Span) -> bool {
+pub(crate) fn env_name_ok(cx: &mut Cx<'_>, name: &str, span: crate::source::Span) -> bool {
     let ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !ok {
@@ -397,7 +401,7 @@ const GATE_PROPS: &[&str] = &["use", "evidence", "timeout"];
 const GATE_CHILDREN: &[&str] = &["run", "sh", "env", "doc", "param"];
 
 /// `gate NAME [use=DEF] [evidence=…] [timeout=…] [PARAM=VALUE…] { run …; env …; doc …; param … }`
-pub fn gate(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<GateDecl> {
+pub(crate) fn gate(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<GateDecl> {
     let usage = "gate NAME use=DEFINITION | gate NAME { run \"program\" \"arg\" }";
     let uses = view
         .take("use")
@@ -555,7 +559,7 @@ fn price_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<PriceDecl> {
 }
 
 /// A use of an agent: `agent NAME PARAM=VALUE…` inside a loop (no block).
-pub fn agent_use(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentUse> {
+pub(crate) fn agent_use(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentUse> {
     let usage = "agent NAME model=…";
     view.no_children(cx);
     let bindings = view.rest_as_bindings(cx);
@@ -571,7 +575,11 @@ pub fn agent_use(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<AgentUse> {
 }
 
 /// An agent named by a property (`rung agent=…`, `review agent=…`), its other properties its parameters.
-pub fn agent_from_prop(cx: &mut Cx<'_>, view: &mut NodeView<'_>, usage: &str) -> Option<AgentUse> {
+pub(crate) fn agent_from_prop(
+    cx: &mut Cx<'_>,
+    view: &mut NodeView<'_>,
+    usage: &str,
+) -> Option<AgentUse> {
     let entry = view.take("agent");
     let bindings = view.rest_as_bindings(cx);
     let Some(entry) = entry else {
@@ -591,9 +599,4 @@ pub fn agent_from_prop(cx: &mut Cx<'_>, view: &mut NodeView<'_>, usage: &str) ->
         bindings,
         span: view.head,
     })
-}
-
-/// Whether a node is a block child (used by callers that only need a quick look).
-pub fn is_named(node: &KdlNode, name: &str) -> bool {
-    node.name().value() == name
 }

@@ -3,13 +3,13 @@
 //! One module per kind of node: [`items`] (imports and definitions), [`body`] (a loop's settings),
 //! [`flow`] (flows and tasks), [`sandbox`] (confinement). This stage never touches git or the file system.
 
-pub mod ast;
-pub mod body;
-pub mod flow;
-pub mod items;
-pub mod nesting;
-pub mod sandbox;
-pub mod values;
+pub(crate) mod ast;
+pub(crate) mod body;
+pub(crate) mod flow;
+pub(crate) mod items;
+pub(crate) mod nesting;
+pub(crate) mod sandbox;
+pub(crate) mod values;
 
 use kdl::{KdlDocument, KdlEntry, KdlNode};
 use miette::SourceSpan;
@@ -19,23 +19,23 @@ use crate::source::{FileId, Span};
 use ast::{Binding, FileAst, Spanned};
 
 /// The file being lowered and the diagnostics found so far.
-pub struct Cx<'a> {
-    pub file: FileId,
-    pub diags: &'a mut Diagnostics,
+pub(crate) struct Cx<'a> {
+    pub(crate) file: FileId,
+    pub(crate) diags: &'a mut Diagnostics,
 }
 
 impl Cx<'_> {
-    pub fn span(&self, span: SourceSpan) -> Span {
+    pub(crate) fn span(&self, span: SourceSpan) -> Span {
         Span::new(self.file, span)
     }
 
-    pub fn push(&mut self, d: Diagnostic) {
+    pub(crate) fn push(&mut self, d: Diagnostic) {
         self.diags.push(d);
     }
 }
 
 /// Parses one file's text; KDL syntax errors and schema errors both land in `diags`.
-pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
+pub(crate) fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
     if text.len() > MAX_BYTES {
         // The parser's stack grows with the number of syntax errors, which grows with the size of
         // the file: past this size no stack mvk reserves is sure to be enough.
@@ -150,7 +150,7 @@ pub fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAst {
 
 /// The largest loop file mvk parses (256 KiB, some 6,000 lines): hundreds of tasks written
 /// out one by one fit.
-pub const MAX_BYTES: usize = 256 << 10;
+pub(crate) const MAX_BYTES: usize = 256 << 10;
 
 /// The KDL parser recurses once per syntax error in its error recovery (a run of stray `)`,
 /// `}` or `a=` is one error per byte or two) and once per character of a comment, so its stack
@@ -243,17 +243,17 @@ fn v1_keyword(written: &str) -> Option<&'static str> {
 
 /// One node's arguments and properties, with the properties a reader has consumed tracked so
 /// that anything left over is reported instead of ignored.
-pub struct NodeView<'n> {
-    pub node: &'n KdlNode,
-    pub name: Spanned<String>,
+pub(crate) struct NodeView<'n> {
+    pub(crate) node: &'n KdlNode,
+    pub(crate) name: Spanned<String>,
     /// From the node's name to the end of its last entry: what a label should underline.
-    pub head: Span,
-    pub args: Vec<&'n KdlEntry>,
+    pub(crate) head: Span,
+    pub(crate) args: Vec<&'n KdlEntry>,
     props: Vec<(&'n KdlEntry, bool)>,
 }
 
 impl<'n> NodeView<'n> {
-    pub fn new(cx: &mut Cx<'_>, node: &'n KdlNode) -> NodeView<'n> {
+    pub(crate) fn new(cx: &mut Cx<'_>, node: &'n KdlNode) -> NodeView<'n> {
         let name_span = node.name().span();
         let mut end = name_span.offset() + name_span.len();
         let mut args = Vec::new();
@@ -315,7 +315,7 @@ impl<'n> NodeView<'n> {
     }
 
     /// Takes a property; later calls with the same key return `None`.
-    pub fn take(&mut self, key: &str) -> Option<&'n KdlEntry> {
+    pub(crate) fn take(&mut self, key: &str) -> Option<&'n KdlEntry> {
         self.props.iter_mut().find_map(|(e, taken)| {
             (!*taken && e.name().is_some_and(|k| k.value() == key)).then(|| {
                 *taken = true;
@@ -325,7 +325,7 @@ impl<'n> NodeView<'n> {
     }
 
     /// The properties nobody took, as parameter bindings (for `use=` gates and agent uses).
-    pub fn rest_as_bindings(&mut self, cx: &mut Cx<'_>) -> Vec<Binding> {
+    pub(crate) fn rest_as_bindings(&mut self, cx: &mut Cx<'_>) -> Vec<Binding> {
         let mut out = Vec::new();
         for (entry, taken) in &mut self.props {
             if *taken {
@@ -346,7 +346,7 @@ impl<'n> NodeView<'n> {
     }
 
     /// Reports every property nobody took: each setting has an effect or is an error.
-    pub fn finish(&mut self, cx: &mut Cx<'_>, allowed: &[&str]) {
+    pub(crate) fn finish(&mut self, cx: &mut Cx<'_>, allowed: &[&str]) {
         for (entry, taken) in &self.props {
             if *taken {
                 continue;
@@ -368,11 +368,11 @@ impl<'n> NodeView<'n> {
     }
 
     /// Exactly `n` arguments, or an error that shows the expected form.
-    pub fn expect_args(&self, cx: &mut Cx<'_>, n: usize, usage: &str) -> bool {
+    pub(crate) fn expect_args(&self, cx: &mut Cx<'_>, n: usize, usage: &str) -> bool {
         self.expect_args_between(cx, n, n, usage)
     }
 
-    pub fn expect_args_between(
+    pub(crate) fn expect_args_between(
         &self,
         cx: &mut Cx<'_>,
         min: usize,
@@ -412,7 +412,7 @@ impl<'n> NodeView<'n> {
     }
 
     /// Refuses a `{ … }` block on a node that takes none.
-    pub fn no_children(&self, cx: &mut Cx<'_>) {
+    pub(crate) fn no_children(&self, cx: &mut Cx<'_>) {
         if let Some(children) = self.node.children() {
             cx.push(
                 Diagnostic::error(
@@ -425,13 +425,13 @@ impl<'n> NodeView<'n> {
         }
     }
 
-    pub fn children(&self) -> &'n [KdlNode] {
+    pub(crate) fn children(&self) -> &'n [KdlNode] {
         self.node.children().map_or(&[], KdlDocument::nodes)
     }
 }
 
 /// An unknown child node, with the nodes that block accepts.
-pub fn unknown_node(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed: &[&str]) {
+pub(crate) fn unknown_node(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed: &[&str]) {
     cx.push(
         Diagnostic::error(
             "mvk::unknown-node",
@@ -447,7 +447,7 @@ pub fn unknown_node(cx: &mut Cx<'_>, view: &NodeView<'_>, inside: &str, allowed:
 }
 
 /// A node that may appear once per block, given again.
-pub fn duplicate_node(cx: &mut Cx<'_>, view: &NodeView<'_>, first: Span, hint: &str) {
+pub(crate) fn duplicate_node(cx: &mut Cx<'_>, view: &NodeView<'_>, first: Span, hint: &str) {
     cx.push(
         Diagnostic::error(
             "mvk::duplicate-node",
@@ -460,7 +460,11 @@ pub fn duplicate_node(cx: &mut Cx<'_>, view: &NodeView<'_>, first: Span, hint: &
 }
 
 /// The string arguments of a node such as `scope "a" "b"`.
-pub fn string_args(cx: &mut Cx<'_>, view: &NodeView<'_>, what: &str) -> Vec<Spanned<String>> {
+pub(crate) fn string_args(
+    cx: &mut Cx<'_>,
+    view: &NodeView<'_>,
+    what: &str,
+) -> Vec<Spanned<String>> {
     view.args
         .iter()
         .filter_map(|e| values::nonempty(cx, e, what))

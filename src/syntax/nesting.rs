@@ -13,15 +13,15 @@
 
 /// Deeper than any loop file needs (`flow { task { sandbox { … } } }` is three levels), far
 /// shallower than what overflows the parser's stack in a debug build on a 2 MiB thread.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// Unmatched `{` anywhere, strings and comments included: a few kilobytes of the parser's
 /// stack each (measured up to 16 KiB in an unoptimised build), so 256 stay far inside the
 /// 16 MiB the parser thread gets at least.
-pub const MAX_BLIND_DEPTH: usize = 256;
+pub(crate) const MAX_BLIND_DEPTH: usize = 256;
 
 /// The byte offset of the first `{` that opens one level too many, if any.
-pub fn too_deep(text: &str) -> Option<usize> {
+pub(crate) fn too_deep(text: &str) -> Option<usize> {
     let lexical = lexical(text);
     let blind = blind(text);
     match (lexical, blind) {

@@ -11,7 +11,7 @@ const CHILDREN: &[&str] = &["write", "env"];
 const USAGE: &str = "sandbox network=#false required=#true { write \"/path\"; env \"NAME\" }";
 
 /// Lowers `sandbox …`; `first` is where an earlier `sandbox` of the same node was written.
-pub fn sandbox(
+pub(crate) fn sandbox(
     cx: &mut Cx<'_>,
     view: &mut NodeView<'_>,
     first: Option<&SandboxDecl>,

@@ -9,7 +9,7 @@ use super::ast::{Scalar, Spanned};
 use crate::diag::Diagnostic;
 
 /// The KDL type a value was written as, for "expected X, found Y" messages.
-pub fn kind(value: &KdlValue) -> &'static str {
+pub(crate) fn kind(value: &KdlValue) -> &'static str {
     match value {
         KdlValue::String(_) => "a string",
         KdlValue::Integer(_) => "an integer",
@@ -29,7 +29,7 @@ fn mismatch(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str, expected: &str, help:
     cx.diags.push(d);
 }
 
-pub fn string(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<String>> {
+pub(crate) fn string(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<String>> {
     match entry.value() {
         KdlValue::String(s) => Some(Spanned::new(s.clone(), cx.span(entry.span()))),
         _ => {
@@ -46,7 +46,7 @@ pub fn string(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<S
 }
 
 /// A non-empty string (names, paths, commands).
-pub fn nonempty(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<String>> {
+pub(crate) fn nonempty(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<String>> {
     let s = string(cx, entry, what)?;
     if s.node.trim().is_empty() {
         cx.diags.push(
@@ -59,7 +59,7 @@ pub fn nonempty(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned
     Some(s)
 }
 
-pub fn boolean(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<bool>> {
+pub(crate) fn boolean(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<bool>> {
     match entry.value() {
         KdlValue::Bool(b) => Some(Spanned::new(*b, cx.span(entry.span()))),
         _ => {
@@ -76,7 +76,7 @@ pub fn boolean(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<
 }
 
 /// A whole number in `min..=max`.
-pub fn count(
+pub(crate) fn count(
     cx: &mut Cx<'_>,
     entry: &KdlEntry,
     what: &str,
@@ -112,7 +112,7 @@ pub fn count(
     u64::try_from(n).ok().map(|n| Spanned::new(n, span))
 }
 
-pub fn small_count(
+pub(crate) fn small_count(
     cx: &mut Cx<'_>,
     entry: &KdlEntry,
     what: &str,
@@ -123,7 +123,7 @@ pub fn small_count(
 }
 
 /// A duration written with units: `"90s"`, `"30m"`, `"1h30m"`, `"500ms"`, `"2d"`.
-pub fn duration(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<Duration>> {
+pub(crate) fn duration(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<Duration>> {
     let span = cx.span(entry.span());
     let help = "write a duration with a unit in quotes, e.g. \"90s\", \"30m\" or \"1h30m\" (units: ms, s, m, h, d)";
     let text = match entry.value() {
@@ -169,7 +169,7 @@ pub fn duration(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned
 }
 
 /// Parses `1h30m`, `90s`, `500ms`: one or more number-unit pairs, largest unit first.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("it is empty".into());
@@ -213,7 +213,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// A dollar amount as a number (`5`, `2.50`), kept exactly as micro-dollars.
-pub fn usd(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<u64>> {
+pub(crate) fn usd(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<u64>> {
     let span = cx.span(entry.span());
     let help = "write an amount in US dollars as a number, e.g. usd=5.0 or usd=0.25";
     let micros = match entry.value() {
@@ -259,7 +259,7 @@ pub fn usd(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<u64>
 }
 
 /// A parameter value: a string, number or boolean.
-pub fn scalar(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<Scalar>> {
+pub(crate) fn scalar(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<Scalar>> {
     let span = cx.span(entry.span());
     let value = match entry.value() {
         KdlValue::String(s) => Scalar::Str(s.clone()),

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub fn git(repo: &Path, args: &[&str]) -> String {
+pub(crate) fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)
@@ -21,7 +21,7 @@ pub fn git(repo: &Path, args: &[&str]) -> String {
 }
 
 /// The one run's directory under `.mvk/runs/`.
-pub fn run_dir(repo: &Path) -> PathBuf {
+pub(crate) fn run_dir(repo: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(repo.join(".mvk/runs"))
         .expect("list .mvk/runs")
         .map(|e| e.expect("dir entry").path())
@@ -31,7 +31,7 @@ pub fn run_dir(repo: &Path) -> PathBuf {
     runs.into_iter().next().expect("one run")
 }
 
-pub fn events(run: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn events(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("events.jsonl"))
         .expect("read events.jsonl")
         .lines()
@@ -39,7 +39,7 @@ pub fn events(run: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-pub fn find<'a>(
+pub(crate) fn find<'a>(
     events: &'a [serde_json::Value],
     name: &str,
     attempt: u64,
@@ -52,7 +52,7 @@ pub fn find<'a>(
 
 /// Runs `examples/run.sh NAME` with this build's mvk, laying the example out in DIR; asserts it
 /// was accepted (exit 0) and returns what it printed and the repository it made.
-pub fn run_example(name: &str, dir: &Path) -> (String, PathBuf) {
+pub(crate) fn run_example(name: &str, dir: &Path) -> (String, PathBuf) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
         .arg(root.join("examples/run.sh"))

@@ -35,7 +35,7 @@ fn shared_spec_examples_pass_check() {
         .success();
 }
 
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     for entry in walkdir::WalkDir::new(from) {
         let entry = entry.expect("walk");
         let rel = entry.path().strip_prefix(from).expect("below root");

@@ -24,7 +24,7 @@ fn home() -> PathBuf {
 
 /// Fails the test, saying how to install, when a tool is missing: a skipped gate test proves
 /// nothing.
-pub fn require(program: &str, args: &[&str]) {
+pub(crate) fn require(program: &str, args: &[&str]) {
     let ok = Command::new(program)
         .args(args)
         .output()

@@ -887,16 +887,16 @@ mod forger {
     use temporalio_sdk::activities::{ActivityContext, ActivityError};
 
     /// Named as mvk's worker's activities are, so that the workflow's attempts come here.
-    pub struct WorkerActs {
-        pub clone: PathBuf,
+    pub(crate) struct WorkerActs {
+        pub(crate) clone: PathBuf,
         /// Say a commit that was never pushed made the change, instead.
-        pub unpushed: bool,
+        pub(crate) unpushed: bool,
     }
 
     #[activities]
     impl WorkerActs {
         #[activity]
-        pub async fn attempt(
+        pub(crate) async fn attempt(
             self: Arc<Self>,
             _ctx: ActivityContext,
             input: AttemptIn,
@@ -942,7 +942,7 @@ mod forger {
     }
 
     /// Serves the task queue `queue` of the server at `address` until the process ends.
-    pub fn serve(address: String, queue: String, clone: PathBuf, unpushed: bool) {
+    pub(crate) fn serve(address: String, queue: String, clone: PathBuf, unpushed: bool) {
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async move {

@@ -22,7 +22,7 @@ use crate::run::worktree::{self, Lease};
 use crate::slug::slug;
 use review::Verdict;
 
-pub mod review;
+pub(crate) mod review;
 
 /// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(5);
@@ -36,9 +36,10 @@ pub use crate::run::failure::{Failure, FailureKind};
 
 /// How an attempt ended.
 #[derive(Debug)]
-pub enum AttemptEnd {
+pub(crate) enum AttemptEnd {
     Passed {
         head: Oid,
+        #[allow(dead_code)]
         gates: Vec<GateRun>,
     },
     Failed(Failure),
@@ -48,30 +49,31 @@ pub enum AttemptEnd {
 
 /// What an attempt cost and left behind, whatever its end.
 #[derive(Debug)]
-pub struct AttemptRecord {
-    pub ledger_id: i64,
-    pub number: u32,
-    pub branch: String,
-    pub head: Option<Oid>,
-    pub usage: Usage,
-    pub end: AttemptEnd,
+pub(crate) struct AttemptRecord {
+    pub(crate) ledger_id: i64,
+    #[allow(dead_code)]
+    pub(crate) number: u32,
+    pub(crate) branch: String,
+    pub(crate) head: Option<Oid>,
+    pub(crate) usage: Usage,
+    pub(crate) end: AttemptEnd,
 }
 
 /// The fixed facts of one attempt.
-pub struct AttemptSpec<'a> {
-    pub task: &'a Task,
-    pub number: u32,
-    pub rung: u32,
-    pub agent: &'a Agent,
-    pub base: Oid,
-    pub previous: Option<&'a Failure>,
+pub(crate) struct AttemptSpec<'a> {
+    pub(crate) task: &'a Task,
+    pub(crate) number: u32,
+    pub(crate) rung: u32,
+    pub(crate) agent: &'a Agent,
+    pub(crate) base: Oid,
+    pub(crate) previous: Option<&'a Failure>,
     /// The task's epoch, recorded with the attempt.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
 }
 
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
 /// agent or a gate did is an [`AttemptEnd`].
-pub async fn run_attempt(
+pub(crate) async fn run_attempt(
     host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
@@ -374,24 +376,24 @@ fn agent_failure(
 
 /// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.
 #[derive(Debug)]
-pub struct Judged {
-    pub ledger_id: i64,
-    pub branch: String,
-    pub head: Oid,
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub retries: u32,
+pub(crate) struct Judged {
+    pub(crate) ledger_id: i64,
+    pub(crate) branch: String,
+    pub(crate) head: Oid,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) timed_out: bool,
+    pub(crate) retries: u32,
     /// What the agent spent (counted by the caller's budgets).
-    pub usage: Usage,
+    pub(crate) usage: Usage,
     /// The agent's worktree, still leased (none on a resume): the gates run in it when it can
     /// be made a clean checkout of HEAD in place.
-    pub lease: Option<Lease>,
+    pub(crate) lease: Option<Lease>,
 }
 
 /// Decides an attempt whose agent has finished: its exit, then the seal, then the gates on a
 /// clean checkout of the captured commit. A resume calls it for an attempt whose agent finished
 /// before mvk was interrupted, so the agent is never run twice.
-pub async fn judge(
+pub(crate) async fn judge(
     host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,
@@ -583,11 +585,11 @@ fn signalled_by_gate(
 
 /// The signature part of an attempt failed because processes its agent or a gate left outlasted
 /// mvk's sweep of them.
-pub const ESCAPEES_SURVIVED: &str = "escapees-survived";
+pub(crate) const ESCAPEES_SURVIVED: &str = "escapees-survived";
 
 /// A gate whose escaped processes outlasted mvk's sweep: whatever it said, its evidence and its
 /// checkout may still be changed by them.
-pub fn escaped_gate(attempt: u32, run: &GateRun) -> Failure {
+pub(crate) fn escaped_gate(attempt: u32, run: &GateRun) -> Failure {
     let mut f = Failure::new(
         attempt,
         FailureKind::Gate,
@@ -911,7 +913,7 @@ pub(crate) async fn check_seal(
 
 /// The failure a gate run reports; its signature ignores what changes between identical runs
 /// (numbers such as timings, long hex such as nonces and commit ids, the worktree's path).
-pub fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
+pub(crate) fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
     let kind = if run.verdict == GateVerdict::Unknown {
         FailureKind::Unknown
     } else {
@@ -1183,16 +1185,16 @@ pub(crate) fn review_only(argv: &[String]) -> Vec<bool> {
 /// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;
 /// anything else becomes `-`, and a short hash keeps two names that differ only there apart.
 /// The branch attempt `number` of `task` in `run` keeps its change on.
-pub fn branch_name(run: &str, task: &str, number: u32) -> String {
+pub(crate) fn branch_name(run: &str, task: &str, number: u32) -> String {
     format!("mvk/{run}/{}/{number}", slug(task))
 }
 
-pub fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Where an attempt's files go: `.mvk/runs/<run>/<task>/<attempt>`.
-pub fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
+pub(crate) fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
     run_dir.join(slug(task)).join(attempt.to_string())
 }
 

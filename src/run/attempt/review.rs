@@ -24,7 +24,7 @@ use crate::run::judge::adapter::{self, Usage};
 use crate::run::judge::gate::{self, GateRun};
 
 /// The categories a blocker may have: a concrete defect, never a preference.
-pub const CATEGORIES: &[&str] = &[
+pub(crate) const CATEGORIES: &[&str] = &[
     "correctness",
     "security",
     "data-loss",
@@ -33,12 +33,12 @@ pub const CATEGORIES: &[&str] = &[
 ];
 
 /// The name of the reviewer's logs (`review.out`, `review.err`) in the attempt's directory.
-pub const LOG_NAME: &str = "review";
+pub(crate) const LOG_NAME: &str = "review";
 
 /// The verdict's form as a JSON schema (strict: every property required, no others), for an
 /// agent that can be held to one (`{{verdict_schema}}` in its command line: Codex's
 /// `--output-schema`).
-pub fn verdict_schema() -> Value {
+pub(crate) fn verdict_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -64,7 +64,7 @@ pub fn verdict_schema() -> Value {
 }
 
 /// Writes [`verdict_schema`] into the attempt's directory; its path.
-pub fn write_schema(dir: &Path) -> Result<std::path::PathBuf, RunError> {
+pub(crate) fn write_schema(dir: &Path) -> Result<std::path::PathBuf, RunError> {
     let path = dir.join("verdict.schema.json");
     std::fs::write(&path, verdict_schema().to_string()).map_err(|source| RunError::Io {
         action: "write the verdict's schema",
@@ -79,7 +79,7 @@ const VERDICT_TAIL_BYTES: u64 = 256 * 1024;
 
 /// What a reviewer's answer came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Approve {
         notes: Vec<String>,
     },
@@ -94,7 +94,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Verdict::Approve { .. } => "approve",
             Verdict::Reject { .. } => "reject",
@@ -112,7 +112,7 @@ impl Verdict {
 
 /// Reads the verdict from a reviewer's standard output: the last line that parses as a JSON
 /// object with a `verdict` key, held to the contract's form.
-pub fn parse_verdict(output: &str) -> Verdict {
+pub(crate) fn parse_verdict(output: &str) -> Verdict {
     let as_verdict = |text: &str| {
         let v: Value = serde_json::from_str(text.trim()).ok()?;
         v.as_object()?.contains_key("verdict").then_some(v)
@@ -197,14 +197,14 @@ fn blocker(v: &Value) -> Result<Blocker, String> {
 
 /// What a review of an attempt decided and spent.
 #[derive(Debug)]
-pub struct Reviewed {
-    pub verdict: Verdict,
-    pub usage: Usage,
+pub(crate) struct Reviewed {
+    pub(crate) verdict: Verdict,
+    pub(crate) usage: Usage,
 }
 
 /// Runs `review`'s agent on the attempt's result `head` (whose gates passed as `gates`) and
 /// records its verdict, notes and cost against attempt `attempt_id`.
-pub async fn review(
+pub(crate) async fn review(
     host: &impl Host,
     spec: &AttemptSpec<'_>,
     budgets: &Budgets,

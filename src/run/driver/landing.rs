@@ -85,7 +85,7 @@ pub(super) struct Request<'a> {
 /// so that the same request asked again, after the coordinator's death, gets the same answer.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
-pub enum StoredAnswer {
+pub(super) enum StoredAnswer {
     Landed { commit: Option<String> },
     Retry { failure: Failure, base: String },
     Ended { outcome: String, reason: String },

@@ -16,21 +16,21 @@ use crate::run::host::Host;
 
 /// What [`attempt_once`] did: the run it recorded, the task, and how its one attempt ended.
 #[derive(Debug)]
-pub struct OnceReport {
-    pub run: String,
-    pub task: String,
+pub(crate) struct OnceReport {
+    pub(crate) run: String,
+    pub(crate) task: String,
     /// The attempt's ledger row id.
-    pub attempt_id: i64,
-    pub number: u32,
-    pub base: Oid,
-    pub head: Option<Oid>,
-    pub branch: String,
+    pub(crate) attempt_id: i64,
+    pub(crate) number: u32,
+    pub(crate) base: Oid,
+    pub(crate) head: Option<Oid>,
+    pub(crate) branch: String,
     /// How the run was recorded as ending (a passed attempt is `skipped`: nothing lands).
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// `None` when the attempt passed seal, gates and review.
-    pub failure: Option<Failure>,
+    pub(crate) failure: Option<Failure>,
     /// What its agent (and reviewer) spent.
-    pub usage: crate::run::judge::adapter::Usage,
+    pub(crate) usage: crate::run::judge::adapter::Usage,
 }
 
 /// Which attempt of its task `attempt_once` makes: by default the first, on the first rung,
@@ -38,14 +38,14 @@ pub struct OnceReport {
 /// for attempt `number` on `rung`, told `previous`, so its prompt and environment are the ones
 /// the local driver would give that attempt.
 #[derive(Debug, Clone)]
-pub struct OnceSpec {
-    pub number: u32,
+pub(crate) struct OnceSpec {
+    pub(crate) number: u32,
     /// 1-based, as the ledger counts rungs.
-    pub rung: u32,
-    pub previous: Option<Failure>,
+    pub(crate) rung: u32,
+    pub(crate) previous: Option<Failure>,
     /// The commit to start from and the branch it stands for (a Temporal worker's base, fetched
     /// from the coordinator); `None`: the task's target's tip here.
-    pub start: Option<(Oid, String)>,
+    pub(crate) start: Option<(Oid, String)>,
 }
 
 impl Default for OnceSpec {
@@ -65,7 +65,7 @@ impl Default for OnceSpec {
 /// that ends with the attempt (`skipped` when it passed: its change waits on its branch), in
 /// `step` mode so that a `mvk resume` of it after a crash stops for a person before any
 /// landing.
-pub async fn attempt_once(
+pub(crate) async fn attempt_once(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,

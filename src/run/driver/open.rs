@@ -20,7 +20,7 @@ use crate::run::worktree::Pool;
 
 /// Runs `program` in `opts.repo_root` to an end. `Err` only for mvk's own failures (the
 /// ledger, git, the disk); whatever agents and gates do is in the report.
-pub async fn apply(
+pub(crate) async fn apply(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,
@@ -40,10 +40,10 @@ pub async fn apply(
 /// A new run of `mvk apply`, opened but not yet started: its runner, the tasks selected (in
 /// plan order) with their target branches, and the detail of its `run.started` event.
 pub(crate) struct Opened<'a> {
-    pub runner: Runner<'a>,
-    pub selected: Vec<usize>,
-    pub targets: BTreeMap<usize, String>,
-    pub started: Event,
+    pub(crate) runner: Runner<'a>,
+    pub(crate) selected: Vec<usize>,
+    pub(crate) targets: BTreeMap<usize, String>,
+    pub(crate) started: Event,
 }
 
 /// Opens a new run of `program` as `mvk apply` does, whichever executor makes its attempts
@@ -95,12 +95,12 @@ pub(crate) fn open_apply<'a>(
 }
 
 /// How a resumed run goes on: what the ledger says of it, and the drift that was accepted.
-pub struct ResumeFrom {
-    pub run: ledger::RunRow,
+pub(crate) struct ResumeFrom {
+    pub(crate) run: ledger::RunRow,
     /// The accepted drift, or `None` when the definition is unchanged.
-    pub drift: Option<crate::drift::DriftReport>,
+    pub(crate) drift: Option<crate::drift::DriftReport>,
     /// `interrupted` or `paused`.
-    pub found: String,
+    pub(crate) found: String,
 }
 
 /// Continues the interrupted or paused run `from.run` with `program` (the definition as
@@ -108,7 +108,7 @@ pub struct ResumeFrom {
 /// caught in flight carries on from its last durable step: an attempt whose agent finished is
 /// judged from the seal check on, one whose agent was running is restarted under its number, a
 /// merge that may have happened is checked against git and never done twice.
-pub async fn resume(
+pub(crate) async fn resume(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,
@@ -143,10 +143,10 @@ pub async fn resume(
 /// An interrupted run, opened again for its resume: its runner, the tasks it goes on with (in
 /// plan order) and their target branches, and how it began.
 pub(crate) struct Reopened<'a> {
-    pub runner: Runner<'a>,
-    pub selected: Vec<usize>,
-    pub targets: BTreeMap<usize, String>,
-    pub began: crate::run::driver::resume::Began,
+    pub(crate) runner: Runner<'a>,
+    pub(crate) selected: Vec<usize>,
+    pub(crate) targets: BTreeMap<usize, String>,
+    pub(crate) began: crate::run::driver::resume::Began,
 }
 
 /// Opens the interrupted run `from.run` again, whichever executor ran it: stops what its dead
@@ -390,7 +390,7 @@ pub(super) fn program_sources(program: &Program) -> Vec<(String, String)> {
 }
 
 /// This machine's name, as `uname -n` says.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -405,7 +405,7 @@ pub(super) fn program_json(program: &Program) -> Result<String, RunError> {
 }
 
 /// `20261203T001945Z-3fa2`: sortable by time, unique by its random part.
-pub fn new_run_id() -> Result<String, RunError> {
+pub(crate) fn new_run_id() -> Result<String, RunError> {
     let (time, _) = crate::clock::now();
     let stamp: String = time
         .chars()

@@ -23,28 +23,29 @@ use crate::run::host::Host;
 
 /// An attempt a worker made, as its result reached the coordinator.
 #[derive(Debug, Clone)]
-pub struct RemoteAttempt {
-    pub number: u32,
+pub(crate) struct RemoteAttempt {
+    pub(crate) number: u32,
     /// The 1-based rung whose agent made it.
-    pub rung: u32,
-    pub base: Oid,
+    pub(crate) rung: u32,
+    pub(crate) base: Oid,
     /// The commit holding the change, in the coordinator's repository (pushed there).
-    pub head: Option<Oid>,
+    pub(crate) head: Option<Oid>,
     /// Where the change is: the ref the worker pushed it to.
-    pub branch: String,
+    pub(crate) branch: String,
     /// The worker that made it (its Temporal identity).
-    pub worker: String,
+    pub(crate) worker: String,
     /// `None` when seal, gates and review passed.
-    pub failure: Option<Failure>,
-    pub duration_ms: u64,
-    pub gates: Vec<crate::run::attempt_result::GateResult>,
+    pub(crate) failure: Option<Failure>,
+    pub(crate) duration_ms: u64,
+    pub(crate) gates: Vec<crate::run::attempt_result::GateResult>,
     /// What its agent (and reviewer) spent.
-    pub usage: crate::run::judge::adapter::Usage,
+    pub(crate) usage: crate::run::judge::adapter::Usage,
 }
 
 /// How landing a remote attempt ended.
 #[derive(Debug, Clone)]
-pub enum Landed {
+#[allow(clippy::enum_variant_names)] // `Landed::Landed`, as the workflow's answer names it
+pub(crate) enum Landed {
     Landed(Option<Oid>),
     /// Not landed (a conflict, or its gates fail on the merged result): another attempt from
     /// this base, told this failure.
@@ -98,7 +99,7 @@ impl From<Landing> for Landed {
 }
 
 /// A run whose attempts are made elsewhere: the coordinator's side of it.
-pub struct Coordinator<'a> {
+pub(crate) struct Coordinator<'a> {
     runner: Runner<'a>,
     /// The tasks to run, in plan order, with the branch each lands on.
     order: Vec<(usize, String)>,
@@ -128,7 +129,7 @@ struct Handed {
 impl<'a> Coordinator<'a> {
     /// Opens the run as `apply` does (ledger row, trail, `run.started`, with `executor` and,
     /// under its name, `detail`: what a resume needs to find the executor again).
-    pub fn open(
+    pub(crate) fn open(
         program: &'a Program,
         opts: &'a RunOptions,
         observer: &'a dyn Observer,
@@ -179,7 +180,7 @@ impl<'a> Coordinator<'a> {
     /// had begun, been handed, landed or ended is restored from the ledger (see
     /// [`crate::run::driver::resume::restore_remote`]), so that the workflow's requests, asked again or
     /// for the first time, are answered as the dead coordinator would have answered them.
-    pub fn reopen(
+    pub(crate) fn reopen(
         program: &'a Program,
         opts: &'a RunOptions,
         observer: &'a dyn Observer,
@@ -247,18 +248,18 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Whether this coordinator took over an interrupted run (`mvk resume`).
-    pub fn resumed(&self) -> bool {
+    pub(crate) fn resumed(&self) -> bool {
         self.resumed
     }
 
     /// The reports of the tasks that had ended before the run was resumed.
-    pub fn ended_before(&self) -> &BTreeMap<String, TaskReport> {
+    pub(crate) fn ended_before(&self) -> &BTreeMap<String, TaskReport> {
         &self.ended_before
     }
 
     /// The report of task `name` when the ledger says it ended already: an end asked again
     /// (the workflow's retry of a cut-short answer) is not recorded twice.
-    pub fn ended(&self, name: &str) -> Result<Option<TaskReport>, RunError> {
+    pub(crate) fn ended(&self, name: &str) -> Result<Option<TaskReport>, RunError> {
         if let Some(r) = self.ended_before.get(name) {
             return Ok(Some(r.clone()));
         }
@@ -280,12 +281,12 @@ impl<'a> Coordinator<'a> {
         )?))
     }
 
-    pub fn runner(&self) -> &Runner<'a> {
+    pub(crate) fn runner(&self) -> &Runner<'a> {
         &self.runner
     }
 
     /// The tasks to run in plan order, each with its target branch.
-    pub fn tasks(&self) -> impl Iterator<Item = (&'a Task, &str)> + '_ {
+    pub(crate) fn tasks(&self) -> impl Iterator<Item = (&'a Task, &str)> + '_ {
         let program = self.runner.program;
         self.order
             .iter()
@@ -303,7 +304,7 @@ impl<'a> Coordinator<'a> {
 
     /// Starts `name` from its target's tip and says which commit that is; asked again (a
     /// repeated request), the base recorded the first time.
-    pub fn begin_task(&self, name: &str) -> Result<Oid, RunError> {
+    pub(crate) fn begin_task(&self, name: &str) -> Result<Oid, RunError> {
         if let Some(base) = locked(&self.begun).get(name) {
             return Ok(*base);
         }
@@ -363,7 +364,7 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Refuses an end of task `name` as landed that its landing did not say.
-    pub fn check_landed(&self, name: &str, commit: Option<Oid>) -> Result<(), RunError> {
+    pub(crate) fn check_landed(&self, name: &str, commit: Option<Oid>) -> Result<(), RunError> {
         let said = locked(&self.handed).get(name).and_then(|h| h.landed);
         if said == Some(commit) {
             return Ok(());
@@ -378,7 +379,7 @@ impl<'a> Coordinator<'a> {
 
     /// Records an attempt `name` made on a worker: its row (agent, head, verdict), its gates and
     /// events. Recorded once: asked again for the same number, the row already there.
-    pub fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
+    pub(crate) fn record_attempt(&self, name: &str, a: &RemoteAttempt) -> Result<i64, RunError> {
         let (task, _) = self.task(name)?;
         self.check_base(name, a.base)?;
         if let Some(head) = a.head {
@@ -500,7 +501,7 @@ impl<'a> Coordinator<'a> {
 
     /// Lands the passed attempt `attempt_id` (`head`, made from `base`) through the run's merge
     /// queue. A landing asked for again finds its merge in the ledger and is not done twice.
-    pub async fn land(
+    pub(crate) async fn land(
         &self,
         name: &str,
         (number, rung): (u32, u32),
@@ -623,7 +624,7 @@ impl<'a> Coordinator<'a> {
 
     /// Records that task `name` climbed its ladder to the 0-based rung `to`, as the local driver
     /// records it (`rung.climbed`); the rung's label.
-    pub fn climbed(&self, name: &str, to: usize) -> Result<String, RunError> {
+    pub(crate) fn climbed(&self, name: &str, to: usize) -> Result<String, RunError> {
         let (task, _) = self.task(name)?;
         let rung = task.ladder.get(to).ok_or_else(|| RunError::Refused {
             message: format!("task `{name}` has no rung {}", to + 1),
@@ -643,7 +644,7 @@ impl<'a> Coordinator<'a> {
 
     /// Ends task `name` whose every rung's attempts were used (`used` in all), as the local
     /// driver ends it.
-    pub fn out_of_rungs(
+    pub(crate) fn out_of_rungs(
         &self,
         name: &str,
         used: u32,
@@ -659,7 +660,7 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Ends task `name` with `outcome`: its row, `task.finished`, the status files.
-    pub fn end_task(
+    pub(crate) fn end_task(
         &self,
         name: &str,
         outcome: Outcome,
@@ -713,7 +714,7 @@ impl<'a> Coordinator<'a> {
 
     /// Ends task `name` whose `used` attempts reached its `iterations` budget, as the local
     /// driver ends it: `budget.exhausted`, then the outcome its last failure says.
-    pub fn out_of_iterations(
+    pub(crate) fn out_of_iterations(
         &self,
         name: &str,
         used: u32,
@@ -726,7 +727,7 @@ impl<'a> Coordinator<'a> {
 
     /// Ends task `name` whose budget `which` (`iterations`, `tokens`, `usd`, `wall`, or the
     /// flow's: `flow usd`, …) ran out, `spent` of `limit`, after `used` attempts.
-    pub fn out_of_budget(
+    pub(crate) fn out_of_budget(
         &self,
         name: &str,
         (which, spent, limit): (&str, u64, u64),
@@ -742,7 +743,7 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Ends task `name` stopped by the same-failure brake after `same` equal failures.
-    pub fn stuck(
+    pub(crate) fn stuck(
         &self,
         name: &str,
         same: u32,
@@ -763,7 +764,7 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Ends task `name` unrun: what it starts after (`failed`) did not succeed.
-    pub fn skip(&self, name: &str, failed: &[String]) -> Result<TaskReport, RunError> {
+    pub(crate) fn skip(&self, name: &str, failed: &[String]) -> Result<TaskReport, RunError> {
         let (task, target) = self.task(name)?;
         // Begun by a skip cut short before it ended the task: not begun twice.
         let begun = self
@@ -782,7 +783,10 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Ends the run with the tasks' reports, in plan order (those missing are not reported).
-    pub fn finish(&self, mut reports: BTreeMap<String, TaskReport>) -> Result<RunReport, RunError> {
+    pub(crate) fn finish(
+        &self,
+        mut reports: BTreeMap<String, TaskReport>,
+    ) -> Result<RunReport, RunError> {
         let ordered: Vec<TaskReport> = self
             .tasks()
             .filter_map(|(t, _)| reports.remove(&t.name))
@@ -792,7 +796,7 @@ impl<'a> Coordinator<'a> {
 
     /// Records that the run ended on mvk's own error, its workflow closed: nothing can
     /// continue it, so it is finished whatever its tasks.
-    pub fn ended_on_error(&self, e: &RunError) {
+    pub(crate) fn ended_on_error(&self, e: &RunError) {
         self.runner.closed_on_error(e);
     }
 }

@@ -23,20 +23,20 @@ use crate::run::host::Host;
 
 /// What a run's `run.started` event says of how it began.
 #[derive(Debug, Default)]
-pub struct Began {
+pub(crate) struct Began {
     /// The tasks it set out to run.
     tasks: Vec<String>,
     /// Whether those were all of its program's (no `--task`).
     whole: bool,
     /// The branch checked out when it began: where tasks without `merge into=` land.
-    pub current: Option<String>,
+    pub(crate) current: Option<String>,
     /// The executor that ran it, when not the local one (`temporal`).
-    pub executor: Option<String>,
+    pub(crate) executor: Option<String>,
 }
 
 /// How the run began, from its `run.started` event (runs recorded before `whole` and `current`
 /// were: from the program it began with, and its target branch).
-pub fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
+pub(crate) fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
     let detail: serde_json::Value = ledger
         .first_event_detail(&run.id, "run.started")?
         .and_then(|d| serde_json::from_str(&d).ok())
@@ -78,7 +78,7 @@ pub fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
 
 /// Which tasks of run `run` did not end: of `names` (the tasks it set out to run), those the
 /// ledger does not hold finished, and any other it holds begun and not finished; sorted.
-pub fn unended_tasks(
+pub(crate) fn unended_tasks(
     ledger: &Ledger,
     run: &str,
     names: &[String],
@@ -106,7 +106,10 @@ pub fn unended_tasks(
 /// while they had not: what an earlier mvk wrote when a worktree error stopped it, which
 /// `mvk resume` takes up again as an interrupted run. `None` for any other run, and for a run
 /// on Temporal (its workflow closed, nothing can continue it).
-pub fn stopped_on_error(ledger: &Ledger, run: &RunRow) -> Result<Option<Vec<String>>, RunError> {
+pub(crate) fn stopped_on_error(
+    ledger: &Ledger,
+    run: &RunRow,
+) -> Result<Option<Vec<String>>, RunError> {
     if run.state != "finished" || run.outcome.as_deref() != Some("error") || run.command != "apply"
     {
         return Ok(None);
@@ -122,7 +125,7 @@ pub fn stopped_on_error(ledger: &Ledger, run: &RunRow) -> Result<Option<Vec<Stri
 /// The tasks a resumed run goes on with, in dependency order: all of the program's (tasks
 /// added by accepted drift included) when it began with all of them, else the one `--task`
 /// chose.
-pub fn selected_tasks(began: &Began, program: &Program) -> Vec<usize> {
+pub(crate) fn selected_tasks(began: &Began, program: &Program) -> Vec<usize> {
     let order = crate::plan::plan(program).order;
     if began.whole || began.tasks.is_empty() {
         return order;
@@ -135,7 +138,7 @@ pub fn selected_tasks(began: &Began, program: &Program) -> Vec<usize> {
 
 /// What each selected task of the run carries on from. Merge intents are settled first, for
 /// every task, whatever else happens to it; `replanned` tasks (accepted drift) start a new epoch.
-pub fn restore(
+pub(crate) fn restore(
     runner: &Runner<'_>,
     selected: &[usize],
     targets: &BTreeMap<usize, String>,
@@ -207,16 +210,17 @@ pub fn restore(
 /// Where a task of a run whose attempts were made by workers (`--executor temporal`) stands at
 /// its resume: the workflow on the server holds its progress, the ledger what the coordinator
 /// recorded of it.
+#[cfg(feature = "temporal")]
 #[derive(Debug, Default)]
-pub struct RemoteTask {
+pub(crate) struct RemoteTask {
     /// The base its start recorded, once it started.
-    pub base: Option<Oid>,
+    pub(crate) base: Option<Oid>,
     /// Every base the coordinator may have handed it (see `driver::remote`).
-    pub bases: BTreeSet<Oid>,
+    pub(crate) bases: BTreeSet<Oid>,
     /// The commit its landing merged (`Some(None)`: an empty change), once one is done.
-    pub landed: Option<Option<Oid>>,
+    pub(crate) landed: Option<Option<Oid>>,
     /// Its report, once it finished.
-    pub finished: Option<TaskReport>,
+    pub(crate) finished: Option<TaskReport>,
 }
 
 /// What each selected task of an interrupted run made by workers carries on from. Merge
@@ -225,7 +229,8 @@ pub struct RemoteTask {
 /// that the workflow's retry of the recording writes it whole. The bases handed out are the
 /// task's start's and its attempts' (those its landings' answers handed, the coordinator adds
 /// from the ledger's `landing_answers`).
-pub fn restore_remote(
+#[cfg(feature = "temporal")]
+pub(crate) fn restore_remote(
     runner: &Runner<'_>,
     selected: &[usize],
 ) -> Result<BTreeMap<String, RemoteTask>, RunError> {
@@ -473,7 +478,10 @@ fn finish_interrupted_publish<'t>(
 /// its creation and the rename leaves it). Only this run's mvk writes those refs, and a resume
 /// runs once its processes are dead and their orphans killed, so such a file is always stale;
 /// left, every later update of that branch fails as `Locked`. Out come the files removed.
-pub fn clear_ref_locks(repo_root: &Path, run: &str) -> Result<Vec<std::path::PathBuf>, RunError> {
+pub(crate) fn clear_ref_locks(
+    repo_root: &Path,
+    run: &str,
+) -> Result<Vec<std::path::PathBuf>, RunError> {
     let repo = Repository::open(repo_root).map_err(|source| RunError::Git {
         action: "open the repository".into(),
         source,
@@ -875,7 +883,7 @@ fn replay_failure(
 
 /// When a run (or its task) was last seen alive: its last event, or the heartbeat file its
 /// process touched every two seconds while an agent or gate ran, whichever is later.
-pub fn last_sign_of_life(
+pub(crate) fn last_sign_of_life(
     ledger: &Ledger,
     run: &str,
     task: Option<&str>,
@@ -983,7 +991,7 @@ fn keep_branch(repo_root: &Path, a: &AttemptRow) -> Result<(), RunError> {
 /// Compares the program a run began with (from the ledger) with `program` as compiled now,
 /// and each started task's sealed files at its recorded base with those at `bases` (the commit
 /// the task would go on from).
-pub fn drift(
+pub(crate) fn drift(
     ledger: &Ledger,
     run: &RunRow,
     program: &Program,
@@ -1087,7 +1095,7 @@ pub fn drift(
 }
 
 /// The exit code recorded for a run closed as `interrupted`: a process ended by a signal.
-pub const INTERRUPTED_EXIT: i32 = 130;
+pub(crate) const INTERRUPTED_EXIT: i32 = 130;
 
 /// A run of `mvk attempt` in, as the ledger of `repo_root` has it; when its process is dead (an
 /// attempt is never resumed), what it left running is killed (the agent and gate groups it
@@ -1095,7 +1103,10 @@ pub const INTERRUPTED_EXIT: i32 = 130;
 /// look alive forever and `mvk gc` removes its branches. Out: how many processes were killed,
 /// or `None` when there was nothing to close (not an attempt, still alive, on another host, or
 /// closed by another process first).
-pub fn close_dead_attempt(repo_root: &Path, run: &RunRow) -> Result<Option<usize>, RunError> {
+pub(crate) fn close_dead_attempt(
+    repo_root: &Path,
+    run: &RunRow,
+) -> Result<Option<usize>, RunError> {
     if run.command != "attempt" {
         return Ok(None);
     }

@@ -5,7 +5,7 @@
 //! [`untrusted`] reads what an agent could have written without following, blocking on or
 //! swallowing it.
 
-pub mod process;
-pub mod reaper;
-pub mod signals;
-pub mod untrusted;
+pub(crate) mod process;
+pub(crate) mod reaper;
+pub(crate) mod signals;
+pub(crate) mod untrusted;

@@ -21,12 +21,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Default time between SIGTERM and SIGKILL when a process times out.
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 /// Default number of bytes kept in memory of each of stdout and stderr.
-pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
 /// How long output is still read after the whole group has ended. Only a process that left the
 /// group (e.g. via `setsid`) while holding a pipe can make this bound matter.
-pub const DRAIN_BOUND: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_BOUND: Duration = Duration::from_secs(5);
 /// How long to wait for SIGKILLed members to disappear; a process in uninterruptible sleep can lag.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How often `/proc` is polled while waiting for a group to empty.
@@ -36,39 +36,39 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// What to run and where its output goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessSpec {
+pub(crate) struct ProcessSpec {
     /// Program name (looked up on `PATH`) or path.
-    pub program: String,
-    pub args: Vec<String>,
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
     /// Working directory; must exist.
-    pub cwd: PathBuf,
+    pub(crate) cwd: PathBuf,
     /// Variables set on top of the base environment (applied last, so they win over `env_remove`).
-    pub env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
     /// Start from an empty environment instead of inheriting mvk's (then `env` is applied).
-    pub env_clear: bool,
+    pub(crate) env_clear: bool,
     /// Names removed from the inherited environment.
-    pub env_remove: Vec<String>,
+    pub(crate) env_remove: Vec<String>,
     /// Wall-clock limit for the leader; `None` means no limit.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL after a timeout.
-    pub kill_grace: Duration,
+    pub(crate) kill_grace: Duration,
     /// Full stdout is streamed here (truncated first; parent directories are created).
-    pub stdout_log: PathBuf,
+    pub(crate) stdout_log: PathBuf,
     /// Full stderr is streamed here. May equal `stdout_log` for one combined log: then one pipe
     /// carries both streams, in the order the child wrote them, and everything counts as stdout.
-    pub stderr_log: PathBuf,
+    pub(crate) stderr_log: PathBuf,
     /// Memory bound for each of the two tails.
-    pub tail_bytes: usize,
+    pub(crate) tail_bytes: usize,
     /// Where to write the process group's id once it runs, so that a later mvk can find what a
     /// dead one left running (see [`crate::run::exec::reaper::kill_orphans`]).
-    pub group_file: Option<PathBuf>,
+    pub(crate) group_file: Option<PathBuf>,
     /// The attempt's window that the stop signals this process sends mvk are counted in.
-    pub signals: Option<crate::run::exec::signals::Window>,
+    pub(crate) signals: Option<crate::run::exec::signals::Window>,
 }
 
 impl ProcessSpec {
     /// A spec with no arguments, the inherited environment, no timeout and default bounds.
-    pub fn new(
+    pub(crate) fn new(
         program: impl Into<String>,
         cwd: impl Into<PathBuf>,
         stdout_log: impl Into<PathBuf>,
@@ -94,7 +94,7 @@ impl ProcessSpec {
 
 /// How the leader process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Termination {
+pub(crate) enum Termination {
     /// Exited on its own with this code.
     Exited(i32),
     /// Killed by this signal, not sent by the runner.
@@ -105,29 +105,30 @@ pub enum Termination {
 
 impl Termination {
     /// True for `Exited(0)` only.
-    pub fn success(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn success(self) -> bool {
         self == Self::Exited(0)
     }
 }
 
 /// What a finished run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessOutcome {
-    pub termination: Termination,
+pub(crate) struct ProcessOutcome {
+    pub(crate) termination: Termination,
     /// Last at most `tail_bytes` bytes of stdout (lossy UTF-8; when cut, starts at a line or character boundary).
-    pub stdout_tail: String,
+    pub(crate) stdout_tail: String,
     /// Last at most `tail_bytes` bytes of stderr, cut like `stdout_tail` (empty for a combined log).
-    pub stderr_tail: String,
+    pub(crate) stderr_tail: String,
     /// Total bytes read from stdout (all of them are in `stdout_log`).
-    pub stdout_bytes: u64,
+    pub(crate) stdout_bytes: u64,
     /// Total bytes read from stderr.
-    pub stderr_bytes: u64,
+    pub(crate) stderr_bytes: u64,
     /// From just before spawning to the end of draining the output.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// Members of the group were still alive after the leader ended and were SIGKILLed.
-    pub stragglers_killed: bool,
+    pub(crate) stragglers_killed: bool,
     /// Pid of the leader, which is also the process group id.
-    pub pid: u32,
+    pub(crate) pid: u32,
 }
 
 /// Why a process could not be run (or its output not recorded).
@@ -215,7 +216,7 @@ pub enum ProcessError {
 ///
 /// Errors are about starting the process or recording its output; how the process ended, including a
 /// timeout, is reported in [`ProcessOutcome::termination`].
-pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
+pub(crate) async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
     let started = Instant::now();
     let program = &spec.program;
 
@@ -401,12 +402,14 @@ pub async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessError> {
 /// Sends SIGKILL to process group `pgid`. Returns `Ok(false)` when no such group exists.
 ///
 /// Refuses `pgid <= 1` (which would mean "every process") and mvk's own group.
-pub fn kill_group(pgid: i32) -> Result<bool, ProcessError> {
+#[cfg(test)]
+pub(crate) fn kill_group(pgid: i32) -> Result<bool, ProcessError> {
     signal_group(pgid, Signal::KILL)
 }
 
 /// Sends SIGTERM to process group `pgid`, with the same checks as [`kill_group`].
-pub fn terminate_group(pgid: i32) -> Result<bool, ProcessError> {
+#[cfg(test)]
+pub(crate) fn terminate_group(pgid: i32) -> Result<bool, ProcessError> {
     signal_group(pgid, Signal::TERM)
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use rustix::process::{Pid, Signal, WaitOptions};
 
 /// Makes this process the reaper of its orphaned descendants.
-pub fn become_subreaper() -> io::Result<()> {
+pub(crate) fn become_subreaper() -> io::Result<()> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(io::Error::from)
 }
 
@@ -26,7 +26,7 @@ static OWN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
 /// Marks `pid` as a child mvk started (an agent, a gate), until the returned guard is dropped
 /// (after the child is reaped): [`kill_adopted`] leaves it alone.
-pub fn own(pid: i32) -> Own {
+pub(crate) fn own(pid: i32) -> Own {
     OWN.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(pid);
@@ -35,7 +35,7 @@ pub fn own(pid: i32) -> Own {
 
 /// See [`own`].
 #[derive(Debug)]
-pub struct Own(i32);
+pub(crate) struct Own(i32);
 
 impl Drop for Own {
     fn drop(&mut self) {
@@ -51,7 +51,7 @@ static LIVE: Mutex<BTreeMap<(String, String), usize>> = Mutex::new(BTreeMap::new
 
 /// Marks TASK of RUN as going (from its start to its end, landing included) until the returned
 /// guard is dropped: other tasks' sweeps leave its escapees to its own.
-pub fn live(run: &str, task: &str) -> Live {
+pub(crate) fn live(run: &str, task: &str) -> Live {
     let key = (run.to_string(), task.to_string());
     *LIVE
         .lock()
@@ -63,7 +63,7 @@ pub fn live(run: &str, task: &str) -> Live {
 
 /// See [`live`].
 #[derive(Debug)]
-pub struct Live((String, String));
+pub(crate) struct Live((String, String));
 
 impl Drop for Live {
     fn drop(&mut self) {
@@ -93,12 +93,12 @@ fn named_task(pid: i32) -> Option<(String, String)> {
 /// What a sweep did: how many escapees it killed, and whether any may have survived it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[must_use = "an escapee that survived the sweep must fail the step it followed"]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// Escaped children of mvk killed (not counting what they started).
-    pub killed: usize,
+    pub(crate) killed: usize,
     /// Escapees were still appearing when the sweep's time limit passed: the step the sweep
     /// followed must fail (its worktree or its evidence may still be changed by them).
-    pub survived: bool,
+    pub(crate) survived: bool,
 }
 
 /// Kills and reaps every child of this process that escaped TASK's agents and gates, and the
@@ -115,7 +115,7 @@ pub struct Sweep {
 /// mvk runs or under a spared escapee) and then each of them. The sweep goes on until
 /// [`QUIET_SCANS`] scans in a row find nothing; if escapees still appear after its time limit
 /// ([`SWEEP_LIMIT`]), it says so in [`Sweep::survived`].
-pub fn kill_adopted(run: &str, task: &str) -> Sweep {
+pub(crate) fn kill_adopted(run: &str, task: &str) -> Sweep {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let theirs = |pid: i32| {
         named_task(pid).is_some_and(|named| {
@@ -330,7 +330,7 @@ fn sweep_limit() -> std::time::Duration {
 /// nothing of it can edit a worktree a resumed run uses. The environment check keeps a recycled
 /// group id from reaching another run's agent. The whole group is killed at once, so a fork
 /// during the scan cannot escape. Returns how many processes were in the groups killed.
-pub fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
+pub(crate) fn kill_orphans(run_dir: &std::path::Path, run: &str) -> usize {
     // Only where mvk writes them, `RUN/TASK/N/NAME.pgid`, as plain files: a sandboxed agent
     // may write below (its `TMPDIR`, its objects), and a record planted there named any group,
     // whose leader's start time anyone can read (review r8e, H1). Never group 1 (`kill(-1)`
@@ -456,7 +456,7 @@ fn killable(g: i32, me: i32, my_group: i32) -> bool {
 /// What a `*.pgid` file records: `PGID [START [BOOT]]`, START the leader's start time in clock
 /// ticks since boot (`/proc/PID/stat` field 22), which tells it from a later process given its
 /// id, and BOOT the kernel's boot id, which tells this boot's ticks from an earlier one's.
-pub fn group_record(pgid: i32) -> String {
+pub(crate) fn group_record(pgid: i32) -> String {
     match (start_time(pgid), boot_id()) {
         (Some(start), Some(boot)) => format!("{pgid} {start} {boot}\n"),
         (Some(start), None) => format!("{pgid} {start}\n"),

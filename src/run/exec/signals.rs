@@ -29,7 +29,7 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 /// The signals that stop a run when they come from outside it.
-pub const STOPS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+pub(crate) const STOPS: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 /// mvk's marker to itself (see [`settle`]); from anyone else it is ignored.
 const MARKER: i32 = SIGUSR2;
 /// How long [`settle`] waits for the reading thread at most.
@@ -57,7 +57,7 @@ struct WindowState {
 /// The processes one attempt started (its agent's tries), and the stop signals they may have
 /// sent mvk. Open while it exists.
 #[derive(Debug, Clone, Default)]
-pub struct Window(Arc<WindowState>);
+pub(crate) struct Window(Arc<WindowState>);
 
 impl PartialEq for Window {
     fn eq(&self, other: &Window) -> bool {
@@ -68,12 +68,12 @@ impl PartialEq for Window {
 impl Eq for Window {}
 
 impl Window {
-    pub fn new() -> Window {
+    pub(crate) fn new() -> Window {
         Window::default()
     }
 
     /// Records that the process group `pgid` (a child mvk just spawned) belongs to this window.
-    pub fn adopt(&self, pgid: i32) {
+    pub(crate) fn adopt(&self, pgid: i32) {
         STARTED.store(true, Ordering::SeqCst);
         self.0
             .groups
@@ -86,7 +86,7 @@ impl Window {
     }
 
     /// The stop signals counted against this window so far (call [`settle`] first).
-    pub fn signals(&self) -> u64 {
+    pub(crate) fn signals(&self) -> u64 {
         self.0.signals.load(Ordering::SeqCst)
     }
 }
@@ -190,7 +190,7 @@ fn count(sender: Sender) -> bool {
 /// A thread reading mvk's stop signals; dropping it stops and joins the thread, which removes
 /// the handlers it registered (so a program that runs several commands in turn does not pile
 /// them up) and gives the signals their default action back.
-pub struct Watch {
+pub(crate) struct Watch {
     handle: signal_hook::iterator::Handle,
     thread: Option<std::thread::JoinHandle<()>>,
     stops: tokio::sync::mpsc::UnboundedReceiver<i32>,
@@ -198,7 +198,7 @@ pub struct Watch {
 
 /// Starts reading SIGINT, SIGTERM, SIGHUP and SIGQUIT; `warn` tells the user about a stop
 /// signal that was not obeyed because its sender could not be placed.
-pub fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
+pub(crate) fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
     // Once per process: an action that does what the signal does by default while no watch
     // reads it (signal-hook leaves its own handler installed, doing nothing, otherwise).
     let defaults = match DEFAULTS.get() {
@@ -267,7 +267,7 @@ pub fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch> {
 /// Waits until every signal delivered to mvk before this call has been decided (counted
 /// against its window, or passed on as a stop): mvk sends itself the marker and waits for the
 /// reading thread to see it, up to a bound. Returns at once when no watch reads signals.
-pub async fn settle() {
+pub(crate) async fn settle() {
     if WATCHES.load(Ordering::SeqCst) == 0 {
         return;
     }
@@ -284,7 +284,7 @@ pub async fn settle() {
 
 impl Watch {
     /// Resolves when a signal from outside the run asks mvk to stop.
-    pub async fn stopped(&mut self) {
+    pub(crate) async fn stopped(&mut self) {
         // A closed channel means the thread is gone: nothing will ask to stop any more.
         if self.stops.recv().await.is_none() {
             std::future::pending::<()>().await;

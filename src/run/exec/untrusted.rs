@@ -18,7 +18,7 @@ use rustix::io::Errno;
 
 /// What is at a path, told without opening anything but a regular file.
 #[derive(Debug)]
-pub enum Found {
+pub(crate) enum Found {
     /// A regular file, and its size.
     Regular(File, u64),
     /// A symlink (not followed), and where it leads.
@@ -30,13 +30,13 @@ pub enum Found {
 /// Opens `path` if it is a regular file itself, else says what it is. `O_NOFOLLOW` refuses a
 /// symlink and `O_NONBLOCK` makes opening a FIFO return at once; the type is then taken from
 /// the open file (`fstat`), so nothing can be swapped in between.
-pub fn open(path: &Path) -> io::Result<Found> {
+pub(crate) fn open(path: &Path) -> io::Result<Found> {
     open_at(CWD, path)
 }
 
 /// [`open`] for `name` in the directory `dir` (already opened, so that a directory swapped in
 /// for it since is not the one read).
-pub fn open_at(dir: impl AsFd, name: &Path) -> io::Result<Found> {
+pub(crate) fn open_at(dir: impl AsFd, name: &Path) -> io::Result<Found> {
     #[cfg(test)]
     race::before_open(name);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -63,7 +63,7 @@ pub fn open_at(dir: impl AsFd, name: &Path) -> io::Result<Found> {
 }
 
 /// At most `max` bytes of `path` when it is a regular file; `None` when it is something else.
-pub fn read(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     let Found::Regular(file, size) = open(path)? else {
         return Ok(None);
     };
@@ -76,7 +76,7 @@ pub fn read(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
 /// through a symlink; `None` when it is not a directory (a symlink to one included) or is gone.
 /// What is listed and opened through it is that directory's, whatever is swapped in for it
 /// at `name` afterwards.
-pub fn open_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn open_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
     #[cfg(test)]
     race::before_open(name);
     match rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty()) {
@@ -96,7 +96,7 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 /// [`open_dir_at`], its owner first given read, write and search permission on it when it
 /// lacked any. The permission is changed on the directory opened (`fchmod`), never through a
 /// path looked up again, which a symlink could have replaced.
-pub fn writable_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn writable_dir_at(dir: impl AsFd, name: &Path) -> io::Result<Option<OwnedFd>> {
     #[cfg(test)]
     race::before_open(name);
     let fd = match rustix::fs::openat(&dir, name, DIR_FLAGS, Mode::empty()) {
@@ -138,7 +138,7 @@ fn owner_rwx(mode: rustix::fs::RawMode) -> Mode {
 /// What the directory open at `dir` holds: each entry's name and type (`Unknown` where the
 /// file system does not say), `.` and `..` left out. The type is only a hint: what is
 /// opened by name is checked again as it is opened.
-pub fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileType)>> {
+pub(crate) fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileType)>> {
     let listing = rustix::fs::Dir::read_from(dir)?;
     Ok(listing.filter_map(Result::ok).filter_map(|entry| {
         let name = entry.file_name().to_bytes();
@@ -157,7 +157,7 @@ pub fn list(dir: impl AsFd) -> io::Result<impl Iterator<Item = (OsString, FileTy
 /// so a directory swapped for a symlink meanwhile leads the removal nowhere else (the symlink is
 /// what goes). std's `remove_dir_all` is safe only below the path it is given, which is looked
 /// up again, through whatever its components have become.
-pub fn remove_at(dir: impl AsFd, name: &Path) -> io::Result<()> {
+pub(crate) fn remove_at(dir: impl AsFd, name: &Path) -> io::Result<()> {
     let top = dir.as_fd();
     let mut hoisted = Vec::new();
     remove_below(top, top, name, 0, &mut hoisted)?;
@@ -227,7 +227,7 @@ fn remove_below(
 }
 
 /// 64 random bits, from the per-process random keys of std's hasher (no `unsafe`, no crate).
-pub fn unguessable() -> u64 {
+pub(crate) fn unguessable() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -252,11 +252,11 @@ pub(crate) mod race {
     }
 
     /// Runs `swap` with each name opened on this thread from now on, until [`clear`].
-    pub fn set(swap: impl FnMut(&Path) + 'static) {
+    pub(crate) fn set(swap: impl FnMut(&Path) + 'static) {
         BEFORE_OPEN.with(|b| *b.borrow_mut() = Some(Box::new(swap)));
     }
 
-    pub fn clear() {
+    pub(crate) fn clear() {
         BEFORE_OPEN.with(|b| *b.borrow_mut() = None);
     }
 

@@ -15,7 +15,7 @@ use git2::{CheckoutNotificationType, ErrorCode, Index, MergeOptions, Oid, Reposi
 use crate::ir::Strategy;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LandError {
+pub(crate) enum LandError {
     #[error("cannot {action} in `{}`", repo.display())]
     Git {
         action: String,
@@ -89,7 +89,7 @@ fn git_err(action: impl Into<String>, repo: &Path) -> impl FnOnce(git2::Error) -
 }
 
 /// The branch checked out in the repository's main worktree.
-pub fn current_branch(repo_root: &Path) -> Result<String, LandError> {
+pub(crate) fn current_branch(repo_root: &Path) -> Result<String, LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     let head = repo
         .find_reference("HEAD")
@@ -104,7 +104,7 @@ pub fn current_branch(repo_root: &Path) -> Result<String, LandError> {
 }
 
 /// The commit `branch` points at.
-pub fn branch_tip(repo_root: &Path, branch: &str) -> Result<Oid, LandError> {
+pub(crate) fn branch_tip(repo_root: &Path, branch: &str) -> Result<Oid, LandError> {
     let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
     tip_of(&repo, branch, repo_root)
 }
@@ -124,7 +124,7 @@ fn tip_of(repo: &Repository, branch: &str, root: &Path) -> Result<Oid, LandError
 
 /// What landing would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prepared {
+pub(crate) enum Prepared {
     /// The change is empty: the target already holds it.
     Nothing { tip: Oid },
     /// Move the target from `tip` to `commit`; `moved` says the target is no longer at the
@@ -136,7 +136,7 @@ pub enum Prepared {
 /// that is to become it (the change landing before it in the same batch), without moving any
 /// ref.
 #[allow(clippy::too_many_arguments)]
-pub fn prepare(
+pub(crate) fn prepare(
     repo_root: &Path,
     branch: &str,
     tip: Oid,
@@ -224,7 +224,7 @@ pub fn prepare(
 
 /// A fresh name for the file through which one landing takes the main checkout's index lock,
 /// to be recorded in the ledger's intents before [`publish`] takes it.
-pub fn lock_name(run: &str) -> String {
+pub(crate) fn lock_name(run: &str) -> String {
     let run: String = run
         .chars()
         .map(|c| {
@@ -253,7 +253,7 @@ const LOCK_PREFIX: &str = "mvk-index-";
 /// ([`LandError::Dirty`]). The order — files, then the index (written aside and renamed over),
 /// then the branch, then the lock given back — means the branch holds `commit` only once the
 /// checkout does, and a landing cut short anywhere holds the lock.
-pub fn publish(
+pub(crate) fn publish(
     repo_root: &Path,
     branch: &str,
     tip: Oid,
@@ -853,7 +853,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 /// The name of the file of mvk's that the main checkout's `index.lock` (in `git_dir`) is, when
 /// it is one: a landing's, named in the ledger's intent.
-pub fn lock_owner(git_dir: &Path) -> Option<String> {
+pub(crate) fn lock_owner(git_dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let lock = std::fs::symlink_metadata(git_dir.join("index.lock")).ok()?;
     if lock.nlink() < 2 {
@@ -872,13 +872,13 @@ pub fn lock_owner(git_dir: &Path) -> Option<String> {
 
 /// Whether the main checkout of `repo_root` has no `index.lock` (a repository that cannot be
 /// opened says no): what a landing stopped on someone else's lock waits for.
-pub fn index_unlocked(repo_root: &Path) -> bool {
+pub(crate) fn index_unlocked(repo_root: &Path) -> bool {
     Repository::open(repo_root).is_ok_and(|repo| !repo.path().join("index.lock").exists())
 }
 
 /// What [`recover`] did with a landing cut short.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Recovery {
+pub(crate) enum Recovery {
     /// The landing did not hold the main checkout's lock (never took it, or gave it back, or
     /// did not need it): nothing of it is left in the checkout.
     NotHeld,
@@ -904,7 +904,7 @@ pub enum Recovery {
 /// branch is still at `old_tip` and every path of the landing holds the old content, the new,
 /// or a part of the new (a file cut short as it was written): those are mvk's own, never a
 /// person's change. Undone when the branch moved elsewhere, or a path holds something else.
-pub fn recover(
+pub(crate) fn recover(
     repo_root: &Path,
     branch: &str,
     (old_tip, commit): (Oid, Oid),

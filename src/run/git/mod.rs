@@ -3,6 +3,6 @@
 //! its target; [`seal`] decides whether a change touched the oracle (sealed tests, fixtures,
 //! gate scripts); [`verify`] is that check on its own (`mvk verify`).
 
-pub mod land;
-pub mod seal;
-pub mod verify;
+pub(crate) mod land;
+pub(crate) mod seal;
+pub(crate) mod verify;

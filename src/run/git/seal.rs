@@ -24,7 +24,7 @@ use crate::glob::{PathSet, PatternError};
 
 /// Failures of the seal check itself (not breaches: those are a [`SealVerdict`]).
 #[derive(Debug, thiserror::Error)]
-pub enum SealError {
+pub(crate) enum SealError {
     #[error("invalid seal pattern `{pattern}`: {reason}")]
     InvalidPattern { pattern: String, reason: String },
     #[error("commit `{id}` is not in the repository")]
@@ -57,13 +57,13 @@ fn git_err(action: impl Into<String>) -> impl FnOnce(git2::Error) -> SealError {
 
 /// A compiled set of sealed path patterns.
 #[derive(Debug, Clone)]
-pub struct Seal {
+pub(crate) struct Seal {
     paths: PathSet,
 }
 
 impl Seal {
     /// Compiles `patterns` (see [`crate::glob`] for the rules).
-    pub fn new(patterns: &[String]) -> Result<Seal, SealError> {
+    pub(crate) fn new(patterns: &[String]) -> Result<Seal, SealError> {
         Ok(Seal {
             paths: PathSet::new(patterns)?,
         })
@@ -71,24 +71,24 @@ impl Seal {
 
     /// Whether the repository-relative `path` (`/`-separated) is sealed: it or one of the
     /// directories containing it matches a pattern.
-    pub fn is_sealed(&self, path: &str) -> bool {
+    pub(crate) fn is_sealed(&self, path: &str) -> bool {
         self.paths.covers(path)
     }
 
     /// The directories (or files) every sealed path lies under: each pattern's leading
     /// components up to the first one with a wildcard. `None` when a pattern starts with one
     /// (`**/*.snap`), so that the whole tree must be looked at.
-    pub fn roots(&self) -> Option<BTreeSet<String>> {
+    pub(crate) fn roots(&self) -> Option<BTreeSet<String>> {
         self.paths.roots()
     }
 
     /// Whether no path is sealed at all.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.paths.is_empty()
     }
 
     /// The patterns as compiled (after dropping `./`, leading and trailing `/`).
-    pub fn patterns(&self) -> &[String] {
+    pub(crate) fn patterns(&self) -> &[String] {
         self.paths.patterns()
     }
 }
@@ -161,13 +161,14 @@ impl fmt::Display for Breach {
 /// The outcome of [`check`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", content = "breaches", rename_all = "snake_case")]
-pub enum SealVerdict {
+pub(crate) enum SealVerdict {
     Untouched,
     Breached(Vec<Breach>),
 }
 
 impl SealVerdict {
-    pub fn is_untouched(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_untouched(&self) -> bool {
         matches!(self, SealVerdict::Untouched)
     }
 }
@@ -177,7 +178,7 @@ impl SealVerdict {
 /// Breaches come in this order: `HistoryRewritten` (if `head` does not descend from `base`),
 /// then per-commit breaches oldest commit first, then net-change breaches not already reported
 /// with the same path and kind by a commit.
-pub fn check(
+pub(crate) fn check(
     repo: &Repository,
     base: Oid,
     head: Oid,
@@ -257,7 +258,12 @@ pub fn check(
 }
 
 /// Paths the net change from `base` to `head` touched (both sides of a rename), sorted.
-pub fn changed_paths(repo: &Repository, base: Oid, head: Oid) -> Result<Vec<String>, SealError> {
+#[cfg(test)]
+pub(crate) fn changed_paths(
+    repo: &Repository,
+    base: Oid,
+    head: Oid,
+) -> Result<Vec<String>, SealError> {
     let base_tree = commit_tree(repo, base)?;
     let head_tree = commit_tree(repo, head)?;
     let mut paths = BTreeSet::new();
@@ -274,7 +280,7 @@ pub fn changed_paths(repo: &Repository, base: Oid, head: Oid) -> Result<Vec<Stri
 
 /// The sealed files of a commit: path → (git file mode, blob id), sorted by path. What the
 /// oracle is at that commit; a resume compares it with the base it goes on from.
-pub fn sealed_files(
+pub(crate) fn sealed_files(
     repo: &Repository,
     commit: Oid,
     seal: &Seal,
@@ -328,7 +334,7 @@ pub fn sealed_files(
 
 /// A digest of [`sealed_files`]: equal when and only when every sealed file's content and mode
 /// are the same.
-pub fn sealed_digest(files: &std::collections::BTreeMap<String, (u32, String)>) -> String {
+pub(crate) fn sealed_digest(files: &std::collections::BTreeMap<String, (u32, String)>) -> String {
     let mut hasher = blake3::Hasher::new_derive_key("mvk 2026-12 sealed files");
     for (path, (mode, blob)) in files {
         for part in [path.as_bytes(), &mode.to_le_bytes(), blob.as_bytes()] {

@@ -14,11 +14,11 @@ use crate::ir::Program;
 use crate::run::git::seal::{self, Breach, BreachKind, Seal, SealError, SealVerdict};
 
 /// The schema name of [`Verification`].
-pub const SCHEMA: &str = "mvk.verify.v1";
+pub(crate) const SCHEMA: &str = "mvk.verify.v1";
 
 /// Why the check itself could not be made (not a verdict).
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     #[error("cannot open the repository `{}`", path.display())]
     Repository {
         path: std::path::PathBuf,
@@ -48,7 +48,7 @@ pub enum VerifyError {
 /// A verdict of the oracle check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// No sealed path was touched.
     Untouched,
     /// A sealed path was added, deleted, modified, renamed, changed mode or became a symlink.
@@ -60,7 +60,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// The contract's exit code of `mvk verify`: 0, 1, 2.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             Verdict::Untouched => 0,
             Verdict::Changed => 1,
@@ -85,38 +85,38 @@ impl Verdict {
 
 /// The oracle check of one task's seal.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct TaskVerification {
-    pub task: String,
+pub(crate) struct TaskVerification {
+    pub(crate) task: String,
     /// The task's sealed path patterns.
-    pub seal: Vec<String>,
-    pub verdict: Verdict,
+    pub(crate) seal: Vec<String>,
+    pub(crate) verdict: Verdict,
     /// Each way the change touched the seal (`changed`), or the breach that makes it `unknown`.
-    pub breaches: Vec<Breach>,
+    pub(crate) breaches: Vec<Breach>,
     /// One line: why the verdict is what it is.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// The oracle check of a change against a program's seals.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// `mvk.verify.v1`.
-    pub schema: String,
+    pub(crate) schema: String,
     /// The worst verdict over the tasks: `changed`, then `unknown`, then `untouched`.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// The base commit (full id).
-    pub base: String,
+    pub(crate) base: String,
     /// The head commit (full id).
-    pub head: String,
+    pub(crate) head: String,
     /// Whether the checkout's uncommitted work (modified, deleted and untracked files, not
     /// ignored ones) was checked too: when no head revision was given.
-    pub working_tree: bool,
-    pub tasks: Vec<TaskVerification>,
+    pub(crate) working_tree: bool,
+    pub(crate) tasks: Vec<TaskVerification>,
 }
 
 /// Checks the change from `base` to `head` (or to the checkout of `repo_root` with its
 /// uncommitted work, when `head` is `None`) against the seal of each task of `program` (or of
 /// `task` alone). `file` names the program in messages.
-pub fn verify(
+pub(crate) fn verify(
     repo_root: &Path,
     program: &Program,
     file: &str,

@@ -26,7 +26,7 @@ const MAX_LINE: usize = 1 << 20;
 
 /// The longest wait a rate-limit message can ask for; a usage limit that resets in days is
 /// retried hourly rather than parking the run for days without a word.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// A [`RateLimit::message`] is at most this many characters.
 const MESSAGE_CHARS: usize = 200;
@@ -52,12 +52,12 @@ pub struct Usage {
 
 impl Usage {
     /// Input and output tokens together.
-    pub fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
     /// Adds what another call spent (a retry, or the reviewer's call on the same attempt).
-    pub fn absorb(&mut self, other: &Usage) {
+    pub(crate) fn absorb(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
@@ -86,7 +86,7 @@ pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usag
 /// `response` (or, streaming, the assistant's text after its last tool call). `None` for aider,
 /// goose and plain commands (the end of their output is read instead), or when the tool printed
 /// none.
-pub fn final_message(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<String>> {
+pub(crate) fn final_message(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<String>> {
     Ok(scan(adapter, stdout_log)?.and_then(|s| s.message.or(s.streamed)))
 }
 
@@ -728,14 +728,14 @@ impl RateLimitMatcher {
 
     /// Whether an agent that exited 0 may still have given up on a rate limit: aider does (it
     /// prints the limit as its last word and exits 0, having changed nothing).
-    pub fn limits_exit_zero(&self) -> bool {
+    pub(crate) fn limits_exit_zero(&self) -> bool {
         self.adapter == Adapter::Aider
     }
 
     /// An aider run that exited 0 but gave up on a limit: after its last model reply (its last
     /// `Tokens:` line) there is no edit applied and its own give-up message is there. Only
     /// aider's own words count: a file it edited may be called `rate_limited.py`.
-    pub fn aider_gave_up(&self, stdout: &str) -> Option<RateLimit> {
+    pub(crate) fn aider_gave_up(&self, stdout: &str) -> Option<RateLimit> {
         let after = match stdout.rfind("Tokens: ") {
             Some(i) => stdout[i..].split_once('\n').map_or("", |(_, rest)| rest),
             None => stdout,

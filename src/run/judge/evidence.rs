@@ -28,11 +28,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// The key a gate prints before its JSON evidence.
-pub const EVIDENCE_KEY: &str = "MVK_EVIDENCE";
+pub(crate) const EVIDENCE_KEY: &str = "MVK_EVIDENCE";
 /// The only schema this reader accepts in an evidence line.
-pub const EVIDENCE_SCHEMA: &str = "mvk.evidence.v1";
+pub(crate) const EVIDENCE_SCHEMA: &str = "mvk.evidence.v1";
 /// Longer lines are skipped by every matcher (an over-long evidence line is malformed).
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Details quoted from the output into a reason are cut to this many characters.
 const MAX_DETAIL_CHARS: usize = 160;
 
@@ -50,7 +50,7 @@ pub enum Runner {
 }
 
 impl Runner {
-    pub const ALL: [Runner; 7] = [
+    pub(crate) const ALL: [Runner; 7] = [
         Runner::CargoTest,
         Runner::Nextest,
         Runner::Pytest,
@@ -60,7 +60,7 @@ impl Runner {
         Runner::Jest,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Runner::CargoTest => "cargo-test",
             Runner::Nextest => "nextest",
@@ -72,7 +72,7 @@ impl Runner {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Runner> {
+    pub(crate) fn from_name(name: &str) -> Option<Runner> {
         Runner::ALL.into_iter().find(|runner| runner.name() == name)
     }
 
@@ -246,7 +246,7 @@ pub enum NonceError {
 }
 
 /// A fresh `MVK_NONCE`: 128 random bits from `/dev/urandom` as 32 lowercase hex characters.
-pub fn new_nonce() -> Result<String, NonceError> {
+pub(crate) fn new_nonce() -> Result<String, NonceError> {
     const PATH: &str = "/dev/urandom";
     let mut file = File::open(PATH).map_err(|source| NonceError::Open { path: PATH, source })?;
     let mut bytes = [0u8; 16];
@@ -264,7 +264,7 @@ pub fn new_nonce() -> Result<String, NonceError> {
 /// Reads a gate's output line by line and keeps only counters and a few short notes, so its
 /// memory stays bounded however long the output is.
 #[derive(Debug)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     mode: EvidenceMode,
     nonce: String,
     evidence_lines: EvidenceLines,
@@ -314,7 +314,7 @@ struct NodeBlock {
 }
 
 impl Scanner {
-    pub fn new(mode: EvidenceMode, nonce: &str) -> Self {
+    pub(crate) fn new(mode: EvidenceMode, nonce: &str) -> Self {
         Scanner {
             mode,
             nonce: nonce.to_owned(),
@@ -324,7 +324,7 @@ impl Scanner {
     }
 
     /// Feeds one line of output, with or without its line ending.
-    pub fn feed_line(&mut self, line: &str) {
+    pub(crate) fn feed_line(&mut self, line: &str) {
         let wants_nonce = match self.mode {
             EvidenceMode::None => return,
             EvidenceMode::Auto | EvidenceMode::Nonce => true,
@@ -370,7 +370,7 @@ impl Scanner {
         }
     }
 
-    pub fn finish(mut self) -> Evidence {
+    pub(crate) fn finish(mut self) -> Evidence {
         self.runners.flush_node();
         match self.mode {
             EvidenceMode::None => Evidence::NotRequired,

@@ -16,7 +16,7 @@ use crate::run::exec::process::{self, ProcessError, ProcessSpec, Termination};
 use crate::run::judge::evidence::{self, Evidence, GateVerdict, Scanner};
 
 /// Bytes of a gate's log kept for the next prompt and the reports.
-pub const TAIL_BYTES: u64 = 8 * 1024;
+pub(crate) const TAIL_BYTES: u64 = 8 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
@@ -64,7 +64,7 @@ impl GateRun {
     }
 
     /// How the evidence was obtained, for the ledger: `nonce`, `cargo-test summary`, `none`, `unknown`.
-    pub fn evidence_label(&self) -> String {
+    pub(crate) fn evidence_label(&self) -> String {
         match &self.evidence {
             Evidence::NotRequired => "none".into(),
             Evidence::Proven { source, .. } => match source {
@@ -92,7 +92,7 @@ pub struct GateContext<'a> {
 }
 
 /// Whether a variable name looks like it holds a credential.
-pub fn is_credential(name: &str) -> bool {
+pub(crate) fn is_credential(name: &str) -> bool {
     const PARTS: &[&str] = &[
         "TOKEN",
         "SECRET",
@@ -122,7 +122,7 @@ pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, Gate
 }
 
 /// [`run_gate`], with the stop signals the gate's processes send mvk counted in `window`.
-pub async fn run_gate_counted(
+pub(crate) async fn run_gate_counted(
     gate: &Gate,
     cx: &GateContext<'_>,
     window: Option<&crate::run::exec::signals::Window>,
@@ -202,7 +202,11 @@ pub async fn run_gate_counted(
 
 /// Feeds a log file to a [`Scanner`] line by line; an over-long line is passed on cut, which the
 /// scanner skips, so memory stays bounded whatever the gate printed.
-pub fn scan_file(mode: evidence::EvidenceMode, nonce: &str, path: &Path) -> io::Result<Evidence> {
+pub(crate) fn scan_file(
+    mode: evidence::EvidenceMode,
+    nonce: &str,
+    path: &Path,
+) -> io::Result<Evidence> {
     let mut scanner = Scanner::new(mode, nonce);
     let mut reader = BufReader::new(File::open(path)?);
     let limit = evidence::MAX_LINE_BYTES + 1;
@@ -241,7 +245,7 @@ pub fn scan_file(mode: evidence::EvidenceMode, nonce: &str, path: &Path) -> io::
 }
 
 /// The last `max` bytes of a file as text, cut at a line boundary when there is one.
-pub fn tail_of(path: &Path, max: u64) -> io::Result<String> {
+pub(crate) fn tail_of(path: &Path, max: u64) -> io::Result<String> {
     let mut f = File::open(path)?;
     let len = f.metadata()?.len();
     let start = len.saturating_sub(max);

@@ -11,7 +11,7 @@ use super::confine::path_text;
 /// 100 MB too), all of them together, how many there are (each costs a read and a write), and
 /// what reading them inflates. An object compresses a thousandfold or more (a zip bomb), so
 /// sizes are read from the headers before anything is inflated.
-pub const OBJECT_LIMITS: Limits = Limits {
+pub(crate) const OBJECT_LIMITS: Limits = Limits {
     object: 100 << 20,
     total: 1 << 30,
     count: 100_000,
@@ -24,16 +24,16 @@ pub const OBJECT_LIMITS: Limits = Limits {
 /// Bytes of inflated objects: per object, and all an attempt's together (each object once);
 /// objects listed; bytes inflated to read them all (a delta's bases once per read).
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub object: usize,
-    pub total: usize,
-    pub count: usize,
-    pub work: u64,
+pub(crate) struct Limits {
+    pub(crate) object: usize,
+    pub(crate) total: usize,
+    pub(crate) count: usize,
+    pub(crate) work: u64,
 }
 
 /// Why an agent's objects were not added to the repository.
 #[derive(Debug, thiserror::Error)]
-pub enum AbsorbError {
+pub(crate) enum AbsorbError {
     /// The agent's fault: its attempt fails, the run goes on.
     #[error(
         "object {id} holds {size} bytes, more than the {limit} bytes mvk accepts from an agent"
@@ -73,12 +73,12 @@ pub enum AbsorbError {
 /// match its name is left out, and nothing already in the store is rewritten. Out comes how
 /// many objects were added; nothing when there is no such directory. Sizes are checked against
 /// [`OBJECT_LIMITS`] before any object is read whole; over them, nothing is added.
-pub fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, AbsorbError> {
+pub(crate) fn absorb_objects(repo: &Path, objects: &Path) -> Result<usize, AbsorbError> {
     absorb_objects_within(repo, objects, OBJECT_LIMITS)
 }
 
 /// [`absorb_objects`] with the given limits.
-pub fn absorb_objects_within(
+pub(crate) fn absorb_objects_within(
     repo: &Path,
     objects: &Path,
     limits: Limits,

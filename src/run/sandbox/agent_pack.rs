@@ -44,7 +44,7 @@ const INDEX_TAIL: usize = 40;
 /// them, and each regular `pack/*.idx` with its regular `.pack`. Anything else is left behind
 /// unread: symlinks, FIFOs, devices, `info/alternates`, a multi-pack index. Refused past the
 /// limits: more files than objects allowed, more bytes than their content could take.
-pub fn copy_checked(from: &Path, to: &Path, limits: Limits) -> Result<(), AbsorbError> {
+pub(super) fn copy_checked(from: &Path, to: &Path, limits: Limits) -> Result<(), AbsorbError> {
     // Compressed, an object takes at most a little more than its content; a delta's data
     // more than what it makes by one byte in 127 (insertions), plus headers.
     let mut budget = Budget {
@@ -153,7 +153,11 @@ impl Budget {
 /// every delta's bases; or when mvk cannot tell what it would cost: an index that is not a
 /// valid one, a delta whose base its index does not list (git lists every entry of a pack) or
 /// whose base is outside the pack (git keeps no thin pack).
-pub fn check(pack_dir: &Path, shared: &git2::Odb, limits: Limits) -> Result<(), AbsorbError> {
+pub(super) fn check(
+    pack_dir: &Path,
+    shared: &git2::Odb,
+    limits: Limits,
+) -> Result<(), AbsorbError> {
     let Ok(entries) = std::fs::read_dir(pack_dir) else {
         return Ok(());
     };

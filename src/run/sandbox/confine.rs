@@ -14,7 +14,7 @@ use super::policy::{BASE_ENV, DEVICES, Grants, Policy, expand, exposed, resolved
 use super::support::pretend_unsupported;
 
 /// Rewrites `ps` to start through the trampoline under `sandbox`, with the sandbox's environment.
-pub fn confine(
+pub(crate) fn confine(
     ps: &mut ProcessSpec,
     sandbox: &Sandbox,
     grants: &Grants<'_>,

@@ -43,24 +43,24 @@ mod ruleset;
 mod support;
 mod trampoline;
 
-pub use absorb::{AbsorbError, Limits, OBJECT_LIMITS, absorb_objects, absorb_objects_within};
-pub use confine::confine;
-pub use policy::{BASE_ENV, Grants, Protected, refuse_exposing_grants};
-pub use support::{Support, preflight, pretend_unsupported, probe};
-pub use trampoline::trampoline;
+pub(crate) use absorb::{AbsorbError, Limits, absorb_objects};
+pub(crate) use confine::confine;
+pub(crate) use policy::{BASE_ENV, Grants, Protected, refuse_exposing_grants};
+pub(crate) use support::preflight;
+pub(crate) use trampoline::trampoline;
 
 /// The hidden first argument that makes `mvk` the trampoline.
-pub const TRAMPOLINE: &str = "__sandbox";
+pub(crate) const TRAMPOLINE: &str = "__sandbox";
 /// `mvk __sandbox probe`: confine a throwaway process and print what the kernel allowed.
 const PROBE: &str = "probe";
 /// `mvk __sandbox probe --pretend-unsupported`: answer as a kernel without support would.
 const PRETEND_FLAG: &str = "--pretend-unsupported";
 /// The trampoline's exit code when it refuses to run a required sandbox unconfined.
-pub const REFUSED_EXIT: u8 = 125;
+pub(crate) const REFUSED_EXIT: u8 = 125;
 
 /// Why the sandbox cannot be set up or is refused.
 #[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
+pub(crate) enum SandboxError {
     #[error(
         "{owner} requires a sandbox this machine cannot provide: {problems}; run it on a kernel with Landlock (5.13 or later, ABI 6 for the signal scope) and network namespaces, or write `required=#false` to run it unconfined with a warning"
     )]

@@ -26,9 +26,9 @@ use rustix::io::Errno;
 use rustix::process::{DumpableBehavior, Pid, Signal, WaitOptions};
 
 /// `mvk __sandbox __init -- PROGRAM ARG…`: the namespace's init.
-pub const INIT: &str = "__init";
+pub(super) const INIT: &str = "__init";
 /// `mvk __sandbox __alone -- PROGRAM ARG…`: PROGRAM in a session of its own, as the init starts it.
-pub const ALONE: &str = "__alone";
+pub(super) const ALONE: &str = "__alone";
 
 /// The stop signals the init passes on to the program (anything else sent to an init from
 /// outside its namespace, without a handler, is dropped by the kernel).
@@ -41,7 +41,7 @@ const FORWARDED: [(i32, Signal); 4] = [
 
 /// Why [`isolate`] gave this process's next child no PID namespace of its own.
 #[derive(Debug)]
-pub enum Unisolated {
+pub(super) enum Unisolated {
     /// The kernel refused the namespaces: nothing changed, the program can run as without one.
     Refused(String),
     /// The namespaces were entered, but the user could not be mapped into the new user
@@ -66,7 +66,7 @@ impl std::fmt::Display for Unisolated {
 /// Makes this process's next child the first of a new PID namespace: directly where it may
 /// (root, or inside the user namespace the network's isolation entered), else inside a user
 /// namespace of its own that maps the user to itself.
-pub fn isolate() -> Result<(), Unisolated> {
+pub(super) fn isolate() -> Result<(), Unisolated> {
     use nix::sched::{CloneFlags, unshare};
     if unshare(CloneFlags::CLONE_NEWPID).is_ok() {
         return Ok(());
@@ -107,7 +107,7 @@ impl Ended {
 /// Runs PROGRAM under an init of its own in the namespace [`isolate`] prepared, waits for it,
 /// and returns the code to exit with; when the program died of a signal, this process dies of
 /// the same signal first. `Err` when the init could not be started (nothing ran then).
-pub fn run(program: &OsStr, args: &[OsString]) -> Result<ExitCode, String> {
+pub(super) fn run(program: &OsStr, args: &[OsString]) -> Result<ExitCode, String> {
     let exe = crate::exe::path().map_err(|e| format!("cannot find mvk's executable: {e}"))?;
     let (report, theirs) =
         UnixStream::pair().map_err(|e| format!("cannot make the init's socket: {e}"))?;
@@ -189,7 +189,7 @@ fn not_run(e: &io::Error) -> u8 {
 
 /// The init: `ARGS` are what follows `mvk __sandbox __init`, that is `-- PROGRAM ARG…`; its stdin
 /// is the socket [`run`] reads how the program ended from.
-pub fn init(args: &[OsString]) -> ExitCode {
+pub(super) fn init(args: &[OsString]) -> ExitCode {
     let tell = |ended: Ended| {
         let _ = rustix::io::write(io::stdin().as_fd(), ended.line().as_bytes());
     };
@@ -283,7 +283,7 @@ pub fn init(args: &[OsString]) -> ExitCode {
 
 /// `mvk __sandbox __alone -- PROGRAM ARG…` (`ARGS` what follows `__alone`): PROGRAM run in a
 /// session of its own, which has no controlling terminal; never returns when it runs it.
-pub fn alone(args: &[OsString]) -> ExitCode {
+pub(super) fn alone(args: &[OsString]) -> ExitCode {
     let Some((program, program_args)) = program_of(args, ALONE) else {
         return ExitCode::from(super::REFUSED_EXIT);
     };

@@ -11,7 +11,7 @@ use crate::ir::{Program, Sandbox};
 use super::SandboxError;
 
 /// Variables of mvk's environment that reach a sandboxed process without being named.
-pub const BASE_ENV: &[&str] = &[
+pub(crate) const BASE_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "USER",
@@ -58,16 +58,16 @@ pub(super) struct Policy {
 }
 
 /// What a sandboxed process may write besides the sandbox's grants.
-pub struct Grants<'a> {
+pub(crate) struct Grants<'a> {
     /// Its working directory (the worktree).
-    pub cwd: &'a Path,
+    pub(crate) cwd: &'a Path,
     /// Its own temporary directory, emptied first; `TMPDIR` names it.
-    pub tmp: PathBuf,
+    pub(crate) tmp: PathBuf,
     /// Where the objects of its commits go, emptied first, when it may commit in `cwd`'s
     /// repository (agents may; gates only check): see [`absorb_objects`].
-    pub objects: Option<PathBuf>,
+    pub(crate) objects: Option<PathBuf>,
     /// Where mvk keeps what no confined process may write: no grant may lead there.
-    pub protected: &'a [Protected],
+    pub(crate) protected: &'a [Protected],
 }
 
 /// A place where mvk keeps what no confined process may write, as the kernel finds it (links
@@ -118,7 +118,7 @@ pub(super) fn sandboxes(program: &Program) -> Vec<(String, &Sandbox)> {
 /// agent edit another attempt's worktree, or the index copy mvk trusts for its next capture.
 /// Checked again at each start ([`confine`], then the trampoline on what it opened): a link a
 /// confined process planted under one grant must not lead the next one into those places.
-pub fn refuse_exposing_grants(
+pub(crate) fn refuse_exposing_grants(
     program: &Program,
     protected: &[Protected],
 ) -> Result<(), SandboxError> {

@@ -15,26 +15,26 @@ use super::{PRETEND_FLAG, PROBE, SandboxError, TRAMPOLINE};
 /// network namespaces ([`crate::env::MVK_SANDBOX_UNSUPPORTED`]). Read once, by mvk, and passed
 /// to the trampoline inside its policy: what a loop's `env` gives an agent or a gate never
 /// reaches this decision, and the trampoline ignores the variable.
-pub fn pretend_unsupported() -> bool {
+pub(crate) fn pretend_unsupported() -> bool {
     static PRETEND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PRETEND.get_or_init(|| std::env::var_os(crate::env::MVK_SANDBOX_UNSUPPORTED).is_some())
 }
 
 /// What this machine can confine, as a throwaway process found out.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Support {
+pub(crate) struct Support {
     /// `full`, `partial` or `none`: how much of Landlock ABI 6 the kernel enforces.
-    pub landlock: String,
+    pub(crate) landlock: String,
     /// Why the network cannot be taken away, if it cannot.
-    pub network: Option<String>,
+    pub(crate) network: Option<String>,
     /// Why the process cannot have a PID namespace of its own (so that what it starts dies
     /// with it), if it cannot.
     #[serde(default)]
-    pub pid: Option<String>,
+    pub(crate) pid: Option<String>,
 }
 
 /// Asks a child trampoline what the kernel allows.
-pub fn probe() -> Result<Support, SandboxError> {
+pub(crate) fn probe() -> Result<Support, SandboxError> {
     let exe = crate::exe::path().map_err(|source| SandboxError::Probe { source })?;
     let mut args = vec![TRAMPOLINE, PROBE];
     if pretend_unsupported() {
@@ -52,7 +52,7 @@ pub fn probe() -> Result<Support, SandboxError> {
 /// Every sandbox of `program` (each task's, its agents' own), checked against what the kernel
 /// allows before anything runs: out come warnings for those that will run unconfined, or the
 /// refusal of one that is required.
-pub fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
+pub(crate) fn preflight(program: &Program) -> Result<Vec<String>, SandboxError> {
     let owned = sandboxes(program);
     if owned.is_empty() {
         return Ok(Vec::new());

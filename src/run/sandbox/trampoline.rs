@@ -16,7 +16,7 @@ use super::{PRETEND_FLAG, PROBE, REFUSED_EXIT, TRAMPOLINE};
 
 /// The trampoline: `ARGS` are what follows `mvk __sandbox`. Never returns when it runs the
 /// program; returns an exit code when it cannot or must not.
-pub fn trampoline(args: &[OsString]) -> ExitCode {
+pub(crate) fn trampoline(args: &[OsString]) -> ExitCode {
     // Whatever the environment says: the stand-in for an old kernel comes from mvk, in the
     // arguments (see `pretend_unsupported`).
     let pretending = format!("{} is set for mvk", crate::env::MVK_SANDBOX_UNSUPPORTED);

@@ -59,7 +59,7 @@ pub(super) enum Unanswered {
 
 pub(super) type Asked = (Request, oneshot::Sender<Result<Reply, Unanswered>>);
 
-pub struct CoordActs {
+pub(crate) struct CoordActs {
     tx: mpsc::UnboundedSender<Asked>,
     /// The run's workflow id: only its activities are served.
     workflow: String,
@@ -119,7 +119,7 @@ pub(super) fn unexpected() -> ActivityError {
 #[activities]
 impl CoordActs {
     #[activity]
-    pub async fn task_begin(
+    pub(crate) async fn task_begin(
         self: Arc<Self>,
         ctx: ActivityContext,
         task: String,
@@ -131,7 +131,7 @@ impl CoordActs {
     }
 
     #[activity]
-    pub async fn rung_climbed(
+    pub(crate) async fn rung_climbed(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: ClimbIn,
@@ -143,7 +143,7 @@ impl CoordActs {
     }
 
     #[activity]
-    pub async fn attempt_record(
+    pub(crate) async fn attempt_record(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: RecordIn,
@@ -155,7 +155,7 @@ impl CoordActs {
     }
 
     #[activity]
-    pub async fn land(
+    pub(crate) async fn land(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: LandIn,
@@ -167,7 +167,7 @@ impl CoordActs {
     }
 
     #[activity]
-    pub async fn task_end(
+    pub(crate) async fn task_end(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: EndIn,
@@ -319,10 +319,10 @@ pub(super) async fn answer(
 }
 
 /// The executor that hands a run's attempts to `mvk worker`s through a Temporal server.
-pub struct Temporal {
-    pub endpoint: Endpoint,
+pub(crate) struct Temporal {
+    pub(crate) endpoint: Endpoint,
     /// Where workers fetch bases from and push changes to: this repository, by a URL they reach.
-    pub repo_url: String,
+    pub(crate) repo_url: String,
 }
 
 impl crate::run::executor::Executor for Temporal {
@@ -344,7 +344,7 @@ impl crate::run::executor::Executor for Temporal {
 
 /// Runs `program` as a Temporal workflow: the coordinator's side of `mvk apply --executor
 /// temporal`. `Err` for mvk's own failures and the server's.
-pub async fn apply(
+pub(crate) async fn apply(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,
@@ -437,7 +437,7 @@ pub(super) async fn coordinate_to_end(
 
 /// Where a Temporal run's workflow lives and how its workers reach the repository, as its
 /// `run.started` event recorded them.
-pub fn recorded_endpoint(
+pub(crate) fn recorded_endpoint(
     ledger: &crate::ledger::Ledger,
     run: &str,
 ) -> Result<(Endpoint, String), RunError> {
@@ -471,7 +471,7 @@ pub fn recorded_endpoint(
 /// coordinator restores from the ledger what the dead one had recorded, serves the workflow's
 /// requests again (those the dead one was answering are asked again once their heartbeat
 /// stops), and waits for its end. A workflow that was never started is started.
-pub async fn resume(
+pub(crate) async fn resume(
     program: &Program,
     opts: &RunOptions,
     observer: &dyn Observer,

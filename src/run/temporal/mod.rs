@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use temporalio_client::{Client, ClientOptions, Connection, ConnectionOptions, Url};
 
-/// The task queue `mvk worker` polls and attempts are sent to, unless told another.
-pub const DEFAULT_TASK_QUEUE: &str = "mvk";
 /// Without a heartbeat for this long, an attempt's worker is taken for dead and the attempt is
 /// made again elsewhere.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,16 +44,16 @@ const CANCEL_GRACE: Duration = Duration::from_secs(30);
 /// Added to an agent's timeout for the rest of an attempt (fetch, gates, review, push).
 const ATTEMPT_SLACK: Duration = Duration::from_secs(30 * 60);
 /// The prefix of the refs workers push passed changes to, in the coordinator's repository.
-pub const REF_PREFIX: &str = "refs/mvk/temporal";
+pub(crate) const REF_PREFIX: &str = "refs/mvk/temporal";
 
 /// Where the Temporal server is and which queue attempts go to.
 #[derive(Debug, Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// `HOST:PORT` (or a URL).
-    pub address: String,
-    pub task_queue: String,
+    pub(crate) address: String,
+    pub(crate) task_queue: String,
     /// The server's namespace the workflows run in (`default` unless told).
-    pub namespace: String,
+    pub(crate) namespace: String,
 }
 
 impl Endpoint {
@@ -91,10 +89,7 @@ mod wire;
 mod worker;
 mod workflow;
 
-pub use coordinator::{CoordActs, Temporal, apply, recorded_endpoint, resume};
-pub use wire::{
-    AttemptIn, AttemptOut, ClimbIn, EndIn, FlowIn, LandIn, LandOut, Limits, RecordIn, RungIn,
-    TaskIn,
-};
-pub use worker::{WorkerActs, change_ref, worker};
-pub use workflow::MvkFlow;
+pub(crate) use coordinator::{Temporal, recorded_endpoint, resume};
+pub use wire::{AttemptIn, AttemptOut, FlowIn, Limits, RungIn, TaskIn};
+pub use worker::change_ref;
+pub(crate) use worker::worker;

@@ -107,26 +107,26 @@ pub struct AttemptOut {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct RecordIn {
-    pub task: String,
-    pub number: u32,
-    pub rung: u32,
-    pub base: String,
-    pub out: AttemptOut,
+pub(crate) struct RecordIn {
+    pub(crate) task: String,
+    pub(crate) number: u32,
+    pub(crate) rung: u32,
+    pub(crate) base: String,
+    pub(crate) out: AttemptOut,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct LandIn {
-    pub task: String,
-    pub number: u32,
-    pub rung: u32,
-    pub base: String,
-    pub attempt_id: i64,
-    pub head: String,
+pub(crate) struct LandIn {
+    pub(crate) task: String,
+    pub(crate) number: u32,
+    pub(crate) rung: u32,
+    pub(crate) base: String,
+    pub(crate) attempt_id: i64,
+    pub(crate) head: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub enum LandOut {
+pub(crate) enum LandOut {
     Landed { commit: Option<String> },
     Retry { failure: Failure, base: String },
     Ended { outcome: String, reason: String },
@@ -134,7 +134,7 @@ pub enum LandOut {
 
 /// How a task ends, as the workflow knows it; the coordinator words the reason.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub enum EndIn {
+pub(crate) enum EndIn {
     Landed {
         task: String,
         number: u32,
@@ -196,7 +196,7 @@ impl EndIn {
 
 /// Task `task` climbed its ladder to the 0-based rung `to`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct ClimbIn {
-    pub task: String,
-    pub to: usize,
+pub(crate) struct ClimbIn {
+    pub(crate) task: String,
+    pub(crate) to: usize,
 }

@@ -17,7 +17,7 @@ use crate::run::attempt::Failure;
 use crate::run::attempt_result::AttemptResult;
 use crate::run::driver::RunError;
 
-pub struct WorkerActs {
+pub(crate) struct WorkerActs {
     /// The worker's clone of the repository.
     repo: PathBuf,
     identity: String,
@@ -103,7 +103,7 @@ pub(super) async fn beating<T>(
 impl WorkerActs {
     /// One attempt of a task in this worker's clone, from the workflow's base.
     #[activity]
-    pub async fn attempt(
+    pub(crate) async fn attempt(
         self: Arc<Self>,
         ctx: ActivityContext,
         input: AttemptIn,
@@ -372,7 +372,7 @@ pub(super) async fn check_worker_checkout(repo: &Path) -> Result<(), String> {
 
 /// `mvk worker`: polls `endpoint.task_queue` and makes one attempt at a time in the clone at
 /// `repo`, until SIGTERM or Ctrl-C (which let the running attempt finish).
-pub async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
+pub(crate) async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunError> {
     check_worker_checkout(repo)
         .await
         .map_err(|message| RunError::Config { message })?;

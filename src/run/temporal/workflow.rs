@@ -49,7 +49,7 @@ impl Spent {
 
 #[workflow]
 #[derive(Default)]
-pub struct MvkFlow;
+pub(crate) struct MvkFlow;
 
 pub(super) type TaskFut<'a> = LocalBoxFuture<'a, (usize, WorkflowResult<Outcome>)>;
 
@@ -100,7 +100,10 @@ pub(super) fn attempt_opts(input: &FlowIn) -> ActivityOptions {
 #[workflow_methods]
 impl MvkFlow {
     #[run]
-    pub async fn run(ctx: &mut WorkflowContext<Self>, input: FlowIn) -> WorkflowResult<String> {
+    pub(crate) async fn run(
+        ctx: &mut WorkflowContext<Self>,
+        input: FlowIn,
+    ) -> WorkflowResult<String> {
         let names: Vec<&str> = input.tasks.iter().map(|t| t.name.as_str()).collect();
         let mut done: BTreeMap<String, Outcome> = BTreeMap::new();
         let mut queue: Vec<usize> = (0..input.tasks.len()).collect();

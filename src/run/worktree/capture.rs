@@ -12,7 +12,8 @@ const FALLBACK_NAME: &str = "mvk";
 const FALLBACK_EMAIL: &str = "mvk@localhost";
 
 /// Commit id the lease's worktree HEAD points at now.
-pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
+#[cfg(test)]
+pub(crate) fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
     let repo = lease.open()?;
     let head = repo
         .head()
@@ -28,7 +29,7 @@ pub fn head_of(lease: &Lease) -> Result<Oid, WorktreeError> {
 /// ignored files are not (build output such as `target/`). When nothing is uncommitted no
 /// commit is made and HEAD's commit is returned. Either way the lease's branch is forced to
 /// the result and checked out.
-pub fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
+pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError> {
     let path = &lease.path;
     let repo = lease.open()?;
     let head = match repo.head() {

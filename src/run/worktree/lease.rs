@@ -19,10 +19,10 @@ use super::{LINK_MAX, WorktreeError, git_err, io_err, same_path};
 ///
 /// Dropping it releases the slot; the branch and whatever was captured on it stay.
 #[derive(Debug)]
-pub struct Lease {
-    pub path: PathBuf,
-    pub branch: String,
-    pub base: Oid,
+pub(crate) struct Lease {
+    pub(crate) path: PathBuf,
+    pub(crate) branch: String,
+    pub(crate) base: Oid,
     pub(super) slot: usize,
     /// The worktree's own git directory and the repository's common one, as mvk made them:
     /// [`capture`] refuses a worktree whose links now lead elsewhere.
@@ -54,7 +54,8 @@ impl Drop for Lease {
 
 impl Lease {
     /// Number of the pool slot this lease holds.
-    pub fn slot(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn slot(&self) -> usize {
         self.slot
     }
 
@@ -63,7 +64,7 @@ impl Lease {
     /// checked, gated and judged while they write it. A marker beside it, `slot-N.retired`,
     /// written while the lease still holds the slot's lock, keeps every pool on this root (this
     /// run's, another mvk's) off that slot until [`Pool::gc`] removes the two.
-    pub fn retire(self) -> Result<(), WorktreeError> {
+    pub(crate) fn retire(self) -> Result<(), WorktreeError> {
         let marker = retired_path(&self.path, self.slot);
         fs::write(
             &marker,

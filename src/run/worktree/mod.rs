@@ -37,18 +37,20 @@ mod tests;
 mod tidy;
 mod trusted;
 
+pub(crate) use capture::capture;
+#[cfg(test)]
+pub(crate) use capture::head_of;
 pub(crate) use capture::signature;
-pub use capture::{capture, head_of};
-pub use lease::Lease;
-pub use pool::Pool;
-pub use sweep::clean_in_place;
+pub(crate) use lease::Lease;
+pub(crate) use pool::Pool;
+pub(crate) use sweep::clean_in_place;
 
 /// The most mvk reads of a git link or a HEAD file: a path (`PATH_MAX`) and its prefix.
 const LINK_MAX: u64 = 4096 + 64;
 
 /// Failures of the worktree pool.
 #[derive(Debug, thiserror::Error)]
-pub enum WorktreeError {
+pub(crate) enum WorktreeError {
     #[error("cannot {action} in `{path}`")]
     Git {
         action: String,
@@ -100,7 +102,7 @@ impl WorktreeError {
     /// branch, the disk, git's files in the middle of another process's write. Not one that
     /// can never be met (a bad branch name, a base the repository lacks, a root inside it, a
     /// repository without commits), nor a verdict on an agent's work.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             WorktreeError::Git { .. }

@@ -28,7 +28,7 @@ const SCRATCH_PREFIX: &str = "refs/heads/mvk-scratch/";
 /// Holds only paths (the repository is reopened per call), so it is `Send + Sync` and
 /// several processes may use pools on the same root at once: slot locks keep them apart.
 #[derive(Debug, Clone)]
-pub struct Pool {
+pub(crate) struct Pool {
     /// The repository's common git directory (`.git` of the main worktree).
     pub(super) git_dir: PathBuf,
     /// Canonical root holding `slot-N` directories and their lock files.
@@ -63,7 +63,7 @@ pub(super) fn retired_path(slot: &Path, n: usize) -> PathBuf {
 impl Pool {
     /// Opens the pool for the repository at `repo_path` (its main worktree, a linked worktree or
     /// its git directory) with slots under `root`, creating `root` if needed.
-    pub fn open(repo_path: &Path, root: &Path) -> Result<Pool, WorktreeError> {
+    pub(crate) fn open(repo_path: &Path, root: &Path) -> Result<Pool, WorktreeError> {
         let repo = Repository::open(repo_path).map_err(git_err("open repository", repo_path))?;
         let git_dir = canonical(repo.commondir())?;
         let main = Repository::open(&git_dir).map_err(git_err("open repository", &git_dir))?;
@@ -93,7 +93,7 @@ impl Pool {
     /// `$MVK_WORKTREE_ROOT/<hash>` if that variable is set, else
     /// `$XDG_CACHE_HOME/mvk/worktrees/<hash>` or `~/.cache/mvk/worktrees/<hash>`, where `<hash>`
     /// is the first 16 hex digits of the blake3 hash of the canonical repository path.
-    pub fn default_root(repo_path: &Path) -> PathBuf {
+    pub(crate) fn default_root(repo_path: &Path) -> PathBuf {
         default_root_from(
             repo_path,
             std::env::var_os(crate::env::MVK_WORKTREE_ROOT),
@@ -103,14 +103,14 @@ impl Pool {
     }
 
     /// The canonical directory holding the slots.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Takes an idle slot, or creates one, and makes it a clean checkout of `base` on `branch`
     /// (created, or force-reset to `base` if it exists). Untracked and ignored files left by a
     /// previous lease are removed and the index matches `base`, so `git status` is clean.
-    pub fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, WorktreeError> {
+    pub(crate) fn acquire(&self, base: Oid, branch: &str) -> Result<Lease, WorktreeError> {
         let branch_ref = format!("refs/heads/{branch}");
         if branch.is_empty() || !git2::Reference::is_valid_name(&branch_ref) {
             return Err(WorktreeError::InvalidBranch {
@@ -169,7 +169,7 @@ impl Pool {
     /// leaves one, which would fail the slot's next reset. A slot is judged idle as a lease
     /// claims one (its lock taken under the registry lock), so a slot in use is never touched.
     /// Out come the files removed.
-    pub fn clear_idle_locks(&self) -> Result<Vec<PathBuf>, WorktreeError> {
+    pub(crate) fn clear_idle_locks(&self) -> Result<Vec<PathBuf>, WorktreeError> {
         let main = self.main()?;
         let mut removed = Vec::new();
         for n in self.slot_numbers_on_disk()? {
@@ -206,7 +206,7 @@ impl Pool {
     /// Removes every slot that is not leased, together with its git worktree registration (and
     /// the marker of a retired one: its number is free again). Branches stay. Returns the slot
     /// directories removed (or whose stale registration was pruned), sorted.
-    pub fn gc(&self) -> Result<Vec<PathBuf>, WorktreeError> {
+    pub(crate) fn gc(&self) -> Result<Vec<PathBuf>, WorktreeError> {
         let main = self.main()?;
         let mut slots = self.slot_numbers_on_disk()?;
         for (_, wt_path) in registrations(&main)? {
@@ -265,7 +265,7 @@ impl Pool {
     /// a build (an older mvk on the same pool) holds from its scratch branch's creation to its
     /// deletion: no branch a build is using now is taken. Other pools' are left alone: their
     /// builds hold their own locks.
-    pub fn gc_scratch(&self, dry_run: bool) -> Result<Vec<String>, WorktreeError> {
+    pub(crate) fn gc_scratch(&self, dry_run: bool) -> Result<Vec<String>, WorktreeError> {
         let main = self.main()?;
         let shown = display_path(&main);
         let _registry = self.lock_registry()?;

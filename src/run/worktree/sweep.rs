@@ -23,7 +23,7 @@ use super::{WorktreeError, git_err};
 /// index holds every tracked file's stat data, so a file that still matches it is the blob
 /// the commit names, and anything the index does not list (ignored build output, empty
 /// directories) is removed.
-pub fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
+pub(crate) fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeError> {
     let path = &lease.path;
     let repo = match lease.open() {
         Ok(repo) => repo,
