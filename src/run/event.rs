@@ -1,6 +1,6 @@
 //! What happens in a run, typed, in: one [`Event`] variant per event name, with the detail it
 //! carries; out: the `event` name and `detail` object of a line of `events.jsonl` and of a
-//! ledger row, and back. The names and shapes are the trail's contract (the book's "Events"):
+//! ledger row, and back. The names and shapes are the trail's contract (`book/src/reading.md`):
 //! a field is added, never renamed or retyped, and one a past mvk did not write is optional.
 
 use serde::{Deserialize, Serialize};
