@@ -282,189 +282,221 @@ pub(super) async fn run_task(
             .await?;
         }
         (rung_idx, rung_used) = (decision.rung, decision.on_rung);
-        let name = task.name.clone();
-        // A person decides, and this executor has no checkpoint to wait at: the task ends for
-        // a person, with the branch.
-        let for_person = |why: String| EndIn::Ended {
-            task: task.name.clone(),
-            number,
-            outcome: Outcome::Human.name().to_string(),
-            reason: format!(
-                "{why}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it"
-            ),
-        };
-        let ending = match decision.next {
-            policy::Next::Attempt => None,
-            policy::Next::Stuck { .. } => last.as_ref().map(|f| EndIn::Stuck {
-                task: name,
-                same,
-                last: f.clone(),
-                attempts: number,
-            }),
-            policy::Next::ReviewRounds => last.as_ref().map(|f| {
-                let rounds = task.review_rounds.unwrap_or(0);
-                let blockers: Vec<String> = f
-                    .blockers
-                    .iter()
-                    .map(crate::prompt::Blocker::line)
-                    .collect();
-                for_person(format!(
-                    "the reviewer rejected attempt {number} after {rounds} round{} of rework: {}",
-                    if rounds == 1 { "" } else { "s" },
-                    blockers.join("; ")
-                ))
-            }),
-            policy::Next::RungsOutOnReview => Some(for_person(format!(
-                "every rung's attempts were used and the reviewer rejected the last, attempt {number}{}",
-                last.as_ref()
-                    .map_or(String::new(), |f| format!(": {}", f.criterion))
-            ))),
-            policy::Next::RungsOut { .. } => Some(EndIn::Rungs {
-                task: name,
-                used: number,
-                last: last.take(),
-            }),
-            policy::Next::Budget {
-                budget: policy::Budget::Iterations,
-                ..
-            } => Some(EndIn::Iterations {
-                task: name,
-                used: number,
-                last: last.take(),
-            }),
-            policy::Next::Budget {
-                budget,
-                spent,
-                limit,
-                ..
-            } => Some(EndIn::Budget {
-                task: name,
-                which: budget.name().to_string(),
-                spent,
-                limit,
-                used: number,
-                last: last.take(),
-            }),
-            // `apply` refuses such a flow before it starts; never a silent stop.
-            policy::Next::Human | policy::Next::Step => {
-                return Err(fail_workflow(format!(
-                    "task `{}` reached the `human` rung, which the temporal executor does not take",
-                    task.name
-                )));
-            }
-        };
-        if let Some(e) = ending {
-            let o = end(e).await?;
-            return outcome_of(&o);
+        if let Some(e) = ending(task, decision.next, (number, same), &mut last)? {
+            return outcome_of(&end(e).await?);
         }
         number += 1;
         rung_used += 1;
         let rung = u32::try_from(rung_idx + 1).unwrap_or(u32::MAX);
-        let out = ctx
-            .execute_activity(
-                WorkerActs::attempt,
-                AttemptIn {
-                    workflow: flow.workflow.clone(),
-                    task: task.name.clone(),
-                    number,
-                    rung,
-                    previous: last.clone(),
-                    base: base.clone(),
-                    target: task.target.clone(),
-                    file: flow.file.clone(),
-                    digest: flow.digest.clone(),
-                    repo: flow.repo.clone(),
-                },
-                attempt_opts(flow),
-            )
-            .await?;
-        let failure = out.failure.clone().map(|mut f| {
-            // The task's attempt `number`, whatever the worker's run called it.
-            f.attempt = number;
-            f
-        });
-        let head = out.head.clone();
-        spent.add(&out.usage);
-        shared.spent.borrow_mut().add(&out.usage);
-        let attempt_id = ctx
-            .execute_activity(
-                CoordActs::attempt_record,
-                RecordIn {
-                    task: task.name.clone(),
-                    number,
-                    rung,
-                    base: base.clone(),
-                    out,
-                },
-                coord(),
-            )
-            .await?;
-        let failure = match (failure, head) {
-            (Some(f), _) => f,
-            (None, None) => {
-                return Err(fail_workflow(format!(
-                    "attempt {number} of `{}` passed without a commit",
-                    task.name
-                )));
-            }
-            (None, Some(head)) => {
-                let landed = ctx
-                    .execute_activity(
-                        CoordActs::land,
-                        LandIn {
-                            task: task.name.clone(),
-                            number,
-                            rung,
-                            base: base.clone(),
-                            attempt_id,
-                            head,
-                        },
-                        coord(),
-                    )
-                    .await?;
-                match landed {
-                    LandOut::Landed { commit } => {
-                        let o = end(EndIn::Landed {
-                            task: task.name.clone(),
-                            number,
-                            commit,
-                        })
-                        .await?;
-                        return outcome_of(&o);
-                    }
-                    LandOut::Ended { outcome, reason } => {
-                        let o = end(EndIn::Ended {
-                            task: task.name.clone(),
-                            number,
-                            outcome,
-                            reason,
-                        })
-                        .await?;
-                        return outcome_of(&o);
-                    }
-                    LandOut::Retry {
-                        failure,
-                        base: new_base,
-                    } => {
-                        base = new_base;
-                        failure
-                    }
-                }
-            }
+        let spending = (&mut spent, shared);
+        let made = make_attempt(
+            &ctx,
+            flow,
+            task,
+            (number, rung),
+            last.as_ref(),
+            &mut base,
+            spending,
+        )
+        .await?;
+        let failure = match made {
+            Made::End(e) => return outcome_of(&end(e).await?),
+            Made::Failed(failure) => failure,
         };
-        same = if last
+        let again = last
             .as_ref()
-            .is_some_and(|l| l.signature == failure.signature)
-        {
-            same + 1
-        } else {
-            1
-        };
+            .is_some_and(|l| l.signature == failure.signature);
+        same = if again { same + 1 } else { 1 };
         if failure.kind == crate::run::failure::FailureKind::Review {
             rejections += 1;
         }
         last = Some(failure);
     }
+}
+
+/// How the policy's `next` step ends the task, if it does, after `number` attempts and `same`
+/// equal failures in a row, the last `last`. A person decides where the local driver would stop
+/// at a checkpoint: this executor has none, so the task ends for a person, with the branch.
+fn ending(
+    task: &TaskIn,
+    next: policy::Next,
+    (number, same): (u32, u32),
+    last: &mut Option<Failure>,
+) -> WorkflowResult<Option<EndIn>> {
+    let name = task.name.clone();
+    let for_person = |why: String| EndIn::Ended {
+        task: task.name.clone(),
+        number,
+        outcome: Outcome::Human.name().to_string(),
+        reason: format!(
+            "{why}; a person decides: land its branch yourself, or run the task again with `--executor local` to approve it"
+        ),
+    };
+    Ok(match next {
+        policy::Next::Attempt => None,
+        policy::Next::Stuck { .. } => last.as_ref().map(|f| EndIn::Stuck {
+            task: name,
+            same,
+            last: f.clone(),
+            attempts: number,
+        }),
+        policy::Next::ReviewRounds => last.as_ref().map(|f| {
+            let rounds = task.review_rounds.unwrap_or(0);
+            let blockers: Vec<String> = f
+                .blockers
+                .iter()
+                .map(crate::prompt::Blocker::line)
+                .collect();
+            for_person(format!(
+                "the reviewer rejected attempt {number} after {rounds} round{} of rework: {}",
+                if rounds == 1 { "" } else { "s" },
+                blockers.join("; ")
+            ))
+        }),
+        policy::Next::RungsOutOnReview => Some(for_person(format!(
+            "every rung's attempts were used and the reviewer rejected the last, attempt {number}{}",
+            last.as_ref()
+                .map_or(String::new(), |f| format!(": {}", f.criterion))
+        ))),
+        policy::Next::RungsOut { .. } => Some(EndIn::Rungs {
+            task: name,
+            used: number,
+            last: last.take(),
+        }),
+        policy::Next::Budget {
+            budget: policy::Budget::Iterations,
+            ..
+        } => Some(EndIn::Iterations {
+            task: name,
+            used: number,
+            last: last.take(),
+        }),
+        policy::Next::Budget {
+            budget,
+            spent,
+            limit,
+            ..
+        } => Some(EndIn::Budget {
+            task: name,
+            which: budget.name().to_string(),
+            spent,
+            limit,
+            used: number,
+            last: last.take(),
+        }),
+        // `apply` refuses such a flow before it starts; never a silent stop.
+        policy::Next::Human | policy::Next::Step => {
+            return Err(fail_workflow(format!(
+                "task `{}` reached the `human` rung, which the temporal executor does not take",
+                task.name
+            )));
+        }
+    })
+}
+
+/// What an attempt on a worker came to: the task's end (landed, or ended by its landing), or a
+/// failure for the policy to weigh.
+enum Made {
+    End(EndIn),
+    Failed(Failure),
+}
+
+/// Attempt `number` of `task` on rung `rung`, told `previous`, from `base`: made on a worker,
+/// recorded by the coordinator (what it spent counted in `spending`, the task's and the
+/// flow's), and a passed one landed. A landing sent back for another attempt moves `base`.
+async fn make_attempt(
+    ctx: &WorkflowContext<MvkFlow>,
+    flow: &FlowIn,
+    task: &TaskIn,
+    (number, rung): (u32, u32),
+    previous: Option<&Failure>,
+    base: &mut String,
+    (spent, shared): (&mut Spent, &FlowSpent),
+) -> WorkflowResult<Made> {
+    let coord = || coord_opts(&flow.coord_queue);
+    let out = ctx
+        .execute_activity(
+            WorkerActs::attempt,
+            AttemptIn {
+                workflow: flow.workflow.clone(),
+                task: task.name.clone(),
+                number,
+                rung,
+                previous: previous.cloned(),
+                base: base.clone(),
+                target: task.target.clone(),
+                file: flow.file.clone(),
+                digest: flow.digest.clone(),
+                repo: flow.repo.clone(),
+            },
+            attempt_opts(flow),
+        )
+        .await?;
+    let failure = out.failure.clone().map(|mut f| {
+        // The task's attempt `number`, whatever the worker's run called it.
+        f.attempt = number;
+        f
+    });
+    let head = out.head.clone();
+    spent.add(&out.usage);
+    shared.spent.borrow_mut().add(&out.usage);
+    let attempt_id = ctx
+        .execute_activity(
+            CoordActs::attempt_record,
+            RecordIn {
+                task: task.name.clone(),
+                number,
+                rung,
+                base: base.clone(),
+                out,
+            },
+            coord(),
+        )
+        .await?;
+    let head = match (failure, head) {
+        (Some(f), _) => return Ok(Made::Failed(f)),
+        (None, None) => {
+            return Err(fail_workflow(format!(
+                "attempt {number} of `{}` passed without a commit",
+                task.name
+            )));
+        }
+        (None, Some(head)) => head,
+    };
+    let landed = ctx
+        .execute_activity(
+            CoordActs::land,
+            LandIn {
+                task: task.name.clone(),
+                number,
+                rung,
+                base: base.clone(),
+                attempt_id,
+                head,
+            },
+            coord(),
+        )
+        .await?;
+    Ok(match landed {
+        LandOut::Landed { commit } => Made::End(EndIn::Landed {
+            task: task.name.clone(),
+            number,
+            commit,
+        }),
+        LandOut::Ended { outcome, reason } => Made::End(EndIn::Ended {
+            task: task.name.clone(),
+            number,
+            outcome,
+            reason,
+        }),
+        LandOut::Retry {
+            failure,
+            base: new_base,
+        } => {
+            *base = new_base;
+            Made::Failed(failure)
+        }
+    })
 }
 
 /// The workflow's generated handle type, for the coordinator that starts and watches it.
