@@ -9,29 +9,37 @@ use std::time::{Duration, Instant};
 use git2::{Oid, Repository};
 
 use crate::ir::{Agent, Task};
-use crate::prompt::{self, GateInfo, PromptContext};
 use crate::run::error::{RunError, blocking};
 use crate::run::event::Event;
-use crate::run::exec::process::{self, ProcessSpec, Termination};
+use crate::run::exec::process::{self, Termination};
 use crate::run::git::seal::{self, Seal, SealVerdict};
 use crate::run::host::{Budgets, Host};
-use crate::run::judge::adapter::{self, RateLimitMatcher, Usage};
+use crate::run::judge::adapter::Usage;
 use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::{self, GateContext, GateRun};
 use crate::run::worktree::{self, Lease};
 use crate::slug::slug;
 use review::Verdict;
 
+mod agent;
+mod context;
+mod failures;
 pub(crate) mod review;
+
+use agent::{absorb_agent_objects, agent_failure, agent_tail};
+pub(crate) use agent::{
+    agent_process, keep_limited_logs, rate_limit_matcher, rate_limited, review_only, usage_of,
+};
+pub use context::landing_env;
+use context::{gate_env, render_prompt};
+pub(crate) use failures::{ESCAPEES_SURVIVED, escaped_gate, gate_failure};
+use failures::{review_failure, signalled_by_gate};
 
 /// Rate-limit waits when the message gives no time: doubling from this, up to [`MAX_BACKOFF`].
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Without a wall budget, rate-limit retries of one attempt stop here and the attempt fails.
 pub(crate) const MAX_RATE_LIMIT_RETRIES: u32 = 20;
-/// Bytes of the agent's own output quoted in a failure (it crashed or timed out).
-const AGENT_TAIL_BYTES: u64 = 4 * 1024;
-
 pub use crate::run::failure::{Failure, FailureKind};
 
 /// How an attempt ended.
@@ -359,21 +367,6 @@ pub(crate) async fn run_attempt(
     .await
 }
 
-/// A failure of the agent itself (criterion, signature part), with its exit code and the end of
-/// its output.
-fn agent_failure(
-    attempt: u32,
-    criterion: String,
-    part: &str,
-    exit_code: Option<i32>,
-    dir: &Path,
-) -> Failure {
-    let mut f = Failure::new(attempt, FailureKind::Agent, criterion, &[part]);
-    f.exit_code = exit_code;
-    f.tail = agent_tail(dir);
-    f
-}
-
 /// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.
 #[derive(Debug)]
 pub(crate) struct Judged {
@@ -549,255 +542,6 @@ pub(crate) async fn judge(
     })
 }
 
-/// The failure of an attempt whose gate `run` sent mvk `signals` stop signals, if it sent any.
-fn signalled_by_gate(
-    host: &impl Host,
-    spec: &AttemptSpec<'_>,
-    run: &GateRun,
-    signals: u64,
-) -> Result<Option<Failure>, RunError> {
-    if signals == 0 {
-        return Ok(None);
-    }
-    host.emit(
-        Some(&spec.task.name),
-        Some(spec.number),
-        Event::GateSignalledMvk {
-            gate: run.gate.clone(),
-            landing: None,
-            signals,
-        },
-    )?;
-    let mut f = Failure::new(
-        spec.number,
-        FailureKind::Gate,
-        format!(
-            "gate `{}` leaves mvk alone, but it sent mvk {signals} stop signal(s); the attempt was rejected whatever its verdict",
-            run.gate
-        ),
-        &[&run.gate, "signalled-mvk"],
-    );
-    f.gate = Some(run.gate.clone());
-    f.exit_code = run.exit_code;
-    f.tail = run.tail.clone();
-    Ok(Some(f))
-}
-
-/// The signature part of an attempt failed because processes its agent or a gate left outlasted
-/// mvk's sweep of them.
-pub(crate) const ESCAPEES_SURVIVED: &str = "escapees-survived";
-
-/// A gate whose escaped processes outlasted mvk's sweep: whatever it said, its evidence and its
-/// checkout may still be changed by them.
-pub(crate) fn escaped_gate(attempt: u32, run: &GateRun) -> Failure {
-    let mut f = Failure::new(
-        attempt,
-        FailureKind::Gate,
-        format!(
-            "gate `{}` leaves no process running once it ends (processes it left were still appearing when mvk's sweep gave up); the attempt was rejected whatever its verdict",
-            run.gate
-        ),
-        &[&run.gate, ESCAPEES_SURVIVED],
-    );
-    f.gate = Some(run.gate.clone());
-    f.exit_code = run.exit_code;
-    f.tail = run.tail.clone();
-    f
-}
-
-/// A reviewer's rejection as the failure the next attempt is told about; the same blockers
-/// again are the same failure.
-fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
-    let parts: Vec<String> = blockers
-        .iter()
-        .map(|b| format!("{}|{}|{}", b.category, b.location, b.evidence))
-        .collect();
-    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    let shown: Vec<String> = blockers.iter().map(prompt::Blocker::line).collect();
-    let mut f = Failure::new(
-        attempt,
-        FailureKind::Review,
-        format!(
-            "the reviewer approves the change, but it rejected it: {}",
-            shown.join("; ")
-        ),
-        &parts,
-    );
-    f.tail = shown.iter().map(|s| format!("blocker {s}\n")).collect();
-    f.blockers = blockers;
-    f
-}
-
-/// The process of `spec.agent` in `worktree` with the agent environment, its command filled in,
-/// its output in `dir/NAME.out` and `dir/NAME.err` and its group in `dir/NAME.pgid`; no timeout.
-pub(crate) fn agent_process(
-    host: &impl Host,
-    spec: &AttemptSpec<'_>,
-    (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
-    dir: &Path,
-    name: &str,
-) -> Result<ProcessSpec, RunError> {
-    // A reviewer is given the verdict's JSON schema, for an agent that can be held to one.
-    let schema = if name == crate::run::attempt::review::LOG_NAME {
-        Some(crate::run::attempt::review::write_schema(dir)?)
-    } else {
-        None
-    };
-    let argv = fill_argv(
-        &spec.agent.argv,
-        host.run_id(),
-        spec,
-        (worktree, prompt_file, prompt_text),
-        schema.as_deref(),
-    )?;
-    let (program, args) = argv.split_first().ok_or_else(|| RunError::Config {
-        message: format!("agent `{}` has an empty command", spec.agent.name),
-    })?;
-    let mut ps = ProcessSpec::new(
-        program,
-        worktree,
-        dir.join(format!("{name}.out")),
-        dir.join(format!("{name}.err")),
-    );
-    ps.args = args.to_vec();
-    ps.env = agent_env(host.run_id(), spec, worktree, prompt_file);
-    // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
-    ps.env_remove = crate::env::GIT_LOCATION_VARS
-        .iter()
-        .map(|v| v.to_string())
-        .collect();
-    ps.group_file = Some(dir.join(format!("{name}.pgid")));
-    // The agent definition's own sandbox, else the loop's.
-    if let Some(sandbox) = spec.agent.sandbox.as_ref().or(spec.task.sandbox.as_ref()) {
-        let grants = crate::run::sandbox::Grants {
-            cwd: worktree,
-            tmp: dir.join(format!("{name}.tmp")),
-            objects: Some(objects_dir(dir, name)),
-            protected: host.protected(),
-        };
-        crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
-            RunError::Agent {
-                agent: spec.agent.name.clone(),
-                source,
-            }
-        })?;
-    }
-    Ok(ps)
-}
-
-/// Where a sandboxed agent's commits put their objects until mvk adds them to the repository's
-/// store: `dir/NAME.objects`.
-pub(crate) fn objects_dir(dir: &Path, name: &str) -> PathBuf {
-    dir.join(format!("{name}.objects"))
-}
-
-/// Adds the objects a sandboxed agent committed (`dir/agent.objects`) to the repository's
-/// store, so that its commits can be read and kept; nothing when it ran unconfined.
-/// Out comes why they were refused, when the agent committed more than mvk reads (its fault:
-/// the attempt fails, not the run).
-async fn absorb_agent_objects(host: &impl Host, dir: &Path) -> Result<Option<String>, RunError> {
-    use crate::run::sandbox::AbsorbError;
-    let root = host.repo_root().to_path_buf();
-    let objects = objects_dir(dir, "agent");
-    let absorbed = blocking("add the agent's objects to the repository", move || {
-        crate::run::sandbox::absorb_objects(&root, &objects)
-    })
-    .await?;
-    match absorbed {
-        Ok(_) => Ok(None),
-        Err(AbsorbError::Git(source)) => Err(RunError::Git {
-            action: "add the objects the agent committed to the repository".into(),
-            source,
-        }),
-        Err(AbsorbError::Io {
-            action,
-            path,
-            source,
-        }) => Err(RunError::Io {
-            action,
-            path,
-            source,
-        }),
-        Err(too_large) => Ok(Some(too_large.to_string())),
-    }
-}
-
-/// What one call of `agent` spent, as its adapter reads it from its standard output `log`.
-/// Tokens reported without dollars are priced from the agent's price table entry.
-pub(crate) fn usage_of(agent: &Agent, log: &Path) -> Result<Option<Usage>, RunError> {
-    let usage = adapter::read_usage(agent.adapter, log).map_err(|source| RunError::Io {
-        action: "read the agent's output",
-        path: log.to_path_buf(),
-        source,
-    })?;
-    Ok(usage.map(|mut u| {
-        if u.usd_micros.is_none()
-            && let Some(p) = &agent.price
-        {
-            u.usd_micros = Some(p.cost(u.input_tokens, u.cached_tokens, u.output_tokens));
-        }
-        u
-    }))
-}
-
-/// A rate-limited try's logs are kept beside the next try's, as `agent.limited-N.out` (and
-/// `.err`), so what the agent printed when it hit the limit is never overwritten.
-pub(crate) fn keep_limited_logs(ps: &ProcessSpec, try_number: u32) -> Result<(), RunError> {
-    for log in [&ps.stdout_log, &ps.stderr_log] {
-        let (Some(stem), Some(ext)) = (log.file_stem(), log.extension()) else {
-            continue;
-        };
-        let kept = log.with_file_name(format!(
-            "{}.limited-{try_number}.{}",
-            stem.to_string_lossy(),
-            ext.to_string_lossy()
-        ));
-        match std::fs::rename(log, &kept) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(RunError::Io {
-                    action: "keep a rate-limited try's output",
-                    path: log.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The rate-limit matcher of `agent`'s adapter and its `rate-limit` patterns.
-pub(crate) fn rate_limit_matcher(agent: &Agent) -> Result<RateLimitMatcher, RunError> {
-    RateLimitMatcher::new(agent.adapter, &agent.rate_limits).map_err(|e| RunError::Config {
-        message: format!(
-            "a rate-limit pattern of agent `{}` is not a valid regular expression: {e}",
-            agent.name
-        ),
-    })
-}
-
-/// The rate limit a failed agent (or reviewer) hit, if its output says so. The limit message
-/// is the agent's last word: only the end of its output is looked at, not whatever project
-/// output it relayed earlier.
-pub(crate) fn rate_limited(
-    matcher: &RateLimitMatcher,
-    outcome: &process::ProcessOutcome,
-) -> Option<adapter::RateLimit> {
-    match outcome.termination {
-        Termination::Exited(code) if code != 0 => matcher.check(&format!(
-            "{}\n{}",
-            last_lines(&outcome.stdout_tail, 20),
-            last_lines(&outcome.stderr_tail, 20)
-        )),
-        // aider exits 0 when it gives up on a limit: only a limit after its last reply counts.
-        Termination::Exited(0) if matcher.limits_exit_zero() => {
-            matcher.aider_gave_up(&outcome.stdout_tail)
-        }
-        _ => None,
-    }
-}
-
 /// The wall budget ran out before the agent produced a result: record what it spent.
 async fn finish_wall(
     host: &impl Host,
@@ -911,277 +655,6 @@ pub(crate) async fn check_seal(
     }
 }
 
-/// The failure a gate run reports; its signature ignores what changes between identical runs
-/// (numbers such as timings, long hex such as nonces and commit ids, the worktree's path).
-pub(crate) fn gate_failure(attempt: u32, run: &GateRun, worktree: &Path) -> Failure {
-    let kind = if run.verdict == GateVerdict::Unknown {
-        FailureKind::Unknown
-    } else {
-        FailureKind::Gate
-    };
-    let criterion = match kind {
-        FailureKind::Unknown => format!(
-            "gate `{}` proves that its tests ran and passed: {}",
-            run.gate, run.reason
-        ),
-        _ => format!("gate `{}` passes: {}", run.gate, run.reason),
-    };
-    // The last lines, not the last bytes: a byte window shifts when a timing's width changes.
-    let normal = normalize(last_lines(&run.tail, 30), worktree);
-    let exit = format!("{:?}", run.exit_code);
-    let counts = format!("{:?}", run.counts());
-    let mut f = Failure::new(
-        attempt,
-        kind,
-        criterion,
-        &[&run.gate, &exit, &counts, &normal],
-    );
-    f.gate = Some(run.gate.clone());
-    f.exit_code = run.exit_code;
-    f.counts = run.counts();
-    f.tail = run.tail.clone();
-    f
-}
-
-/// The last `n` lines of `text`.
-pub(crate) fn last_lines(text: &str, n: usize) -> &str {
-    let body = text.trim_end_matches('\n');
-    let mut idx = body.len();
-    for _ in 0..n {
-        match body[..idx].rfind('\n') {
-            Some(i) => idx = i,
-            None => return text,
-        }
-    }
-    &text[idx + 1..]
-}
-
-fn normalize(text: &str, worktree: &Path) -> String {
-    let text = text.replace(&worktree.display().to_string(), "<worktree>");
-    let mut out = String::with_capacity(text.len());
-    let mut run = String::new();
-    let flush = |run: &mut String, out: &mut String| {
-        if run.len() >= 12 {
-            out.push('H');
-        } else if run.chars().all(|c| c.is_ascii_digit()) {
-            if !run.is_empty() {
-                out.push('#');
-            }
-        } else {
-            out.push_str(run);
-        }
-        run.clear();
-    };
-    for c in text.chars() {
-        if c.is_ascii_hexdigit() {
-            run.push(c);
-        } else {
-            flush(&mut run, &mut out);
-            out.push(c);
-        }
-    }
-    flush(&mut run, &mut out);
-    out
-}
-
-fn agent_tail(dir: &Path) -> String {
-    let mut out = String::new();
-    for (name, label) in [("agent.err", "stderr"), ("agent.out", "stdout")] {
-        if let Ok(t) = gate::tail_of(&dir.join(name), AGENT_TAIL_BYTES / 2)
-            && !t.trim().is_empty()
-        {
-            out.push_str(&format!("[{label}]\n{t}\n"));
-        }
-    }
-    out
-}
-
-/// Renders the task's template, shrinking the quoted output until the prompt fits the context
-/// budget (about four bytes a token).
-fn render_prompt(
-    task: &Task,
-    spec: &AttemptSpec<'_>,
-    context_tokens: u32,
-) -> Result<String, RunError> {
-    let mut cx = PromptContext {
-        goal: task.goal.clone(),
-        task: task.name.clone(),
-        item: task.item.clone(),
-        scope: task.scope.clone(),
-        seal: task.seal.clone(),
-        attempt: spec.number,
-        rung: spec.agent.label(),
-        gates: task
-            .gates
-            .iter()
-            .map(|g| GateInfo {
-                name: g.name.clone(),
-                evidence: g.evidence.name().to_string(),
-                result: None,
-                summary: None,
-            })
-            .collect(),
-        failure: spec.previous.map(Failure::to_prompt),
-        diff: None,
-        previous_blockers: Vec::new(),
-    };
-    let max = usize::try_from(context_tokens)
-        .unwrap_or(usize::MAX)
-        .saturating_mul(4);
-    loop {
-        let text = prompt::render(&task.prompt.text, &cx).map_err(|p| RunError::Template {
-            template: task.prompt.name.clone(),
-            message: p.to_string(),
-            line: p.line,
-        })?;
-        let Some(failure) = cx.failure.as_mut() else {
-            return Ok(text);
-        };
-        if text.len() <= max || failure.output_tail.is_empty() {
-            return Ok(text);
-        }
-        // Keep the end of the output: that is where test runners put their verdicts.
-        let excess = text.len() - max;
-        let tail = &failure.output_tail;
-        let mut cut = excess.saturating_add(64).min(tail.len());
-        while !tail.is_char_boundary(cut) {
-            cut += 1;
-        }
-        failure.output_tail = if cut >= tail.len() {
-            String::new()
-        } else {
-            format!(
-                "[… {cut} bytes cut to fit the context budget]\n{}",
-                &tail[cut..]
-            )
-        };
-    }
-}
-
-fn agent_env(
-    run: &str,
-    spec: &AttemptSpec<'_>,
-    worktree: &Path,
-    prompt_file: &Path,
-) -> Vec<(String, String)> {
-    let mut env = vec![
-        (crate::env::RUN_VAR.to_string(), run.to_string()),
-        (crate::env::TASK_VAR.to_string(), spec.task.name.clone()),
-        ("MVK_ATTEMPT".to_string(), spec.number.to_string()),
-        ("MVK_RUNG".to_string(), spec.rung.to_string()),
-        ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
-        (
-            "MVK_PROMPT_FILE".to_string(),
-            prompt_file.display().to_string(),
-        ),
-        ("MVK_BASE".to_string(), spec.base.to_string()),
-    ];
-    env.extend(spec.agent.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env
-}
-
-/// The `MVK_*` variables a gate sees. `MVK_SCOPE` holds the task's scope globs, one a line, so
-/// that a gate (the stdlib's `no-changes-outside-scope`) can hold a change to it; `MVK_EXE` is
-/// this executable, whose `__glob-match` helper the stdlib's generic gates call (when the
-/// system cannot say where it is, it is left out and those gates fail saying so).
-fn gate_env(
-    run: &str,
-    task: &str,
-    attempt: u32,
-    base: Oid,
-    worktree: &Path,
-    scope: &[String],
-) -> Vec<(String, String)> {
-    let mut env = vec![
-        (crate::env::RUN_VAR.to_string(), run.to_string()),
-        (crate::env::TASK_VAR.to_string(), task.to_string()),
-        ("MVK_ATTEMPT".to_string(), attempt.to_string()),
-        ("MVK_BASE".to_string(), base.to_string()),
-        ("MVK_WORKTREE".to_string(), worktree.display().to_string()),
-        (crate::env::SCOPE_VAR.to_string(), scope.join("\n")),
-    ];
-    if let Ok(exe) = crate::exe::path() {
-        env.push((crate::env::MVK_EXE.to_string(), exe.display().to_string()));
-    }
-    env
-}
-
-/// The gate environment for gates run on a landing candidate.
-pub fn landing_env(
-    run: &str,
-    task: &str,
-    attempt: u32,
-    base: Oid,
-    worktree: &Path,
-    scope: &[String],
-) -> Vec<(String, String)> {
-    gate_env(run, task, attempt, base, worktree, scope)
-}
-
-fn fill_argv(
-    argv: &[String],
-    run: &str,
-    spec: &AttemptSpec<'_>,
-    (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
-    verdict_schema: Option<&Path>,
-) -> Result<Vec<String>, RunError> {
-    let lookup = |name: &str| -> Option<String> {
-        Some(match name {
-            "prompt" => prompt_text.to_string(),
-            "prompt_file" => prompt_file.display().to_string(),
-            "worktree" => worktree.display().to_string(),
-            "attempt" => spec.number.to_string(),
-            "rung" => spec.rung.to_string(),
-            "task" => spec.task.name.clone(),
-            "run" => run.to_string(),
-            "verdict_schema" => verdict_schema
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            "verdict_schema_json" => verdict_schema
-                .map(|_| crate::run::attempt::review::verdict_schema().to_string())
-                .unwrap_or_default(),
-            _ => return None,
-        })
-    };
-    let dropped = if verdict_schema.is_none() {
-        review_only(argv)
-    } else {
-        vec![false; argv.len()]
-    };
-    let mut out: Vec<String> = Vec::with_capacity(argv.len());
-    for (arg, _) in argv.iter().zip(&dropped).filter(|(_, d)| !**d) {
-        let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])
-            .map(std::borrow::Cow::into_owned)
-            .map_err(|e| RunError::Config {
-                message: format!("agent `{}`: cannot fill in `{arg}`: {e:?}", spec.agent.name),
-            })?;
-        out.push(filled);
-    }
-    Ok(out)
-}
-
-/// Which arguments of an agent's command line only a reviewer gets: one that holds
-/// `{{verdict_schema}}` or `{{verdict_schema_json}}`, and the option it is the value of (`--flag`
-/// before `{{…}}`, `-c` before `key={{…}}`); a maker's command line leaves them out.
-pub(crate) fn review_only(argv: &[String]) -> Vec<bool> {
-    let mut dropped = vec![false; argv.len()];
-    for (i, arg) in argv.iter().enumerate() {
-        if !arg.contains("{{verdict_schema}}") && !arg.contains("{{verdict_schema_json}}") {
-            continue;
-        }
-        dropped[i] = true;
-        // `--flag={{…}}` carries its option; a separate value takes the option before it along.
-        if !arg.starts_with('-')
-            && i > 0
-            && argv[i - 1].starts_with('-')
-            && !argv[i - 1].contains('=')
-        {
-            dropped[i - 1] = true;
-        }
-    }
-    dropped
-}
-
 /// A name made safe for a branch and a directory: letters, digits, `-`, `_` and `.` are kept;
 /// anything else becomes `-`, and a short hash keeps two names that differ only there apart.
 /// The branch attempt `number` of `task` in `run` keeps its change on.
@@ -1200,6 +673,7 @@ pub(crate) fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use super::failures::{last_lines, normalize};
     use super::*;
 
     #[test]
