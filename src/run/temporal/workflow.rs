@@ -254,22 +254,27 @@ pub(super) async fn run_task(
     // The 0-based rung and the attempts made on it.
     let (mut rung_idx, mut rung_used) = (0usize, 0u32);
     loop {
-        let now = ctx.workflow_time();
-        let flow_spent = *shared.spent.borrow();
-        let decision = policy::decide(
-            &rules,
-            &policy::Standing {
-                attempts: number,
-                rung: rung_idx,
-                on_rung: rung_used,
-                last: last.as_ref(),
-                same,
-                rejections,
-                fresh: false,
-                task_spent: spent.tally(elapsed_ms(started, now)),
-                flow_spent: flow_spent.tally(elapsed_ms(shared.started, now)),
-            },
-        );
+        // The clock and the flow's spending as they are now: read again after a climb, whose
+        // activities let time pass and other tasks spend (a replay must see what it saw then).
+        let decide = |rung_idx: usize, rung_used: u32, last: Option<&Failure>, spent: Spent| {
+            let now = ctx.workflow_time();
+            let flow_spent = *shared.spent.borrow();
+            policy::decide(
+                &rules,
+                &policy::Standing {
+                    attempts: number,
+                    rung: rung_idx,
+                    on_rung: rung_used,
+                    last,
+                    same,
+                    rejections,
+                    fresh: false,
+                    task_spent: spent.tally(elapsed_ms(started, now)),
+                    flow_spent: flow_spent.tally(elapsed_ms(shared.started, now)),
+                },
+            )
+        };
+        let mut decision = decide(rung_idx, rung_used, last.as_ref(), spent);
         for &to in &decision.climbed {
             ctx.execute_activity(
                 CoordActs::rung_climbed,
@@ -280,6 +285,12 @@ pub(super) async fn run_task(
                 coord(),
             )
             .await?;
+        }
+        if !decision.climbed.is_empty() {
+            // Past the climbs nothing stops the task before the rung is reached (the brake and
+            // the review's rounds were weighed first): this decides the rung, a person or a
+            // budget, with no climb left to make.
+            decision = decide(decision.rung, decision.on_rung, last.as_ref(), spent);
         }
         (rung_idx, rung_used) = (decision.rung, decision.on_rung);
         if let Some(e) = ending(task, decision.next, (number, same), &mut last)? {
