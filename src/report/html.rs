@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{Spent, spent_by_attempt};
 use crate::ledger::LedgerError;
 use crate::ledger::read::{AttemptRow, GateResultRow, MergeRow, Reader, RunRow, rfc3339};
 use crate::plan::{format_duration, format_usd};
+use crate::run::event::Event;
 
 /// Where the timeline's bars start (the labels are left of it) and how wide it is, in pixels.
 const LABEL_WIDTH: i64 = 220;
@@ -48,17 +47,10 @@ pub(crate) fn html(
         let (Some(task), Some(attempt)) = (&e.task, e.attempt) else {
             continue;
         };
-        let verdict = match e.event.as_str() {
-            "seal.passed" => "passed".to_string(),
-            "seal.breached" => {
-                let paths: Vec<&str> = e
-                    .detail
-                    .get("breaches")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|b| b.get("path").and_then(Value::as_str))
-                    .collect();
+        let verdict = match Event::read(&e.event, &e.detail) {
+            Some(Event::SealPassed {}) => "passed".to_string(),
+            Some(Event::SealBreached { breaches }) => {
+                let paths: Vec<&str> = breaches.iter().map(|b| b.path.as_str()).collect();
                 format!("breached: {}", paths.join(", "))
             }
             _ => continue,

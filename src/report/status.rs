@@ -13,6 +13,7 @@ use crate::ledger::LedgerError;
 use crate::ledger::read::{
     AttemptRow, EventRow, Liveness, Reader, RunRow, TaskRow, liveness, rfc3339,
 };
+use crate::run::event::Event;
 
 /// The schema name of [`Status`].
 pub(crate) const SCHEMA: &str = "mvk.status.v1";
@@ -150,11 +151,11 @@ pub(crate) fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<St
     let mut names: Vec<String> = events
         .iter()
         .find(|e| e.event == "run.started")
-        .and_then(|e| e.detail.get("tasks")?.as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
+        .and_then(|e| match Event::read(&e.event, &e.detail) {
+            Some(Event::RunStarted { tasks, .. }) => Some(tasks),
+            _ => None,
+        })
+        .unwrap_or_default();
     for t in &tasks {
         if !names.contains(&t.name) {
             names.push(t.name.clone());
@@ -261,24 +262,23 @@ fn task_status(
             .iter()
             .rev()
             .find(|e| e.event == "human.handoff")
-            .and_then(|e| e.detail.get("file")?.as_str())
+            .and_then(|e| match Event::read(&e.event, &e.detail) {
+                Some(Event::HumanHandoff { file, .. }) if !file.is_empty() => Some(file),
+                _ => None,
+            })
             .map(|f| Waiting::Human {
                 handoff: PathBuf::from(f),
             })
     } else if row.is_none()
         && let Some(e) = own_events.last().filter(|e| e.event == "task.waiting")
     {
-        let text = |k: &str| {
-            e.detail
-                .get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        Some(Waiting::Start {
-            on: text("on"),
-            reason: text("reason"),
-        })
+        match Event::read(&e.event, &e.detail) {
+            Some(Event::TaskWaiting { wait, reason }) => Some(Waiting::Start {
+                on: wait.on().to_string(),
+                reason,
+            }),
+            _ => None,
+        }
     } else if row.is_none() {
         let after: Vec<String> = ir_task
             .and_then(|t| t.get("after")?.as_array().cloned())
@@ -324,7 +324,10 @@ fn phase(events: &[EventRow]) -> String {
         "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
         "run.stopped" => "stopped",
         "run.finished" => {
-            if last.detail.get("outcome").and_then(Value::as_str) == Some("human") {
+            if matches!(
+                Event::read(&last.event, &last.detail),
+                Some(Event::RunFinished { outcome, .. }) if outcome == "human"
+            ) {
                 "waiting-human"
             } else {
                 "finished"

@@ -864,7 +864,7 @@ impl<'a> Runner<'a> {
                 gate: f.gate.clone(),
                 exit_code: f.exit_code,
                 counts: f.counts,
-                failure: f.clone(),
+                failure: Some(f.clone()),
             },
         )?;
         self.state().open_failures.retain(|o| o.task != task.name);

@@ -1,7 +1,8 @@
 //! What happens in a run, typed, in: one [`Event`] variant per event name, with the detail it
 //! carries; out: the `event` name and `detail` object of a line of `events.jsonl` and of a
 //! ledger row, and back. The names and shapes are the trail's contract (`book/src/reading.md`):
-//! a field is added, never renamed or retyped, and one a past mvk did not write is optional.
+//! a field is added, never renamed or retyped. Reading is as lenient as the untyped readers
+//! were: a key a line lacks (an older mvk's) reads as its type's default.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,7 +26,7 @@ macro_rules! events {
             $(
                 $(#[doc = $doc])*
                 #[serde(rename = $name)]
-                $variant { $( $(#[$fattr])* $field: $ty ),* },
+                $variant { $( #[serde(default)] $(#[$fattr])* $field: $ty ),* },
             )*
         }
 
@@ -58,13 +59,13 @@ events! {
         /// The branch checked out when it began (where tasks without `merge into=` land).
         current: Option<String>,
         /// `mvk attempt`: one attempt, nothing landed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         attempt_only: Option<bool>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         executor: Option<String>,
         /// Where the Temporal executor's workflow lives (`address`, `task_queue`, `repo_url`,
         /// `namespace`), for a resume to find it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         temporal: Option<Value>,
     },
     /// An interrupted or paused run goes on.
@@ -81,7 +82,7 @@ events! {
     RunFinished = "run.finished" {
         outcome: String,
         exit_code: i32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
     /// mvk's own error stopped the run; `unended` tasks can be resumed.
@@ -151,17 +152,17 @@ events! {
         rung: u32,
         agent: String,
         branch: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         worktree: Option<String>,
         /// How long taking the worktree from the pool took.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         worktree_ms: Option<u64>,
         base: String,
         /// The Temporal worker that makes it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         worker: Option<String>,
         /// A person's attempt: the branch of the attempt they finished.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         from: Option<String>,
     },
     AttemptPassed = "attempt.passed" {
@@ -175,8 +176,8 @@ events! {
         exit_code: Option<i32>,
         counts: Option<Counts>,
         /// Whole, so a resume can replay a failure that has no attempt row of its own (a
-        /// landing that conflicted).
-        failure: Failure,
+        /// landing that conflicted); always written, `None` only for a line that lacks it.
+        failure: Option<Failure>,
     },
     /// An attempt caught in flight by an interruption, made again.
     AttemptAbandoned = "attempt.abandoned" {
@@ -185,7 +186,7 @@ events! {
     AgentRateLimited = "agent.rate-limited" {
         wait_ms: u64,
         message: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         gave_up: Option<bool>,
     },
     AgentFinished = "agent.finished" {
@@ -218,7 +219,7 @@ events! {
     },
     GateSignalledMvk = "gate.signalled-mvk" {
         gate: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         landing: Option<bool>,
         signals: u64,
     },
@@ -242,9 +243,9 @@ events! {
     /// The task stopped for a person: the handoff file, and why.
     HumanHandoff = "human.handoff" {
         file: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[serde(skip_serializing_if = "Vec::is_empty")]
         blockers: Vec<Blocker>,
     },
     ReviewStarted = "review.started" {
@@ -316,7 +317,7 @@ events! {
     /// A resume finished a merge an interruption cut short.
     MergeFinishedByResume = "merge.finished-by-resume" {
         merge: i64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         merges: Option<Vec<i64>>,
         commit: String,
         into: String,
@@ -333,9 +334,9 @@ events! {
         merge: i64,
         into: String,
         landed: bool,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         commit: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         tip: Option<String>,
     },
     /// A moment's trouble of the worktree pool, tried again after `wait_ms`.
@@ -366,6 +367,11 @@ impl Event {
             .map(Value::take)
             .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
         Ok((name, detail))
+    }
+
+    /// The event a ledger row or a trail line holds, if this mvk can read it as one.
+    pub(crate) fn read(name: &str, detail: &Value) -> Option<Event> {
+        Event::from_parts(name, detail.clone()).ok()
     }
 
     /// The event a name and a detail object make, as read back from the ledger or a trail.
@@ -406,6 +412,53 @@ mod tests {
                 seen.contains(name) != NOT_IN_CORPUS.contains(name),
                 "`{name}`: in the corpus and the exceptions both, or in neither"
             );
+        }
+    }
+
+    #[test]
+    fn a_line_without_a_key_an_older_mvk_did_not_write_still_reads() {
+        let old = serde_json::json!({"file": "loops/a.kdl", "program": "a", "digest": "d"});
+        match Event::from_parts("run.started", old).expect("reads leniently") {
+            Event::RunStarted {
+                file,
+                tasks,
+                whole,
+                current,
+                ..
+            } => {
+                assert_eq!(file, "loops/a.kdl");
+                assert!(tasks.is_empty() && !whole && current.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        let text = crate::report::event_text::describe(
+            "run.started",
+            &serde_json::json!({"file": "loops/a.kdl", "program": "a"}),
+        );
+        assert_eq!(text.as_deref(), Some("a (loops/a.kdl)"));
+        // A key of the wrong type is not this mvk's event.
+        assert!(Event::from_parts("task.stuck", serde_json::json!({"times": "x"})).is_err());
+    }
+
+    #[test]
+    fn what_a_task_waits_on_is_the_name_its_event_writes() {
+        for wait in [
+            Wait::After { tasks: vec![] },
+            Wait::Person { tasks: vec![] },
+            Wait::Scope {
+                task: "a".into(),
+                ours: "x".into(),
+                theirs: "y".into(),
+            },
+            Wait::Parallel { limit: 2 },
+        ] {
+            let on = wait.on();
+            let event = Event::TaskWaiting {
+                wait,
+                reason: String::new(),
+            };
+            let (_, detail) = event.into_parts().expect("encodes");
+            assert_eq!(detail["on"], on);
         }
     }
 

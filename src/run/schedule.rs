@@ -60,6 +60,16 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
+    /// What it waits on, as `task.waiting` names it (`after`, `person`, `scope`, `parallel`).
+    pub(crate) fn on(&self) -> &'static str {
+        match self {
+            Wait::After { .. } => "after",
+            Wait::Person { .. } => "person",
+            Wait::Scope { .. } => "scope",
+            Wait::Parallel { .. } => "parallel",
+        }
+    }
+
     /// What the task waits for, for a person: the end of "waits for …".
     pub(crate) fn text(&self) -> String {
         let list = |t: &[String]| {
