@@ -707,7 +707,10 @@ fn progress_of(
                     .iter()
                     .rev()
                     .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-                    .find_map(|v| serde_json::from_value(v.get("failure")?.clone()).ok());
+                    .find_map(|v| match Event::read("attempt.failed", &v) {
+                        Some(Event::AttemptFailed { failure, .. }) => failure,
+                        _ => None,
+                    });
                 match failed {
                     Some(f) => {
                         pending = None;
