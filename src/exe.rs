@@ -56,6 +56,23 @@ mod tests {
     /// system for the path themselves (`std::env::current_exe()`), ` (deleted)` and all. Every
     /// process mvk starts of itself takes the path from here: outside this module and tests, no
     /// code asks the system.
+    /// Where `text`'s inline test module begins, if it has one.
+    fn test_module_start(text: &str) -> Option<usize> {
+        let mut from = 0;
+        while let Some(i) = text[from..].find("#[cfg(test)]\nmod ") {
+            let at = from + i;
+            let line_end = text[at..]
+                .match_indices('\n')
+                .nth(1)
+                .map_or(text.len(), |(j, _)| at + j);
+            if text[at..line_end].trim_end().ends_with('{') {
+                return Some(at);
+            }
+            from = line_end;
+        }
+        None
+    }
+
     #[test]
     fn no_other_code_asks_the_system_for_the_path() {
         fn scan(dir: &Path, found: &mut Vec<String>) {
@@ -69,9 +86,10 @@ mod tests {
                     && !path.ends_with("tests.rs")
                 {
                     let text = std::fs::read_to_string(&path).expect("a source file");
-                    // Tests re-run their own binary, which nothing replaces; a test-only item
-                    // (`#[cfg(test)]` on one fn) is no cut, only the test module.
-                    let code = text.split("#[cfg(test)]\nmod ").next().unwrap_or_default();
+                    // Tests re-run their own binary, which nothing replaces: the file is read up to
+                    // its inline test module (`#[cfg(test)]` then `mod NAME {`); a test-only item
+                    // or a test module kept in a file of its own (`mod tests;`) is no cut.
+                    let code = test_module_start(&text).map_or(text.as_str(), |i| &text[..i]);
                     if code.contains("current_exe") {
                         found.push(path.display().to_string());
                     }

@@ -37,6 +37,8 @@ pub(crate) struct Began {
 /// How the run began, from its `run.started` event (runs recorded before `whole` and `current`
 /// were: from the program it began with, and its target branch).
 pub(crate) fn began(ledger: &Ledger, run: &RunRow) -> Result<Began, RunError> {
+    // Read as JSON, not as the typed event: a key that is absent (an older mvk's line) means
+    // something else here than the default the typed reading gives it.
     let detail: serde_json::Value = ledger
         .first_event_detail(&run.id, "run.started")?
         .and_then(|d| serde_json::from_str(&d).ok())
@@ -707,10 +709,9 @@ fn progress_of(
                     .iter()
                     .rev()
                     .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-                    .find_map(|v| match Event::read("attempt.failed", &v) {
-                        Some(Event::AttemptFailed { failure, .. }) => failure,
-                        _ => None,
-                    });
+                    // The failure alone, whatever else the line holds: a landing whose failure
+                    // was recorded must never be landed again.
+                    .find_map(|v| serde_json::from_value(v.get("failure")?.clone()).ok());
                 match failed {
                     Some(f) => {
                         pending = None;
