@@ -669,6 +669,17 @@ impl<'a> Runner<'a> {
 
     /// Records the start of a task: its digests, dependencies, base and sealed contents.
     pub(crate) fn begin_task(&self, task: &Task, base: Oid) -> Result<(), RunError> {
+        self.with_task_start(task, base, |start| Ok(self.ledger().begin_task(start)?))
+    }
+
+    /// Calls `record` with `task`'s start from `base` as the ledger keeps it (its digests,
+    /// dependencies, base and sealed contents): for its first start and for a re-plan alike.
+    fn with_task_start<T>(
+        &self,
+        task: &Task,
+        base: Oid,
+        record: impl FnOnce(&ledger::TaskStart<'_>) -> Result<T, RunError>,
+    ) -> Result<T, RunError> {
         let fields: Vec<(String, String)> = task
             .meta
             .fields
@@ -676,7 +687,7 @@ impl<'a> Runner<'a> {
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
         let seal_digest = self.seal_digest(task, base)?;
-        Ok(self.ledger().begin_task(&ledger::TaskStart {
+        record(&ledger::TaskStart {
             run: &self.run_id,
             name: &task.name,
             digest: &task.meta.digest.to_string(),
@@ -684,7 +695,7 @@ impl<'a> Runner<'a> {
             after: &task.after,
             base: &base.to_string(),
             seal_digest: &seal_digest,
-        })?)
+        })
     }
 
     /// The digest of `task`'s sealed files at `base`.

@@ -43,25 +43,9 @@ impl<'a> Runner<'a> {
 
     /// Re-plans `task` after accepted drift: a new epoch from `base`.
     pub(crate) fn reset_task(&self, task: &Task, base: Oid, epoch: u32) -> Result<(), RunError> {
-        let fields: Vec<(String, String)> = task
-            .meta
-            .fields
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect();
-        let seal_digest = self.seal_digest(task, base)?;
-        self.ledger().reset_task(
-            &ledger::TaskStart {
-                run: &self.run_id,
-                name: &task.name,
-                digest: &task.meta.digest.to_string(),
-                fields: &fields,
-                after: &task.after,
-                base: &base.to_string(),
-                seal_digest: &seal_digest,
-            },
-            epoch,
-        )?;
+        self.with_task_start(task, base, |start| {
+            Ok(self.ledger().reset_task(start, epoch)?)
+        })?;
         self.emit(
             Some(&task.name),
             None,
