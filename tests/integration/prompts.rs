@@ -52,3 +52,25 @@ fn rework_prompt_names_the_contract_and_the_exact_failure_within_the_context_bud
     assert!(second.len() <= 512 * 4, "{} bytes:\n{second}", second.len());
     assert!(!second.contains("\n1\n2\n3\n"), "{second}");
 }
+
+#[test]
+fn a_task_that_may_change_every_file_gets_no_scope_rule() {
+    let loop_text = loop_kdl(
+        &agent_def("bot", "honest.sh", &["@STATE"]),
+        true,
+        r#"gate tests { sh "sh tests/test_calc.sh"; }"#,
+        "budget iterations=3",
+    );
+    let fixture = Fixture::new(&loop_text);
+    let run = fixture.apply();
+    run.expect_code(0);
+    let first = fs::read_to_string(run.attempt_dir(1).join("prompt.md")).expect("prompt 1");
+    assert!(
+        !first.contains("Change only files matching"),
+        "no `scope`: no rule that says nothing:\n{first}"
+    );
+    assert!(
+        first.contains("`tests/**`") && first.contains("## Rules"),
+        "the seal's rule stays:\n{first}"
+    );
+}
