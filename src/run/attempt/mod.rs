@@ -16,7 +16,7 @@ use crate::run::git::seal::{self, Seal, SealVerdict};
 use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::Usage;
 use crate::run::judge::evidence::GateVerdict;
-use crate::run::judge::gate::{self, GateContext, GateRun};
+use crate::run::judge::gate::{self, GateContext};
 use crate::run::worktree::{self, Lease};
 use crate::slug::slug;
 use review::Verdict;
@@ -48,8 +48,6 @@ pub use crate::run::failure::{Failure, FailureKind};
 pub(crate) enum AttemptEnd {
     Passed {
         head: Oid,
-        #[allow(dead_code)]
-        gates: Vec<GateRun>,
     },
     Failed(Failure),
     /// The wall budget ran out while the agent waited on a rate limit or ran.
@@ -60,8 +58,6 @@ pub(crate) enum AttemptEnd {
 #[derive(Debug)]
 pub(crate) struct AttemptRecord {
     pub(crate) ledger_id: i64,
-    #[allow(dead_code)]
-    pub(crate) number: u32,
     pub(crate) branch: String,
     pub(crate) head: Option<Oid>,
     pub(crate) usage: Usage,
@@ -149,7 +145,7 @@ pub(crate) async fn run_attempt(
     let mut refused: Option<String>;
     let (outcome, started) = loop {
         let Some(limit) = budgets.time_left(host.started(&task.name)) else {
-            return finish_wall(host, ledger_id, spec, branch, None, usage, retries).await;
+            return finish_wall(host, ledger_id, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
         let mut ps = agent_process(
@@ -195,7 +191,7 @@ pub(crate) async fn run_attempt(
                     gave_up: Some(true),
                 },
             )?;
-            return finish_wall(host, ledger_id, spec, branch, None, usage, retries).await;
+            return finish_wall(host, ledger_id, branch, None, usage, retries).await;
         }
         host.emit(
             Some(&task.name),
@@ -291,7 +287,6 @@ pub(crate) async fn run_attempt(
             let f = agent_failure(spec.number, criterion, part, exit_code, &dir);
             return Ok(AttemptRecord {
                 ledger_id,
-                number: spec.number,
                 branch,
                 head: None,
                 usage,
@@ -343,7 +338,6 @@ pub(crate) async fn run_attempt(
         );
         return Ok(AttemptRecord {
             ledger_id,
-            number: spec.number,
             branch,
             head: Some(head),
             usage,
@@ -407,7 +401,6 @@ pub(crate) async fn judge(
     let dir = host.attempt_dir(&task.name, spec.number);
     let record = |end| AttemptRecord {
         ledger_id,
-        number: spec.number,
         branch: branch.clone(),
         head: Some(head),
         usage: usage.clone(),
@@ -511,7 +504,7 @@ pub(crate) async fn judge(
     }
     drop(lease);
     let Some(review) = &task.review else {
-        return Ok(record(AttemptEnd::Passed { head, gates: runs }));
+        return Ok(record(AttemptEnd::Passed { head }));
     };
     if budgets.time_left(host.started(&task.name)).is_none() {
         return Ok(record(AttemptEnd::WallSpent));
@@ -520,7 +513,7 @@ pub(crate) async fn judge(
         crate::run::attempt::review::review(host, spec, budgets, review, (ledger_id, head, &runs))
             .await?;
     let end = match reviewed.verdict {
-        Verdict::Approve { .. } => AttemptEnd::Passed { head, gates: runs },
+        Verdict::Approve { .. } => AttemptEnd::Passed { head },
         Verdict::Reject { blockers, .. } => {
             AttemptEnd::Failed(review_failure(spec.number, blockers))
         }
@@ -547,7 +540,6 @@ pub(crate) async fn judge(
 async fn finish_wall(
     host: &impl Host,
     ledger_id: i64,
-    spec: &AttemptSpec<'_>,
     branch: String,
     head: Option<Oid>,
     usage: Usage,
@@ -564,7 +556,6 @@ async fn finish_wall(
     )?;
     Ok(AttemptRecord {
         ledger_id,
-        number: spec.number,
         branch,
         head,
         usage,

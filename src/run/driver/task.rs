@@ -495,14 +495,10 @@ impl<'a> Runner<'a> {
             Pending::Land(row, approved) => {
                 let record = AttemptRecord {
                     ledger_id: row.id,
-                    number: row.number,
                     branch: row.branch.clone(),
                     head: Some(head),
                     usage: crate::run::judge::adapter::Usage::default(),
-                    end: AttemptEnd::Passed {
-                        head,
-                        gates: Vec::new(),
-                    },
+                    end: AttemptEnd::Passed { head },
                 };
                 (spec, record, true, !approved)
             }
