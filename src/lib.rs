@@ -69,3 +69,4 @@ pub(crate) mod slug;
 pub(crate) mod source;
 pub mod stdlib;
 pub(crate) mod syntax;
+pub(crate) mod tokens;

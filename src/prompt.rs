@@ -6,6 +6,8 @@
 use handlebars::Handlebars;
 use serde::Serialize;
 
+pub(crate) mod fit;
+
 /// What a maker's or reviewer's template can refer to.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct PromptContext {
@@ -23,12 +25,91 @@ pub struct PromptContext {
     pub diff: Option<String>,
     /// For a reviewer on a later round: the blockers it raised before, to check first.
     pub previous_blockers: Vec<Blocker>,
+    /// What is left of the task's budgets as this attempt starts.
+    pub budget: BudgetLeft,
+    /// One line per earlier attempt of the task, oldest first.
+    pub lineage: Vec<Lineage>,
+    /// For a maker after a failed attempt: that attempt's change against its base, cut to fit.
+    pub last_diff: Option<LastDiff>,
+    /// Windows of the files the failing gate's output names (`path:line`, `File "path", line N`).
+    pub excerpts: Vec<Excerpt>,
+    /// Durable notes earlier attempts and runs wrote, newest first.
+    pub lessons: Vec<Lesson>,
+    /// The lessons a person pinned into the repository (the loop's `lessons` file), as it reads.
+    pub pinned_lessons: Option<String>,
+    /// Where this agent may write lessons (also `$MVK_LESSONS_FILE`).
+    pub lessons_file: Option<String>,
+}
+
+/// What is left of a task's budgets; a budget the task does not set is absent.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BudgetLeft {
+    /// Attempts left on the task's `iterations`, this one included.
+    pub attempts: Option<u32>,
+    pub tokens: Option<u64>,
+    /// Dollars, as `1.25`.
+    pub usd: Option<String>,
+    /// Wall time, as `1h2m`.
+    pub wall: Option<String>,
+    /// The bound on this prompt, in tokens.
+    pub context_tokens: u32,
+}
+
+/// One earlier attempt of the task, in one line's worth of fields.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Lineage {
+    pub attempt: u32,
+    pub rung: u32,
+    pub agent: String,
+    /// `passed`, `failed`, or `unfinished` (an attempt an interruption cut short).
+    pub verdict: String,
+    /// The criterion it missed, in one line; empty when it passed.
+    pub criterion: String,
+}
+
+/// The previous attempt's change.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct LastDiff {
+    pub attempt: u32,
+    /// `git diff --stat`'s lines.
+    pub stat: String,
+    /// The hunks that fit, each with its file's header, the largest last.
+    pub hunks: String,
+    /// What was left out to fit the budget, in words; absent when nothing was.
+    pub omitted: Option<String>,
+}
+
+/// A window of a file the failure names.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Excerpt {
+    pub path: String,
+    /// The line the failure names.
+    pub line: u32,
+    pub from: u32,
+    pub to: u32,
+    /// The window's lines, each prefixed with its number.
+    pub text: String,
+}
+
+/// A durable note an agent wrote.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Lesson {
+    pub id: i64,
+    pub text: String,
+    /// Where it was learnt: `run R, task T, attempt N (maker)`.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct GateInfo {
     pub name: String,
     pub evidence: String,
+    /// The command as one would type it in the worktree.
+    pub command: String,
+    /// The variables it needs set, as `NAME=value`.
+    pub env: Vec<String>,
+    /// The files of its command that are sealed (part of the oracle).
+    pub sealed: Vec<String>,
     /// `pass`, `fail` or `unknown`, once the gate has run.
     pub result: Option<String>,
     pub summary: Option<String>,
@@ -136,12 +217,31 @@ pub(crate) fn sample_bare_failure() -> PromptContext {
     cx
 }
 
-/// [`sample`] as the first attempt sees it: no previous failure, no earlier blockers.
+/// [`sample`] as the first attempt sees it: no previous failure, no earlier blockers, and every
+/// other optional part absent too (no budgets set, no lessons, no place to write them).
 pub(crate) fn sample_first_attempt() -> PromptContext {
+    let mut gates = sample().gates;
+    for g in &mut gates {
+        g.result = None;
+        g.summary = None;
+        g.env.clear();
+        g.sealed.clear();
+    }
     PromptContext {
         attempt: 1,
         failure: None,
         previous_blockers: Vec::new(),
+        budget: BudgetLeft {
+            context_tokens: 16_000,
+            ..BudgetLeft::default()
+        },
+        lineage: Vec::new(),
+        last_diff: None,
+        excerpts: Vec::new(),
+        lessons: Vec::new(),
+        pinned_lessons: None,
+        lessons_file: None,
+        gates,
         ..sample()
     }
 }
@@ -164,6 +264,9 @@ pub fn sample() -> PromptContext {
         gates: vec![GateInfo {
             name: "tests".into(),
             evidence: "auto".into(),
+            command: "sh tests/run.sh".into(),
+            env: vec!["MVK_BASE=0123abcd".into()],
+            sealed: vec!["tests/run.sh".into()],
             result: Some("fail".into()),
             summary: Some("1 failed".into()),
         }],
@@ -184,6 +287,40 @@ pub fn sample() -> PromptContext {
         }),
         diff: Some("diff".into()),
         previous_blockers: vec![blocker],
+        budget: BudgetLeft {
+            attempts: Some(3),
+            tokens: Some(100_000),
+            usd: Some("4.50".into()),
+            wall: Some("55m".into()),
+            context_tokens: 16_000,
+        },
+        lineage: vec![Lineage {
+            attempt: 1,
+            rung: 1,
+            agent: "agent".into(),
+            verdict: "failed".into(),
+            criterion: "gate `tests` passes".into(),
+        }],
+        last_diff: Some(LastDiff {
+            attempt: 1,
+            stat: " src/lib.rs | 2 +-".into(),
+            hunks: "--- a/src/lib.rs".into(),
+            omitted: Some("1 hunk".into()),
+        }),
+        excerpts: vec![Excerpt {
+            path: "src/lib.rs".into(),
+            line: 3,
+            from: 1,
+            to: 5,
+            text: "3 | x".into(),
+        }],
+        lessons: vec![Lesson {
+            id: 1,
+            text: "lesson".into(),
+            source: "run r, task t, attempt 1 (maker)".into(),
+        }],
+        pinned_lessons: Some("- pinned".into()),
+        lessons_file: Some("/tmp/lessons.md".into()),
     }
 }
 
@@ -227,6 +364,20 @@ mod tests {
     fn counts_of_a_failure_without_counts_are_a_check_error() {
         assert!(check("{{#if failure}}{{failure.counts.failed}}{{/if}}").is_err());
         assert!(check("{{#if failure.counts}}{{failure.counts.failed}}{{/if}}").is_ok());
+    }
+
+    #[test]
+    fn a_new_field_used_unguarded_or_misspelt_is_a_check_error() {
+        assert!(check("{{last_diff.stat}}").is_err());
+        assert!(check("{{#if last_diff}}{{last_diff.stat}}{{/if}}").is_ok());
+        assert!(check("{{#if budget.usd}}{{budget.usd}}{{/if}} {{budget.context_tokens}}").is_ok());
+        assert!(check("{{#each excerpts}}{{this.path}}:{{this.line}}{{/each}}").is_ok());
+        assert!(check("{{#each excerpts}}{{this.pth}}{{/each}}").is_err());
+        assert!(check("{{#each lineage}}{{this.verdict}}{{/each}}").is_ok());
+        // An absent value renders as nothing; a misspelt name is still an error.
+        assert!(check("{{lessons_file}}").is_ok());
+        assert!(check("{{lesson_file}}").is_err());
+        assert!(check(include_str!("../stdlib/prompts/maker.hbs")).is_ok());
     }
 
     #[test]

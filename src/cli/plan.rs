@@ -77,27 +77,10 @@ fn gate_line(g: &ir::Gate) -> String {
     format!(
         "{}: {}{from} [evidence {}, timeout {}]",
         g.name,
-        shell_words(&g.argv),
+        crate::plan::shell_words(&g.argv),
         g.evidence.name(),
         format_duration(g.timeout)
     )
-}
-
-/// An argv as a person would type it: quoted where needed.
-fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn budget_line(b: &ir::Budget) -> String {

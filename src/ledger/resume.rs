@@ -42,6 +42,8 @@ pub(crate) struct AttemptRow {
     pub(crate) rung: u32,
     pub(crate) agent: String,
     pub(crate) branch: String,
+    /// Where its worktree was (a failure's output names files there).
+    pub(crate) worktree: String,
     pub(crate) base: String,
     /// `running`, `agent-done`, `finished` or `abandoned`.
     pub(crate) state: String,
@@ -213,7 +215,7 @@ impl Ledger {
             .prepare(
                 "SELECT id, number, rung, agent, branch, base, state, exit_code, timed_out, head,
                     rate_limited, outcome, failure_kind, signature, failure_json, started_at,
-                    agent_done_at, finished_at, epoch
+                    agent_done_at, finished_at, epoch, worktree
                  FROM attempts WHERE run = ?1 AND task = ?2 ORDER BY id",
             )
             .map_err(read())?;
@@ -239,6 +241,7 @@ impl Ledger {
                     agent_done_at: r.get(16)?,
                     finished_at: r.get(17)?,
                     epoch: r.get(18)?,
+                    worktree: r.get(19)?,
                 })
             })
             .map_err(read())?

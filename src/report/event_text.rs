@@ -31,6 +31,29 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
             }
         ),
         Event::AttemptStarted { agent, branch, .. } => format!("{agent} on {branch}"),
+        Event::PromptBuilt {
+            tokens,
+            budget,
+            parts,
+            over,
+        } => {
+            let shares: Vec<String> = parts
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {}{}",
+                        p.part,
+                        p.tokens,
+                        if p.cut { " (cut)" } else { "" }
+                    )
+                })
+                .collect();
+            format!(
+                "prompt {tokens}/{budget} tokens{}: {}",
+                if over { " (over: its fixed part alone)" } else { "" },
+                shares.join(", ")
+            )
+        }
         Event::AgentRateLimited {
             wait_ms, message, ..
         } => format!("rate-limited, waiting {} ({message})", wait(wait_ms)),

@@ -305,7 +305,7 @@ fn template(
             _ => String::new(),
         };
         let mut d = Diagnostic::error("mvk::bad-template", format!("template `{name}` does not render{place}: {}", problem.message))
-            .help("templates are handlebars; they may use goal, task, item, scope, seal, attempt, rung, gates, failure, diff, previous_blockers");
+            .help("templates are handlebars; they may use goal, task, item, scope, seal, attempt, rung, gates, failure, diff, previous_blockers, budget, lineage, last_diff, excerpts, lessons, pinned_lessons, lessons_file (book: Templates)");
         if let Some(span) = span {
             d = d.at(span, "this template");
         }

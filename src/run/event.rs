@@ -165,6 +165,17 @@ events! {
         #[serde(skip_serializing_if = "Option::is_none")]
         from: Option<String>,
     },
+    /// An attempt's prompt was built: its size, the budget it had to fit, and what each part
+    /// took (`fixed`, `failure-output`, `lessons`, `previous-diff`, `excerpts`) and whether
+    /// some of it was cut.
+    PromptBuilt = "prompt.built" {
+        tokens: usize,
+        budget: u32,
+        parts: Vec<crate::prompt::fit::Share>,
+        /// The fixed part alone was over the budget.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        over: bool,
+    },
     AttemptPassed = "attempt.passed" {
         head: String,
     },
@@ -389,7 +400,8 @@ mod tests {
     const CORPUS: &str = include_str!("../../tests/fixtures/events/mvk-0.1.0.jsonl");
 
     /// Events no run of the suite wrote when the corpus was captured.
-    const NOT_IN_CORPUS: &[&str] = &["run.closed"];
+    // Events newer than the corpus's mvk.
+    const NOT_IN_CORPUS: &[&str] = &["run.closed", "prompt.built"];
 
     #[test]
     fn every_line_written_before_reads_as_a_typed_event_and_writes_back_the_same() {

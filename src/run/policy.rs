@@ -88,6 +88,38 @@ pub(crate) struct Tally {
     pub(crate) wall_ms: u64,
 }
 
+/// What is left of a task's budgets (the task's and its flow's, whichever is less) before an
+/// attempt; `None` where neither sets a limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Left {
+    /// Attempts the iterations budget still allows, the next one included (`None` where the
+    /// caller does not know: a Temporal worker's attempt).
+    pub(crate) attempts: Option<u32>,
+    pub(crate) tokens: Option<u64>,
+    pub(crate) usd_micros: Option<u64>,
+    pub(crate) wall_ms: Option<u64>,
+}
+
+/// What is left for a task standing at `s` under `rules`.
+pub(crate) fn left(rules: &Rules<'_>, s: &Standing<'_>) -> Left {
+    let less = |task: Option<u64>, task_spent: u64, flow: Option<u64>, flow_spent: u64| {
+        let t = task.map(|l| l.saturating_sub(task_spent));
+        let f = flow.map(|l| l.saturating_sub(flow_spent));
+        match (t, f) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    let (t, f) = (&rules.task, &rules.flow);
+    let (ts, fs) = (s.task_spent, s.flow_spent);
+    Left {
+        attempts: Some(rules.iterations.saturating_sub(s.attempts)),
+        tokens: less(t.tokens, ts.tokens, f.tokens, fs.tokens),
+        usd_micros: less(t.usd_micros, ts.usd_micros, f.usd_micros, fs.usd_micros),
+        wall_ms: less(t.wall_ms, ts.wall_ms, f.wall_ms, fs.wall_ms),
+    }
+}
+
 /// The rules a task runs under, from its definition and the run's mode.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rules<'a> {

@@ -1,10 +1,14 @@
 //! The stdlib's default maker prompt, as a real run renders it: from the second attempt on it
 //! names the scope, the seal, the failing gate, its exit code and counts and the failing line,
-//! and it fits the loop's context budget by cutting the gate's output from the front.
+//! the previous attempt's diff, excerpts of the files the failure names, the lineage, and the
+//! checks' command lines; it fits the loop's context budget by cutting parts in their order.
+//! Scripted agents that can succeed only with one part of it prove each part is there and
+//! usable; snapshots hold the whole text for a first attempt, a gate failure, a review
+//! rejection and a seal breach.
 
 use std::fs;
 
-use crate::support::{FAILURE_LINE, Fixture, agent_def, loop_kdl};
+use crate::support::{FAILURE_LINE, Fixture, Run, TESTS_GATE, agent_def, loop_kdl};
 
 #[test]
 fn rework_prompt_names_the_contract_and_the_exact_failure_within_the_context_budget() {
@@ -48,9 +52,23 @@ fn rework_prompt_names_the_contract_and_the_exact_failure_within_the_context_bud
             "attempt 2's prompt lacks `{part}`:\n{second}"
         );
     }
-    // 512 tokens at about four bytes a token; the noise's start is what was cut.
-    assert!(second.len() <= 512 * 4, "{} bytes:\n{second}", second.len());
+    // The size mvk counted is within the budget, and the noise's start is what was cut.
+    let built = run.named("prompt.built");
+    assert_eq!(built.len(), 2, "{}", run.why());
+    let tokens = built[1]["detail"]["tokens"].as_u64().unwrap();
+    assert!(tokens <= 512, "{tokens} tokens:\n{second}");
+    assert_eq!(built[1]["detail"]["budget"], 512);
+    let parts = &built[1]["detail"]["parts"];
+    assert_eq!(parts[1]["part"], "failure-output", "{parts}");
+    assert_eq!(parts[1]["cut"], true, "{parts}");
     assert!(!second.contains("\n1\n2\n3\n"), "{second}");
+    // `mvk log` shows each part's share.
+    let log = fixture.mvk().args(["log"]).output().unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains(&format!("prompt {tokens}/512 tokens: fixed ")) && log.contains("(cut)"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -73,4 +91,155 @@ fn a_task_that_may_change_every_file_gets_no_scope_rule() {
         first.contains("`tests/**`") && first.contains("## Rules"),
         "the seal's rule stays:\n{first}"
     );
+}
+
+/// A gate that runs the sealed test and, when it fails, names the line at fault as compilers do.
+const LOCATED_GATE: &str = r#"gate tests { sh "sh tests/test_calc.sh || { echo 'src/calc.sh:2: add() is wrong here'; exit 1; }"; }"#;
+
+#[test]
+fn an_agent_that_needs_the_failing_line_itself_gets_it_as_an_excerpt() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "excerpt_fix.sh", &["@STATE"]),
+        true,
+        LOCATED_GATE,
+        "budget iterations=3",
+    ));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    let second = fs::read_to_string(fixture.state("prompt-2.md")).unwrap();
+    assert!(
+        second.contains("`src/calc.sh`, lines 1-2:") && second.contains(">2 | add() {"),
+        "{second}"
+    );
+    let parts = &run.named("prompt.built")[1]["detail"]["parts"];
+    assert!(
+        parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["part"] == "excerpts" && p["tokens"].as_u64().unwrap() > 0),
+        "{parts}"
+    );
+}
+
+#[test]
+fn an_agent_that_must_build_on_its_last_try_sees_that_tries_diff() {
+    let gate = r#"gate tests { sh "sh tests/test_calc.sh && test -s src/confirm.txt && cmp -s src/token.txt src/confirm.txt"; }"#;
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "diff_memory.sh", &["@STATE"]),
+        true,
+        gate,
+        "budget iterations=3",
+    ));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1, 2], "{}", run.why());
+    // The token attempt 1 made up reached main only through attempt 2's prompt.
+    let token = fixture.show(&run.branch(1), "src/token.txt").unwrap();
+    assert_eq!(fixture.show("main", "src/confirm.txt").unwrap(), token);
+    let second = fs::read_to_string(fixture.state("prompt-2.md")).unwrap();
+    assert!(
+        second.contains("## What attempt 1 changed") && second.contains("src/token.txt | 1 +"),
+        "{second}"
+    );
+}
+
+#[test]
+fn an_agent_runs_the_checks_its_prompt_names_before_it_stops() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "self_check.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=1",
+    ));
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+    assert_eq!(
+        fs::read_to_string(fixture.state("ran")).unwrap(),
+        "sh tests/test_calc.sh\n"
+    );
+    // The wrong fix failed the check, the right one passed it: the agent judged itself.
+    assert_eq!(
+        fs::read_to_string(fixture.state("ran-codes")).unwrap(),
+        "1\n0\n"
+    );
+}
+
+/// The prompt with what changes from run to run (the repository's place, the run's id,
+/// commit ids, diff's index hashes) replaced by names.
+fn redacted(fixture: &Fixture, run: &Run, text: &str) -> String {
+    let text = text
+        .replace(fixture.root().to_str().unwrap(), "[REPO]")
+        .replace(&run.id, "[RUN]");
+    let hashes = regex::Regex::new(r"\b[0-9a-f]{7,40}\b").unwrap();
+    hashes.replace_all(&text, "[HASH]").into_owned()
+}
+
+/// Holds PROMPT as snapshot NAME, in `snapshots/prompts/`.
+fn snapshot(name: &str, prompt: &str) {
+    insta::with_settings!({
+        snapshot_path => "snapshots/prompts",
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(name, prompt);
+    });
+}
+
+/// Runs a loop whose prompts the snapshots hold: first and second attempt's maker prompts.
+fn prompts_of(fixture: &Fixture, attempts: &[u64]) -> (Run, Vec<String>) {
+    let run = fixture.apply();
+    run.expect_code(0);
+    assert_eq!(run.attempts(), attempts, "{}", run.why());
+    let prompts = attempts
+        .iter()
+        .map(|&n| {
+            let text = fs::read_to_string(run.attempt_dir(n as u32).join("prompt.md")).unwrap();
+            redacted(fixture, &run, &text)
+        })
+        .collect();
+    (run, prompts)
+}
+
+#[test]
+fn the_default_prompt_of_a_first_attempt_and_of_a_gate_failure() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "honest.sh", &["@STATE"]),
+        true,
+        TESTS_GATE,
+        "scope \"src/**\"\n    budget iterations=3",
+    ));
+    let (_, prompts) = prompts_of(&fixture, &[1, 2]);
+    snapshot("first_attempt", &prompts[0]);
+    snapshot("gate_failure", &prompts[1]);
+}
+
+#[test]
+fn the_default_prompt_after_a_review_rejection() {
+    let fixture = Fixture::new(&loop_kdl(
+        &format!(
+            "{}{}",
+            agent_def("bot", "fix.sh", &[]),
+            agent_def("rev", "reviewer.sh", &["@STATE", "reject-then-approve"])
+        ),
+        true,
+        TESTS_GATE,
+        "budget iterations=3\n    review agent=rev rounds=2",
+    ));
+    let (_, prompts) = prompts_of(&fixture, &[1, 2]);
+    snapshot("review_rejection", &prompts[1]);
+}
+
+#[test]
+fn the_default_prompt_after_a_seal_breach() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "tamper_once.sh", &[]),
+        true,
+        TESTS_GATE,
+        "budget iterations=3",
+    ));
+    let (_, prompts) = prompts_of(&fixture, &[1, 2]);
+    snapshot("seal_breach", &prompts[1]);
 }

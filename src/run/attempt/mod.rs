@@ -24,6 +24,7 @@ use review::Verdict;
 mod agent;
 mod context;
 mod failures;
+mod lookback;
 pub(crate) mod review;
 
 use agent::{absorb_agent_objects, agent_failure, agent_tail};
@@ -32,7 +33,7 @@ pub(crate) use agent::{
 };
 pub use context::landing_env;
 pub(crate) use context::rule_scope;
-use context::{gate_env, render_prompt};
+use context::{build_prompt, gate_env};
 pub(crate) use failures::{ESCAPEES_SURVIVED, escaped_gate, gate_failure};
 use failures::{review_failure, signalled_by_gate};
 
@@ -74,6 +75,8 @@ pub(crate) struct AttemptSpec<'a> {
     pub(crate) previous: Option<&'a Failure>,
     /// The task's epoch, recorded with the attempt.
     pub(crate) epoch: u32,
+    /// What the budgets have left as it starts, for its prompt.
+    pub(crate) left: crate::run::policy::Left,
 }
 
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
@@ -123,7 +126,18 @@ pub(crate) async fn run_attempt(
     host.set_phase("agent", Some(&task.name), spec.number)?;
 
     // The prompt.
-    let prompt_text = render_prompt(task, spec, budgets.context_tokens)?;
+    let fitted = build_prompt(host, spec, budgets, &worktree_path, None)?;
+    host.emit(
+        Some(&task.name),
+        Some(spec.number),
+        Event::PromptBuilt {
+            tokens: fitted.tokens,
+            budget: budgets.context_tokens,
+            parts: fitted.shares,
+            over: fitted.over,
+        },
+    )?;
+    let prompt_text = fitted.text;
     let prompt_file = dir.join("prompt.md");
     std::fs::write(&prompt_file, &prompt_text).map_err(|source| RunError::Io {
         action: "write the prompt",

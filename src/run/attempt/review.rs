@@ -278,6 +278,9 @@ pub(crate) async fn review(
             .map(|(run, g)| GateInfo {
                 name: run.gate.clone(),
                 evidence: g.evidence.name().to_string(),
+                command: crate::plan::shell_words(&g.argv),
+                env: Vec::new(),
+                sealed: Vec::new(),
                 result: Some("pass".into()),
                 summary: run.counts().map(|c| {
                     format!(
@@ -290,6 +293,11 @@ pub(crate) async fn review(
         failure: None,
         diff: Some(diff),
         previous_blockers: previous.clone(),
+        budget: crate::prompt::BudgetLeft {
+            context_tokens: budgets.context_tokens,
+            ..Default::default()
+        },
+        ..PromptContext::default()
     };
     let text = prompt::render(&review.prompt.text, &cx).map_err(|p| RunError::Template {
         template: review.prompt.name.clone(),

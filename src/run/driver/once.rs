@@ -153,6 +153,7 @@ pub(crate) async fn attempt_once(
         base,
         previous: once.previous.as_ref(),
         epoch: 0,
+        left: crate::run::policy::Left::default(),
     };
     let result = async {
         let attempt::AttemptRecord {

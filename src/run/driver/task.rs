@@ -53,6 +53,8 @@ struct TaskRun<'t> {
     /// seen it yet (one has, for an approved attempt a resume landed and the landing failed).
     just_failed: bool,
     unseen: bool,
+    /// What the budgets had left at the last decision, for the next attempt's prompt.
+    left: policy::Left,
 }
 
 /// What the policy's decision comes to: an attempt by this agent, or the task's end.
@@ -111,6 +113,7 @@ impl<'a> Runner<'a> {
                         base: t.base,
                         previous: last.as_ref(),
                         epoch: t.epoch,
+                        left: t.left,
                     };
                     let record = attempt::run_attempt(self, &spec, &t.budgets).await?;
                     (spec, record, false, true)
@@ -226,6 +229,7 @@ impl<'a> Runner<'a> {
             last_attempt: None,
             just_failed: false,
             unseen: false,
+            left: policy::Left::default(),
         };
         Ok((t, p.last.clone()))
     }
@@ -249,20 +253,19 @@ impl<'a> Runner<'a> {
             usd_micros: t.spent_usd,
             wall_ms: attempt::ms(self.started(&task.name).elapsed()),
         };
-        let decision = policy::decide(
-            rules,
-            &policy::Standing {
-                attempts: t.number - t.first,
-                rung: t.rung,
-                on_rung: t.on_rung,
-                last,
-                same: t.same,
-                rejections: t.rejections,
-                fresh: t.just_failed && t.unseen,
-                task_spent,
-                flow_spent: self.flow_tally()?,
-            },
-        );
+        let standing = policy::Standing {
+            attempts: t.number - t.first,
+            rung: t.rung,
+            on_rung: t.on_rung,
+            last,
+            same: t.same,
+            rejections: t.rejections,
+            fresh: t.just_failed && t.unseen,
+            task_spent,
+            flow_spent: self.flow_tally()?,
+        };
+        let decision = policy::decide(rules, &standing);
+        t.left = policy::left(rules, &standing);
         for &to in &decision.climbed {
             self.emit(
                 Some(&task.name),
@@ -474,6 +477,7 @@ impl<'a> Runner<'a> {
             base: oid(&row.base)?,
             previous: last,
             epoch: t.epoch,
+            left: t.left,
         };
         let head = oid(row.head.as_deref().unwrap_or_default())?;
         Ok(match pending {

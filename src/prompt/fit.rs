@@ -1,0 +1,502 @@
+//! A template, the facts every prompt states and the parts that may be cut in; out, the prompt
+//! text inside the context budget and what each part took of it.
+//!
+//! The parts go in this order, each only once every part before it went in whole, each cut to
+//! what is left: the failing output's end, the lessons (at most a share of the budget), the
+//! previous attempt's diff (its stat, then its hunks from the smallest; the largest are left out
+//! first), the excerpts of the files the failure names. The fixed part (goal, rules, checks,
+//! state, lineage, the failure's criterion) is never cut but for the oldest lineage lines.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Excerpt, LastDiff, Lesson, PromptContext, TemplateProblem, render};
+use crate::tokens::estimate;
+
+/// The parts of a prompt that are cut to fit.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cuttable {
+    /// The failing output, whole (the context's `failure.output_tail` is ignored).
+    pub(crate) tail: String,
+    /// The pinned lessons file's text.
+    pub(crate) pinned: Option<String>,
+    /// Newest first.
+    pub(crate) lessons: Vec<Lesson>,
+    pub(crate) diff: Option<DiffParts>,
+    /// In the order the failure names them.
+    pub(crate) excerpts: Vec<Excerpt>,
+}
+
+/// A diff in the pieces it is cut at.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DiffParts {
+    pub(crate) attempt: u32,
+    pub(crate) stat: String,
+    /// Each with its file's header, the smallest first.
+    pub(crate) hunks: Vec<String>,
+}
+
+/// What one part took of the budget.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub(crate) struct Share {
+    pub(crate) part: String,
+    pub(crate) tokens: usize,
+    /// Whether some of it was left out.
+    pub(crate) cut: bool,
+}
+
+/// A prompt that fits, or is as small as its fixed part allows.
+#[derive(Debug, Clone)]
+pub(crate) struct Fitted {
+    pub(crate) text: String,
+    pub(crate) tokens: usize,
+    pub(crate) shares: Vec<Share>,
+    /// The fixed part alone is over the budget: nothing cuttable went in.
+    pub(crate) over: bool,
+}
+
+/// Renders `template` with `cx` and as much of `parts` as fits in `budget` tokens; lessons take
+/// at most `lesson_share` of them.
+pub(crate) fn fit(
+    template: &str,
+    mut cx: PromptContext,
+    parts: Cuttable,
+    budget: usize,
+    lesson_share: usize,
+) -> Result<Fitted, TemplateProblem> {
+    let size = |cx: &PromptContext| -> Result<(String, usize), TemplateProblem> {
+        let text = render(template, cx)?;
+        let n = estimate(&text);
+        Ok((text, n))
+    };
+    if let Some(f) = cx.failure.as_mut() {
+        f.output_tail.clear();
+    }
+    cx.pinned_lessons = None;
+    cx.lessons.clear();
+    cx.last_diff = None;
+    cx.excerpts.clear();
+    let mut shares = Vec::new();
+    let (mut text, mut used) = size(&cx)?;
+    // The oldest lines of a long lineage go before anything else does.
+    let mut lineage_cut = false;
+    while used > budget && !cx.lineage.is_empty() {
+        let drop = (cx.lineage.len() / 2).max(1);
+        cx.lineage.drain(..drop);
+        lineage_cut = true;
+        (text, used) = size(&cx)?;
+    }
+    shares.push(Share {
+        part: "fixed".into(),
+        tokens: used,
+        cut: lineage_cut,
+    });
+    if used > budget {
+        return Ok(Fitted {
+            text,
+            tokens: used,
+            shares,
+            over: true,
+        });
+    }
+    let mut whole = true;
+
+    // The failing output: its end, where test runners put their verdicts.
+    if cx.failure.is_some() && !parts.tail.is_empty() {
+        let tail = &parts.tail;
+        let with = |cx: &mut PromptContext, keep: usize| {
+            let start = floor_boundary(tail, tail.len() - keep);
+            let shown = if start == 0 {
+                tail.clone()
+            } else {
+                format!(
+                    "[… {start} bytes cut to fit the context budget]\n{}",
+                    &tail[start..]
+                )
+            };
+            if let Some(f) = cx.failure.as_mut() {
+                f.output_tail = shown;
+            }
+        };
+        let before = used;
+        with(&mut cx, tail.len());
+        let (t, n) = size(&cx)?;
+        if n <= budget {
+            (text, used) = (t, n);
+        } else {
+            whole = false;
+            // The most bytes of the end that fit: a binary search over how many are kept.
+            let (mut lo, mut hi) = (0usize, tail.len());
+            let mut best = None;
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                with(&mut cx, mid);
+                let (t, n) = size(&cx)?;
+                if n <= budget {
+                    best = Some((t, n));
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            match best {
+                Some((t, n)) => {
+                    with(&mut cx, lo);
+                    (text, used) = (t, n);
+                }
+                None => {
+                    if let Some(f) = cx.failure.as_mut() {
+                        f.output_tail.clear();
+                    }
+                }
+            }
+        }
+        shares.push(Share {
+            part: "failure-output".into(),
+            tokens: used - before,
+            cut: !whole,
+        });
+    }
+
+    // Lessons, pinned ones first, then the newest: each whole or not at all, within their share.
+    if whole && (parts.pinned.is_some() || !parts.lessons.is_empty()) {
+        let before = used;
+        let cap = (before + lesson_share).min(budget);
+        let mut cut = false;
+        if let Some(p) = parts.pinned {
+            cx.pinned_lessons = Some(p);
+            let (t, n) = size(&cx)?;
+            if n <= cap {
+                (text, used) = (t, n);
+            } else {
+                cx.pinned_lessons = None;
+                cut = true;
+            }
+        }
+        let total = parts.lessons.len();
+        for lesson in parts.lessons {
+            cx.lessons.push(lesson);
+            let (t, n) = size(&cx)?;
+            if n <= cap {
+                (text, used) = (t, n);
+            } else {
+                cx.lessons.pop();
+                cut = true;
+                break;
+            }
+        }
+        cut |= cx.lessons.len() < total;
+        // Lessons cut by their share leave the rest of the budget to the parts after them;
+        // lessons cut by the budget itself end the filling.
+        if cut && cap >= budget {
+            whole = false;
+        }
+        shares.push(Share {
+            part: "lessons".into(),
+            tokens: used - before,
+            cut,
+        });
+    }
+
+    // The previous attempt's diff: its stat, then hunks from the smallest.
+    if let Some(d) = parts.diff.filter(|_| whole) {
+        let before = used;
+        let total = d.hunks.len();
+        let omitted = |kept: usize| {
+            let n = total - kept;
+            (n > 0).then(|| {
+                format!(
+                    "{n} of {total} hunk{} (the largest) left out to fit the context budget; `git diff` of the attempt's branch against its base shows them",
+                    if total == 1 { "" } else { "s" }
+                )
+            })
+        };
+        cx.last_diff = Some(LastDiff {
+            attempt: d.attempt,
+            stat: d.stat,
+            hunks: String::new(),
+            omitted: omitted(0),
+        });
+        let (t, n) = size(&cx)?;
+        if n > budget {
+            cx.last_diff = None;
+            whole = false;
+        } else {
+            (text, used) = (t, n);
+            // Grow by estimate, then confirm with a render; back off one hunk at a time.
+            let mut kept = 0;
+            let mut room = budget - used;
+            for h in &d.hunks {
+                let cost = estimate(h) + 1;
+                if cost > room {
+                    break;
+                }
+                room -= cost;
+                kept += 1;
+            }
+            loop {
+                if let Some(ld) = cx.last_diff.as_mut() {
+                    ld.hunks = d.hunks[..kept].concat();
+                    ld.omitted = omitted(kept);
+                }
+                let (t, n) = size(&cx)?;
+                if n <= budget {
+                    (text, used) = (t, n);
+                    break;
+                }
+                if kept == 0 {
+                    break;
+                }
+                kept -= 1;
+            }
+            if kept < total {
+                whole = false;
+            }
+        }
+        shares.push(Share {
+            part: "previous-diff".into(),
+            tokens: used - before,
+            cut: !whole,
+        });
+    }
+
+    // Excerpts, in the order the failure names them.
+    if whole && !parts.excerpts.is_empty() {
+        let before = used;
+        let total = parts.excerpts.len();
+        for e in parts.excerpts {
+            cx.excerpts.push(e);
+            let (t, n) = size(&cx)?;
+            if n <= budget {
+                (text, used) = (t, n);
+            } else {
+                cx.excerpts.pop();
+                break;
+            }
+        }
+        shares.push(Share {
+            part: "excerpts".into(),
+            tokens: used - before,
+            cut: cx.excerpts.len() < total,
+        });
+    }
+    Ok(Fitted {
+        text,
+        tokens: used,
+        shares,
+        over: false,
+    })
+}
+
+/// The largest char boundary of `s` at or below `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::prompt::{Failure, Lineage};
+
+    const TEMPLATE: &str = include_str!("../../stdlib/prompts/maker.hbs");
+
+    fn context(goal_words: usize, lineage: usize) -> PromptContext {
+        let mut cx = crate::prompt::sample();
+        cx.goal = "word ".repeat(goal_words);
+        cx.lineage = (1..=lineage as u32)
+            .map(|n| Lineage {
+                attempt: n,
+                rung: 1,
+                agent: "bot".into(),
+                verdict: "failed".into(),
+                criterion: format!("gate `tests` passes: exit code 1 ({n})"),
+            })
+            .collect();
+        cx.failure = Some(Failure {
+            attempt: 1,
+            kind: "gate".into(),
+            criterion: "gate `tests` passes".into(),
+            ..Failure::default()
+        });
+        cx
+    }
+
+    fn lines(tag: &str, n: usize) -> String {
+        (0..n)
+            .map(|i| format!("{tag} line {i} of text\n"))
+            .collect()
+    }
+
+    fn parts(tail: usize, hunks: &[usize], excerpts: &[usize], lessons: &[usize]) -> Cuttable {
+        let mut hunks: Vec<String> = hunks
+            .iter()
+            .map(|&n| format!("--- a/f\n+++ b/f\n@@ -1 +1 @@\n{}", lines("+hunk", n)))
+            .collect();
+        hunks.sort_by_key(String::len);
+        Cuttable {
+            tail: lines("output", tail),
+            pinned: None,
+            lessons: lessons
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Lesson {
+                    id: i as i64,
+                    text: "lesson ".repeat(n),
+                    source: "run r".into(),
+                })
+                .collect(),
+            diff: Some(DiffParts {
+                attempt: 1,
+                stat: " f | 1 +\n".into(),
+                hunks,
+            }),
+            excerpts: excerpts
+                .iter()
+                .map(|&n| Excerpt {
+                    path: "src/f.rs".into(),
+                    line: 1,
+                    from: 1,
+                    to: n as u32,
+                    text: lines("excerpt", n),
+                })
+                .collect(),
+        }
+    }
+
+    fn share<'a>(f: &'a Fitted, part: &str) -> Option<&'a Share> {
+        f.shares.iter().find(|s| s.part == part)
+    }
+
+    #[test]
+    fn everything_fits_a_large_budget_and_nothing_is_cut() {
+        let f = fit(
+            TEMPLATE,
+            context(10, 2),
+            parts(20, &[3, 5], &[4], &[5]),
+            100_000,
+            10_000,
+        )
+        .expect("renders");
+        assert!(!f.over && f.shares.iter().all(|s| !s.cut), "{:?}", f.shares);
+        for needle in [
+            "output line 19",
+            "+hunk line 4",
+            "excerpt line 3",
+            "lesson lesson",
+        ] {
+            assert!(f.text.contains(needle), "{needle}:\n{}", f.text);
+        }
+    }
+
+    #[test]
+    fn the_output_keeps_its_end_and_says_how_much_was_cut() {
+        let f = fit(
+            TEMPLATE,
+            context(10, 0),
+            parts(2000, &[], &[], &[]),
+            1500,
+            0,
+        )
+        .expect("renders");
+        assert!(f.tokens <= 1500);
+        assert!(f.text.contains("output line 1999 of text"), "{}", f.text);
+        assert!(!f.text.contains("output line 0 of"), "{}", f.text);
+        assert!(f.text.contains("bytes cut to fit the context budget]"));
+        assert!(share(&f, "failure-output").is_some_and(|s| s.cut));
+        // Nothing after a cut part goes in.
+        assert!(!f.text.contains("What attempt 1 changed"), "{}", f.text);
+    }
+
+    #[test]
+    fn the_largest_hunks_are_left_out_first_and_the_prompt_says_so() {
+        let f = fit(
+            TEMPLATE,
+            context(10, 0),
+            parts(5, &[2, 3, 400], &[2], &[]),
+            1200,
+            0,
+        )
+        .expect("renders");
+        assert!(f.tokens <= 1200);
+        assert!(f.text.contains("+hunk line 2 of text"), "{}", f.text);
+        assert!(!f.text.contains("+hunk line 399"), "{}", f.text);
+        assert!(
+            f.text.contains("1 of 3 hunks (the largest) left out"),
+            "{}",
+            f.text
+        );
+        assert!(share(&f, "previous-diff").is_some_and(|s| s.cut));
+        assert!(share(&f, "excerpts").is_none(), "{:?}", f.shares);
+    }
+
+    #[test]
+    fn a_fixed_part_over_the_budget_sheds_the_oldest_lineage_then_says_it_is_over() {
+        let f = fit(TEMPLATE, context(10, 40), parts(5, &[], &[], &[]), 600, 0).expect("renders");
+        assert!(!f.over && f.tokens <= 600, "{}", f.tokens);
+        assert!(
+            f.text.contains("(40)") && !f.text.contains("(1)\n"),
+            "{}",
+            f.text
+        );
+        assert!(share(&f, "fixed").is_some_and(|s| s.cut));
+        let f = fit(TEMPLATE, context(2000, 0), parts(5, &[], &[], &[]), 300, 0).expect("renders");
+        assert!(f.over && f.tokens > 300);
+        assert!(!f.text.contains("output line"), "{}", f.text);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the sizes, the prompt is within the budget (when its fixed part is), each
+        /// part goes in only when every part before it went in whole, and lessons keep to
+        /// their share.
+        #[test]
+        fn the_budget_holds_and_parts_are_cut_in_order(
+            goal in 0usize..300,
+            lineage in 0usize..30,
+            tail in 0usize..400,
+            hunks in prop::collection::vec(0usize..120, 0..8),
+            excerpts in prop::collection::vec(1usize..40, 0..6),
+            lessons in prop::collection::vec(1usize..60, 0..6),
+            budget in 256usize..6000,
+        ) {
+            let share_cap = budget / 8;
+            let f = fit(
+                TEMPLATE,
+                context(goal, lineage),
+                parts(tail, &hunks, &excerpts, &lessons),
+                budget,
+                share_cap,
+            )
+            .expect("renders");
+            prop_assert_eq!(estimate(&f.text), f.tokens);
+            if f.over {
+                prop_assert_eq!(f.shares.len(), 1);
+            } else {
+                prop_assert!(f.tokens <= budget, "{} > {budget}", f.tokens);
+                let order = ["fixed", "failure-output", "lessons", "previous-diff", "excerpts"];
+                let names: Vec<&str> = f.shares.iter().map(|s| s.part.as_str()).collect();
+                let mut last = 0;
+                for n in &names {
+                    let at = order.iter().position(|o| o == n).expect("a known part");
+                    prop_assert!(at >= last, "{names:?}");
+                    last = at;
+                }
+                for (i, s) in f.shares.iter().enumerate() {
+                    // A part cut by the budget is the last part in; lessons cut by their
+                    // share may be followed.
+                    if s.cut && s.part != "fixed" && s.part != "lessons" {
+                        prop_assert_eq!(i, f.shares.len() - 1, "{:?}", f.shares);
+                    }
+                }
+                if let Some(l) = share(&f, "lessons") {
+                    prop_assert!(l.tokens <= share_cap, "{:?}", f.shares);
+                }
+            }
+        }
+    }
+}
