@@ -147,6 +147,10 @@ pub(crate) fn task_fields(
     if let Some(sandbox) = &task.sandbox {
         f.insert("sandbox".into(), to_value(sandbox));
     }
+    // The file's name, not its text: a lesson pinned there is not drift.
+    if let Some(lessons) = &task.lessons {
+        f.insert("lessons".into(), Value::String(lessons.clone()));
+    }
     f.insert(
         "after".into(),
         Value::Object(

@@ -116,6 +116,10 @@ pub struct Task {
     /// Left out of the encoding when absent, so loops without one keep their digests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Sandbox>,
+    /// The file of lessons a person pinned (repository-relative), shown in every prompt; the
+    /// file is sealed. Left out of the encoding when absent, as `sandbox`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lessons: Option<String>,
     #[serde(skip)]
     pub meta: TaskMeta,
 }

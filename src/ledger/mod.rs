@@ -9,11 +9,13 @@
 //! applied, and a database from a newer mvk is refused, never silently downgraded. The tables
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
+mod lessons;
 pub(crate) mod read;
 mod resume;
 mod review;
 mod schema;
 
+pub(crate) use lessons::{LessonRow, LessonSource, scopes_overlap};
 pub(crate) use read::RunRow;
 pub(crate) use resume::{AttemptRow, MergeRow, ResumeStart, TaskRow, TaskRowState};
 pub(crate) use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};

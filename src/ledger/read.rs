@@ -190,7 +190,7 @@ pub(crate) struct MergeRow {
 
 /// A ledger opened for reading.
 pub(crate) struct Reader {
-    conn: Connection,
+    pub(super) conn: Connection,
 }
 
 impl Reader {

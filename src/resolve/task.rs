@@ -31,6 +31,7 @@ struct Partial {
     merge: Option<(Merge, Span)>,
     uncertified: Option<(bool, Span)>,
     sandbox: Option<(ir::Sandbox, Span)>,
+    lessons: Option<(String, Span)>,
     /// Something in the body failed to resolve; later rules stay quiet to avoid noise.
     broken: bool,
 }
@@ -55,7 +56,8 @@ impl Partial {
             agent,
             merge,
             uncertified,
-            sandbox
+            sandbox,
+            lessons
         );
         for (g, span) in over.gates {
             match self.gates.iter_mut().find(|(h, _)| h.name == g.name) {
@@ -194,6 +196,39 @@ fn repo_path(
         return None;
     }
     Some(text.trim_end_matches('/').to_string())
+}
+
+/// The `lessons` file: one path from the repository root, no glob.
+fn lessons_file(
+    world: &mut World,
+    s: &Spanned<String>,
+    item: Option<&str>,
+) -> Option<(String, Span)> {
+    let path = repo_path(world, s, item, "`lessons`")?;
+    if path == "**" || path.contains(['*', '?', '[', '{']) {
+        world.diags.push(
+            Diagnostic::error(
+                "mvk::lessons-glob",
+                format!("`{path}` names no single file"),
+            )
+            .at(s.span, "a glob")
+            .help("name one file from the repository root, e.g. lessons \"loops/LESSONS.md\""),
+        );
+        return None;
+    }
+    Some((path, s.span))
+}
+
+/// The seal with the lessons file in it: the lessons a person pinned are part of the loop's
+/// definition, which no attempt may change.
+fn sealed_with(mut seal: Vec<String>, lessons: Option<&(String, Span)>) -> Vec<String> {
+    if let Some((path, _)) = lessons
+        && !crate::glob::PathSet::new(&seal).is_ok_and(|s| s.covers(path))
+    {
+        seal.push(path.clone());
+        seal.sort();
+    }
+    seal
 }
 
 fn paths(
@@ -344,6 +379,9 @@ fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&s
     }
     if let Some(s) = &body.seal {
         p.seal = paths(world, s, item, "`seal`");
+    }
+    if let Some(l) = &body.lessons {
+        p.lessons = lessons_file(world, l, item);
     }
     for g in &body.gates {
         p.gates_written += 1;
@@ -632,6 +670,7 @@ fn finish(
         ("merge", p.merge.as_ref().map(|x| x.1)),
         ("uncertified", p.uncertified.as_ref().map(|x| x.1)),
         ("sandbox", p.sandbox.as_ref().map(|x| x.1)),
+        ("lessons", p.lessons.as_ref().map(|x| x.1)),
     ] {
         if let Some(span) = span {
             field_spans.insert(key.to_string(), span);
@@ -654,7 +693,10 @@ fn finish(
         goal,
         prompt,
         scope: p.scope.map_or_else(|| vec!["**".to_string()], |(s, _)| s),
-        seal: p.seal.map(|(s, _)| s).unwrap_or_default(),
+        seal: sealed_with(
+            p.seal.map(|(s, _)| s).unwrap_or_default(),
+            p.lessons.as_ref(),
+        ),
         gates: p.gates.into_iter().map(|(g, _)| g).collect(),
         review: p.review.map(|(r, _)| r),
         budget,
@@ -662,6 +704,7 @@ fn finish(
         merge: p.merge.map(|(m, _)| m).unwrap_or_default(),
         uncertified,
         sandbox: p.sandbox.map(|(s, _)| s),
+        lessons: p.lessons.map(|(l, _)| l),
         meta: ir::TaskMeta {
             span: Some(head),
             field_spans,

@@ -230,6 +230,8 @@ pub(crate) struct LoopBody {
     pub(crate) agent: Option<AgentUse>,
     pub(crate) uncertified: Option<Spanned<bool>>,
     pub(crate) sandbox: Option<SandboxDecl>,
+    /// `lessons "FILE"`: the lessons a person pinned, kept in the repository.
+    pub(crate) lessons: Option<Spanned<String>>,
     /// The settings written, whether or not they were valid (and the setting a misspelt node
     /// most likely meant), so that a broken `goal` is not also reported as a missing one.
     pub(crate) written: Vec<&'static str>,
@@ -250,6 +252,7 @@ impl LoopBody {
             && self.agent.is_none()
             && self.uncertified.is_none()
             && self.sandbox.is_none()
+            && self.lessons.is_none()
             && self.written.is_empty()
     }
 }

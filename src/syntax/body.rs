@@ -21,6 +21,7 @@ pub(crate) const LOOP_CHILDREN: &[&str] = &[
     "agent",
     "uncertified",
     "sandbox",
+    "lessons",
 ];
 
 pub(crate) fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
@@ -172,6 +173,14 @@ pub(crate) fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeVi
                 if view.expect_args(cx, 1, "uncertified #true") {
                     body.uncertified = values::boolean(cx, view.args[0], "`uncertified`");
                 }
+            }
+        }
+        "lessons" => {
+            if let Some(first) = &body.lessons {
+                duplicate_node(cx, view, first.span, "a loop keeps its lessons in one file");
+            } else {
+                body.lessons =
+                    single_string(cx, view, "lessons \"loops/LESSONS.md\"", "a file path");
             }
         }
         "sandbox" => {
