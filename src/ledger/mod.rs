@@ -15,7 +15,7 @@ mod resume;
 mod review;
 mod schema;
 
-pub(crate) use lessons::{LessonRow, LessonSource, scopes_overlap};
+pub(crate) use lessons::{LessonRow, LessonSource};
 pub(crate) use read::RunRow;
 pub(crate) use resume::{AttemptRow, MergeRow, ResumeStart, TaskRow, TaskRowState};
 pub(crate) use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};

@@ -31,6 +31,14 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
             }
         ),
         Event::AttemptStarted { agent, branch, .. } => format!("{agent} on {branch}"),
+        Event::LessonsLearned { author, ids } => format!(
+            "{author} wrote {} lesson(s): {}",
+            ids.len(),
+            ids.iter()
+                .map(|i| format!("#{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         Event::PromptBuilt {
             tokens,
             budget,

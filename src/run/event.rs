@@ -176,6 +176,12 @@ events! {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         over: bool,
     },
+    /// A maker or reviewer wrote lessons (`$MVK_LESSONS_FILE`); the ledger ids of those kept
+    /// (a lesson its loop's task already has is not kept twice).
+    LessonsLearned = "lessons.learned" {
+        author: String,
+        ids: Vec<i64>,
+    },
     AttemptPassed = "attempt.passed" {
         head: String,
     },
@@ -401,7 +407,7 @@ mod tests {
 
     /// Events no run of the suite wrote when the corpus was captured.
     // Events newer than the corpus's mvk.
-    const NOT_IN_CORPUS: &[&str] = &["run.closed", "prompt.built"];
+    const NOT_IN_CORPUS: &[&str] = &["run.closed", "prompt.built", "lessons.learned"];
 
     #[test]
     fn every_line_written_before_reads_as_a_typed_event_and_writes_back_the_same() {

@@ -243,3 +243,113 @@ fn the_default_prompt_after_a_seal_breach() {
     let (_, prompts) = prompts_of(&fixture, &[1, 2]);
     snapshot("seal_breach", &prompts[1]);
 }
+
+/// What the agent is told to learn; it writes it upper-cased (see `lesson_writer.sh`).
+const LESSON: &str = "lesson-7a: the tests run under sh, not bash.";
+const LEARNT: &str = "LESSON-7A: THE TESTS RUN UNDER SH, NOT BASH.";
+
+/// The digest of task `t` of FILE, as `mvk plan --json` prints it.
+fn digest_of(fixture: &Fixture, file: &str) -> String {
+    let out = fixture
+        .mvk()
+        .args(["plan", "--json", file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["tasks"][0]["digest"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn lessons_of_one_run_reach_the_next_run_of_the_loop_and_no_unrelated_loop_nor_any_digest() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def(
+            "bot",
+            "lesson_writer.sh",
+            &["@STATE", "src/calc.sh", LESSON],
+        ),
+        true,
+        TESTS_GATE,
+        "scope \"src/**\"\n    lessons \"loops/LESSONS.md\"\n    budget iterations=2",
+    ));
+    fs::write(
+        fixture.root().join("loops/LESSONS.md"),
+        "- PINNED-3c: keep add() a one-liner.\n",
+    )
+    .unwrap();
+    let other = loop_kdl(
+        &agent_def(
+            "bot",
+            "lesson_writer.sh",
+            &[fixture.state.path().to_str().unwrap(), "docs/notes.md"],
+        )
+        .replace("@AGENTS", crate::support::agents_dir().to_str().unwrap()),
+        true,
+        TESTS_GATE,
+        "scope \"docs/**\"",
+    )
+    .replace("loop t", "loop other");
+    fs::write(fixture.root().join("loops/other.kdl"), other).unwrap();
+    fixture.git(&["add", "-A"]);
+    fixture.git(&["commit", "-q", "-m", "pinned lessons and another loop"]);
+    let before = digest_of(&fixture, "loops/t.kdl");
+
+    let first = fixture.apply();
+    first.expect_code(0);
+    let learned = first.one("lessons.learned");
+    assert_eq!(learned["detail"]["author"], "maker");
+    let prompt1 = fs::read_to_string(fixture.state("prompt-1.md")).unwrap();
+    assert!(prompt1.contains("PINNED-3c"), "{prompt1}");
+    assert!(!prompt1.contains(LEARNT), "{prompt1}");
+    assert!(
+        prompt1.contains("`MVK_LESSONS_FILE`") || prompt1.contains("$MVK_LESSONS_FILE"),
+        "{prompt1}"
+    );
+
+    // The next run of the same loop is told; the lesson written again is not kept twice.
+    let second = fixture.apply();
+    second.expect_code(0);
+    second.none("lessons.learned");
+    let prompt2 = fs::read_to_string(fixture.state("prompt-2.md")).unwrap();
+    assert!(
+        prompt2.contains("## Lessons from earlier attempts") && prompt2.contains(LEARNT),
+        "{prompt2}"
+    );
+
+    // A loop whose scope shares nothing with it is not.
+    let out = fixture
+        .mvk()
+        .args(["apply", "loops/other.kdl"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let prompt3 = fs::read_to_string(fixture.state("prompt-3.md")).unwrap();
+    assert!(!prompt3.contains(LEARNT), "{prompt3}");
+
+    // A lesson is in neither the change nor the digest.
+    let grep = fixture.git(&["log", "-p", "--all", "--format=%B"]);
+    assert!(!grep.contains(LEARNT), "a lesson reached the repository");
+    assert_eq!(digest_of(&fixture, "loops/t.kdl"), before);
+}
+
+#[test]
+fn the_pinned_lessons_file_is_sealed() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "lesson_writer.sh", &["@STATE", "loops/LESSONS.md"]),
+        true,
+        TESTS_GATE,
+        "lessons \"loops/LESSONS.md\"\n    budget iterations=1",
+    ));
+    let run = fixture.apply();
+    assert_ne!(run.code, 0, "{}", run.why());
+    let breach = run.one("seal.breached");
+    assert_eq!(breach["detail"]["breaches"][0]["path"], "loops/LESSONS.md");
+}

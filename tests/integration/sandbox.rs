@@ -1118,3 +1118,20 @@ fn a_sandboxed_agents_escapee_dies_with_it_whatever_task_it_names() {
     run.expect_code(0);
     assert_eq!(f.show("main", "out/a.txt").as_deref(), Some("done\n"));
 }
+
+/// The lessons file is outside the worktree, yet a confined agent may write it (and only it,
+/// of what lies outside its worktree besides its own temporary directory).
+#[test]
+fn a_sandboxed_agent_writes_its_lessons() {
+    let agent = r#"agent bot timeout="30s" { sh "printf 'SANDBOXED-LESSON-4f\n' >> \"$MVK_LESSONS_FILE\" && printf '%s\n' '# calc: tiny arithmetic helpers' 'add() { echo $(($1 + $2)); }' > src/calc.sh"; }"#;
+    let f = Fixture::new(&loop_kdl(
+        agent,
+        true,
+        TESTS_GATE,
+        "sandbox network=#false required=#true\n    budget iterations=1",
+    ));
+    let run = f.apply();
+    run.expect_code(0);
+    let learned = run.one("lessons.learned");
+    assert_eq!(learned["detail"]["author"], "maker", "{}", run.why());
+}

@@ -22,6 +22,7 @@ pub(crate) fn agent_process(
     (worktree, prompt_file, prompt_text): (&Path, &Path, &str),
     dir: &Path,
     name: &str,
+    lessons: &Path,
 ) -> Result<ProcessSpec, RunError> {
     // A reviewer is given the verdict's JSON schema, for an agent that can be held to one.
     let schema = if name == crate::run::attempt::review::LOG_NAME {
@@ -47,6 +48,10 @@ pub(crate) fn agent_process(
     );
     ps.args = args.to_vec();
     ps.env = agent_env(host.run_id(), spec, worktree, prompt_file);
+    ps.env.push((
+        super::lessons::LESSONS_VAR.to_string(),
+        lessons.display().to_string(),
+    ));
     // mvk's own git environment (a hook, `git rebase -x`) must not steer the agent's git.
     ps.env_remove = crate::env::GIT_LOCATION_VARS
         .iter()
@@ -60,6 +65,7 @@ pub(crate) fn agent_process(
             tmp: dir.join(format!("{name}.tmp")),
             objects: Some(objects_dir(dir, name)),
             protected: host.protected(),
+            lessons: lessons.parent(),
         };
         crate::run::sandbox::confine(&mut ps, sandbox, &grants).map_err(|source| {
             RunError::Agent {

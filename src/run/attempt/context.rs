@@ -55,6 +55,8 @@ pub(super) fn build_prompt(
         let old = made.map(|r| PathBuf::from(&r.worktree));
         parts.excerpts = lookback::excerpts(&previous.tail, worktree, old.as_deref());
     }
+    parts.lessons = super::lessons::for_prompt(host, task)?;
+    parts.pinned = super::lessons::pinned(task, worktree);
     let cx = PromptContext {
         goal: task.goal.clone(),
         task: task.name.clone(),

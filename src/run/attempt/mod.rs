@@ -24,6 +24,7 @@ use review::Verdict;
 mod agent;
 mod context;
 mod failures;
+pub(crate) mod lessons;
 mod lookback;
 pub(crate) mod review;
 
@@ -126,7 +127,8 @@ pub(crate) async fn run_attempt(
     host.set_phase("agent", Some(&task.name), spec.number)?;
 
     // The prompt.
-    let fitted = build_prompt(host, spec, budgets, &worktree_path, None)?;
+    let lessons_file = lessons::prepare(&dir)?;
+    let fitted = build_prompt(host, spec, budgets, &worktree_path, Some(&lessons_file))?;
     host.emit(
         Some(&task.name),
         Some(spec.number),
@@ -168,6 +170,7 @@ pub(crate) async fn run_attempt(
             (&worktree_path, &prompt_file, &prompt_text),
             &dir,
             "agent",
+            &lessons_file,
         )?;
         ps.timeout = Some(timeout);
         ps.signals = Some(window.clone());
@@ -233,6 +236,8 @@ pub(crate) async fn run_attempt(
         Termination::TimedOut => (None, true),
     };
     let duration = started.elapsed();
+    // What it learnt outlives the attempt, whatever the attempt's verdict.
+    lessons::collect(host, spec, "maker", &lessons_file)?;
 
     // Whatever the agent left is kept on the attempt's branch (unless its objects were
     // refused: its commits cannot be read then; or a process it left may still be changing

@@ -264,6 +264,13 @@ pub(crate) async fn review(
         .unwrap_or(usize::MAX)
         .saturating_mul(4);
     let diff = diff_text(host.repo_root(), spec.base, head, max / 2)?;
+    // Where the review runs: see below.
+    let isolated = host.pool_root().join(format!(
+        "review-{}-{}-{}",
+        host.run_id(),
+        crate::slug::slug(&task.name),
+        spec.number
+    ));
     let cx = PromptContext {
         goal: task.goal.clone(),
         task: task.name.clone(),
@@ -297,6 +304,7 @@ pub(crate) async fn review(
             context_tokens: budgets.context_tokens,
             ..Default::default()
         },
+        lessons_file: Some(attempt::lessons::file_in(&isolated).display().to_string()),
         ..PromptContext::default()
     };
     let text = prompt::render(&review.prompt.text, &cx).map_err(|p| RunError::Template {
@@ -322,15 +330,11 @@ pub(crate) async fn review(
     // A repository of its own, outside the pool, holding two commits (the base and the change)
     // and nothing else: no branch, commit message or object of the maker's is reachable from
     // the reviewer's checkout, and its prompt is not beside the maker's output.
-    let isolated = host.pool_root().join(format!(
-        "review-{}-{}-{}",
-        host.run_id(),
-        crate::slug::slug(&task.name),
-        spec.number
-    ));
     isolated_checkout(host.repo_root(), spec.base, head, &isolated)?;
     let _cleanup = RemoveOnDrop(isolated.clone());
     let prompt_file = isolated.join(".mvk-review-prompt.md");
+    // Beside its prompt, not in the attempt's directory, where the maker's output is.
+    let lessons_file = attempt::lessons::prepare(&isolated)?;
     std::fs::write(&prompt_file, &text).map_err(|source| RunError::Io {
         action: "write the reviewer's prompt",
         path: prompt_file.clone(),
@@ -360,6 +364,7 @@ pub(crate) async fn review(
             (&checkout, &prompt_file, &text),
             &dir,
             LOG_NAME,
+            &lessons_file,
         )?;
         let left = budgets
             .time_left(host.started(&task.name))
@@ -415,6 +420,7 @@ pub(crate) async fn review(
         })
         .await?;
     drop(window);
+    attempt::lessons::collect(host, spec, "reviewer", &lessons_file)?;
     let verdict = match outcome.termination {
         _ if signalled > 0 => unknown(&format!(
             "the reviewer (or what it ran) sent mvk {signalled} stop signal(s); its verdict is not taken"

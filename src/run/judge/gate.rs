@@ -154,6 +154,7 @@ pub(crate) async fn run_gate_counted(
             tmp: cx.log.with_extension("tmp"),
             objects: None,
             protected: cx.protected,
+            lessons: None,
         };
         crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
             GateError::Process {

@@ -31,6 +31,7 @@ pub(crate) fn confine(
 
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut write: Vec<PathBuf> = vec![grants.cwd.to_path_buf(), grants.tmp.clone()];
+    write.extend(grants.lessons.map(Path::to_path_buf));
     write.extend(DEVICES.iter().map(PathBuf::from));
     // A grant was checked when the run began; a confined process that may write under one may
     // since have put a link where another was (review r8e).

@@ -68,6 +68,8 @@ pub(crate) struct Grants<'a> {
     pub(crate) objects: Option<PathBuf>,
     /// Where mvk keeps what no confined process may write: no grant may lead there.
     pub(crate) protected: &'a [Protected],
+    /// The directory of the agent's lessons file, which it may write (agents only).
+    pub(crate) lessons: Option<&'a Path>,
 }
 
 /// A place where mvk keeps what no confined process may write, as the kernel finds it (links
