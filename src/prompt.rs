@@ -161,6 +161,16 @@ pub struct TemplateProblem {
     pub column: Option<usize>,
 }
 
+/// A task's scope as a prompt states it: none when the task may change every file (no `scope`,
+/// or `**`), where a rule naming `**` would read as an instruction and say nothing.
+pub(crate) fn rule_scope(scope: &[String]) -> Vec<String> {
+    if scope.iter().all(|s| s == "**") {
+        Vec::new()
+    } else {
+        scope.to_vec()
+    }
+}
+
 fn registry() -> Handlebars<'static> {
     let mut hb = Handlebars::new();
     // Prompts are not HTML: `&&` must reach the agent as `&&`.
@@ -327,6 +337,14 @@ pub fn sample() -> PromptContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scope_of_every_file_is_no_rule_and_any_other_is_kept() {
+        assert!(rule_scope(&["**".to_string()]).is_empty());
+        assert!(rule_scope(&[]).is_empty());
+        let some = vec!["src/**".to_string(), "**".to_string()];
+        assert_eq!(rule_scope(&some), some);
+    }
 
     #[test]
     fn renders_without_html_escaping() {

@@ -198,6 +198,54 @@ fn repo_path(
     Some(text.trim_end_matches('/').to_string())
 }
 
+/// Warns when the maker's prompt of a first attempt (the template with the task's goal, rules and
+/// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
+/// of the task would be, and nothing could be quoted.
+fn prompt_within_budget(world: &mut World, task: &Task) {
+    let mut cx = crate::prompt::sample_first_attempt();
+    cx.goal = task.goal.clone();
+    cx.task = task.name.clone();
+    cx.item = task.item.clone();
+    cx.scope = crate::prompt::rule_scope(&task.scope);
+    cx.seal = task.seal.clone();
+    cx.gates = task
+        .gates
+        .iter()
+        .map(|g| crate::prompt::GateInfo {
+            name: g.name.clone(),
+            evidence: g.evidence.name().to_string(),
+            command: crate::plan::shell_words(&g.argv),
+            ..crate::prompt::GateInfo::default()
+        })
+        .collect();
+    let Ok(text) = crate::prompt::render(&task.prompt.text, &cx) else {
+        return;
+    };
+    let tokens = crate::tokens::estimate(&text);
+    let budget = task.budget.context_tokens as usize;
+    if tokens <= budget {
+        return;
+    }
+    let span = task
+        .meta
+        .field_spans
+        .get("budget")
+        .or(task.meta.span.as_ref())
+        .copied();
+    let mut d = Diagnostic::warning(
+        "mvk::prompt-over-budget",
+        format!(
+            "the prompt of `{}` is about {tokens} tokens before any failure is quoted, over its context-tokens={budget}",
+            task.name
+        ),
+    )
+    .help("raise budget context-tokens, or shorten the goal or the template: a prompt over its budget can quote nothing of a failure");
+    if let Some(span) = span {
+        d = d.at(span, "the budget the prompt must fit");
+    }
+    world.diags.push(d);
+}
+
 /// The `lessons` file: one path from the repository root, no glob.
 fn lessons_file(
     world: &mut World,
@@ -686,7 +734,7 @@ fn finish(
     if p.broken {
         return None;
     }
-    Some(Task {
+    let task = Task {
         name: name.to_string(),
         item,
         after,
@@ -710,7 +758,9 @@ fn finish(
             field_spans,
             ..ir::TaskMeta::default()
         },
-    })
+    };
+    prompt_within_budget(world, &task);
+    Some(task)
 }
 
 /// One task declaration, before expansion.

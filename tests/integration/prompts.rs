@@ -353,3 +353,40 @@ fn the_pinned_lessons_file_is_sealed() {
     let breach = run.one("seal.breached");
     assert_eq!(breach["detail"]["breaches"][0]["path"], "loops/LESSONS.md");
 }
+
+#[test]
+fn check_warns_when_a_first_prompt_alone_is_over_the_context_budget() {
+    let long_goal = "Make add() in src/calc.sh return the sum. ".repeat(60);
+    let fixture = Fixture::new(
+        &loop_kdl(
+            &agent_def("bot", "fix.sh", &[]),
+            true,
+            TESTS_GATE,
+            "budget context-tokens=256",
+        )
+        .replace(
+            "Make add() in src/calc.sh return the sum of its arguments.",
+            &long_goal,
+        ),
+    );
+    let out = fixture
+        .mvk()
+        .args(["check", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not an error: {err}");
+    assert!(
+        err.contains("mvk::prompt-over-budget") && err.contains("before any failure is quoted"),
+        "{err}"
+    );
+    // The same loop with room for its prompt says nothing.
+    let roomy = Fixture::new(&loop_kdl(
+        &agent_def("bot", "fix.sh", &[]),
+        true,
+        TESTS_GATE,
+        "budget context-tokens=4000",
+    ));
+    let out = roomy.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("prompt-over-budget"));
+}

@@ -61,7 +61,7 @@ pub(super) fn build_prompt(
         goal: task.goal.clone(),
         task: task.name.clone(),
         item: task.item.clone(),
-        scope: rule_scope(&task.scope),
+        scope: crate::prompt::rule_scope(&task.scope),
         seal: task.seal.clone(),
         attempt: spec.number,
         rung: spec.agent.label(),
@@ -209,16 +209,6 @@ fn mentions(text: &str, name: &str) -> bool {
     })
 }
 
-/// A task's scope as a prompt states it: none when the task may change every file (no `scope`,
-/// or `**`), where a rule naming `**` would read as an instruction and say nothing.
-pub(crate) fn rule_scope(scope: &[String]) -> Vec<String> {
-    if scope.iter().all(|s| s == "**") {
-        Vec::new()
-    } else {
-        scope.to_vec()
-    }
-}
-
 /// The `MVK_*` variables a gate sees. `MVK_SCOPE` holds the task's scope globs, one a line, so
 /// that a gate (the stdlib's `no-changes-outside-scope`) can hold a change to it; `MVK_EXE` is
 /// this executable, whose `__glob-match` helper the stdlib's generic gates call (when the
@@ -255,17 +245,4 @@ pub fn landing_env(
     scope: &[String],
 ) -> Vec<(String, String)> {
     gate_env(run, task, attempt, base, worktree, scope)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rule_scope;
-
-    #[test]
-    fn a_scope_of_every_file_is_no_rule_and_any_other_is_kept() {
-        assert!(rule_scope(&["**".to_string()]).is_empty());
-        assert!(rule_scope(&[]).is_empty());
-        let some = vec!["src/**".to_string(), "**".to_string()];
-        assert_eq!(rule_scope(&some), some);
-    }
 }

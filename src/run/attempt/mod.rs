@@ -33,7 +33,6 @@ pub(crate) use agent::{
     agent_process, keep_limited_logs, rate_limit_matcher, rate_limited, review_only, usage_of,
 };
 pub use context::landing_env;
-pub(crate) use context::rule_scope;
 use context::{build_prompt, gate_env};
 pub(crate) use failures::{ESCAPEES_SURVIVED, escaped_gate, gate_failure};
 use failures::{review_failure, signalled_by_gate};

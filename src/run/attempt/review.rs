@@ -275,7 +275,7 @@ pub(crate) async fn review(
         goal: task.goal.clone(),
         task: task.name.clone(),
         item: task.item.clone(),
-        scope: attempt::rule_scope(&task.scope),
+        scope: crate::prompt::rule_scope(&task.scope),
         seal: task.seal.clone(),
         attempt: spec.number,
         rung: review.agent.label(),
