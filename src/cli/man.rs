@@ -1,6 +1,6 @@
 //! `mvk man [--out DIR]`: the clap definition in; manual pages in roff, rendered by
 //! `clap_mangen`, out: one page with a section per command on standard output, or one page per
-//! command (`mvk.1`, `mvk-apply.1`, …) written into DIR.
+//! command and subcommand (`mvk.1`, `mvk-apply.1`, `mvk-lessons-pin.1`, …) written into DIR.
 
 use std::path::PathBuf;
 
@@ -27,9 +27,7 @@ pub(crate) fn man(_cli: &Cli, printer: &Printer, args: &ManArgs) -> Result<Exit,
                 message: format!("cannot write manual pages into `{}`: {e}", dir.display()),
             };
             std::fs::create_dir_all(dir).map_err(io)?;
-            let mut pages = vec![cmd.clone()];
-            pages.extend(visible(&cmd).cloned());
-            for page in pages {
+            for page in pages(&cmd) {
                 let path = Man::new(page).generate_to(dir).map_err(io)?;
                 printer.out(&format!("wrote {}", path.display()));
             }
@@ -41,8 +39,18 @@ pub(crate) fn man(_cli: &Cli, printer: &Printer, args: &ManArgs) -> Result<Exit,
     Ok(Exit::Ok)
 }
 
-/// `mvk.1`, followed by a section per command (`MVK APPLY`) with its synopsis, description and
-/// options as subsections.
+/// CMD and every command under it, for a page each (`mvk-lessons-pin.1`, which the page of
+/// `mvk lessons` names).
+fn pages(cmd: &clap::Command) -> Vec<clap::Command> {
+    let mut all = vec![cmd.clone()];
+    for sub in visible(cmd) {
+        all.extend(pages(sub));
+    }
+    all
+}
+
+/// `mvk.1`, followed by a section per command (`MVK APPLY`) with its synopsis, description,
+/// options and subcommands as subsections.
 fn one_page(cmd: &clap::Command) -> Result<String, std::io::Error> {
     let mut out = Vec::new();
     Man::new(cmd.clone()).render(&mut out)?;
@@ -55,6 +63,10 @@ fn one_page(cmd: &clap::Command) -> Result<String, std::io::Error> {
         man.render_description_section(&mut section)?;
         if sub.get_arguments().any(|a| !a.is_hide_set()) {
             man.render_options_section(&mut section)?;
+        }
+        // `mvk lessons forget` and `pin`: named with their help under their command.
+        if visible(sub).next().is_some() {
+            man.render_subcommands_section(&mut section)?;
         }
         for line in String::from_utf8_lossy(&section).lines() {
             // The command's own headings become subsections of its section.

@@ -1,6 +1,6 @@
 //! The clap definition in; the command-line reference of the book (`book/src/cli.md`) out, as
-//! Markdown: every command, its usage, every argument and flag with its help, default, values
-//! and environment variable. A test keeps the book's copy equal to this text.
+//! Markdown: every command and subcommand, its usage, every argument and flag with its help,
+//! default, values and environment variable. A test keeps the book's copy equal to this text.
 
 use std::fmt::Write as _;
 
@@ -39,25 +39,34 @@ pub fn markdown() -> String {
     );
     table(&mut out, cmd.get_arguments());
     for sub in visible(&cmd) {
-        let _ = writeln!(out, "\n## `mvk {}`\n", sub.get_name());
-        let about = sub
-            .get_long_about()
-            .or_else(|| sub.get_about())
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        let _ = writeln!(out, "{about}\n");
-        let _ = writeln!(out, "```text\n{}\n```", usage(sub));
-        // Global options, `--help` and `--version` are in the table at the top.
-        let own: Vec<&Arg> = sub
-            .get_arguments()
-            .filter(|a| !a.is_global_set() && !matches!(a.get_id().as_str(), "help" | "version"))
-            .collect();
-        if !own.is_empty() {
-            out.push('\n');
-            table(&mut out, own.into_iter());
-        }
+        section(&mut out, sub, &format!("mvk {}", sub.get_name()));
     }
     out
+}
+
+/// The section of command CMD, spelt NAME (`mvk lessons`), then one per subcommand of its own
+/// (`mvk lessons pin`).
+fn section(out: &mut String, cmd: &Command, name: &str) {
+    let _ = writeln!(out, "\n## `{name}`\n");
+    let about = cmd
+        .get_long_about()
+        .or_else(|| cmd.get_about())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let _ = writeln!(out, "{about}\n");
+    let _ = writeln!(out, "```text\n{}\n```", usage(cmd));
+    // Global options, `--help` and `--version` are in the table at the top.
+    let own: Vec<&Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_global_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .collect();
+    if !own.is_empty() {
+        out.push('\n');
+        table(out, own.into_iter());
+    }
+    for sub in visible(cmd) {
+        section(out, sub, &format!("{name} {}", sub.get_name()));
+    }
 }
 
 /// The definition, built so that subcommands know their full names (`mvk apply`), without

@@ -140,6 +140,12 @@ fn man_out_writes_one_page_per_command() {
     let printed = mvk(&["man", "--out", out.to_str().unwrap()]);
     let mut expected = vec!["mvk.1".to_string()];
     expected.extend(commands().iter().map(|(name, _)| format!("mvk-{name}.1")));
+    // A command's own subcommands (`mvk lessons pin`) get a page each, which its page names.
+    for c in mvk::cli::Cli::command().get_subcommands() {
+        for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+            expected.push(format!("mvk-{}-{}.1", c.get_name(), s.get_name()));
+        }
+    }
     for file in &expected {
         let text = std::fs::read_to_string(out.join(file))
             .unwrap_or_else(|e| panic!("`{file}` was not written ({e}); mvk said:\n{printed}"));
