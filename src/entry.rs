@@ -12,8 +12,8 @@ use clap::Parser;
 use crate::cli::printer::{self, Printer};
 use crate::cli::{
     Cli, Command, Exit, apply, attempt, check, completions, decide, doctor, followups, gc,
-    glob_match, graph, init, lock, log, man, plan, report, resume, runs, stats, status, verify,
-    why, worker,
+    glob_match, graph, init, lessons, lock, log, man, plan, report, resume, runs, stats, status,
+    verify, why, worker,
 };
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -91,6 +91,7 @@ where
         Command::Completions(args) => completions::completions(&cli, &printer, args),
         Command::Man(args) => man::man(&cli, &printer, args),
         Command::Followups(args) => followups::followups(&cli, &printer, args),
+        Command::Lessons(args) => lessons::lessons(&cli, &printer, args),
         Command::Verify(args) => verify::verify(&cli, &printer, args),
         Command::Attempt(args) => attempt::attempt(&cli, &printer, args),
         Command::Mcp(args) => crate::mcp::command(&cli, &printer, args),

@@ -15,6 +15,7 @@ pub(crate) mod gc;
 pub(crate) mod glob_match;
 pub(crate) mod graph;
 pub(crate) mod init;
+pub(crate) mod lessons;
 pub(crate) mod lock;
 pub(crate) mod log;
 pub(crate) mod man;
@@ -105,6 +106,8 @@ pub(crate) enum Command {
     Man(man::ManArgs),
     /// List the non-blocking notes reviewers left: follow-up work.
     Followups(followups::FollowupsArgs),
+    /// List the lessons agents wrote for later attempts; `forget` one, or `pin` it into the loop.
+    Lessons(lessons::LessonsArgs),
     /// The oracle check alone: did the change from `--base` to `--head` touch a sealed path?
     Verify(verify::VerifyArgs),
     /// Make one evidenced attempt of a task (seal, gates, review) and report it; lands nothing.
