@@ -22,6 +22,7 @@ mod init;
 mod invalid;
 mod knots;
 mod landing;
+mod lessons;
 mod mcp;
 mod prompts;
 mod reading;
