@@ -189,11 +189,6 @@ impl Ledger {
             .collect())
     }
 
-    /// Every lesson, newest first; forgotten ones too with `forgotten`.
-    pub(crate) fn lessons(&self, forgotten: bool) -> Result<Vec<LessonRow>, LedgerError> {
-        list(&self.conn, forgotten)
-    }
-
     /// Lesson `id`, forgotten or not.
     pub(crate) fn lesson(&self, id: i64) -> Result<Option<LessonRow>, LedgerError> {
         one(&self.conn, id)
