@@ -128,6 +128,7 @@ pub(crate) fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Ex
         printer,
         args.json,
         &progress,
+        (&opts.repo_root, &opts.run_id),
         executor.apply(&program, &opts, &progress),
     )
 }

@@ -119,13 +119,14 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
     let result = until_signal(driver::attempt_once(&program, &opts, &progress, &once))?;
     progress.finish();
     let once = match result {
-        None => {
-            printer.error(
-                "interrupted; every agent and gate this attempt started was stopped (nothing was landed)",
-            );
+        Err(signal) => {
+            let by = super::running::record_stop(&repo_root, &opts.run_id, signal);
+            printer.error(&format!(
+                "stopped by {by}; every agent and gate this attempt started was stopped (nothing was landed)"
+            ));
             return Ok(Exit::Interrupted);
         }
-        Some(r) => r.map_err(run_error)?,
+        Ok(r) => r.map_err(run_error)?,
     };
     if let Some(path) = &args.failure_out {
         write_failure(path, once.failure.as_ref())?;

@@ -203,6 +203,7 @@ pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<
             printer,
             args.json,
             &progress,
+            (&opts.repo_root, &opts.run_id),
             driver::resume(&program, &opts, &progress, from),
         ),
         #[cfg(feature = "temporal")]
@@ -210,6 +211,7 @@ pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<
             printer,
             args.json,
             &progress,
+            (&opts.repo_root, &opts.run_id),
             crate::run::temporal::resume(&program, &opts, &progress, (&endpoint, &repo_url), from),
         ),
     }

@@ -92,20 +92,22 @@ pub(crate) fn execute(
     printer: &Printer,
     json: bool,
     progress: &Progress,
+    (repo_root, run_id): (&Path, &str),
     run: impl std::future::Future<Output = Result<RunReport, RunError>>,
 ) -> Result<Exit, CliError> {
     let result = until_signal(run)?;
     progress.finish();
     let report = match result {
         // Dropping the run killed every process group it had started.
-        None => {
-            printer.error(
-                "interrupted; every agent and gate this run started was stopped (the ledger still shows the run as running: continue it with `mvk resume`)",
-            );
+        Err(signal) => {
+            let by = record_stop(repo_root, run_id, signal);
+            printer.error(&format!(
+                "stopped by {by}; every agent and gate this run started was stopped (continue the run with `mvk resume {run_id}`)"
+            ));
             return Ok(Exit::Interrupted);
         }
-        Some(Err(e)) => return Err(run_error(e)),
-        Some(Ok(report)) => report,
+        Ok(Err(e)) => return Err(run_error(e)),
+        Ok(Ok(report)) => report,
     };
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Internal {
@@ -118,23 +120,45 @@ pub(crate) fn execute(
     Ok(Exit::from_code(report.exit_code))
 }
 
-/// Runs `run` to its end on a runtime of its own; `None` when Ctrl-C, SIGTERM or SIGHUP came
-/// first (dropping the run stops every process it started).
+/// Runs `run` to its end on a runtime of its own; `Err(signal)` when Ctrl-C, SIGTERM, SIGHUP or
+/// SIGQUIT came first (dropping the run stops every process it started).
 pub(crate) fn until_signal<T>(
     run: impl std::future::Future<Output = T>,
-) -> Result<Option<T>, CliError> {
+) -> Result<Result<T, i32>, CliError> {
     Ok(runtime()?.block_on(async {
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
         // The same signals from the run's own agents and gates are counted, not obeyed.
         let warn = |text: String| Printer::new(false, false).warn(&text);
         let Ok(mut stop) = crate::run::exec::signals::watch(warn) else {
-            return Some(run.await);
+            return Ok(run.await);
         };
         tokio::select! {
-            r = run => Some(r),
-            () = stop.stopped() => None,
+            r = run => Ok(r),
+            signal = stop.stopped() => Err(signal),
         }
     }))
+}
+
+/// Records in the ledger of `repo_root` and in the run's trail that `signal` from outside
+/// stopped run `run`, so that it reads as a person's stop, not a death; the words for it.
+/// Best effort: the run stays resumable whether or not this is written.
+pub(crate) fn record_stop(repo_root: &Path, run: &str, signal: i32) -> String {
+    let (name, by) = crate::run::exec::signals::stop_name(signal);
+    let event = crate::run::event::Event::RunInterrupted {
+        signal: name.to_string(),
+        by: by.to_string(),
+    };
+    let mvk_dir = repo_root.join(".mvk");
+    if let Ok((event_name, detail)) = event.into_parts()
+        && let Ok(mut ledger) = crate::ledger::Ledger::open(&mvk_dir.join("ledger.db"))
+        && ledger
+            .record_stop(run, by, &detail.to_string())
+            .unwrap_or(false)
+        && let Ok(trail) = crate::run::trail::Trail::create(&mvk_dir, run)
+    {
+        let _ = trail.event(None, None, event_name, detail);
+    }
+    by.to_string()
 }
 
 /// The async runtime a command runs on: two workers, timers and I/O.

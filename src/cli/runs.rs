@@ -65,6 +65,12 @@ pub(crate) fn runs(cli: &Cli, printer: &Printer, args: &RunsArgs) -> Result<Exit
             let end = match (&liveness, r.finished_at) {
                 (_, Some(f)) => f,
                 (crate::ledger::read::Liveness::Running { .. }, None) => now,
+                // The heartbeat file beats every 2 s, the ledger's far less often.
+                (
+                    crate::ledger::read::Liveness::Interrupted { heartbeat_ms, .. }
+                    | crate::ledger::read::Liveness::Unknown { heartbeat_ms, .. },
+                    None,
+                ) => *heartbeat_ms,
                 (_, None) => r.heartbeat_at,
             };
             (liveness, end, r)

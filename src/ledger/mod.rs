@@ -714,6 +714,41 @@ impl Ledger {
         })
     }
 
+    /// Records that a stop signal from outside (`by`, as `SIGINT (Ctrl-C)`) ended the process of
+    /// run `run`, which stays `running` for `mvk resume`: `stopped_by`, the heartbeat (the run's
+    /// clock stops here) and the event, in one transaction. False when the run is not running.
+    pub(crate) fn record_stop(
+        &mut self,
+        run: &str,
+        by: &str,
+        detail_json: &str,
+    ) -> Result<bool, LedgerError> {
+        let what = || format!("the stop of run `{run}`");
+        self.write(&what, |tx, now| {
+            let sql = |source| LedgerError::Write {
+                what: what(),
+                source,
+            };
+            let stopped = tx
+                .execute(
+                    "UPDATE runs SET stopped_by = ?2, heartbeat_at = ?3
+                     WHERE id = ?1 AND state = 'running'",
+                    params![run, by, now],
+                )
+                .map_err(sql)?;
+            if stopped == 0 {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO events (run, task, attempt, time_ms, event, detail_json)
+                 VALUES (?1, NULL, NULL, ?2, 'run.interrupted', ?3)",
+                params![run, now, detail_json],
+            )
+            .map_err(sql)?;
+            Ok(true)
+        })
+    }
+
     /// Attempts (not counting abandoned ones), tokens and micro-dollars of a run, or of one of
     /// its tasks.
     pub(crate) fn spent(&self, run: &str, task: Option<&str>) -> Result<Spent, LedgerError> {

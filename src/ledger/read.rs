@@ -63,6 +63,9 @@ pub(crate) struct RunRow {
     /// The command that started it: `apply` (lands what passes) or `attempt` (one attempt,
     /// never landed; `mvk resume` does not continue it).
     pub(crate) command: String,
+    /// The stop signal from outside that ended its process (`SIGINT (Ctrl-C)`), if one did
+    /// since it last started.
+    pub(crate) stopped_by: Option<String>,
 }
 
 /// One task of a run.
@@ -493,7 +496,7 @@ impl Reader {
 pub(crate) const RUN_SELECT: &str =
     "SELECT id, file, program, kind, program_digest, repo_root, base_commit,
     target_branch, mode, pid, host, state, outcome, exit_code, started_at, heartbeat_at,
-    finished_at, command FROM runs";
+    finished_at, command, stopped_by FROM runs";
 
 pub(crate) fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -515,6 +518,7 @@ pub(crate) fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
         heartbeat_at: r.get(15)?,
         finished_at: r.get(16)?,
         command: r.get(17)?,
+        stopped_by: r.get(18)?,
     })
 }
 
@@ -537,6 +541,10 @@ pub(crate) enum Liveness {
         heartbeat_ms: i64,
         reason: String,
         hint: String,
+        /// The stop signal that ended it, when one from outside did (a person's stop, not a
+        /// death).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stopped_by: Option<String>,
     },
     /// Another host holds it and its heartbeat has stopped: it may be dead, or cut off.
     Unknown {
@@ -602,8 +610,12 @@ pub(crate) fn liveness(mvk_dir: &Path, run: &RunRow) -> Liveness {
             Some(why) => Liveness::Interrupted {
                 pid: run.pid,
                 heartbeat_ms,
-                reason: format!("{why}; the heartbeat stopped at {beat}"),
+                reason: match &run.stopped_by {
+                    Some(by) => format!("stopped by {by} at {beat}"),
+                    None => format!("{why}; the heartbeat stopped at {beat}"),
+                },
                 hint,
+                stopped_by: run.stopped_by.clone(),
             },
             None => Liveness::Running { heartbeat_ms },
         };
@@ -721,6 +733,7 @@ mod tests {
             heartbeat_at,
             finished_at: None,
             command: "apply".into(),
+            stopped_by: None,
         }
     }
 

@@ -374,7 +374,7 @@ impl Ledger {
                 tx,
                 &what,
                 "UPDATE runs SET state = 'running', pid = ?2, host = ?3, heartbeat_at = ?4,
-                        program_digest = ?5
+                        program_digest = ?5, stopped_by = NULL
                      WHERE id = ?1 AND state IN ('running', 'paused')",
                 params![r.run, r.pid, r.host, now, r.new_program_digest],
                 &format!("run `{}`", r.run),

@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_landing_answers.sql"),
     include_str!("migrations/0008_landing_lock.sql"),
     include_str!("migrations/0009_lessons.sql"),
+    include_str!("migrations/0010_stopped_by.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

@@ -2,6 +2,7 @@
 //! runaway or random walk, with the task and the reason.
 //!
 //! The rules are in order; the first that fits names the pattern:
+//! 0. **stopped**: a stop signal from outside (a person's Ctrl-C, a `kill`) ended its process;
 //! 1. **silent death**: the ledger says running but the process is gone ([`Liveness::Interrupted`]);
 //! 2. **stuck**: a task ended `stuck`, or its last [`STUCK_REPEATS`] failures share a signature;
 //! 3. **runaway**: a task made at least [`RUNAWAY_ATTEMPTS`] attempts and no gate of any of them
@@ -25,6 +26,8 @@ pub(crate) const STUCK_REPEATS: usize = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum Pattern {
+    /// A stop signal from outside ended its process: a person's (or a supervisor's) stop.
+    Stopped,
     SilentDeath,
     Stuck,
     Runaway,
@@ -34,6 +37,7 @@ pub(crate) enum Pattern {
 impl Pattern {
     pub(crate) fn name(self) -> &'static str {
         match self {
+            Pattern::Stopped => "stopped",
             Pattern::SilentDeath => "silent death",
             Pattern::Stuck => "stuck",
             Pattern::Runaway => "runaway",
@@ -58,6 +62,18 @@ pub(crate) fn diagnose(
     tasks: &[TaskRow],
     attempts: &[AttemptRow],
 ) -> Option<Diagnosis> {
+    if let Liveness::Interrupted {
+        stopped_by: Some(_),
+        reason,
+        ..
+    } = liveness
+    {
+        return Some(Diagnosis {
+            pattern: Pattern::Stopped,
+            task: None,
+            reason: reason.clone(),
+        });
+    }
     if let Liveness::Interrupted { reason, .. } | Liveness::Unknown { reason, .. } = liveness {
         return Some(Diagnosis {
             pattern: Pattern::SilentDeath,
@@ -154,6 +170,7 @@ mod tests {
             heartbeat_at: 0,
             finished_at: Some(0),
             command: "apply".into(),
+            stopped_by: None,
         }
     }
 
@@ -261,10 +278,22 @@ mod tests {
             heartbeat_ms: 0,
             reason: "process 7 is gone".into(),
             hint: String::new(),
+            stopped_by: None,
         };
         let d = diagnose(&r, &dead, &[], &[]).unwrap();
         assert_eq!(d.pattern, Pattern::SilentDeath);
         assert_eq!(d.reason, "process 7 is gone");
+        // A stop from outside is a person's stop, named as such.
+        let stopped = Liveness::Interrupted {
+            pid: 7,
+            heartbeat_ms: 0,
+            reason: "stopped by SIGINT (Ctrl-C) at 2026-12-06T10:00:00Z".into(),
+            hint: String::new(),
+            stopped_by: Some("SIGINT (Ctrl-C)".into()),
+        };
+        let d = diagnose(&r, &stopped, &[], &[]).unwrap();
+        assert_eq!(d.pattern, Pattern::Stopped);
+        assert!(d.reason.starts_with("stopped by SIGINT (Ctrl-C)"));
         assert_eq!(
             diagnose(&r, &Liveness::Running { heartbeat_ms: 0 }, &[], &[]),
             None

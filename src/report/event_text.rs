@@ -31,6 +31,7 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
             }
         ),
         Event::AttemptStarted { agent, branch, .. } => format!("{agent} on {branch}"),
+        Event::RunInterrupted { by, .. } => format!("stopped by {by}; continue with mvk resume"),
         Event::LessonsLearned { author, ids } => format!(
             "{author} wrote {} lesson(s): {}",
             ids.len(),

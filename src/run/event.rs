@@ -176,6 +176,14 @@ events! {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         over: bool,
     },
+    /// A stop signal from outside the run (a person's Ctrl-C, a `kill`, a closed terminal)
+    /// ended mvk's process; the run waits for `mvk resume`.
+    RunInterrupted = "run.interrupted" {
+        /// `SIGINT`, `SIGTERM`, `SIGHUP` or `SIGQUIT`.
+        signal: String,
+        /// Who sends it, as far as the signal tells: `SIGINT (Ctrl-C)`, …
+        by: String,
+    },
     /// A maker or reviewer wrote lessons (`$MVK_LESSONS_FILE`); the ledger ids of those kept
     /// (a lesson its loop's task already has is not kept twice).
     LessonsLearned = "lessons.learned" {
@@ -407,7 +415,12 @@ mod tests {
 
     /// Events no run of the suite wrote when the corpus was captured.
     // Events newer than the corpus's mvk.
-    const NOT_IN_CORPUS: &[&str] = &["run.closed", "prompt.built", "lessons.learned"];
+    const NOT_IN_CORPUS: &[&str] = &[
+        "run.closed",
+        "prompt.built",
+        "lessons.learned",
+        "run.interrupted",
+    ];
 
     #[test]
     fn every_line_written_before_reads_as_a_typed_event_and_writes_back_the_same() {

@@ -1045,3 +1045,54 @@ fn a_run_of_another_loop_closes_a_dead_attempt_before_it_leases_its_slot() {
         );
     }
 }
+
+/// Ctrl-C (and any stop signal from outside) is a person's stop: recorded as such, named by
+/// `mvk status` (never a silent death), with the run's true duration in `mvk runs`; the run
+/// waits for `mvk resume`, which clears it and finishes the work.
+#[test]
+fn ctrl_c_is_a_persons_stop_that_status_names_and_resume_continues() {
+    let f = Fixture::new(&simple_loop("wait_fix.sh", "budget iterations=2"));
+    let mut child = spawn_apply(&f, &[]);
+    wait_for(&f.state("agent-started"), &mut child);
+    std::thread::sleep(Duration::from_millis(1500));
+    // As a terminal's Ctrl-C does: SIGINT from outside the run.
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped by SIGINT (Ctrl-C)"), "{err}");
+    let run = the_run(&f);
+
+    let status = f.mvk().args(["status", "--json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["diagnosis"]["pattern"], "stopped", "{doc}");
+    assert!(
+        doc["diagnosis"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("stopped by SIGINT (Ctrl-C)"),
+        "{doc}"
+    );
+    let runs = f.mvk().args(["runs", "--json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let ms = doc["runs"][0]["duration_ms"].as_i64().unwrap();
+    assert!(
+        ms >= 1500,
+        "the run lasted at least 1.5 s, not {ms} ms: {doc}"
+    );
+    let log = f.mvk().args(["log", &run]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("run.interrupted stopped by SIGINT"),
+        "{}",
+        String::from_utf8_lossy(&log.stdout)
+    );
+
+    fs::write(f.state("go"), "").unwrap();
+    let resumed = resume(&f, &[&run]);
+    resumed.expect_code(0);
+    fixed(&f);
+    let status = f.mvk().args(["status", "--json", &run]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(doc["diagnosis"].is_null(), "{doc}");
+}

@@ -283,12 +283,24 @@ pub(crate) async fn settle() {
 }
 
 impl Watch {
-    /// Resolves when a signal from outside the run asks mvk to stop.
-    pub(crate) async fn stopped(&mut self) {
+    /// Resolves when a signal from outside the run asks mvk to stop; the signal.
+    pub(crate) async fn stopped(&mut self) -> i32 {
         // A closed channel means the thread is gone: nothing will ask to stop any more.
-        if self.stops.recv().await.is_none() {
-            std::future::pending::<()>().await;
+        match self.stops.recv().await {
+            Some(signal) => signal,
+            None => std::future::pending::<i32>().await,
         }
+    }
+}
+
+/// A stop signal's name, and who sends it as far as the signal tells.
+pub(crate) fn stop_name(signal: i32) -> (&'static str, &'static str) {
+    match signal {
+        SIGINT => ("SIGINT", "SIGINT (Ctrl-C)"),
+        SIGTERM => ("SIGTERM", "SIGTERM (a `kill`, or a CI job cancelled)"),
+        SIGHUP => ("SIGHUP", "SIGHUP (its terminal closed)"),
+        SIGQUIT => ("SIGQUIT", "SIGQUIT (Ctrl-\\)"),
+        _ => ("a signal", "a stop signal"),
     }
 }
 
