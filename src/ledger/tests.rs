@@ -164,6 +164,7 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
             "followups",
             "gate_results",
             "landing_answers",
+            "lessons",
             "merges",
             "program_sources",
             "programs",
