@@ -49,6 +49,21 @@ pub fn get(path: &str) -> Option<&'static str> {
         .map(|(_, text)| *text)
 }
 
+/// The stdlib file that defines `kind` (`gate` or `agent`) `name` at its top level, for the help
+/// of a name used without its import.
+pub(crate) fn defining(kind: &str, name: &str) -> Option<&'static str> {
+    FILES.iter().find_map(|(path, text)| {
+        text.lines()
+            .any(|line| {
+                line.strip_prefix(kind)
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .and_then(|rest| rest.strip_prefix(name))
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .then_some(*path)
+    })
+}
+
 /// The stdlib paths, for "did you mean" help.
 pub fn paths() -> impl Iterator<Item = &'static str> {
     FILES.iter().map(|(p, _)| *p)

@@ -136,8 +136,14 @@ impl World {
         } else {
             suggest(&format!("{kind}s defined here"), &name.node, &names)
         };
+        let kind_word = if agents { "agent" } else { "gate" };
         if agents && name.node == "human" {
             help = "a person is a rung of its own: write `rung human` in the ladder".to_string();
+        } else if let Some(file) = crate::stdlib::defining(kind_word, &name.node) {
+            help = format!(
+                "`{}` is defined in the standard library's {file}: add import \"{file}\" to this file",
+                name.node
+            );
         } else if names.is_empty()
             || !name.node.contains('.') && names.iter().all(|n| n.contains('.'))
         {
@@ -389,10 +395,43 @@ impl World {
 
     fn unknown_param(&mut self, b: &Binding, def_name: &str, params: &[ParamSpec], kind: &str) {
         let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
-        let help = if names.is_empty() {
-            format!("{kind} `{def_name}` takes no parameters")
+        // A misspelt property (`timout=`) reads as a parameter binding: offer the node's own
+        // properties too, so the suggestion is the one meant.
+        let props: &[&str] = match kind {
+            "gate" => crate::syntax::items::GATE_PROPS,
+            "agent" => crate::syntax::items::AGENT_PROPS,
+            _ => &[],
+        };
+        let all: Vec<&str> = names.iter().chain(props).copied().collect();
+        let also = if props.is_empty() {
+            String::new()
         } else {
-            suggest(&format!("{kind} `{def_name}` takes"), &b.key.node, &names)
+            format!(
+                "; every {kind} also takes {}",
+                props
+                    .iter()
+                    .map(|p| format!("`{p}=`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let help = match crate::diag::did_you_mean(&b.key.node, all.iter().copied()) {
+            Some(best) if names.is_empty() => {
+                format!("did you mean `{best}`? {kind} `{def_name}` takes no parameters{also}")
+            }
+            Some(best) => format!(
+                "did you mean `{best}`? {kind} `{def_name}` takes {}{also}",
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None if names.is_empty() => format!("{kind} `{def_name}` takes no parameters{also}"),
+            None => format!(
+                "{}{also}",
+                suggest(&format!("{kind} `{def_name}` takes"), &b.key.node, &names)
+            ),
         };
         self.diags.push(
             Diagnostic::error(

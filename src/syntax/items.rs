@@ -397,7 +397,7 @@ fn param(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<ParamDecl> {
     })
 }
 
-const GATE_PROPS: &[&str] = &["use", "evidence", "timeout"];
+pub(crate) const GATE_PROPS: &[&str] = &["use", "evidence", "timeout"];
 const GATE_CHILDREN: &[&str] = &["run", "sh", "env", "doc", "param"];
 
 /// `gate NAME [use=DEF] [evidence=…] [timeout=…] [PARAM=VALUE…] { run …; env …; doc …; param … }`
@@ -456,7 +456,7 @@ pub(crate) fn gate(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<GateDecl>
     })
 }
 
-const AGENT_PROPS: &[&str] = &["adapter", "timeout"];
+pub(crate) const AGENT_PROPS: &[&str] = &["adapter", "timeout"];
 const AGENT_CHILDREN: &[&str] = &["run", "sh", "env", "doc", "param", "rate-limit", "sandbox"];
 
 /// A top-level `agent NAME [adapter=…] [timeout=…] { run …; param …; rate-limit … }`.
