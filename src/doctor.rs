@@ -272,6 +272,13 @@ pub(crate) fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
     }
     let path_var = gate.env.get("PATH").map(OsString::from);
     match find_program(program, path_var.as_deref(), repo_root) {
+        // The main checkout has it, but the attempt's worktree holds tracked files only.
+        Some(_) if program.contains('/') && !program.starts_with('/') && !tracked(repo_root, program) => Finding {
+            subject,
+            level: Level::Fail,
+            detail: format!("`{program}` is in the main checkout but git does not track it, so the attempt's worktree will not have it"),
+            fix: Some("write the program's absolute path, or put it on PATH (for a virtualenv: activate it before `mvk apply` and name `python3`)".into()),
+        },
         Some(found) => Finding {
             subject,
             level: Level::Ok,
@@ -359,6 +366,20 @@ pub(crate) fn find_program(
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|p| is_executable(p))
+}
+
+/// Whether `path` (relative to the repository's root) is in the tree of HEAD: what an attempt's
+/// worktree, a checkout of a commit, holds.
+fn tracked(repo_root: &Path, path: &str) -> bool {
+    let Ok(repo) = git2::Repository::open(repo_root) else {
+        // Not a repository: nothing to compare with; the run itself will say.
+        return true;
+    };
+    let Ok(tree) = repo.head().and_then(|h| h.peel_to_tree()) else {
+        return true;
+    };
+    tree.get_path(Path::new(path.trim_start_matches("./")))
+        .is_ok()
 }
 
 fn is_executable(p: &Path) -> bool {

@@ -287,3 +287,55 @@ fn a_launcher_is_not_asked_for_the_tools_flags_and_a_path_known_at_run_time_is_n
     );
     assert!(out.contains("known when the attempt starts"), "{out}");
 }
+
+/// A gate whose program is in the main checkout but not in git (an untracked `.venv`): the
+/// attempt's worktree will not have it. `mvk apply` refuses it before any attempt; run anyway
+/// (`--no-doctor`), the gate fails saying why and the run ends as a rejection, never as mvk's
+/// own error (70) with its task left running.
+#[test]
+fn a_gate_program_the_worktree_will_not_have_is_refused_first_and_fails_its_gate_if_run() {
+    let loop_text = crate::support::loop_kdl(
+        &crate::support::agent_def("bot", "fix.sh", &[]),
+        true,
+        r#"gate tests evidence=none { run ".venv/bin/python" "-c" "print(1)"; }"#,
+        "budget iterations=2",
+    );
+    let fixture = Fixture::new(&loop_text);
+    let venv = fixture.root().join(".venv/bin");
+    fs::create_dir_all(&venv).unwrap();
+    fs::write(venv.join("python"), "#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(venv.join("python"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(fixture.root().join(".git/info/exclude"), ".venv/\n").unwrap();
+
+    let refused = fixture
+        .mvk_std()
+        .args(["apply", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("`.venv/bin/python` is in the main checkout but git does not track it"),
+        "{err}"
+    );
+
+    let run = fixture.run_mvk(&["apply", "loops/t.kdl", "--no-doctor"], &[]);
+    assert!(
+        matches!(run.code, 1 | 2),
+        "a rejection or the brake, not {}\n{}",
+        run.code,
+        run.why()
+    );
+    let gate = &run.named("gate.finished")[0]["detail"];
+    assert_eq!(gate["verdict"], "fail", "{gate}");
+    assert!(
+        gate["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not start in the attempt's worktree"),
+        "{gate}"
+    );
+    let status = fixture.mvk().args(["status", "--json"]).output().unwrap();
+    let doc: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_ne!(doc["tasks"][0]["state"], "running", "{doc}");
+}

@@ -116,6 +116,37 @@ pub(crate) fn is_credential(name: &str) -> bool {
         || upper.ends_with("_KEY")
 }
 
+/// The failed run of a gate whose program could not start in the worktree, its reason also
+/// written to the gate's log (where a person and the next prompt look).
+fn cannot_start(
+    gate: &Gate,
+    cx: &GateContext<'_>,
+    source: &crate::run::exec::process::ProcessError,
+) -> Result<GateRun, GateError> {
+    let reason = format!(
+        "it could not start in the attempt's worktree: {source} (the worktree holds the repository's tracked files only; name a program on PATH, one the repository tracks, or an absolute path)"
+    );
+    let text = format!("mvk: gate `{}` {reason}\n", gate.name);
+    std::fs::write(&cx.log, &text).map_err(|source| GateError::Log {
+        gate: gate.name.clone(),
+        path: cx.log.clone(),
+        source,
+    })?;
+    Ok(GateRun {
+        gate: gate.name.clone(),
+        verdict: GateVerdict::Fail,
+        exit_code: None,
+        timed_out: false,
+        evidence: Evidence::Unknown {
+            reason: "the gate did not start".into(),
+        },
+        reason,
+        log: cx.log.clone(),
+        tail: text,
+        duration_ms: 0,
+    })
+}
+
 /// Runs `gate` and judges it.
 pub async fn run_gate(gate: &Gate, cx: &GateContext<'_>) -> Result<GateRun, GateError> {
     run_gate_counted(gate, cx, None).await
@@ -156,19 +187,34 @@ pub(crate) async fn run_gate_counted(
             protected: cx.protected,
             lessons: None,
         };
-        crate::run::sandbox::confine(&mut spec, sandbox, &grants).map_err(|source| {
-            GateError::Process {
+        match crate::run::sandbox::confine(&mut spec, sandbox, &grants) {
+            Ok(()) => {}
+            Err(source @ crate::run::exec::process::ProcessError::ProgramNotFound { .. }) => {
+                return cannot_start(gate, cx, &source);
+            }
+            Err(source) => {
+                return Err(GateError::Process {
+                    gate: gate.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let outcome = match process::run(&spec).await {
+        Ok(o) => o,
+        // A program the attempt's worktree lacks (an untracked `.venv/bin/python`), or one it
+        // may not execute: the gate fails, saying so, and the attempt with it; never mvk.
+        Err(
+            source @ (crate::run::exec::process::ProcessError::ProgramNotFound { .. }
+            | crate::run::exec::process::ProcessError::Spawn { .. }),
+        ) => return cannot_start(gate, cx, &source),
+        Err(source) => {
+            return Err(GateError::Process {
                 gate: gate.name.clone(),
                 source,
-            }
-        })?;
-    }
-    let outcome = process::run(&spec)
-        .await
-        .map_err(|source| GateError::Process {
-            gate: gate.name.clone(),
-            source,
-        })?;
+            });
+        }
+    };
     let log_err = |source| GateError::Log {
         gate: gate.name.clone(),
         path: cx.log.clone(),
