@@ -125,10 +125,21 @@ pub(crate) fn compile(
     printer: &Printer,
     file: &std::path::Path,
 ) -> Result<crate::ir::Program, CliError> {
+    compile_for_run(cli, printer, file).map(|(p, _)| p)
+}
+
+/// [`compile`], with the codes of the warnings it printed: a command that spends money stops
+/// on some of them.
+pub(crate) fn compile_for_run(
+    cli: &Cli,
+    printer: &Printer,
+    file: &std::path::Path,
+) -> Result<(crate::ir::Program, Vec<&'static str>), CliError> {
     let compiled = compile_quiet(cli, file);
     printer.diagnostics(&compiled.diags, &compiled.sources);
+    let codes = compiled.diags.iter().map(|d| d.code).collect();
     match compiled.program {
-        Some(p) => Ok(p),
+        Some(p) => Ok((p, codes)),
         None => Err(failure(file, &compiled.diags)),
     }
 }

@@ -163,6 +163,9 @@ pub(crate) struct World {
     pub(crate) agent_defs: HashMap<DefRef, Option<Rc<defs::AgentDef>>>,
     pub(crate) resolving: Vec<DefRef>,
     repo_files: Option<Result<Rc<Vec<String>>, String>>,
+    /// Whether a `scope` or `seal` pattern covers a tracked file, by pattern: tasks of a
+    /// fan-out share their patterns, and a flow of thousands must not scan the files for each.
+    pub(crate) pattern_hits: std::collections::HashMap<String, bool>,
     /// Template texts that passed `prompt::check`.
     pub(crate) checked_templates: std::collections::HashSet<String>,
     /// The git repositories imports come from, fetched into the cache.
@@ -189,6 +192,7 @@ impl World {
             agent_defs: HashMap::new(),
             resolving: Vec::new(),
             repo_files: None,
+            pattern_hits: std::collections::HashMap::new(),
             checked_templates: std::collections::HashSet::new(),
             git: git::GitCache::new(options.cache_dir.clone().unwrap_or_else(git::default_root)),
             lock_path: PathBuf::from(lock::FILE_NAME),

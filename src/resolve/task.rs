@@ -32,6 +32,9 @@ struct Partial {
     uncertified: Option<(bool, Span)>,
     sandbox: Option<(ir::Sandbox, Span)>,
     lessons: Option<(String, Span)>,
+    /// `new=#true` on the scope or the seal that is in force (see [`paths_match_files`]).
+    scope_new: bool,
+    seal_new: bool,
     /// Something in the body failed to resolve; later rules stay quiet to avoid noise.
     broken: bool,
 }
@@ -43,6 +46,12 @@ impl Partial {
 
     /// Settings of `over` replace those of `self`; gates replace by name or are added.
     fn overlay(mut self, over: Partial) -> Partial {
+        if over.scope.is_some() {
+            self.scope_new = over.scope_new;
+        }
+        if over.seal.is_some() {
+            self.seal_new = over.seal_new;
+        }
         macro_rules! take {
             ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
         }
@@ -246,6 +255,107 @@ fn prompt_within_budget(world: &mut World, task: &Task) {
     world.diags.push(d);
 }
 
+/// Warns for each `scope` or `seal` pattern that covers no file git tracks (`test/**` where the
+/// folder is `tests/`): such a seal guards nothing and such a scope lets nothing be changed,
+/// and neither says so at run time. `new=#true` on the node says the paths are to appear (the
+/// task creates them). `mvk apply` stops on these warnings.
+fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: bool) {
+    let Ok(files) = world.repo_files() else {
+        return;
+    };
+    // Outside a repository, or in an empty one, there is nothing to judge a path by.
+    if files.is_empty() {
+        return;
+    }
+    for (field, patterns, new) in [
+        ("scope", &task.scope, scope_new),
+        ("seal", &task.seal, seal_new),
+    ] {
+        if new {
+            continue;
+        }
+        for pattern in patterns {
+            // Every file; and the pinned lessons file, which a person creates with `mvk lessons pin`.
+            if pattern == "**" || task.lessons.as_deref() == Some(pattern.as_str()) {
+                continue;
+            }
+            let hit = match world.pattern_hits.get(pattern) {
+                Some(&hit) => hit,
+                None => {
+                    let hit = covers_any(pattern, &files);
+                    world.pattern_hits.insert(pattern.clone(), hit);
+                    hit
+                }
+            };
+            if hit {
+                continue;
+            }
+            let mut help = String::new();
+            if let Some(better) = nearest_root(pattern, &files) {
+                help.push_str(&format!("did you mean `{better}`? "));
+            }
+            help.push_str(&format!(
+                "paths are from the repository's root and must cover a file git tracks; if the task creates them, say so: {field} \"{pattern}\" new=#true"
+            ));
+            let mut d = Diagnostic::warning(
+                "mvk::matches-nothing",
+                format!(
+                    "`{pattern}` in the {field} of `{}` matches no file git tracks",
+                    task.name
+                ),
+            )
+            .help(help);
+            if let Some(span) = task.meta.field_spans.get(field).or(task.meta.span.as_ref()) {
+                d = d.at(
+                    *span,
+                    if field == "seal" {
+                        "guards nothing"
+                    } else {
+                        "allows no change to any file there is"
+                    },
+                );
+            }
+            world.diags.push(d);
+        }
+    }
+}
+
+/// Whether `pattern` covers one of `files` (sorted): a plain path by search, a glob by a scan.
+fn covers_any(pattern: &str, files: &[String]) -> bool {
+    if !pattern.contains(['*', '?', '[', '{']) {
+        let dir = format!("{pattern}/");
+        let at = files.partition_point(|f| f.as_str() < pattern);
+        return files[at..]
+            .iter()
+            .take_while(|f| f.starts_with(pattern))
+            .any(|f| f == pattern || f.starts_with(&dir));
+    }
+    let Ok(set) = crate::glob::PathSet::new(&[pattern.to_string()]) else {
+        return true; // reported as a bad glob already
+    };
+    files.iter().any(|f| set.covers(f))
+}
+
+/// `pattern` with its first component replaced by the nearest one the repository has
+/// (`test/**` → `tests/**`), when there is one.
+fn nearest_root(pattern: &str, files: &[String]) -> Option<String> {
+    let (first, rest) = pattern.split_once('/').unwrap_or((pattern, ""));
+    let mut roots: Vec<&str> = files
+        .iter()
+        .map(|f| f.split_once('/').map_or(f.as_str(), |(r, _)| r))
+        .collect();
+    roots.dedup();
+    if roots.contains(&first) {
+        return None;
+    }
+    let best = crate::diag::did_you_mean(first, roots.iter().copied())?;
+    Some(if rest.is_empty() {
+        best.to_string()
+    } else {
+        format!("{best}/{rest}")
+    })
+}
+
 /// The `lessons` file: one path from the repository root, no glob.
 fn lessons_file(
     world: &mut World,
@@ -424,9 +534,11 @@ fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&s
     }
     if let Some(s) = &body.scope {
         p.scope = paths(world, s, item, "`scope`");
+        p.scope_new = body.scope_new;
     }
     if let Some(s) = &body.seal {
         p.seal = paths(world, s, item, "`seal`");
+        p.seal_new = body.seal_new;
     }
     if let Some(l) = &body.lessons {
         p.lessons = lessons_file(world, l, item);
@@ -734,6 +846,7 @@ fn finish(
     if p.broken {
         return None;
     }
+    let (scope_new, seal_new) = (p.scope_new, p.seal_new);
     let task = Task {
         name: name.to_string(),
         item,
@@ -760,6 +873,7 @@ fn finish(
         },
     };
     prompt_within_budget(world, &task);
+    paths_match_files(world, &task, scope_new, seal_new);
     Some(task)
 }
 

@@ -232,6 +232,10 @@ pub(crate) struct LoopBody {
     pub(crate) sandbox: Option<SandboxDecl>,
     /// `lessons "FILE"`: the lessons a person pinned, kept in the repository.
     pub(crate) lessons: Option<Spanned<String>>,
+    /// `scope … new=#true`, `seal … new=#true`: the paths need not match a tracked file yet
+    /// (the task creates them); a lint's opt-out, not part of the definition's meaning.
+    pub(crate) scope_new: bool,
+    pub(crate) seal_new: bool,
     /// The settings written, whether or not they were valid (and the setting a misspelt node
     /// most likely meant), so that a broken `goal` is not also reported as a missing one.
     pub(crate) written: Vec<&'static str>,

@@ -103,7 +103,11 @@ pub(crate) fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeVi
                 return true;
             }
             view.no_children(cx);
-            view.finish(cx, &[]);
+            let new = view
+                .take("new")
+                .and_then(|e| values::boolean(cx, e, "`new`"))
+                .is_some_and(|b| b.node);
+            view.finish(cx, &["new"]);
             let usage = if is_scope {
                 "scope \"src/**\" …"
             } else {
@@ -112,6 +116,11 @@ pub(crate) fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeVi
             if view.expect_args_between(cx, 1, usize::MAX, usage) {
                 let paths = string_args(cx, view, "a path or glob");
                 *slot = Some(Spanned::new(paths, view.head));
+                if is_scope {
+                    body.scope_new = new;
+                } else {
+                    body.seal_new = new;
+                }
             }
         }
         "gate" => {

@@ -171,3 +171,49 @@ fn check(path: &std::path::Path) -> (std::process::Output, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out, stderr)
 }
+
+/// A seal or scope that matches no file git tracks (`test/**` where the folder is `tests/`) is
+/// a warning at `check` with the path meant, stops `apply` before any attempt, and makes
+/// `verify` say unknown, never untouched; `new=#true` says the paths are to appear.
+#[test]
+fn a_path_that_matches_nothing_is_caught_before_money_is_spent() {
+    use crate::support::{Fixture, TESTS_GATE, agent_def, loop_kdl};
+    let text = loop_kdl(&agent_def("bot", "fix.sh", &[]), true, TESTS_GATE, "")
+        .replace("seal \"tests/**\"", "seal \"test/**\"");
+    let f = Fixture::new(&text);
+    let out = f.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning: {err}");
+    assert!(
+        err.contains("mvk::matches-nothing") && err.contains("did you mean `tests/**`?"),
+        "{err}"
+    );
+    let apply = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
+    assert_eq!(apply.status.code(), Some(64));
+    assert!(!f.root().join(".mvk/runs").exists(), "no run was started");
+    std::fs::write(f.root().join("tests/test_calc.sh"), "exit 0\n").unwrap();
+    let verify = f
+        .mvk()
+        .args(["verify", "loops/t.kdl", "--base", "main"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(
+        verify.status.code(),
+        Some(2),
+        "unknown, never untouched: {text}"
+    );
+    assert!(text.contains("matches no file at the base"), "{text}");
+
+    let declared = loop_kdl(&agent_def("bot", "fix.sh", &[]), true, TESTS_GATE, "").replace(
+        "seal \"tests/**\"",
+        "seal \"tests/**\"\n    scope \"src/new/**\" new=#true",
+    );
+    let g = Fixture::new(&declared);
+    let out = g.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("matches-nothing"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -290,7 +290,7 @@ fn lessons_of_one_run_reach_the_next_run_of_the_loop_and_no_unrelated_loop_nor_a
         .replace("@AGENTS", crate::support::agents_dir().to_str().unwrap()),
         true,
         TESTS_GATE,
-        "scope \"docs/**\"",
+        "scope \"docs/**\" new=#true",
     )
     .replace("loop t", "loop other");
     fs::write(fixture.root().join("loops/other.kdl"), other).unwrap();

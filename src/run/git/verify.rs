@@ -201,7 +201,16 @@ pub(crate) fn verify(
                     .cloned()
                     .collect::<Vec<_>>(),
             );
-            judge(t.name.clone(), sealed.patterns().to_vec(), breaches)
+            let mut checked = judge(t.name.clone(), sealed.patterns().to_vec(), breaches);
+            if checked.verdict == Verdict::Untouched
+                && let Some(empty) = guards_nothing(&repo, base_id, t)?
+            {
+                checked.verdict = Verdict::Unknown;
+                checked.reason = format!(
+                    "the seal's `{empty}` matches no file at the base, so it guards nothing (is the path right?)"
+                );
+            }
+            checked
         };
         verdict = verdict.worst(checked.verdict);
         out.push(checked);
@@ -214,6 +223,46 @@ pub(crate) fn verify(
         working_tree: head.is_none(),
         tasks: out,
     })
+}
+
+/// The first of `task`'s own seal patterns that covers no file of commit `base` (the pinned
+/// lessons file aside: it may not exist yet).
+fn guards_nothing(
+    repo: &Repository,
+    base: Oid,
+    task: &crate::ir::Task,
+) -> Result<Option<String>, VerifyError> {
+    let tree = repo
+        .find_commit(base)
+        .and_then(|c| c.tree())
+        .map_err(|source| VerifyError::Revision {
+            rev: base.to_string(),
+            source,
+        })?;
+    let mut files = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() != Some(git2::ObjectType::Tree) {
+            files.push(format!(
+                "{dir}{}",
+                String::from_utf8_lossy(entry.name_bytes())
+            ));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(|source| VerifyError::Revision {
+        rev: base.to_string(),
+        source,
+    })?;
+    for pattern in &task.seal {
+        if task.lessons.as_deref() == Some(pattern.as_str()) {
+            continue;
+        }
+        let set = Seal::new(std::slice::from_ref(pattern))?;
+        if !files.iter().any(|f| set.is_sealed(f)) {
+            return Ok(Some(pattern.clone()));
+        }
+    }
+    Ok(None)
 }
 
 fn judge(task: String, seal: Vec<String>, breaches: Vec<Breach>) -> TaskVerification {
