@@ -2,7 +2,10 @@
 # Runs an example's loop end to end: lays examples/NAME out as a git repository of its own in a
 # temporary directory (an example inside mvk's repository is not a repository), runs
 # `mvk apply loops/fix.kdl` there, then shows the run's STATUS.md and the new commits.
-# Needs only cargo, git and sh. Exits with mvk's exit code (0: accepted).
+# Needs cargo, git and sh, and what the example's gates run: `examples/NAME/REQUIRES` lists a
+# command per line that must succeed first (the Python examples need pytest and ruff); when one
+# fails, nothing runs and the script says what to install (exit 69). Otherwise it exits with
+# mvk's exit code (0: accepted).
 # Usage: examples/run.sh NAME      e.g. examples/run.sh slugify
 # Environment: MVK_BIN=PATH uses that mvk instead of building one; MVK_EXAMPLE_DIR=DIR lays the
 # example out in DIR (which must not hold a repo/ yet) instead of a fresh temporary directory.
@@ -21,10 +24,25 @@ if [ ! -f "$example/loops/fix.kdl" ]; then
     exit 64
 fi
 
+# What the example's gates run must be here before anything is built or run: a missing tool would
+# otherwise show only as a failing gate, several attempts later.
+if [ -f "$example/REQUIRES" ]; then
+    while IFS= read -r check || [ -n "$check" ]; do
+        [ -n "$check" ] || continue
+        if ! sh -c "$check" >/dev/null 2>&1; then
+            echo "$0: examples/$name needs \`$check\` to work, and it does not here." >&2
+            echo "  install the tools: pip install pytest ruff (or: export PATH=\"\$($root/tests/tools/install.sh):\$PATH\")" >&2
+            exit 69
+        fi
+    done < "$example/REQUIRES"
+fi
+
 if [ -n "${MVK_BIN:-}" ]; then
     mvk=$MVK_BIN
 else
-    (cd "$root" && cargo build --quiet)
+    # Cargo's own progress: the first build takes minutes, and a silent one looks hung.
+    echo "building mvk (the first build takes a few minutes) …" >&2
+    (cd "$root" && cargo build)
     target=${CARGO_TARGET_DIR:-target}
     case $target in /*) ;; *) target=$root/$target ;; esac
     mvk=$target/debug/mvk

@@ -81,18 +81,39 @@ impl ProjectKind {
         }
     }
 
-    /// The tests the starter loop seals.
-    fn seal(self) -> &'static str {
+    /// Where a project of this kind keeps its tests, as seal patterns.
+    fn test_patterns(self) -> &'static [&'static str] {
         match self {
-            ProjectKind::Go => "\"**/*_test.go\" \"loops/**\"",
-            ProjectKind::Node => {
-                "\"test/**\" \"tests/**\" \"**/__tests__/**\" \"**/*.test.*\" \"**/*.spec.*\" \"loops/**\""
-            }
-            ProjectKind::Python => {
-                "\"tests/**\" \"**/test_*.py\" \"**/*_test.py\" \"**/conftest.py\" \"loops/**\""
-            }
-            _ => "\"tests/**\" \"loops/**\"",
+            ProjectKind::Go => &["**/*_test.go"],
+            ProjectKind::Node => &[
+                "test/**",
+                "tests/**",
+                "**/__tests__/**",
+                "**/*.test.*",
+                "**/*.spec.*",
+            ],
+            ProjectKind::Python => &["tests/**", "**/test_*.py", "**/*_test.py", "**/conftest.py"],
+            _ => &["tests/**"],
         }
+    }
+
+    /// The starter loop's seal: the test patterns that cover a file of the project (`covers`
+    /// says), and the loop files themselves. A seal pattern that matches nothing guards nothing
+    /// (and `mvk apply` stops on it): when none matches, `tests/**` is kept, marked as to appear.
+    fn seal(self, covers: &dyn Fn(&str) -> bool) -> String {
+        let mut kept: Vec<&str> = self
+            .test_patterns()
+            .iter()
+            .copied()
+            .filter(|p| covers(p))
+            .collect();
+        let none = kept.is_empty();
+        if none {
+            kept.push(self.test_patterns()[0]);
+        }
+        kept.push("loops/**");
+        let list: Vec<String> = kept.iter().map(|p| format!("\"{p}\"")).collect();
+        format!("{}{}", list.join(" "), if none { " new=#true" } else { "" })
     }
 }
 
@@ -117,10 +138,17 @@ agent coder adapter=claude timeout="30m" {
 }
 "#;
 
-/// The files `mvk init` writes for a project of `kind`: (path relative to the directory, text).
+/// The files `mvk init` writes for a project of `kind` whose tests every seal pattern finds:
+/// (path relative to the directory, text).
 pub fn files(kind: ProjectKind) -> Vec<(&'static str, String)> {
+    files_for(kind, &|_| true)
+}
+
+/// The files `mvk init` writes for a project of `kind` in which `covers` says whether a seal
+/// pattern covers a file.
+pub fn files_for(kind: ProjectKind, covers: &dyn Fn(&str) -> bool) -> Vec<(&'static str, String)> {
     let (imports, gate) = kind.gate();
-    let seal = kind.seal();
+    let seal = kind.seal(covers);
     let loop_text = format!(
         "// A starter loop written by `mvk init`: an agent makes the tests pass without touching\n\
          // them. Check it with `mvk check {LOOP_FILE}`, run it with `mvk apply {LOOP_FILE}`.\n\

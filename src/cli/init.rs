@@ -27,6 +27,40 @@ pub(crate) fn init(cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit
     init_in(printer, &dir)
 }
 
+/// The project's files under `dir`, relative, `/`-separated: what its starter seal may cover.
+/// Build output, dependencies and version control are left out, and the walk is bounded (a
+/// huge tree gets the seal of what was seen).
+fn project_files(dir: &std::path::Path) -> Vec<String> {
+    const SKIP: &[&str] = &[
+        ".git",
+        ".mvk",
+        "target",
+        "node_modules",
+        ".venv",
+        "venv",
+        "dist",
+    ];
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_entry(|e| {
+            e.depth() == 0
+                || !(e.file_type().is_dir()
+                    && e.file_name().to_str().is_some_and(|n| SKIP.contains(&n)))
+        })
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .take(100_000)
+        .filter_map(|e| {
+            let rel = e.path().strip_prefix(dir).ok()?;
+            let parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            Some(parts.join("/"))
+        })
+        .collect()
+}
+
 fn init_in(printer: &Printer, dir: &std::path::Path) -> Result<Exit, CliError> {
     if dir.exists() && !dir.is_dir() {
         return Err(CliError::Usage {
@@ -35,7 +69,12 @@ fn init_in(printer: &Printer, dir: &std::path::Path) -> Result<Exit, CliError> {
         });
     }
     let kind = ProjectKind::detect(dir);
-    let files = scaffold::files(kind);
+    let present = project_files(dir);
+    let covers = |pattern: &str| {
+        crate::glob::PathSet::new(&[pattern.to_string()])
+            .is_ok_and(|set| present.iter().any(|f| set.covers(f)))
+    };
+    let files = scaffold::files_for(kind, &covers);
     let existing: Vec<String> = files
         .iter()
         .filter(|(path, _)| dir.join(path).symlink_metadata().is_ok())

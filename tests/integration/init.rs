@@ -261,3 +261,39 @@ fn a_failed_init_keeps_nothing_and_can_be_run_again() {
     let (code, _, stderr) = mvk(tmp.path(), &["init", "project"]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// The starter seal holds the test patterns that find a file of the project (a seal that
+/// matches nothing guards nothing, and `mvk apply` stops on it); with no test yet, `tests/**`
+/// is kept, marked as to appear, and the loop still checks and applies its rules quietly.
+#[test]
+fn the_starter_seal_names_only_test_files_the_project_has() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("py");
+    fs::create_dir_all(project.join("tests")).unwrap();
+    fs::write(project.join("pyproject.toml"), "").unwrap();
+    fs::write(project.join("tests/test_x.py"), "").unwrap();
+    let (code, _, stderr) = mvk(tmp.path(), &["init", "py"]);
+    assert_eq!(code, 0, "{stderr}");
+    let text = fs::read_to_string(project.join("loops/fix-tests.kdl")).unwrap();
+    assert!(
+        text.contains("seal \"tests/**\" \"**/test_*.py\" \"loops/**\"\n"),
+        "{text}"
+    );
+
+    let bare = tmp.path().join("bare");
+    fs::create_dir_all(&bare).unwrap();
+    fs::write(bare.join("pyproject.toml"), "").unwrap();
+    let (code, _, stderr) = mvk(tmp.path(), &["init", "bare"]);
+    assert_eq!(code, 0, "{stderr}");
+    let text = fs::read_to_string(bare.join("loops/fix-tests.kdl")).unwrap();
+    assert!(
+        text.contains("seal \"tests/**\" \"loops/**\" new=#true\n"),
+        "{text}"
+    );
+    git(&bare, &["init", "-q", "-b", "main"]);
+    git(&bare, &["add", "-A"]);
+    git(&bare, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x"]);
+    let (code, _, stderr) = mvk(&bare, &["check", "loops/fix-tests.kdl"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("matches-nothing"), "{stderr}");
+}
