@@ -20,6 +20,8 @@
 //! - [`run_lock`], [`slug`], [`clock`]: the run lock of a program, the names runs give their
 //!   branches and files, the time and the heartbeat's period; shared by [`run`], which writes
 //!   them, and [`ledger::read`], which judges a run's liveness by them.
+//! - [`tokens`]: text → an estimate of how many tokens an LLM makes of it (o200k_base's count,
+//!   without its vocabulary), to keep a prompt within its `context-tokens` budget.
 //! - [`ledger`]: the SQLite ledger; [`ledger::read`] reads it back (rows, liveness).
 //! - [`report`]: ledger rows → a run's status, stats over runs, the diagnosis of a run gone wrong,
 //!   a run's self-contained HTML page.
