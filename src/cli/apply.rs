@@ -21,8 +21,9 @@ pub(crate) struct ApplyArgs {
     /// Run only this task of a flow (from the target's current tip).
     #[arg(long, value_name = "NAME")]
     pub(crate) task: Option<String>,
-    /// When to stop for a person: `auto` never does (batch and step need `mvk approve`, which
-    /// this version does not have yet).
+    /// When to stop for a person: `auto` only where the loop says (a `human` rung, review
+    /// rounds run out); `step` after each attempt, `batch` before each landing (the run pauses,
+    /// exit 4, until `mvk approve` or `mvk reject`).
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
     pub(crate) mode: Mode,
     /// Print one JSON document (schema `mvk.apply.v1`) at the end instead of text.

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-/// The exit codes of `../shared/spec/CONTRACT.md`.
+/// The exit codes of the contract (`book/src/contract.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Exit {
     Ok = 0,

@@ -180,3 +180,120 @@ pub(crate) fn compile_with(
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// The `mvk …` command lines of the fenced blocks of `text` (shell and console examples), as
+    /// words; notation (`[RUN]`, `FILE…`, `a|b`) and shell syntax past the command are left out.
+    fn commands(text: &str) -> Vec<(usize, Vec<String>)> {
+        let mut out = Vec::new();
+        let mut fenced = false;
+        // A command continued with `\` is one line.
+        let mut joined: Vec<(usize, String)> = Vec::new();
+        let mut open: Option<(usize, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            match (open.take(), line.trim_end().strip_suffix('\\')) {
+                (Some((at, mut acc)), cont) => {
+                    acc.push(' ');
+                    acc.push_str(cont.unwrap_or(line).trim());
+                    if cont.is_some() {
+                        open = Some((at, acc));
+                    } else {
+                        joined.push((at, acc));
+                    }
+                }
+                (None, Some(cont)) => open = Some((i, cont.to_string())),
+                (None, None) => joined.push((i, line.to_string())),
+            }
+        }
+        joined.extend(open);
+        for (i, line) in &joined {
+            let (i, line) = (*i, line.as_str());
+            let t = line.trim_start();
+            if t.starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            let t = t.trim_start_matches("$ ");
+            if !fenced || !t.starts_with("mvk ") {
+                continue;
+            }
+            // Notation, not a command: the reference's synopses.
+            if t.contains('…') || t.contains('[') || t.contains('|') || t.contains('<') {
+                continue;
+            }
+            let cmd = t
+                .split(['#', ';', '&', '>'])
+                .next()
+                .unwrap_or_default()
+                .trim();
+            let mut words = Vec::new();
+            let mut rest = cmd;
+            while !rest.is_empty() {
+                rest = rest.trim_start();
+                let (word, after) = if let Some(r) = rest.strip_prefix('"') {
+                    let end = r.find('"').unwrap_or(r.len());
+                    (&r[..end], r.get(end + 1..).unwrap_or_default())
+                } else if let Some(r) = rest.strip_prefix('\'') {
+                    let end = r.find('\'').unwrap_or(r.len());
+                    (&r[..end], r.get(end + 1..).unwrap_or_default())
+                } else {
+                    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+                    (&rest[..end], &rest[end..])
+                };
+                if !word.is_empty() {
+                    words.push(word.to_string());
+                }
+                rest = after;
+            }
+            out.push((i + 1, words));
+        }
+        out
+    }
+
+    /// Every command line the book and the README show is one this mvk accepts: a renamed
+    /// flag or a removed command fails here, not in a reader's terminal.
+    #[test]
+    fn every_command_the_book_and_the_readme_show_parses() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![root.join("README.md")];
+        for entry in walkdir::WalkDir::new(root.join("book/src")).sort_by_file_name() {
+            let entry = entry.expect("walk the book");
+            if entry.path().extension().is_some_and(|e| e == "md") {
+                files.push(entry.path().to_path_buf());
+            }
+        }
+        let mut seen = 0;
+        let mut wrong = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read a chapter");
+            for (line, words) in commands(&text) {
+                seen += 1;
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    // `--help` and `--version` end parsing with an "error" that is a success.
+                    if !matches!(
+                        e.kind(),
+                        clap::error::ErrorKind::DisplayHelp
+                            | clap::error::ErrorKind::DisplayVersion
+                    ) {
+                        wrong.push(format!(
+                            "{}:{line}: `{}`: {}",
+                            file.display(),
+                            words.join(" "),
+                            e.kind()
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            seen > 25,
+            "only {seen} command lines found: is the extraction broken?"
+        );
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}

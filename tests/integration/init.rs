@@ -292,7 +292,19 @@ fn the_starter_seal_names_only_test_files_the_project_has() {
     );
     git(&bare, &["init", "-q", "-b", "main"]);
     git(&bare, &["add", "-A"]);
-    git(&bare, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x"]);
+    git(
+        &bare,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "x",
+        ],
+    );
     let (code, _, stderr) = mvk(&bare, &["check", "loops/fix-tests.kdl"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("matches-nothing"), "{stderr}");
