@@ -106,3 +106,48 @@ fn textkit_flow_lands_each_task_and_builds_the_last_on_the_first_two() {
     assert_eq!(finished["detail"]["exit_code"], 0, "{finished}");
     assert!(Path::new(&repo.join("src/textkit/byline.py")).exists());
 }
+
+/// An example whose tools are missing says so before anything is built or run (a missing ruff
+/// would otherwise show only as a failing gate, attempts later), naming what to install.
+#[test]
+fn an_example_whose_tools_are_missing_says_so_before_it_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    // A python3 without pytest or ruff.
+    let python = bin.join("python3");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\necho 'No module named pytest' >&2\nexit 1\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("bash")
+        .arg(root.join("examples/run.sh"))
+        .arg("wordcount")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("MVK_BIN", assert_cmd::cargo::cargo_bin("mvk"))
+        .env("MVK_EXAMPLE_DIR", tmp.path().join("laid-out"))
+        .output()
+        .expect("run examples/run.sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("examples/wordcount needs `python3 -m pytest --version`")
+            && err.contains("pip install pytest ruff"),
+        "{err}"
+    );
+    assert!(
+        !tmp.path().join("laid-out/repo").exists(),
+        "nothing was laid out"
+    );
+}
