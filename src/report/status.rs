@@ -316,13 +316,13 @@ fn phase(events: &[EventRow]) -> String {
         return "starting".into();
     };
     match last.event.as_str() {
-        "attempt.started" | "agent.rate-limited" => "agent",
+        "attempt.started" | "prompt.built" | "agent.rate-limited" | "lessons.learned" => "agent",
         "agent.finished" => "seal",
         "seal.passed" | "gate.finished" => "gates",
         "attempt.passed" | "merge.started" | "merge.conflict" | "merge.failed"
         | "merge.blocked" | "merge.locked" | "merge.lock-wait" | "merge.batch-split" => "merging",
         "human.handoff" | "checkpoint.waiting" | "run.paused" => "waiting-human",
-        "run.stopped" => "stopped",
+        "run.stopped" | "run.interrupted" => "stopped",
         "run.finished" => {
             if matches!(
                 Event::read(&last.event, &last.detail),

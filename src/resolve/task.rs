@@ -256,9 +256,12 @@ fn prompt_within_budget(world: &mut World, task: &Task) {
 }
 
 /// Warns for each `scope` or `seal` pattern that covers no file git tracks (`test/**` where the
-/// folder is `tests/`): such a seal guards nothing and such a scope lets nothing be changed,
-/// and neither says so at run time. `new=#true` on the node says the paths are to appear (the
-/// task creates them). `mvk apply` stops on these warnings.
+/// folder is `tests/`): such a seal guards nothing and such a scope lets nothing there be
+/// changed, and neither says so at run time. `new=#true` on the node says the paths are to
+/// appear (the task creates them). `mvk apply` stops on a seal that guards nothing and on a
+/// scope that looks like a misspelt path (`mvk::matches-nothing`); a scope of new files in a new
+/// place, which tasks that add a module write all the time, is advice only
+/// (`mvk::scope-matches-nothing`).
 fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: bool) {
     let Ok(files) = world.repo_files() else {
         return;
@@ -291,14 +294,20 @@ fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: 
                 continue;
             }
             let mut help = String::new();
-            if let Some(better) = nearest_root(pattern, &files) {
+            let better = nearest_root(pattern, &files);
+            if let Some(better) = &better {
                 help.push_str(&format!("did you mean `{better}`? "));
             }
+            let code = if field == "seal" || better.is_some() {
+                "mvk::matches-nothing"
+            } else {
+                "mvk::scope-matches-nothing"
+            };
             help.push_str(&format!(
                 "paths are from the repository's root and must cover a file git tracks; if the task creates them, say so: {field} \"{pattern}\" new=#true"
             ));
             let mut d = Diagnostic::warning(
-                "mvk::matches-nothing",
+                code,
                 format!(
                     "`{pattern}` in the {field} of `{}` matches no file git tracks",
                     task.name

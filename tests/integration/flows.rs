@@ -456,7 +456,7 @@ fn a_sibling_landing_a_file_another_task_seals_is_not_drift_when_that_task_resum
     text.push_str(&crate::support::agent_def("guided", "guided.sh", &[]));
     text.push_str("flow t {\n    parallel 2\n");
     text.push_str(&format!(
-        "    task fix {{\n        goal \"Fix add.\"\n        scope \"src/calc.sh\"\n        seal \"tests/**\" \"out/q.txt\"\n        {}\n        ladder {{\n            rung agent=guided attempts=1\n            rung human\n        }}\n    }}\n",
+        "    task fix {{\n        goal \"Fix add.\"\n        scope \"src/calc.sh\"\n        seal \"tests/**\" \"out/q.txt\" new=#true\n        {}\n        ladder {{\n            rung agent=guided attempts=1\n            rung human\n        }}\n    }}\n",
         crate::support::TESTS_GATE
     ));
     text.push_str(&task("q", "w", "out/q.txt", ""));

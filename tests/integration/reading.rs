@@ -456,7 +456,7 @@ fn a_killed_run_is_interrupted_and_diagnosed_as_a_silent_death() {
     let (code, log, stderr) = mvk(&fixture, &["log", "--follow"]);
     assert_eq!(code, 2, "{log}\n{stderr}");
     assert!(
-        log.lines().last().unwrap().contains("t#1 attempt.started"),
+        log.lines().last().unwrap().contains("t#1 prompt.built"),
         "{log}"
     );
     assert_eq!(

@@ -132,7 +132,10 @@ impl Host for Runner<'_> {
         }
         self.ledger().heartbeat(&self.run_id)?;
         let recent = locked(&self.state_written).is_some_and(|at| at.elapsed() < STATE_EVERY);
+        // An agent starting is what a person looks for (and what a run killed a moment later
+        // must show): written at once, where other phase changes are coalesced.
         if recent
+            && phase != "agent"
             && self
                 .state_flushed
                 .load(std::sync::atomic::Ordering::Relaxed)
