@@ -34,8 +34,14 @@ pub(crate) fn graph(cli: &Cli, printer: &Printer, args: &GraphArgs) -> Result<Ex
     Ok(Exit::Ok)
 }
 
+/// A dot string literal. A line break becomes dot's `\n` escape (one backslash), which Graphviz
+/// draws as a new line; a backslash itself is doubled, so it prints as itself.
 fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    let escaped = s
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("\"{escaped}\"")
 }
 
 fn label(p: &Program, i: usize) -> String {
@@ -44,7 +50,7 @@ fn label(p: &Program, i: usize) -> String {
     if gates.is_empty() {
         t.name.clone()
     } else {
-        format!("{}\\ngates: {}", t.name, gates.join(", "))
+        format!("{}\ngates: {}", t.name, gates.join(", "))
     }
 }
 

@@ -124,7 +124,19 @@ fn graph_prints_dot_and_mermaid() {
         .arg(&file)
         .assert()
         .success();
-    assert!(String::from_utf8_lossy(&dot.get_output().stdout).contains("\"one\" -> \"two\";"));
+    let dot = String::from_utf8_lossy(&dot.get_output().stdout).into_owned();
+    assert!(dot.contains("\"one\" -> \"two\";"), "{dot}");
+    // Regression: the label's line break was written `\\n` (an escaped backslash and an `n`),
+    // which Graphviz prints as the text `\n`; dot's line break is a single backslash-n.
+    assert!(
+        dot.contains("  \"one\" [label=\"one\\ngates: g\"];\n"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("  \"two\" [label=\"two\\ngates: g\"];\n"),
+        "{dot}"
+    );
+    assert!(!dot.contains("\\\\"), "no doubled backslash: {dot}");
     let mm = mvk()
         .args(["graph", "--format", "mermaid"])
         .arg(&file)
