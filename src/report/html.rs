@@ -5,12 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use super::{Spent, spent_by_attempt};
+use super::{Spent, human_duration, spent_by_attempt};
 use crate::ledger::LedgerError;
 use crate::ledger::read::{AttemptRow, GateResultRow, MergeRow, Reader, RunRow, rfc3339};
-use crate::plan::{format_duration, format_usd};
+use crate::plan::format_usd;
 use crate::run::event::Event;
 
 /// Where the timeline's bars start (the labels are left of it) and how wide it is, in pixels.
@@ -101,10 +100,6 @@ fn esc(text: &str) -> String {
         }
     }
     out
-}
-
-fn span_text(ms: i64) -> String {
-    format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
 /// When an attempt ended: its finish, else (still running or cut off) the run's last sign.
@@ -199,7 +194,7 @@ fn render(rows: &Rows) -> String {
             .exit_code
             .map_or(String::new(), |c| format!(" (exit {c})")),
         started = esc(&rfc3339(run.started_at)),
-        duration = span_text(end - run.started_at),
+        duration = human_duration(end - run.started_at),
         base = esc(run.base_commit.get(..12).unwrap_or(&run.base_commit)),
         target = esc(&run.target_branch),
         attempts = spent.attempts,
@@ -294,11 +289,11 @@ fn timeline(out: &mut String, rows: &Rows, end: i64) {
     let _ = writeln!(
         out,
         "<line class=\"axis\" x1=\"{LABEL_WIDTH}\" y1=\"{axis_y}\" x2=\"{x2}\" y2=\"{axis_y}\"/>\
-         <text class=\"tick\" x=\"{LABEL_WIDTH}\" y=\"{ty}\">0s</text>\
+         <text class=\"tick\" x=\"{LABEL_WIDTH}\" y=\"{ty}\">0 ms</text>\
          <text class=\"tick\" x=\"{x2}\" y=\"{ty}\" text-anchor=\"end\">{total}</text>",
         x2 = LABEL_WIDTH + BARS_WIDTH,
         ty = axis_y + 16,
-        total = span_text(end - start),
+        total = human_duration(end - start),
     );
     for (i, a) in rows.attempts.iter().enumerate() {
         let y = i64::try_from(i).unwrap_or(0) * ROW_HEIGHT + 4;
@@ -321,7 +316,7 @@ fn timeline(out: &mut String, rows: &Rows, end: i64) {
             a.rung,
             a.agent,
             verdict(a),
-            span_text(attempt_end(rows, a) - a.started_at),
+            human_duration(attempt_end(rows, a) - a.started_at),
             seal,
             if gates.is_empty() {
                 String::new()
@@ -425,7 +420,7 @@ fn task_section(out: &mut String, rows: &Rows, name: &str) {
             n = a.number,
             rung = a.rung,
             agent = esc(&a.agent),
-            duration = span_text(attempt_end(rows, a) - a.started_at),
+            duration = human_duration(attempt_end(rows, a) - a.started_at),
             seal = esc(rows
                 .seals
                 .get(&(a.task.clone(), a.number))
