@@ -93,6 +93,8 @@ pub(crate) struct AttemptRow {
     pub(crate) rung: u32,
     pub(crate) agent: String,
     pub(crate) branch: String,
+    /// The commit the attempt started from: its change is `base..head`.
+    pub(crate) base: String,
     pub(crate) state: String,
     pub(crate) started_at: i64,
     pub(crate) exit_code: Option<i32>,
@@ -127,12 +129,14 @@ pub(crate) struct GateResultRow {
     pub(crate) evidence: String,
     pub(crate) reason: String,
     pub(crate) duration_ms: i64,
+    /// The gate's output, as a path (under `.mvk/runs/`).
+    pub(crate) log: String,
 }
 
 /// The columns [`gate_result_row`] reads, from `gate_results g`.
 pub(super) const GATE_RESULT_SELECT: &str =
     "SELECT g.attempt_id, g.phase, g.ordinal, g.name, g.verdict, g.exit_code, g.executed,
-        g.passed, g.failed, g.skipped, g.evidence, g.reason, g.duration_ms
+        g.passed, g.failed, g.skipped, g.evidence, g.reason, g.duration_ms, g.log
      FROM gate_results g";
 
 /// One row of [`GATE_RESULT_SELECT`].
@@ -151,6 +155,7 @@ pub(super) fn gate_result_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GateRes
         evidence: r.get(10)?,
         reason: r.get(11)?,
         duration_ms: r.get(12)?,
+        log: r.get(13)?,
     })
 }
 
@@ -329,7 +334,7 @@ impl Reader {
             "the attempts",
             "SELECT id, run, task, number, rung, agent, branch, state, started_at, exit_code,
                 timed_out, agent_ms, head, rate_limited, outcome, failure_kind, signature,
-                criterion, json_extract(failure_json, '$.gate'), finished_at, epoch
+                criterion, json_extract(failure_json, '$.gate'), finished_at, epoch, base
              FROM attempts WHERE (?1 IS NULL OR run = ?1) AND state <> 'abandoned'
              ORDER BY run, task, number",
             [run],
@@ -356,6 +361,7 @@ impl Reader {
                     failed_gate: r.get(18)?,
                     finished_at: r.get(19)?,
                     epoch: r.get(20)?,
+                    base: r.get(21)?,
                 })
             },
         )

@@ -197,6 +197,7 @@ mod tests {
             rung: 1,
             agent: "bot".into(),
             branch: "b".into(),
+            base: "0".repeat(40),
             state: "finished".into(),
             started_at: 0,
             exit_code: Some(0),

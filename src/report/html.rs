@@ -1,7 +1,12 @@
-//! A run's ledger rows in; one self-contained HTML page out (`mvk report --html`): the run's
-//! summary, a timeline drawn in inline SVG (one bar per attempt, a mark per merge), and per task
-//! its attempts with rung, agent, duration, seal and gate verdicts with test counts, and cost.
-//! Inline CSS only: no script, no external asset, no network.
+//! A run's ledger rows, its gates' logs and its repository in; one self-contained HTML page out
+//! (`mvk report --html`): the run's summary, a timeline drawn in inline SVG (one bar per
+//! attempt, a mark per merge), and per task its attempts with rung, agent, duration, seal, gate
+//! verdicts with test counts and cost, each followed by the failing tests its gates named, the
+//! end of their output and its diff ([`detail`]).
+//! Inline CSS only: no script, no external asset, no network; everything an agent or a gate
+//! wrote is escaped, and a Content-Security-Policy forbids scripts should anything slip through.
+
+mod detail;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,6 +16,7 @@ use crate::ledger::LedgerError;
 use crate::ledger::read::{AttemptRow, GateResultRow, MergeRow, Reader, RunRow, rfc3339};
 use crate::plan::format_usd;
 use crate::run::event::Event;
+use crate::run::failure::Failure;
 
 /// Where the timeline's bars start (the labels are left of it) and how wide it is, in pixels.
 const LABEL_WIDTH: i64 = 220;
@@ -32,6 +38,8 @@ struct Rows {
     last_event_ms: i64,
     /// `running`, `interrupted`, `unknown` for a run the ledger says is running.
     liveness: String,
+    /// Attempt id → what is shown below its row.
+    details: BTreeMap<i64, detail::Detail>,
 }
 
 /// The page for `run`.
@@ -42,6 +50,8 @@ pub(crate) fn html(
 ) -> Result<String, LedgerError> {
     let events = reader.events(&run.id, 0)?;
     let mut seals = BTreeMap::new();
+    // The last failure recorded per attempt (a resume may have made one again).
+    let mut failures: BTreeMap<(String, u32), Failure> = BTreeMap::new();
     for e in &events {
         let (Some(task), Some(attempt)) = (&e.task, e.attempt) else {
             continue;
@@ -52,12 +62,18 @@ pub(crate) fn html(
                 let paths: Vec<&str> = breaches.iter().map(|b| b.path.as_str()).collect();
                 format!("breached: {}", paths.join(", "))
             }
+            Some(Event::AttemptFailed {
+                failure: Some(f), ..
+            }) => {
+                failures.insert((task.clone(), attempt), f);
+                continue;
+            }
             _ => continue,
         };
         seals.insert((task.clone(), attempt), verdict);
     }
     let live = crate::ledger::read::liveness(mvk_dir, run);
-    let rows = Rows {
+    let mut rows = Rows {
         run: run.clone(),
         tasks: reader.tasks(Some(&run.id))?,
         attempts: reader
@@ -82,7 +98,24 @@ pub(crate) fn html(
             }
         },
         liveness: live.name().to_string(),
+        details: BTreeMap::new(),
     };
+    // `.mvk/` sits in the main checkout of the repository the attempts' commits are in.
+    let root = mvk_dir.parent().unwrap_or(mvk_dir);
+    let repo = git2::Repository::open(root).map_err(|e| {
+        format!(
+            "the repository at `{}` cannot be opened: {}",
+            root.display(),
+            e.message()
+        )
+    });
+    for a in &rows.attempts {
+        let gates: Vec<&GateResultRow> =
+            rows.gates.iter().filter(|g| g.attempt_id == a.id).collect();
+        let failure = failures.get(&(a.task.clone(), a.number));
+        let detail = detail::gather(repo.as_ref().map_err(String::as_str), a, &gates, failure);
+        rows.details.insert(a.id, detail);
+    }
     Ok(render(&rows))
 }
 
@@ -172,6 +205,8 @@ fn render(rows: &Rows) -> String {
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'\">\n\
          <title>mvk run {id}: {program}</title>\n<style>{CSS}</style>\n</head>\n<body>\n\
          <h1>Run <code>{id}</code>: {program}</h1>\n",
         id = esc(&run.id),
@@ -364,7 +399,7 @@ fn timeline(out: &mut String, rows: &Rows, end: i64) {
                   ◆ merge</p>\n");
 }
 
-/// A task's outcome and its attempts' table.
+/// A task's outcome, its attempts' table and its merges, then what each attempt showed.
 fn task_section(out: &mut String, rows: &Rows, name: &str) {
     let task = rows.tasks.iter().find(|t| t.name == name);
     let outcome = task
@@ -464,6 +499,11 @@ fn task_section(out: &mut String, rows: &Rows, name: &str) {
         }
         out.push_str("</ul>\n");
     }
+    for a in rows.attempts.iter().filter(|a| a.task == name) {
+        if let Some(d) = rows.details.get(&a.id) {
+            detail::render(out, a, d, attempt_end(rows, a) - a.started_at);
+        }
+    }
     out.push_str("</section>\n");
 }
 
@@ -471,8 +511,8 @@ fn task_section(out: &mut String, rows: &Rows, name: &str) {
 const CSS: &str = "
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; \
 background: #fff; padding: 0 1em; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-code { font-family: ui-monospace, monospace; font-size: 0.95em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-size: 1em; }
+code, pre { font-family: ui-monospace, monospace; font-size: 0.95em; }
 dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 0.2em 1em; }
 dt { color: #666; } dd { margin: 0; }
 table { border-collapse: collapse; margin: 0.6em 0; }
@@ -491,4 +531,14 @@ g.attempt.breached rect { fill: #8e44ad; } g.attempt.unknown rect { fill: #c9a22
 g.attempt.running rect { fill: #3f7fd0; }
 g.merge path { fill: #111; stroke: #fff; } g.merge.conflict path, g.merge.failed path { fill: #c62828; }
 .legend span { margin-right: 1em; }
+.note { color: #666; }
+.attempt-detail { border-left: 3px solid #ddd; padding: 0.1em 0 0.1em 0.8em; margin: 1em 0; }
+.attempt-detail h3 { margin: 0.3em 0; }
+ul.failing-tests { margin: 0.2em 0 0.6em; }
+details { margin: 0.4em 0; } summary { cursor: pointer; }
+pre.tail, pre.diff { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 0.5em; \
+overflow-x: auto; max-height: 32em; white-space: pre; margin: 0.3em 0; }
+pre.diff .add, summary .add { color: #1a7f37; }
+pre.diff .del, summary .del { color: #c62828; } pre.diff .hunk { color: #1565c0; }
+pre.diff .file { font-weight: 600; }
 ";

@@ -337,10 +337,7 @@ impl Scanner {
             }
             return;
         }
-        let line = line.trim_end_matches(['\n', '\r']);
-        // A bare carriage return redraws the terminal line: only what follows it is visible.
-        let line = line.rsplit('\r').next().unwrap_or(line);
-        let line = crate::run::judge::ansi::strip(line);
+        let line = visible(line);
 
         if wants_nonce {
             match parse_evidence_line(&line, &self.nonce) {
@@ -699,6 +696,200 @@ impl RunnerTallies {
             let skipped = block.skipped.saturating_add(block.todo);
             self.add(Runner::NodeTest, Counts::of(pass, failed, skipped));
         }
+    }
+}
+
+/// The most failing-test names [`FailedTests`] keeps, and how many distinct ones it counts.
+pub(crate) const MAX_FAILED_NAMES: usize = 20;
+const MAX_FAILED_COUNTED: usize = 10_000;
+
+/// The names of the tests a gate's output says failed, as each known runner prints them:
+/// pytest `FAILED tests/x.py::test_y - …` (and `-v`'s `tests/x.py::test_y FAILED`), libtest
+/// `test foo ... FAILED`, nextest `FAIL [ 0.1s] crate foo`, go `--- FAIL: TestX (0.00s)` (and
+/// `-json`), jest `● Suite › test` and `✕ test`, vitest `FAIL  file > test` and `× test`, node
+/// `not ok 1 - test` and `✖ test (1ms)`. Not evidence: it tells a person where to look.
+/// Bounded: the first [`MAX_FAILED_NAMES`] distinct names, each cut to a short line, and a count
+/// of the other distinct ones (up to [`MAX_FAILED_COUNTED`], then only "more").
+#[derive(Debug, Default)]
+pub(crate) struct FailedTests {
+    names: Vec<String>,
+    /// Hashes of every distinct name seen, so a name printed twice (a runner's progress line
+    /// and its summary) counts once.
+    seen: std::collections::HashSet<u64>,
+    /// A name arrived after `seen` was full: the count is a lower bound.
+    overflow: bool,
+}
+
+impl FailedTests {
+    /// Feeds one line of output, with or without its line ending.
+    pub(crate) fn feed_line(&mut self, line: &str) {
+        if line.len() > MAX_LINE_BYTES {
+            return;
+        }
+        let line = visible(line);
+        let trimmed = line.trim();
+        // go test -json: `{"Action":"fail","Package":"p","Test":"TestX"}`.
+        if trimmed.starts_with('{') {
+            if trimmed.contains("\"fail\"")
+                && let Some(name) = go_json_failure(trimmed)
+            {
+                self.add(&name);
+            }
+        } else if let Some(name) = failed_test_name(&line) {
+            self.add(name);
+        }
+    }
+
+    fn add(&mut self, name: &str) {
+        use std::hash::{Hash, Hasher};
+        let name = name.trim();
+        if name.is_empty() {
+            return;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut hasher);
+        let hash = hasher.finish();
+        if self.seen.contains(&hash) {
+            return;
+        }
+        if self.seen.len() >= MAX_FAILED_COUNTED {
+            self.overflow = true;
+            return;
+        }
+        self.seen.insert(hash);
+        if self.names.len() < MAX_FAILED_NAMES {
+            self.names.push(truncate(name));
+        }
+    }
+
+    /// The names kept, in the order first printed.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// How many other distinct names were seen, and whether there were more than that.
+    pub(crate) fn more(&self) -> (usize, bool) {
+        (self.seen.len() - self.names.len(), self.overflow)
+    }
+}
+
+/// The text a terminal would show of a line: no line ending, only what follows a bare carriage
+/// return (progress bars redraw a line that way), no ANSI escapes.
+fn visible(line: &str) -> std::borrow::Cow<'_, str> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    let line = line.rsplit('\r').next().unwrap_or(line);
+    crate::run::judge::ansi::strip(line)
+}
+
+/// The failing test a line names, if it is one of the shapes [`FailedTests`] knows.
+fn failed_test_name(line: &str) -> Option<&str> {
+    let trimmed = line.trim();
+    // pytest's short summary: `FAILED tests/x.py::test_y - why`, `ERROR tests/x.py - why`.
+    for word in ["FAILED ", "ERROR "] {
+        if let Some(rest) = line.strip_prefix(word) {
+            let cut = rest.split_once(" - ").map_or(rest, |(id, _)| id);
+            // A parametrised id (`test_sub[2 - 1]`) may hold the separator itself.
+            let id = match rest.find('[') {
+                Some(open) if open < cut.len() => rest[open..]
+                    .find(']')
+                    .map_or(cut, |close| &rest[..open + close + 1]),
+                _ => cut,
+            }
+            .trim();
+            return (id.contains("::") || id.ends_with(".py")).then_some(id);
+        }
+    }
+    // pytest -v: `tests/x.py::test_y FAILED   [ 50%]`.
+    let mut words = trimmed.split_whitespace();
+    if let (Some(id), Some("FAILED" | "ERROR")) = (words.next(), words.next())
+        && id.contains("::")
+    {
+        return Some(id);
+    }
+    // libtest: `test tests::adds ... FAILED`.
+    if let Some(rest) = trimmed.strip_prefix("test ")
+        && let Some(name) = rest.strip_suffix(" ... FAILED")
+    {
+        return Some(name);
+    }
+    // nextest: `FAIL [   0.004s] my-crate tests::adds` (also `TIMEOUT`, and `SIGSEGV`-like).
+    for status in ["FAIL", "TIMEOUT", "SIGSEGV", "SIGABRT", "SIGKILL", "ABORT"] {
+        if let Some(rest) = trimmed.strip_prefix(status)
+            && let Some(rest) = rest.trim_start().strip_prefix('[')
+            && let Some((elapsed, name)) = rest.split_once(']')
+            && is_duration(elapsed.trim())
+        {
+            return Some(name.trim());
+        }
+    }
+    // go test: `--- FAIL: TestX (0.00s)`, indented for a subtest.
+    if let Some(rest) = trimmed.strip_prefix("--- FAIL: ") {
+        return Some(rest.rsplit_once(" (").map_or(rest, |(name, _)| name));
+    }
+    // jest's and vitest's file badge: `FAIL  src/x.test.js` or `FAIL  x.test.ts > suite > test`.
+    if let Some(rest) = trimmed.strip_prefix("FAIL  ") {
+        return Some(rest);
+    }
+    // jest's failure heading `● Suite › test` (but not its console blocks or a suite that did
+    // not load, whose file the badge names).
+    if let Some(rest) = trimmed.strip_prefix("● ") {
+        return (!matches!(rest, "Console" | "Test suite failed to run")).then_some(rest);
+    }
+    // jest's `✕ test (5 ms)`, vitest's `× test 5ms`, node's `✖ test (1.2ms)`.
+    for mark in ["✕ ", "× ", "✖ "] {
+        if let Some(rest) = trimmed.strip_prefix(mark) {
+            if rest.ends_with(':') {
+                // node's `✖ failing tests:` heading.
+                return None;
+            }
+            return Some(without_elapsed(rest));
+        }
+    }
+    // TAP (node --test): `not ok 3 - test`, indented for a subtest.
+    if let Some(rest) = trimmed.strip_prefix("not ok ") {
+        let name = rest.split_once(" - ").map(|(_, name)| name)?;
+        // A TAP directive (`# TODO`, `# SKIP`) is not part of the name.
+        return Some(name.split_once(" # ").map_or(name, |(name, _)| name));
+    }
+    None
+}
+
+/// `test (5 ms)`, `test (1.2ms)` or `test 5ms` without the time it took.
+fn without_elapsed(text: &str) -> &str {
+    if let Some((name, time)) = text.rsplit_once(" (")
+        && time.ends_with(')')
+        && time
+            .trim_end_matches(')')
+            .trim_end_matches("ms")
+            .trim()
+            .parse::<f64>()
+            .is_ok()
+    {
+        return name;
+    }
+    if let Some((name, time)) = text.rsplit_once(' ')
+        && let Some(n) = time.strip_suffix("ms")
+        && n.parse::<f64>().is_ok()
+    {
+        return name;
+    }
+    text
+}
+
+/// The test a `go test -json` event says failed (a package's failure names no test).
+fn go_json_failure(line: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct GoEvent {
+        #[serde(rename = "Action")]
+        action: String,
+        #[serde(rename = "Test")]
+        test: Option<String>,
+    }
+    let event: GoEvent = serde_json::from_str(line).ok()?;
+    if event.action == "fail" {
+        event.test
+    } else {
+        None
     }
 }
 
@@ -1077,6 +1268,91 @@ mod tests {
     use super::*;
 
     const NONCE: &str = "0123456789abcdef0123456789abcdef";
+
+    /// The failing tests OUTPUT names, and how many more.
+    fn failed(output: &str) -> (Vec<String>, usize) {
+        let mut f = FailedTests::default();
+        for line in output.lines() {
+            f.feed_line(line);
+        }
+        (f.names().to_vec(), f.more().0)
+    }
+
+    #[test]
+    fn failing_tests_are_named_as_each_runner_prints_them() {
+        let pytest = "tests/test_calc.py::test_zero PASSED                     [ 50%]\n\
+                      tests/test_calc.py::test_add FAILED                      [100%]\n\
+                      =========== short test summary info ===========\n\
+                      FAILED tests/test_calc.py::test_add - assert -1 == 5\n\
+                      FAILED tests/test_calc.py::test_sub[2 - 1] - assert 3 == 1\n\
+                      ERROR tests/test_io.py - ModuleNotFoundError: No module named 'x'\n\
+                      ======= 2 failed, 1 passed, 1 error in 0.12s =======\n";
+        assert_eq!(
+            failed(pytest).0,
+            [
+                "tests/test_calc.py::test_add",
+                "tests/test_calc.py::test_sub[2 - 1]",
+                "tests/test_io.py"
+            ]
+        );
+        let cargo = "running 2 tests\ntest tests::adds ... FAILED\ntest tests::subs ... ok\n\n\
+                     failures:\n\n---- tests::adds stdout ----\n\nfailures:\n    tests::adds\n\n\
+                     test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(failed(cargo).0, ["tests::adds"]);
+        let nextest = "        PASS [   0.003s] calc tests::subs\n        FAIL [   0.004s] calc tests::adds\n\
+                       ------------\n     Summary [   0.010s] 2 tests run: 1 passed, 1 failed, 0 skipped\n\
+                       TIMEOUT [  60.001s] calc tests::hangs\n        FAIL [   0.004s] calc tests::adds\n";
+        assert_eq!(failed(nextest).0, ["calc tests::adds", "calc tests::hangs"]);
+        let go = "=== RUN   TestAdd\n--- FAIL: TestAdd (0.00s)\n    --- FAIL: TestAdd/two (0.00s)\n\
+                  --- PASS: TestSub (0.00s)\nFAIL\nFAIL\texample.com/calc\t0.002s\n";
+        assert_eq!(failed(go).0, ["TestAdd", "TestAdd/two"]);
+        let go_json = "{\"Action\":\"run\",\"Package\":\"p\",\"Test\":\"TestAdd\"}\n\
+                       {\"Action\":\"fail\",\"Package\":\"p\",\"Test\":\"Test\\\"Quoted\"}\n\
+                       {\"Action\":\"fail\",\"Package\":\"p\"}\n";
+        assert_eq!(failed(go_json).0, ["Test\"Quoted"]);
+        let jest = " FAIL  src/sum.test.js\n  sum\n    ✓ adds (2 ms)\n    ✕ subtracts (5 ms)\n\n\
+                    ● sum › subtracts\n\n    expect(received).toBe(expected)\n\n  ● Console\n\n\
+                    Tests:       1 failed, 1 passed, 2 total\n";
+        assert_eq!(
+            failed(jest).0,
+            ["src/sum.test.js", "subtracts", "sum › subtracts"]
+        );
+        let vitest = " ❯ test/calc.test.ts (2 tests | 1 failed) 4ms\n   × calc > adds 2ms\n\
+                      ⎯⎯⎯ Failed Tests 1 ⎯⎯⎯\n\n FAIL  test/calc.test.ts > calc > adds\n\
+                      AssertionError: expected -1 to be 5\n      Tests  1 failed | 1 passed (2)\n";
+        assert_eq!(
+            failed(vitest).0,
+            ["calc > adds", "test/calc.test.ts > calc > adds"]
+        );
+        let node = "TAP version 13\n# Subtest: adds\nnot ok 1 - adds\n  ---\n\
+                    not ok 2 - later # TODO\n✖ subtracts (1.2ms)\n✖ failing tests:\n# tests 3\n";
+        assert_eq!(failed(node).0, ["adds", "later", "subtracts"]);
+        // Lines that look close but name no failing test.
+        let neither = "FAIL: add 2 3: expected 5, got -1\ntest result: FAILED. 0 passed; 1 failed\n\
+                       FAILED (errors=1)\nERROR: could not build\nnot ok\n";
+        assert_eq!(failed(neither), (Vec::<String>::new(), 0));
+    }
+
+    #[test]
+    fn failing_test_names_are_read_through_colours_and_kept_bounded() {
+        let coloured =
+            "\x1b[31mFAILED\x1b[0m tests/a.py::test_a - x\nprogress 10%\rtest b ... FAILED\n";
+        assert_eq!(failed(coloured).0, ["tests/a.py::test_a", "b"]);
+        let many: String = (0..50)
+            .map(|i| format!("--- FAIL: Test{i} (0.00s)\n--- FAIL: Test{i} (0.00s)\n"))
+            .collect();
+        let (names, more) = failed(&many);
+        assert_eq!(names.len(), MAX_FAILED_NAMES);
+        assert_eq!(names[0], "Test0");
+        assert_eq!(more, 30, "each name counts once");
+        let long = format!("test {} ... FAILED\n", "x".repeat(1000));
+        let (names, _) = failed(&long);
+        assert_eq!(
+            names[0].chars().count(),
+            MAX_DETAIL_CHARS + 1,
+            "cut, with `…`"
+        );
+    }
 
     fn auto(output: &str) -> Evidence {
         scan_str(EvidenceMode::Auto, NONCE, output)

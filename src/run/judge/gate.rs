@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::ir::Gate;
 use crate::run::exec::process::{self, ProcessError, ProcessSpec, Termination};
-use crate::run::judge::evidence::{self, Evidence, GateVerdict, Scanner};
+use crate::run::judge::evidence::{self, Evidence, FailedTests, GateVerdict, Scanner};
 
 /// Bytes of a gate's log kept for the next prompt and the reports.
 pub(crate) const TAIL_BYTES: u64 = 8 * 1024;
@@ -255,7 +255,63 @@ pub(crate) fn scan_file(
     path: &Path,
 ) -> io::Result<Evidence> {
     let mut scanner = Scanner::new(mode, nonce);
-    let mut reader = BufReader::new(File::open(path)?);
+    each_line(BufReader::new(File::open(path)?), |line| {
+        scanner.feed_line(line);
+    })?;
+    Ok(scanner.finish())
+}
+
+/// How much of the end of a gate's log [`failed_tests_in_log`] reads: runners print their list
+/// of failures last, and a report must not read gigabytes a gate printed.
+const FAILED_SCAN_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The failing tests a gate's log names, for the report. The log is opened the way files an
+/// attempt could have touched are ([`untrusted::open`]: no symlink followed, no FIFO waited
+/// on), and only its last [`FAILED_SCAN_BYTES`] are read. `None` when it is gone or not a file.
+///
+/// [`untrusted::open`]: crate::run::exec::untrusted::open
+pub(crate) fn failed_tests_in_log(path: &Path) -> io::Result<Option<FailedTests>> {
+    let Some(mut file) = open_log(path)? else {
+        return Ok(None);
+    };
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(FAILED_SCAN_BYTES);
+    file.seek(SeekFrom::Start(start))?;
+    let mut failed = FailedTests::default();
+    let mut first = start > 0;
+    each_line(BufReader::new(file.take(FAILED_SCAN_BYTES)), |line| {
+        // Reading from the middle of the file, the first line is a piece of one.
+        if !std::mem::take(&mut first) {
+            failed.feed_line(line);
+        }
+    })?;
+    Ok(Some(failed))
+}
+
+/// [`tail_of`] for the report, opened as [`failed_tests_in_log`] opens, and whether the log was
+/// longer than that; `None` when the log is gone or not a regular file.
+pub(crate) fn log_tail(path: &Path, max: u64) -> io::Result<Option<(String, bool)>> {
+    let Some(file) = open_log(path)? else {
+        return Ok(None);
+    };
+    let cut = file.metadata()?.len() > max;
+    Ok(Some((tail_of_file(file, max)?, cut)))
+}
+
+fn open_log(path: &Path) -> io::Result<Option<File>> {
+    use crate::run::exec::untrusted::{Found, open};
+    match open(path) {
+        Ok(Found::Regular(file, _)) => Ok(Some(file)),
+        Ok(Found::Symlink(_) | Found::Other(_)) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Calls `f` with each line of `reader` (lossy UTF-8), keeping at most
+/// [`evidence::MAX_LINE_BYTES`] + 1 bytes of a line: more than any matcher accepts, so an
+/// over-long line is passed on cut and skipped, and memory stays bounded.
+fn each_line(mut reader: impl BufRead, mut f: impl FnMut(&str)) -> io::Result<()> {
     let limit = evidence::MAX_LINE_BYTES + 1;
     let mut line = Vec::with_capacity(1024);
     loop {
@@ -283,17 +339,18 @@ pub(crate) fn scan_file(
             }
         }
         if line.is_empty() && !overlong {
-            break;
+            return Ok(());
         }
-        // An over-long line keeps `limit` bytes, more than any matcher accepts, so it is skipped.
-        scanner.feed_line(&String::from_utf8_lossy(&line));
+        f(&String::from_utf8_lossy(&line));
     }
-    Ok(scanner.finish())
 }
 
 /// The last `max` bytes of a file as text, cut at a line boundary when there is one.
 pub(crate) fn tail_of(path: &Path, max: u64) -> io::Result<String> {
-    let mut f = File::open(path)?;
+    tail_of_file(File::open(path)?, max)
+}
+
+fn tail_of_file(mut f: File, max: u64) -> io::Result<String> {
     let len = f.metadata()?.len();
     let start = len.saturating_sub(max);
     f.seek(SeekFrom::Start(start))?;
