@@ -98,7 +98,8 @@ pub(crate) enum Command {
     Log(log::LogArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
-    /// Write a run's timeline as one self-contained HTML page: attempts, verdicts, merges, cost.
+    /// Write a run as one self-contained HTML page: timeline, attempts with their failing tests,
+    /// output and diff, verdicts, merges, cost.
     Report(report::ReportArgs),
     /// Print the completion script of a shell: bash, zsh, fish, elvish or powershell.
     Completions(completions::CompletionsArgs),

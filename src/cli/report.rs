@@ -1,5 +1,6 @@
 //! `mvk report [RUN] --html [--out FILE]`: a run of the repository's ledger in (the latest by
-//! default); one self-contained HTML page of its timeline out, on standard output or in FILE.
+//! default); one self-contained HTML page of it out (`report::html`), on standard output or in
+//! FILE.
 
 use std::path::PathBuf;
 
@@ -14,8 +15,8 @@ pub(crate) struct ReportArgs {
     /// The run: its id or a unique prefix of it (default: the latest run).
     #[arg(value_name = "RUN")]
     pub(crate) run: Option<String>,
-    /// Write the report as one self-contained HTML page (inline CSS and SVG, no script, no
-    /// network); the only format so far.
+    /// Write the report as one self-contained HTML page (inline CSS, no script, no network);
+    /// the only format so far.
     #[arg(long, required = true)]
     pub(crate) html: bool,
     /// Write the page to FILE instead of standard output.

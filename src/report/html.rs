@@ -1,12 +1,13 @@
 //! A run's ledger rows, its gates' logs and its repository in; one self-contained HTML page out
-//! (`mvk report --html`): the run's summary, a timeline drawn in inline SVG (one bar per
-//! attempt, a mark per merge), and per task its attempts with rung, agent, duration, seal, gate
-//! verdicts with test counts and cost, each followed by the failing tests its gates named, the
-//! end of their output and its diff ([`detail`]).
+//! (`mvk report --html`): the run's summary, a timeline of each attempt's phases (agent, seal,
+//! gates, review, landing) drawn as plain HTML bars ([`timeline`]), and per task its attempts
+//! with rung, agent, duration, seal, gate verdicts with test counts and cost, each followed by
+//! the failing tests its gates named, the end of their output and its diff ([`detail`]).
 //! Inline CSS only: no script, no external asset, no network; everything an agent or a gate
 //! wrote is escaped, and a Content-Security-Policy forbids scripts should anything slip through.
 
 mod detail;
+mod timeline;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,11 +18,6 @@ use crate::ledger::read::{AttemptRow, GateResultRow, MergeRow, Reader, RunRow, r
 use crate::plan::format_usd;
 use crate::run::event::Event;
 use crate::run::failure::Failure;
-
-/// Where the timeline's bars start (the labels are left of it) and how wide it is, in pixels.
-const LABEL_WIDTH: i64 = 220;
-const BARS_WIDTH: i64 = 720;
-const ROW_HEIGHT: i64 = 26;
 
 /// The rows of one run, read once.
 struct Rows {
@@ -38,6 +34,8 @@ struct Rows {
     last_event_ms: i64,
     /// `running`, `interrupted`, `unknown` for a run the ledger says is running.
     liveness: String,
+    /// Attempt id → its phases on the timeline.
+    phases: BTreeMap<i64, Vec<timeline::Phase>>,
     /// Attempt id → what is shown below its row.
     details: BTreeMap<i64, detail::Detail>,
 }
@@ -98,6 +96,7 @@ pub(crate) fn html(
             }
         },
         liveness: live.name().to_string(),
+        phases: BTreeMap::new(),
         details: BTreeMap::new(),
     };
     // `.mvk/` sits in the main checkout of the repository the attempts' commits are in.
@@ -110,6 +109,9 @@ pub(crate) fn html(
         )
     });
     for a in &rows.attempts {
+        let open_end = attempt_end(&rows, a);
+        rows.phases
+            .insert(a.id, timeline::phases(&events, a, open_end));
         let gates: Vec<&GateResultRow> =
             rows.gates.iter().filter(|g| g.attempt_id == a.id).collect();
         let failure = failures.get(&(a.task.clone(), a.number));
@@ -238,7 +240,7 @@ fn render(rows: &Rows) -> String {
         tokens = spent.tokens,
     );
     counts(&mut out, rows);
-    timeline(&mut out, rows, end);
+    timeline::timeline(&mut out, rows, end);
     for task in task_names(rows) {
         task_section(&mut out, rows, &task);
     }
@@ -304,99 +306,6 @@ fn counts(out: &mut String, rows: &Rows) {
         );
     }
     out.push_str("</table>\n");
-}
-
-/// The SVG timeline: a row per attempt, its bar from start to end on the run's time axis.
-fn timeline(out: &mut String, rows: &Rows, end: i64) {
-    let start = rows.run.started_at;
-    let span = (end - start).max(1);
-    let x = |t: i64| LABEL_WIDTH + (t - start).clamp(0, span) * BARS_WIDTH / span;
-    let count = i64::try_from(rows.attempts.len()).unwrap_or(i64::MAX);
-    let height = (count + 1) * ROW_HEIGHT + 10;
-    let width = LABEL_WIDTH + BARS_WIDTH + 20;
-    let _ = writeln!(
-        out,
-        "<h2>Timeline</h2>\n<svg class=\"timeline\" id=\"timeline\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"attempts over time\">"
-    );
-    // The time axis: the run's start and end.
-    let axis_y = count * ROW_HEIGHT + 8;
-    let _ = writeln!(
-        out,
-        "<line class=\"axis\" x1=\"{LABEL_WIDTH}\" y1=\"{axis_y}\" x2=\"{x2}\" y2=\"{axis_y}\"/>\
-         <text class=\"tick\" x=\"{LABEL_WIDTH}\" y=\"{ty}\">0 ms</text>\
-         <text class=\"tick\" x=\"{x2}\" y=\"{ty}\" text-anchor=\"end\">{total}</text>",
-        x2 = LABEL_WIDTH + BARS_WIDTH,
-        ty = axis_y + 16,
-        total = human_duration(end - start),
-    );
-    for (i, a) in rows.attempts.iter().enumerate() {
-        let y = i64::try_from(i).unwrap_or(0) * ROW_HEIGHT + 4;
-        let x1 = x(a.started_at);
-        let w = (x(attempt_end(rows, a)) - x1).max(3);
-        let gates: Vec<String> = rows
-            .gates
-            .iter()
-            .filter(|g| g.attempt_id == a.id)
-            .map(gate_text)
-            .collect();
-        let seal = rows
-            .seals
-            .get(&(a.task.clone(), a.number))
-            .map_or("seal not checked".to_string(), |s| format!("seal {s}"));
-        let tip = format!(
-            "{} attempt {} (rung {}, {}): {}, {}; {}{}",
-            a.task,
-            a.number,
-            a.rung,
-            a.agent,
-            verdict(a),
-            human_duration(attempt_end(rows, a) - a.started_at),
-            seal,
-            if gates.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", gates.join("; "))
-            }
-        );
-        let _ = writeln!(
-            out,
-            "<g class=\"attempt {class}\" id=\"attempt-{task}-{n}\" data-task=\"{task}\" \
-             data-attempt=\"{n}\" data-outcome=\"{class}\"><title>{tip}</title>\
-             <text class=\"label\" x=\"4\" y=\"{ty}\">{task} #{n} · rung {rung} · {agent}</text>\
-             <rect x=\"{x1}\" y=\"{y}\" width=\"{w}\" height=\"{h}\" rx=\"3\"/></g>",
-            class = class(a),
-            task = esc(&a.task),
-            n = a.number,
-            tip = esc(&tip),
-            ty = y + 14,
-            rung = a.rung,
-            agent = esc(&a.agent),
-            h = ROW_HEIGHT - 8,
-        );
-        for m in rows.merges.iter().filter(|m| m.attempt_id == a.id) {
-            let mx = x(m.finished_at.unwrap_or(m.started_at));
-            let my = y + (ROW_HEIGHT - 8) / 2;
-            let _ = writeln!(
-                out,
-                "<g class=\"merge {state}\" data-task=\"{task}\"><title>merge into {into} \
-                 ({strategy}): {state}</title><path d=\"M{mx} {top} L{right} {my} L{mx} {bottom} \
-                 L{left} {my} Z\"/></g>",
-                state = esc(&m.state),
-                task = esc(&m.task),
-                into = esc(&m.into_branch),
-                strategy = esc(&m.strategy),
-                top = my - 7,
-                bottom = my + 7,
-                left = mx - 7,
-                right = mx + 7,
-            );
-        }
-    }
-    out.push_str("</svg>\n<p class=\"legend\"><span class=\"passed\">passed</span> \
-                  <span class=\"failed\">failed</span> <span class=\"breached\">seal breached</span> \
-                  <span class=\"unknown\">unknown</span> <span class=\"running\">running</span> \
-                  ◆ merge</p>\n");
 }
 
 /// A task's outcome, its attempts' table and its merges, then what each attempt showed.
@@ -509,7 +418,7 @@ fn task_section(out: &mut String, rows: &Rows, name: &str) {
 
 /// The page's only style sheet, inline.
 const CSS: &str = "
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; \
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; \
 background: #fff; padding: 0 1em; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-size: 1em; }
 code, pre { font-family: ui-monospace, monospace; font-size: 0.95em; }
@@ -523,15 +432,33 @@ th { background: #f5f5f5; }
 .breached { color: #7b1fa2; }
 .unknown, .stuck, .budget, .human { color: #8d6e00; }
 .running { color: #1565c0; }
-svg.timeline { display: block; max-width: 100%; height: auto; }
-svg .label, svg .tick { font-size: 12px; fill: #333; }
-svg .axis { stroke: #999; }
-g.attempt.passed rect { fill: #2e9e4f; } g.attempt.failed rect { fill: #d9534f; }
-g.attempt.breached rect { fill: #8e44ad; } g.attempt.unknown rect { fill: #c9a227; }
-g.attempt.running rect { fill: #3f7fd0; }
-g.merge path { fill: #111; stroke: #fff; } g.merge.conflict path, g.merge.failed path { fill: #c62828; }
-.legend span { margin-right: 1em; }
 .note { color: #666; }
+.timeline { margin: 0.6em 0; }
+.timeline .row, .timeline .axis { display: flex; align-items: center; height: 22px; }
+.timeline .label { flex: 0 0 200px; overflow: hidden; white-space: nowrap; \
+text-overflow: ellipsis; font-size: 12px; }
+.timeline .track { position: relative; flex: 1 1 auto; height: 16px; }
+.timeline .took { flex: 0 0 80px; font-size: 12px; text-align: right; color: #444; }
+.timeline .axis .track { border-top: 1px solid #999; height: 14px; }
+.timeline .tick { position: absolute; top: 1px; font-size: 11px; color: #555; \
+transform: translateX(-50%); white-space: nowrap; }
+.timeline .task-row { font-weight: 600; font-size: 12px; margin-top: 0.5em; }
+.timeline .extent { position: absolute; top: 0; bottom: 0; border: 2px solid #3f7fd0; \
+border-radius: 3px; box-sizing: border-box; min-width: 4px; }
+.timeline .row.passed .extent { border-color: #2e9e4f; } \
+.timeline .row.failed .extent { border-color: #d9534f; }
+.timeline .row.breached .extent { border-color: #8e44ad; } \
+.timeline .row.unknown .extent { border-color: #c9a227; }
+.phase { position: absolute; top: 3px; bottom: 3px; min-width: 2px; }
+.phase.agent { background: #5b8def; } .phase.seal { background: #9b59b6; }
+.phase.gates { background: #e8a33d; } .phase.review { background: #16a2a2; }
+.phase.landing { background: #555; }
+.timeline .merge { position: absolute; top: -3px; font-size: 14px; transform: translateX(-50%); }
+.timeline .merge.conflict, .timeline .merge.failed { color: #c62828; }
+.legend .key { margin-right: 1em; white-space: nowrap; }
+.legend .swatch { position: static; display: inline-block; width: 12px; height: 10px; \
+margin-right: 0.3em; }
+.legend > span { margin-right: 0.6em; }
 .attempt-detail { border-left: 3px solid #ddd; padding: 0.1em 0 0.1em 0.8em; margin: 1em 0; }
 .attempt-detail h3 { margin: 0.3em 0; }
 ul.failing-tests { margin: 0.2em 0 0.6em; }

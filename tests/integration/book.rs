@@ -139,5 +139,12 @@ fn the_tutorial_runs_as_written() {
     let fixed = std::fs::read_to_string(repo.join("src/greet/__init__.py")).expect("read");
     assert!(fixed.contains("capitalize()"), "main has the fix: {fixed}");
     let page = std::fs::read_to_string(repo.join("run.html")).expect("the report was written");
-    assert!(page.contains("<svg"), "the report has its timeline");
+    assert!(
+        page.contains("<div class=\"timeline\" id=\"timeline\">"),
+        "the report has its timeline"
+    );
+    assert!(
+        page.contains("<details class=\"diff\">") && page.contains("capitalize()"),
+        "the report has the attempt's diff"
+    );
 }

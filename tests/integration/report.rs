@@ -75,7 +75,7 @@ fn the_page_shows_every_attempt_verdict_and_merge_of_the_run() {
         "{page}"
     );
     // One bar per attempt on the timeline, in order, with its verdict.
-    let bars = tags(&page, "<g class=\"attempt ");
+    let bars = tags(&page, "<div class=\"row attempt ");
     assert_eq!(bars.len(), 2, "{bars:?}");
     assert!(bars[0].contains("data-attempt=\"1\"") && bars[0].contains("data-outcome=\"failed\""));
     assert!(bars[1].contains("data-attempt=\"2\"") && bars[1].contains("data-outcome=\"passed\""));
@@ -110,7 +110,7 @@ fn the_page_shows_every_attempt_verdict_and_merge_of_the_run() {
     assert!(page.contains("<tr data-count=\"merges\"><td>merges</td><td><span class=\"done\">1 done</span></td></tr>"), "{page}");
     // The merge: a mark on attempt 2's row, and the commit `main` now points at.
     let main = fixture.tip("main");
-    assert_eq!(tags(&page, "<g class=\"merge done\"").len(), 1, "{page}");
+    assert_eq!(tags(&page, "<span class=\"merge done\"").len(), 1, "{page}");
     assert!(
         page.contains(&format!("landed as <code>{}</code>", &main[..12])),
         "{page}"
@@ -129,7 +129,7 @@ fn the_page_names_a_breached_seal_and_the_cost() {
     let fixture = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=1"));
     fixture.apply().expect_code(1);
     let page = report(&fixture, &["--html"]);
-    let bars = tags(&page, "<g class=\"attempt ");
+    let bars = tags(&page, "<div class=\"row attempt ");
     assert_eq!(bars.len(), 1, "{bars:?}");
     assert!(bars[0].contains("data-outcome=\"breached\""), "{}", bars[0]);
     assert!(
@@ -240,20 +240,28 @@ fn chromium_renders_the_timeline() {
         dom.contains(&format!("<title>mvk run {}: t</title>", run.id)),
         "{dom}"
     );
-    // The parsed document holds the timeline as SVG, with a group per attempt inside it (a
-    // malformed page would have its elements moved or dropped by the parser).
-    let svg_start = dom
-        .find("<svg class=\"timeline\"")
-        .unwrap_or_else(|| panic!("{dom}"));
-    let svg = &dom[svg_start..svg_start + dom[svg_start..].find("</svg>").unwrap()];
-    for n in 1..=2 {
-        let id = format!("id=\"attempt-t-{n}\"");
-        assert!(
-            svg.contains(&id),
-            "no `{id}` in the rendered timeline:\n{svg}"
-        );
-    }
-    assert_eq!(svg.matches("<rect ").count(), 2, "{svg}");
+    // The parsed document holds the timeline with a row per attempt inside it (a malformed
+    // page would have its elements moved or dropped by the parser), each with its phases.
+    let timeline = element(&dom, "<div class=\"timeline\" id=\"timeline\"", "p");
+    let phases = |n: u32| {
+        let row = element(timeline, &format!("id=\"attempt-t-{n}\""), "div");
+        tags(row, "<span class=\"phase ")
+            .iter()
+            .map(|tag| {
+                tag.split('"')
+                    .nth(1)
+                    .unwrap()
+                    .trim_start_matches("phase ")
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(phases(1), ["agent", "seal", "gates"], "{timeline}");
+    assert_eq!(
+        phases(2),
+        ["agent", "seal", "gates", "landing"],
+        "{timeline}"
+    );
     assert_eq!(dom.matches("<tr class=\"attempt-row").count(), 2, "{dom}");
 }
 
