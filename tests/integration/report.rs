@@ -412,3 +412,19 @@ fn a_long_output_and_a_large_diff_are_cut_with_a_note() {
         "the summary counts all of it: {detail}"
     );
 }
+
+#[test]
+fn an_attempt_that_changed_nothing_says_so() {
+    let fixture = Fixture::new(&simple_loop("noop.sh", "budget iterations=1"));
+    fixture.apply().expect_code(3);
+    let page = report(&fixture, &["--html"]);
+    let detail = element(&page, "id=\"detail-t-1\"", "section");
+    assert!(
+        detail.contains("<p class=\"diff note\">No change against the base.</p>"),
+        "{detail}"
+    );
+    // The fixture's test prints `FAIL: add 2 3: …`, which no runner's shape matches.
+    assert!(!detail.contains("failing-tests"), "{detail}");
+    let tail = element(detail, "<pre class=\"tail\">", "pre");
+    assert!(tail.contains("FAIL: add 2 3: expected 5, got -1"), "{tail}");
+}

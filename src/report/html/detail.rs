@@ -324,6 +324,9 @@ pub(super) fn render(out: &mut String, a: &AttemptRow, d: &Detail, took: i64) {
         );
     }
     match &d.diff {
+        Diff::Change { files: 0, .. } => {
+            out.push_str("<p class=\"diff note\">No change against the base.</p>\n");
+        }
         Diff::Change {
             files,
             insertions,
