@@ -228,6 +228,16 @@ pub(crate) async fn run_gate_counted(
         Termination::TimedOut => (None, true),
     };
     let (verdict, mut reason) = evidence::verdict(exit_code, &evidence);
+    // A linter or a build under the default `evidence=auto` never prints test evidence: say how
+    // to judge it by its exit code on its first unknown, not after the attempts it burns.
+    if verdict == GateVerdict::Unknown
+        && gate.evidence == crate::ir::EvidenceMode::Auto
+        && matches!(evidence, Evidence::Unknown { .. })
+    {
+        reason.push_str(
+            "; if this gate runs no tests (a linter, a build), mark it evidence=none to judge it by its exit code",
+        );
+    }
     if timed_out {
         reason = format!(
             "timed out after {}; {reason}",
@@ -479,6 +489,17 @@ mod tests {
         assert_eq!(r.verdict, GateVerdict::Pass, "{}", r.reason);
         assert!(r.tail.ends_with("done\n"), "{:?}", r.tail);
         assert!(r.tail.len() <= TAIL_BYTES as usize);
+    }
+
+    #[tokio::test]
+    async fn a_gate_that_prints_no_evidence_under_auto_says_how_to_judge_it_by_its_exit_code() {
+        let r = run("echo 'All checks passed!'", crate::ir::EvidenceMode::Auto).await;
+        assert_eq!(r.verdict, GateVerdict::Unknown, "{}", r.reason);
+        assert!(r.reason.contains("mark it evidence=none"), "{}", r.reason);
+        // A gate that asked for a runner's summary is told nothing of the sort.
+        let r = run("echo 'All checks passed!'", crate::ir::EvidenceMode::Pytest).await;
+        assert_eq!(r.verdict, GateVerdict::Unknown, "{}", r.reason);
+        assert!(!r.reason.contains("evidence=none"), "{}", r.reason);
     }
 
     #[test]
