@@ -1,11 +1,12 @@
 //! A template, the facts every prompt states and the parts that may be cut in; out, the prompt
 //! text inside the context budget and what each part took of it.
 //!
-//! The parts go in this order, each only once every part before it went in whole, each cut to
-//! what is left: the failing output's end, the lessons (at most a share of the budget), the
-//! previous attempt's diff (its stat, then its hunks from the smallest; the largest are left out
-//! first), the excerpts of the files the failure names. The fixed part (goal, rules, checks,
-//! state, lineage, the failure's criterion) is never cut but for the oldest lineage lines.
+//! The parts go in this order, each cut to what is left: the failing output's end (after the
+//! lessons' share is set aside), the lessons (pinned ones first; at most a share of the budget),
+//! the previous attempt's diff (its stat, then the hunks that fit from the smallest: the largest
+//! are left out first), the excerpts of the files the failure names (each that fits). The fixed
+//! part (goal, rules, checks, state, lineage, the failure's criterion) is never cut but for the
+//! oldest lineage lines.
 
 use serde::{Deserialize, Serialize};
 
@@ -98,11 +99,22 @@ pub(crate) fn fit(
             over: true,
         });
     }
-    let mut whole = true;
+    // What the lessons will take, at most, is kept aside before the failing output is cut, so
+    // that a long output never crowds out what earlier attempts and runs learnt.
+    // (Each lesson's bullet and source, and the section's heading, cost a few tokens more.)
+    let lesson_text: usize = parts.pinned.as_deref().map_or(0, |p| estimate(p) + 16)
+        + parts
+            .lessons
+            .iter()
+            .map(|l| estimate(&l.text) + estimate(&l.source) + 8)
+            .sum::<usize>()
+        + if parts.lessons.is_empty() { 0 } else { 16 };
+    let reserve = lesson_text.min(lesson_share);
 
     // The failing output: its end, where test runners put their verdicts.
     if cx.failure.is_some() && !parts.tail.is_empty() {
         let tail = &parts.tail;
+        let limit = budget.saturating_sub(reserve);
         let with = |cx: &mut PromptContext, keep: usize| {
             let start = floor_boundary(tail, tail.len() - keep);
             let shown = if start == 0 {
@@ -120,10 +132,11 @@ pub(crate) fn fit(
         let before = used;
         with(&mut cx, tail.len());
         let (t, n) = size(&cx)?;
-        if n <= budget {
+        let mut cut = false;
+        if n <= limit {
             (text, used) = (t, n);
         } else {
-            whole = false;
+            cut = true;
             // The most bytes of the end that fit: a binary search over how many are kept.
             let (mut lo, mut hi) = (0usize, tail.len());
             let mut best = None;
@@ -131,7 +144,7 @@ pub(crate) fn fit(
                 let mid = lo + (hi - lo).div_ceil(2);
                 with(&mut cx, mid);
                 let (t, n) = size(&cx)?;
-                if n <= budget {
+                if n <= limit {
                     best = Some((t, n));
                     lo = mid;
                 } else {
@@ -153,23 +166,51 @@ pub(crate) fn fit(
         shares.push(Share {
             part: "failure-output".into(),
             tokens: used - before,
-            cut: !whole,
+            cut,
         });
     }
 
-    // Lessons, pinned ones first, then the newest: each whole or not at all, within their share.
-    if whole && (parts.pinned.is_some() || !parts.lessons.is_empty()) {
+    // Lessons, pinned ones first (cut at a line if need be), then the newest, each whole or
+    // not at all, within their share.
+    if parts.pinned.is_some() || !parts.lessons.is_empty() {
         let before = used;
         let cap = (before + lesson_share).min(budget);
         let mut cut = false;
         if let Some(p) = parts.pinned {
-            cx.pinned_lessons = Some(p);
+            cx.pinned_lessons = Some(p.clone());
             let (t, n) = size(&cx)?;
             if n <= cap {
                 (text, used) = (t, n);
             } else {
-                cx.pinned_lessons = None;
                 cut = true;
+                let lines: Vec<&str> = p.lines().collect();
+                let (mut lo, mut hi) = (0usize, lines.len());
+                let shown = |k: usize| {
+                    format!(
+                        "{}\n[… {} more line(s) in the pinned lessons file, cut to fit the context budget]",
+                        lines[..k].join("\n"),
+                        lines.len() - k
+                    )
+                };
+                let mut best = None;
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    cx.pinned_lessons = Some(shown(mid));
+                    let (t, n) = size(&cx)?;
+                    if n <= cap {
+                        best = Some((t, n));
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                match best {
+                    Some((t, n)) if lo > 0 => {
+                        cx.pinned_lessons = Some(shown(lo));
+                        (text, used) = (t, n);
+                    }
+                    _ => cx.pinned_lessons = None,
+                }
             }
         }
         let total = parts.lessons.len();
@@ -180,16 +221,9 @@ pub(crate) fn fit(
                 (text, used) = (t, n);
             } else {
                 cx.lessons.pop();
-                cut = true;
-                break;
             }
         }
         cut |= cx.lessons.len() < total;
-        // Lessons cut by their share leave the rest of the budget to the parts after them;
-        // lessons cut by the budget itself end the filling.
-        if cut && cap >= budget {
-            whole = false;
-        }
         shares.push(Share {
             part: "lessons".into(),
             tokens: used - before,
@@ -197,8 +231,8 @@ pub(crate) fn fit(
         });
     }
 
-    // The previous attempt's diff: its stat, then hunks from the smallest.
-    if let Some(d) = parts.diff.filter(|_| whole) {
+    // The previous attempt's diff: its stat, then the hunks that fit, from the smallest.
+    if let Some(d) = parts.diff {
         let before = used;
         let total = d.hunks.len();
         let omitted = |kept: usize| {
@@ -217,12 +251,13 @@ pub(crate) fn fit(
             omitted: omitted(0),
         });
         let (t, n) = size(&cx)?;
+        let mut cut = true;
         if n > budget {
             cx.last_diff = None;
-            whole = false;
         } else {
             (text, used) = (t, n);
-            // Grow by estimate, then confirm with a render; back off one hunk at a time.
+            // Grow by estimate, then confirm with a render; back off one hunk at a time. The
+            // hunks are smallest first: once one does not fit, no later one does.
             let mut kept = 0;
             let mut room = budget - used;
             for h in &d.hunks {
@@ -248,19 +283,17 @@ pub(crate) fn fit(
                 }
                 kept -= 1;
             }
-            if kept < total {
-                whole = false;
-            }
+            cut = kept < total;
         }
         shares.push(Share {
             part: "previous-diff".into(),
             tokens: used - before,
-            cut: !whole,
+            cut,
         });
     }
 
-    // Excerpts, in the order the failure names them.
-    if whole && !parts.excerpts.is_empty() {
+    // Excerpts, in the order the failure names them: each that fits.
+    if !parts.excerpts.is_empty() {
         let before = used;
         let total = parts.excerpts.len();
         for e in parts.excerpts {
@@ -270,7 +303,6 @@ pub(crate) fn fit(
                 (text, used) = (t, n);
             } else {
                 cx.excerpts.pop();
-                break;
             }
         }
         shares.push(Share {
@@ -407,7 +439,7 @@ mod tests {
         assert!(!f.text.contains("output line 0 of"), "{}", f.text);
         assert!(f.text.contains("bytes cut to fit the context budget]"));
         assert!(share(&f, "failure-output").is_some_and(|s| s.cut));
-        // Nothing after a cut part goes in.
+        // The output took what was left: no room for the diff.
         assert!(!f.text.contains("What attempt 1 changed"), "{}", f.text);
     }
 
@@ -430,7 +462,35 @@ mod tests {
             f.text
         );
         assert!(share(&f, "previous-diff").is_some_and(|s| s.cut));
-        assert!(share(&f, "excerpts").is_none(), "{:?}", f.shares);
+        // A hunk too large to fit leaves the rest of the budget to the excerpts.
+        assert!(f.text.contains("excerpt line 1 of text"), "{}", f.text);
+    }
+
+    #[test]
+    fn a_long_output_leaves_the_lessons_their_share() {
+        let f = fit(
+            TEMPLATE,
+            context(10, 0),
+            parts(3000, &[], &[], &[5, 5]),
+            2000,
+            250,
+        )
+        .expect("renders");
+        assert!(f.tokens <= 2000);
+        assert!(share(&f, "failure-output").is_some_and(|s| s.cut));
+        let lessons = share(&f, "lessons").expect("lessons went in");
+        assert!(lessons.tokens > 0 && !lessons.cut, "{:?}", f.shares);
+    }
+
+    #[test]
+    fn a_pinned_file_over_its_share_is_cut_at_a_line() {
+        let mut p = parts(0, &[], &[], &[]);
+        p.pinned = Some(lines("- pinned", 400));
+        let f = fit(TEMPLATE, context(10, 0), p, 4000, 500).expect("renders");
+        assert!(f.text.contains("- pinned line 0 of text"), "{}", f.text);
+        assert!(!f.text.contains("- pinned line 399"), "{}", f.text);
+        assert!(f.text.contains("more line(s) in the pinned lessons file"));
+        assert!(share(&f, "lessons").is_some_and(|s| s.cut && s.tokens <= 500));
     }
 
     #[test]
@@ -451,9 +511,9 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// Whatever the sizes, the prompt is within the budget (when its fixed part is), each
-        /// part goes in only when every part before it went in whole, and lessons keep to
-        /// their share.
+        /// Whatever the sizes, the prompt is within the budget (when its fixed part is), the
+        /// parts are in their order, lessons keep to their share, and nothing left out of the
+        /// diff or the excerpts would have fit in what is left.
         #[test]
         fn the_budget_holds_and_parts_are_cut_in_order(
             goal in 0usize..300,
@@ -465,10 +525,11 @@ mod tests {
             budget in 256usize..6000,
         ) {
             let share_cap = budget / 8;
+            let given = parts(tail, &hunks, &excerpts, &lessons);
             let f = fit(
                 TEMPLATE,
                 context(goal, lineage),
-                parts(tail, &hunks, &excerpts, &lessons),
+                given.clone(),
                 budget,
                 share_cap,
             )
@@ -486,15 +547,26 @@ mod tests {
                     prop_assert!(at >= last, "{names:?}");
                     last = at;
                 }
-                for (i, s) in f.shares.iter().enumerate() {
-                    // A part cut by the budget is the last part in; lessons cut by their
-                    // share may be followed.
-                    if s.cut && s.part != "fixed" && s.part != "lessons" {
-                        prop_assert_eq!(i, f.shares.len() - 1, "{:?}", f.shares);
-                    }
-                }
                 if let Some(l) = share(&f, "lessons") {
                     prop_assert!(l.tokens <= share_cap, "{:?}", f.shares);
+                }
+                let left = budget - f.tokens;
+                if f.text.contains("What attempt 1 changed") {
+                    for h in given.diff.iter().flat_map(|d| &d.hunks) {
+                        prop_assert!(
+                            f.text.contains(h.as_str()) || estimate(h) + 1 > left,
+                            "a hunk of {} tokens left out with {left} left",
+                            estimate(h)
+                        );
+                    }
+                }
+                for e in &given.excerpts {
+                    prop_assert!(
+                        // (Its heading and fence cost a few tokens more than its text.)
+                        f.text.contains(e.text.as_str()) || estimate(&e.text) + 24 > left,
+                        "an excerpt of {} tokens left out with {left} left",
+                        estimate(&e.text)
+                    );
                 }
             }
         }
