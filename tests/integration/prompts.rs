@@ -95,8 +95,9 @@ fn a_task_that_may_change_every_file_gets_no_scope_rule() {
     );
 }
 
-/// A gate that runs the sealed test and, when it fails, names the line at fault as compilers do.
-const LOCATED_GATE: &str = r#"gate tests { sh "sh tests/test_calc.sh || { echo 'src/calc.sh:2: add() is wrong here'; exit 1; }"; }"#;
+/// A gate that runs the sealed test and, when it fails, names the line at fault as compilers do
+/// (where `add()` is in the file the attempt left).
+const LOCATED_GATE: &str = r#"gate tests { sh "sh tests/test_calc.sh || { echo \"src/calc.sh:$(grep -n 'add()' src/calc.sh | cut -d: -f1): add() is wrong here\"; exit 1; }"; }"#;
 
 #[test]
 fn an_agent_that_needs_the_failing_line_itself_gets_it_as_an_excerpt() {
@@ -110,8 +111,10 @@ fn an_agent_that_needs_the_failing_line_itself_gets_it_as_an_excerpt() {
     run.expect_code(0);
     assert_eq!(run.attempts(), [1, 2], "{}", run.why());
     let second = fs::read_to_string(fixture.state("prompt-2.md")).unwrap();
+    // The excerpt is of the file as attempt 1 left it: the line it named is its line 5 (the
+    // base's file has two lines).
     assert!(
-        second.contains("`src/calc.sh`, lines 1-2:") && second.contains(">2 | add() {"),
+        second.contains("`src/calc.sh`, lines 1-5:") && second.contains(">5 | add() {"),
         "{second}"
     );
     let parts = &run.named("prompt.built")[1]["detail"]["parts"];

@@ -52,8 +52,19 @@ pub(super) fn build_prompt(
         if let Some(row) = made {
             parts.diff = previous_diff(host.repo_root(), row)?;
         }
+        // The failing attempt's own commit, whose line numbers the output names (the base when
+        // it left none).
+        let at = made
+            .and_then(|r| r.head.as_deref())
+            .and_then(|h| Oid::from_str(h).ok())
+            .unwrap_or(spec.base);
         let old = made.map(|r| PathBuf::from(&r.worktree));
-        parts.excerpts = lookback::excerpts(&previous.tail, worktree, old.as_deref());
+        let repo = Repository::open(host.repo_root()).map_err(|source| RunError::Git {
+            action: "open the repository".into(),
+            source,
+        })?;
+        parts.excerpts =
+            lookback::excerpts(&previous.tail, &repo, at, worktree, old.as_deref());
     }
     parts.lessons = super::lessons::for_prompt(host, task)?;
     parts.pinned = super::lessons::pinned(task, worktree);

@@ -4,7 +4,6 @@
 //! names (`path:line`, `path:line:col`, Python's `File "path", line N`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Component, Path};
 
 use git2::{DiffFormat, DiffOptions, Oid, Repository};
@@ -186,9 +185,21 @@ fn split_location(word: &str) -> Option<(&str, u32)> {
     Some((path, line))
 }
 
-/// Excerpts of the files `output` names that exist in `worktree` as text; `old_worktree` is
-/// where the failing attempt ran (absolute paths under it are read from `worktree` instead).
-pub(super) fn excerpts(output: &str, worktree: &Path, old_worktree: Option<&Path>) -> Vec<Excerpt> {
+/// Excerpts of the files `output` names, as commit `at` has them (the failing attempt's own
+/// commit: its line numbers are the ones the output names), when they are text there. A path is
+/// relative, or absolute under `worktree` (the new attempt's) or `old_worktree` (where the
+/// failing attempt ran). Reading from git, not the disk: no link or special file an agent left
+/// can lead the read anywhere.
+pub(super) fn excerpts(
+    output: &str,
+    repo: &Repository,
+    at: Oid,
+    worktree: &Path,
+    old_worktree: Option<&Path>,
+) -> Vec<Excerpt> {
+    let Ok(tree) = repo.find_commit(at).and_then(|c| c.tree()) else {
+        return Vec::new();
+    };
     // Windows per file, in the order the files are first named; overlapping ones merged.
     let mut order: Vec<String> = Vec::new();
     let mut lines: BTreeMap<String, Vec<u32>> = BTreeMap::new();
@@ -203,7 +214,7 @@ pub(super) fn excerpts(output: &str, worktree: &Path, old_worktree: Option<&Path
     }
     let mut out = Vec::new();
     for rel in order {
-        let Some(text) = read_text(worktree, &rel) else {
+        let Some(text) = read_text(repo, &tree, &rel) else {
             continue;
         };
         let all: Vec<&str> = text.lines().collect();
@@ -281,36 +292,19 @@ fn relative(path: &str, worktree: &Path, old_worktree: Option<&Path>) -> Option<
     Some(s)
 }
 
-/// The text of `rel` in `worktree`: a regular file (a link could lead out of the worktree), not
-/// too large, valid UTF-8 without NULs in its first 8 KiB.
-fn read_text(worktree: &Path, rel: &str) -> Option<String> {
-    let full = worktree.join(rel);
-    let meta = std::fs::symlink_metadata(&full).ok()?;
-    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+/// The text of `rel` in `tree`: a regular file (not a link, not a submodule), not too large,
+/// valid UTF-8 without NULs in its first 8 KiB.
+fn read_text(repo: &Repository, tree: &git2::Tree<'_>, rel: &str) -> Option<String> {
+    let entry = tree.get_path(Path::new(rel)).ok()?;
+    if !matches!(entry.filemode(), 0o100644 | 0o100755) {
         return None;
     }
-    // No component on the way may be a link either.
-    let mut at = worktree.to_path_buf();
-    for c in Path::new(rel).components() {
-        at.push(c);
-        if std::fs::symlink_metadata(&at)
-            .ok()?
-            .file_type()
-            .is_symlink()
-        {
-            return None;
-        }
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(&full)
-        .ok()?
-        .take(MAX_FILE_BYTES)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.iter().take(8192).any(|&b| b == 0) {
+    let blob = repo.find_blob(entry.id()).ok()?;
+    let bytes = blob.content();
+    if bytes.len() as u64 > MAX_FILE_BYTES || bytes.iter().take(8192).any(|&b| b == 0) {
         return None;
     }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(bytes.to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -344,19 +338,32 @@ see https://example.com:443/path and version 1.2:3
     }
 
     #[test]
-    fn excerpts_are_windows_of_text_files_inside_the_worktree() {
+    fn excerpts_are_windows_of_the_failing_commits_text_files() {
         let dir = tempfile::tempdir().expect("tempdir");
         let w = dir.path().join("new");
         std::fs::create_dir_all(w.join("src")).expect("mkdir");
+        let repo = Repository::init(&w).expect("init");
         let body: String = (1..=40).map(|n| format!("line {n}\n")).collect();
         std::fs::write(w.join("src/app.py"), &body).expect("write");
         std::fs::write(w.join("src/blob.bin"), b"a\0b\n").expect("write");
         std::fs::write(dir.path().join("outside.py"), &body).expect("write");
-        #[cfg(unix)]
-        std::os::unix::fs::symlink(dir.path().join("outside.py"), w.join("link.py")).expect("link");
+        std::os::unix::fs::symlink("../outside.py", w.join("link.py")).expect("link");
+        let mut index = repo.index().expect("index");
+        for f in ["src/app.py", "src/blob.bin", "link.py"] {
+            index.add_path(Path::new(f)).expect("add");
+        }
+        let tree = repo
+            .find_tree(index.write_tree().expect("tree"))
+            .expect("find");
+        let sig = git2::Signature::now("t", "t@example.com").expect("sig");
+        let at = repo
+            .commit(None, &sig, &sig, "c", &tree, &[])
+            .expect("commit");
+        // What the disk holds now is not what the commit says: the commit is read.
+        std::fs::write(w.join("src/app.py"), "changed since\n").expect("write");
         let out = "  File \"/old/slot/src/app.py\", line 20, in f\nsrc/app.py:22: boom\n\
                    src/blob.bin:1\n../outside.py:3\nlink.py:3\nsrc/app.py:99\nsrc/missing.py:1\n";
-        let ex = excerpts(out, &w, Some(Path::new("/old/slot")));
+        let ex = excerpts(out, &repo, at, &w, Some(Path::new("/old/slot")));
         assert_eq!(ex.len(), 1, "{ex:?}");
         let e = &ex[0];
         assert_eq!(
