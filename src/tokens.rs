@@ -41,13 +41,6 @@ pub(crate) fn estimate(text: &str) -> usize {
 /// The byte index (a char boundary) where the longest prefix of `text` whose [`estimate`] is at
 /// most `max_tokens` ends. It may end inside a word; a caller that cuts at lines steps back to
 /// one. Linear in the text, but for a bisection inside the piece where the budget runs out.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "for cutting a part to a budget; prompt::fit searches by estimate for now"
-    )
-)]
 pub(crate) fn prefix_within(text: &str, max_tokens: usize) -> usize {
     let budget = max_tokens.saturating_mul(UNIT);
     let mut spent = 0;

@@ -232,21 +232,33 @@ impl Ledger {
 /// before the first wildcard): `src/api/**` and `src/**` do, `docs/**` and `src/**` do not. A
 /// scope of every file overlaps nothing here: it would make every loop's lessons everyone's.
 pub(crate) fn scopes_overlap(a: &[String], b: &[String]) -> bool {
-    let every = |s: &[String]| s.is_empty() || s.iter().any(|p| p == "**");
+    // The whole directories a pattern names before its first wildcard: `src/api` of
+    // `src/api/**`, `src` of `src/ap*.rs`; none for `**/*.py` or `*.md`, which may match anywhere.
+    let dirs = |p: &str| -> Vec<String> {
+        let end = p.find(['*', '?', '[', '{']).unwrap_or(p.len());
+        let literal = &p[..end];
+        let whole = if end == p.len() {
+            literal
+        } else {
+            literal.rsplit_once('/').map_or("", |(d, _)| d)
+        };
+        whole
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let every = |s: &[String]| s.is_empty() || s.iter().any(|p| dirs(p).is_empty());
     if every(a) || every(b) {
         return false;
     }
-    let literal = |p: &str| -> String {
-        let end = p.find(['*', '?', '[', '{']).unwrap_or(p.len());
-        p[..end].to_string()
-    };
     a.iter().any(|x| {
-        let x = literal(x);
+        let x = dirs(x);
         b.iter().any(|y| {
-            let y = literal(y);
-            // A literal part that ends mid-name (`src/ap` of `src/ap*`) still only matches paths
-            // that begin with it.
-            x.starts_with(&y) || y.starts_with(&x)
+            let y = dirs(y);
+            // One is inside the other, component by component (`src` is not inside `srcx`).
+            let n = x.len().min(y.len());
+            x[..n] == y[..n]
         })
     })
 }
@@ -270,5 +282,11 @@ mod tests {
         assert!(!scopes_overlap(&s(&["docs/**"]), &s(&["src/**"])));
         assert!(!scopes_overlap(&s(&["**"]), &s(&["src/**"])));
         assert!(!scopes_overlap(&s(&[]), &s(&["src/**"])));
+        // A pattern that may match anywhere shares with no one; a name is a whole component.
+        assert!(!scopes_overlap(&s(&["**/*.py"]), &s(&["src/**"])));
+        assert!(!scopes_overlap(&s(&["*.md"]), &s(&["docs/**"])));
+        assert!(!scopes_overlap(&s(&["{src,lib}/**"]), &s(&["src/**"])));
+        assert!(!scopes_overlap(&s(&["src"]), &s(&["srcx/**"])));
+        assert!(scopes_overlap(&s(&["src/ap*.rs"]), &s(&["src/api/**"])));
     }
 }

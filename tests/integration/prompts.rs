@@ -163,7 +163,8 @@ fn an_agent_runs_the_checks_its_prompt_names_before_it_stops() {
     assert_eq!(run.attempts(), [1], "{}", run.why());
     assert_eq!(
         fs::read_to_string(fixture.state("ran")).unwrap(),
-        "sh tests/test_calc.sh\n"
+        // The test script reads $MVK_NONCE: the line sets it, as the gate's real run does.
+        "MVK_NONCE=local-check sh tests/test_calc.sh\n"
     );
     // The wrong fix failed the check, the right one passed it: the agent judged itself.
     assert_eq!(
@@ -342,6 +343,14 @@ fn lessons_of_one_run_reach_the_next_run_of_the_loop_and_no_unrelated_loop_nor_a
     // A lesson is in neither the change nor the digest.
     let grep = fixture.git(&["log", "-p", "--all", "--format=%B"]);
     assert!(!grep.contains(LEARNT), "a lesson reached the repository");
+    assert_eq!(digest_of(&fixture, "loops/t.kdl"), before);
+    // Nor is a lesson pinned into the loop's lessons file: its text is not drift.
+    fs::write(
+        fixture.root().join("loops/LESSONS.md"),
+        format!("- PINNED-3c: keep add() a one-liner.\n- {LEARNT}\n"),
+    )
+    .unwrap();
+    fixture.git(&["commit", "-q", "-am", "pin a lesson"]);
     assert_eq!(digest_of(&fixture, "loops/t.kdl"), before);
 }
 

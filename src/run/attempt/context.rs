@@ -63,11 +63,16 @@ pub(super) fn build_prompt(
             action: "open the repository".into(),
             source,
         })?;
-        parts.excerpts =
-            lookback::excerpts(&previous.tail, &repo, at, worktree, old.as_deref());
+        parts.excerpts = lookback::excerpts(&previous.tail, &repo, at, worktree, old.as_deref());
     }
     parts.lessons = super::lessons::for_prompt(host, task)?;
-    parts.pinned = super::lessons::pinned(task, worktree);
+    if task.lessons.is_some() {
+        let repo = Repository::open(host.repo_root()).map_err(|source| RunError::Git {
+            action: "open the repository".into(),
+            source,
+        })?;
+        parts.pinned = super::lessons::pinned(task, &repo, spec.base);
+    }
     let cx = PromptContext {
         goal: task.goal.clone(),
         task: task.name.clone(),
@@ -104,7 +109,15 @@ fn lineage_line(r: &AttemptRow) -> Lineage {
         .failure_json
         .as_deref()
         .and_then(|j| serde_json::from_str::<Failure>(j).ok())
-        .map(|f| f.criterion.lines().next().unwrap_or_default().to_string())
+        .map(|f| {
+            let line = f.criterion.lines().next().unwrap_or_default();
+            // One line each: a long criterion (a reviewer's blockers) is quoted whole elsewhere.
+            if line.chars().count() > 200 {
+                format!("{}…", line.chars().take(200).collect::<String>())
+            } else {
+                line.to_string()
+            }
+        })
         .unwrap_or_default();
     Lineage {
         attempt: r.number,
@@ -175,7 +188,19 @@ fn checks(run: &str, spec: &AttemptSpec<'_>, worktree: &Path) -> Result<Vec<Gate
         .gates
         .iter()
         .map(|g| {
-            let text = g.argv.join(" ");
+            let mut text = g.argv.join(" ");
+            // A script the command runs may read variables its command line does not name
+            // (`sh checks/scope.sh` reading `$MVK_BASE`): they are needed all the same.
+            for word in &g.argv {
+                let path = worktree.join(word.trim_start_matches("./"));
+                if !word.starts_with('-')
+                    && !word.contains("{{")
+                    && let Ok(Some(bytes)) = crate::run::exec::untrusted::read(&path, 64 * 1024)
+                {
+                    text.push(' ');
+                    text.push_str(&String::from_utf8_lossy(&bytes));
+                }
+            }
             let mut env: Vec<String> = mvk_vars
                 .iter()
                 .filter(|(k, _)| mentions(&text, k))
@@ -188,7 +213,9 @@ fn checks(run: &str, spec: &AttemptSpec<'_>, worktree: &Path) -> Result<Vec<Gate
                     format!("{k}={}", crate::plan::shell_words(std::slice::from_ref(v)))
                 }
             }));
-            let mut scripts: Vec<String> = text
+            let mut scripts: Vec<String> = g
+                .argv
+                .join(" ")
                 .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ';' | '(' | ')'))
                 .map(|w| w.trim_start_matches("./"))
                 .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.starts_with('$'))

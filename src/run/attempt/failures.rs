@@ -47,6 +47,9 @@ pub(super) fn signalled_by_gate(
     Ok(Some(f))
 }
 
+/// A rejection's blockers a later prompt quotes, at most.
+const MAX_BLOCKERS: usize = 10;
+
 /// The signature part of an attempt failed because processes its agent or a gate left outlasted
 /// mvk's sweep of them.
 pub(crate) const ESCAPEES_SURVIVED: &str = "escapees-survived";
@@ -72,6 +75,24 @@ pub(crate) fn escaped_gate(attempt: u32, run: &GateRun) -> Failure {
 /// A reviewer's rejection as the failure the next attempt is told about; the same blockers
 /// again are the same failure.
 pub(super) fn review_failure(attempt: u32, blockers: Vec<prompt::Blocker>) -> Failure {
+    // A reviewer's words are quoted in every later prompt's fixed part: bounded, so a verbose
+    // one cannot crowd the budget out.
+    let cut = |s: &str, n: usize| {
+        if s.chars().count() > n {
+            format!("{}…", s.chars().take(n).collect::<String>())
+        } else {
+            s.to_string()
+        }
+    };
+    let blockers: Vec<prompt::Blocker> = blockers
+        .into_iter()
+        .take(MAX_BLOCKERS)
+        .map(|b| prompt::Blocker {
+            category: cut(&b.category, 40),
+            evidence: cut(&b.evidence, 400),
+            location: cut(&b.location, 160),
+        })
+        .collect();
     let parts: Vec<String> = blockers
         .iter()
         .map(|b| format!("{}|{}|{}", b.category, b.location, b.evidence))

@@ -3,7 +3,6 @@
 //! out: the lessons recorded with their run, task, attempt and author, and those a later prompt
 //! shows (see [`crate::ledger::scopes_overlap`] for which are related).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::AttemptSpec;
@@ -25,7 +24,7 @@ const MAX_LESSON_CHARS: usize = 1200;
 /// Lessons a prompt considers (the budget's lesson share cuts them further).
 const CANDIDATES: usize = 50;
 /// Read of a pinned lessons file, at most.
-const MAX_PINNED_BYTES: u64 = 32 * 1024;
+const MAX_PINNED_BYTES: usize = 32 * 1024;
 
 /// The lessons file [`prepare`] makes in `dir`.
 pub(crate) fn file_in(dir: &Path) -> PathBuf {
@@ -130,7 +129,9 @@ pub(crate) fn for_prompt(host: &impl Host, task: &Task) -> Result<Vec<Lesson>, R
 fn lesson(r: &LessonRow) -> Lesson {
     Lesson {
         id: r.id,
-        text: r.text.clone(),
+        // Indented under its bullet: a line of an agent's note cannot open a section of the
+        // prompt (`## Rules …`) that reads as mvk's.
+        text: r.text.replace('\n', "\n  "),
         source: format!(
             "{}, task `{}`, attempt {}, {}",
             r.file, r.task, r.attempt, r.author
@@ -138,28 +139,27 @@ fn lesson(r: &LessonRow) -> Lesson {
     }
 }
 
-/// The text of the loop's pinned lessons file as `worktree` has it (the attempt's base), when
-/// the loop names one and it is there.
-pub(crate) fn pinned(task: &Task, worktree: &Path) -> Option<String> {
+/// The text of the loop's pinned lessons file as commit `base` has it (the attempt's base),
+/// when the loop names one and it is a regular file there.
+pub(crate) fn pinned(task: &Task, repo: &git2::Repository, base: git2::Oid) -> Option<String> {
     let path = task.lessons.as_deref()?;
-    let text = read_regular(&worktree.join(path), MAX_PINNED_BYTES)?;
+    let tree = repo.find_commit(base).and_then(|c| c.tree()).ok()?;
+    let entry = tree.get_path(Path::new(path)).ok()?;
+    if !matches!(entry.filemode(), 0o100644 | 0o100755) {
+        return None;
+    }
+    let blob = repo.find_blob(entry.id()).ok()?;
+    let bytes = &blob.content()[..blob.content().len().min(MAX_PINNED_BYTES)];
+    let text = String::from_utf8_lossy(bytes);
     let t = text.trim();
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// `path`'s text, when it is a regular file (not a link an agent put there), read up to `max`
-/// bytes; invalid UTF-8 is replaced.
+/// `path`'s text, when it is a regular file, read up to `max` bytes through a descriptor that
+/// never follows a link (an agent may have put one there, even after a check); invalid UTF-8 is
+/// replaced.
 fn read_regular(path: &Path, max: u64) -> Option<String> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(max)
-        .read_to_end(&mut bytes)
-        .ok()?;
+    let bytes = crate::run::exec::untrusted::read(path, max).ok()??;
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 

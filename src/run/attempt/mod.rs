@@ -160,6 +160,7 @@ pub(crate) async fn run_attempt(
     let mut refused: Option<String>;
     let (outcome, started) = loop {
         let Some(limit) = budgets.time_left(host.started(&task.name)) else {
+            lessons::collect(host, spec, "maker", &lessons_file)?;
             return finish_wall(host, ledger_id, branch, None, usage, retries).await;
         };
         let timeout = spec.agent.timeout.min(limit);
@@ -207,6 +208,7 @@ pub(crate) async fn run_attempt(
                     gave_up: Some(true),
                 },
             )?;
+            lessons::collect(host, spec, "maker", &lessons_file)?;
             return finish_wall(host, ledger_id, branch, None, usage, retries).await;
         }
         host.emit(
@@ -235,8 +237,11 @@ pub(crate) async fn run_attempt(
         Termination::TimedOut => (None, true),
     };
     let duration = started.elapsed();
-    // What it learnt outlives the attempt, whatever the attempt's verdict.
-    lessons::collect(host, spec, "maker", &lessons_file)?;
+    // What it learnt outlives the attempt, whatever the attempt's verdict; not when processes it
+    // left may still be writing the file.
+    if !survived {
+        lessons::collect(host, spec, "maker", &lessons_file)?;
+    }
 
     // Whatever the agent left is kept on the attempt's branch (unless its objects were
     // refused: its commits cannot be read then; or a process it left may still be changing

@@ -260,10 +260,9 @@ pub(crate) async fn review(
         })?,
         None => Vec::new(),
     };
-    let max = usize::try_from(budgets.context_tokens)
-        .unwrap_or(usize::MAX)
-        .saturating_mul(4);
-    let diff = diff_text(host.repo_root(), spec.base, head, max / 2)?;
+    // Half the budget, counted as the maker's prompt is (not bytes ÷ 4).
+    let max = usize::try_from(budgets.context_tokens).unwrap_or(usize::MAX) / 2;
+    let diff = diff_text(host.repo_root(), spec.base, head, max)?;
     // Where the review runs: see below.
     let isolated = host.pool_root().join(format!(
         "review-{}-{}-{}",
@@ -420,7 +419,9 @@ pub(crate) async fn review(
         })
         .await?;
     drop(window);
-    attempt::lessons::collect(host, spec, "reviewer", &lessons_file)?;
+    if !escapees {
+        attempt::lessons::collect(host, spec, "reviewer", &lessons_file)?;
+    }
     let verdict = match outcome.termination {
         _ if signalled > 0 => unknown(&format!(
             "the reviewer (or what it ran) sent mvk {signalled} stop signal(s); its verdict is not taken"
@@ -648,7 +649,12 @@ fn configures_agents(path: &Path) -> bool {
 }
 
 /// The change from `base` to `head` as a unified diff, cut to `max` bytes with a note saying so.
-fn diff_text(repo_root: &Path, base: Oid, head: Oid, max: usize) -> Result<String, RunError> {
+fn diff_text(
+    repo_root: &Path,
+    base: Oid,
+    head: Oid,
+    max_tokens: usize,
+) -> Result<String, RunError> {
     let git = |action: &str| {
         let action = action.to_string();
         move |source| RunError::Git { action, source }
@@ -673,12 +679,9 @@ fn diff_text(repo_root: &Path, base: Oid, head: Oid, max: usize) -> Result<Strin
     })
     .map_err(git("print the attempt's diff"))?;
     let text = String::from_utf8_lossy(&out).into_owned();
-    if text.len() <= max {
+    let cut = crate::tokens::prefix_within(&text, max_tokens);
+    if cut >= text.len() {
         return Ok(text);
-    }
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
     }
     Ok(format!(
         "{}\n[… the diff goes on for {} more bytes, cut to fit the context budget; `git diff HEAD~1 HEAD` shows the whole change (HEAD~1 is the base)]\n",
