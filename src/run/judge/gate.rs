@@ -204,10 +204,15 @@ pub(crate) async fn run_gate_counted(
         Ok(o) => o,
         // A program the attempt's worktree lacks (an untracked `.venv/bin/python`), or one it
         // may not execute: the gate fails, saying so, and the attempt with it; never mvk.
+        // (A spawn that failed for want of memory or processes is mvk's trouble, not the gate's.)
         Err(
             source @ (crate::run::exec::process::ProcessError::ProgramNotFound { .. }
             | crate::run::exec::process::ProcessError::Spawn { .. }),
-        ) => return cannot_start(gate, cx, &source),
+        ) if !matches!(&source, crate::run::exec::process::ProcessError::Spawn { source: e, .. }
+            if e.kind() != std::io::ErrorKind::PermissionDenied) =>
+        {
+            return cannot_start(gate, cx, &source);
+        }
         Err(source) => {
             return Err(GateError::Process {
                 gate: gate.name.clone(),
