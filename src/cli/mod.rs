@@ -22,6 +22,7 @@ pub(crate) mod man;
 pub(crate) mod mcp;
 pub(crate) mod plan;
 pub(crate) mod printer;
+pub(crate) mod progress;
 pub(crate) mod reading;
 pub mod reference;
 pub(crate) mod repo;
