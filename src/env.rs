@@ -4,8 +4,13 @@
 pub(crate) const MVK_REPO: &str = "MVK_REPO";
 /// Disables colour in diagnostics when set to anything non-empty (<https://no-color.org>).
 pub(crate) const NO_COLOR: &str = "NO_COLOR";
-/// The terminal width diagnostics are wrapped to.
+/// The terminal width diagnostics are wrapped to, and the live view of a run when the terminal
+/// does not say.
 pub(crate) const COLUMNS: &str = "COLUMNS";
+/// Off a terminal, how long a step of a run (an agent, a gate, a reviewer) goes on before a
+/// line says it still does, and then again each time as long: `30s` (the default), `1m`,
+/// `500ms`, or a number of seconds.
+pub(crate) const MVK_PROGRESS_EVERY: &str = "MVK_PROGRESS_EVERY";
 /// Where attempt worktrees are pooled, per repository (default: the user's cache directory).
 pub(crate) const MVK_WORKTREE_ROOT: &str = "MVK_WORKTREE_ROOT";
 /// The user's cache directory, for the worktree pool.

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 
 use super::printer::Printer;
+use super::progress::Progress;
 use super::repo::{repository, shown_file};
 #[cfg(not(feature = "temporal"))]
 use super::running::without_temporal;
-use super::running::{Progress, execute, lock, refuse_library, run_error, sandbox_preflight};
+use super::running::{execute, lock, refuse_library, run_error, sandbox_preflight};
 use super::{Cli, CliError, Exit};
 use crate::run::driver::{self, RunOptions};
 
@@ -130,7 +131,9 @@ pub(crate) fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Ex
         },
         run_id,
     };
-    let progress = Progress::new(printer, args.json);
+    // Temporal's workers write the attempts' logs in their own clones.
+    let files = (args.executor == Executor::Local).then_some(opts.repo_root.as_path());
+    let progress = Progress::new(printer, args.json, &program, files);
     let executor = executor(args, &opts)?;
     execute(
         printer,

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::printer::Printer;
+use super::progress::Progress;
 use super::repo::{repository, shown_file};
-use super::running::{Progress, run_error, until_signal};
+use super::running::{run_error, until_signal};
 use super::{Cli, CliError, Exit};
 use crate::ledger::read::Reader;
 use crate::run::attempt::Failure;
@@ -115,7 +116,7 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
             .map(read_failure)
             .transpose()?,
     };
-    let progress = Progress::new(printer, args.json);
+    let progress = Progress::new(printer, args.json, &program, Some(&repo_root));
     let result = until_signal(driver::attempt_once(&program, &opts, &progress, &once))?;
     progress.finish();
     let once = match result {

@@ -22,6 +22,7 @@ pub(crate) mod man;
 pub(crate) mod mcp;
 pub(crate) mod plan;
 pub(crate) mod printer;
+pub(crate) mod progress;
 pub(crate) mod reading;
 pub mod reference;
 pub(crate) mod repo;
@@ -50,11 +51,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR", env = crate::env::MVK_REPO)]
     pub(crate) repo: Option<PathBuf>,
 
-    /// Print only errors.
+    /// Print only errors and the command's result (a run: its id and summary, with no
+    /// progress).
     #[arg(long, short, global = true, conflicts_with = "verbose")]
     pub(crate) quiet: bool,
 
-    /// Print more detail.
+    /// Print more detail (a run: every event, with its details as JSON).
     #[arg(long, short, global = true)]
     pub(crate) verbose: bool,
 

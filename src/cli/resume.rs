@@ -7,9 +7,10 @@ use std::path::Path;
 use clap::Args;
 
 use super::printer::Printer;
+use super::progress::Progress;
 use super::reading::open_ledger;
 use super::repo::repo_root;
-use super::running::{Progress, execute, lock, run_error};
+use super::running::{execute, lock, run_error};
 use super::{Cli, CliError, Exit};
 use crate::ledger::{Ledger, RunRow};
 use crate::run::driver::{self, ResumeFrom, RunOptions};
@@ -154,6 +155,17 @@ pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<
             !drift.is_empty(),
         )?),
     };
+    // What each task spent before this resume, which its budget counts (best effort: only
+    // the progress shown reads it).
+    let spent_before: std::collections::BTreeMap<String, (u64, f64)> = program
+        .tasks
+        .iter()
+        .filter_map(|t| {
+            let s = ledger.spent(&run.id, Some(&t.name)).ok()?;
+            let tokens = s.input_tokens.saturating_add(s.output_tokens);
+            Some((t.name.clone(), (tokens, s.usd_micros as f64 / 1e6)))
+        })
+        .collect();
     drop(ledger);
     let accepted = if drift.is_empty() {
         None
@@ -197,7 +209,10 @@ pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<
         drift: accepted,
         found: found.into(),
     };
-    let progress = Progress::new(printer, args.json);
+    // A run on Temporal writes its attempts' logs on the workers.
+    let files = elsewhere.is_none().then_some(opts.repo_root.as_path());
+    let progress = Progress::new(printer, args.json, &program, files);
+    progress.spent_before(spent_before);
     match elsewhere {
         None => execute(
             printer,

@@ -3,17 +3,14 @@
 //! runtime until it ends or a signal stops it, its progress shown, its report printed and its
 //! errors mapped to the contract's exit codes out.
 
-use std::io::{IsTerminal, Write as _};
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use super::printer::Printer;
+use super::progress::Progress;
 use super::{CliError, Exit};
-use crate::run::driver::{self, Observer, RunError, RunReport};
+use crate::run::driver::{self, RunError, RunReport};
 use crate::run::exec::process::ProcessError;
 use crate::run::git::land::LandError;
-use crate::run::trail::Line;
 use crate::run::worktree::WorktreeError;
 use crate::run_lock::{Holder, LockError, RunLock};
 
@@ -264,110 +261,5 @@ fn mark(o: driver::Outcome) -> &'static str {
         driver::Outcome::Skipped => "-",
         driver::Outcome::Human | driver::Outcome::Waiting => "?",
         _ => "✗",
-    }
-}
-
-/// An event as `--verbose` shows it: who, the event's name, its description, and its details.
-fn verbose_line(e: &Line, described: Option<&str>, who: &str) -> String {
-    let who = if who == "run" {
-        format!("run {}", e.run)
-    } else {
-        who.to_string()
-    };
-    let mut line = format!("{who}: [{}]", e.event);
-    if let Some(text) = described {
-        line.push(' ');
-        line.push_str(text);
-    }
-    let empty = e.detail.as_object().is_some_and(serde_json::Map::is_empty);
-    if !e.detail.is_null() && !empty {
-        line.push_str(&format!(" {}", e.detail));
-    }
-    line
-}
-
-/// Shows events: the run id on stdout as soon as it exists, then a live line on a terminal
-/// or plain lines otherwise, on stderr; with `--verbose`, every event with its details (the
-/// durations, tokens, log files) as JSON.
-pub(crate) struct Progress {
-    quiet: bool,
-    verbose: bool,
-    json: bool,
-    bar: Option<indicatif::ProgressBar>,
-    printed_id: Mutex<bool>,
-}
-
-impl Progress {
-    pub(crate) fn new(printer: &Printer, json: bool) -> Progress {
-        let quiet = printer.quiet();
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.enable_steady_tick(Duration::from_millis(120));
-            bar
-        });
-        Progress {
-            quiet,
-            verbose: printer.verbose(),
-            json,
-            bar,
-            printed_id: Mutex::new(false),
-        }
-    }
-
-    pub(crate) fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-    }
-
-    fn line(&self, text: &str) {
-        if self.quiet {
-            return;
-        }
-        match &self.bar {
-            Some(bar) => bar.println(text),
-            None => super::printer::err_line(text),
-        }
-    }
-}
-
-impl Observer for Progress {
-    fn event(&self, e: &Line) {
-        if (e.event == "run.started" || e.event == "run.resumed") && !self.json {
-            let mut printed = self
-                .printed_id
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !*printed {
-                // Not `println!`: it panics when standard output is a closed pipe.
-                let _ = writeln!(std::io::stdout().lock(), "{}", e.run);
-                *printed = true;
-            }
-        }
-        let who = match (&e.task, e.attempt) {
-            (Some(t), Some(a)) => format!("{t} #{a}"),
-            (Some(t), None) => t.clone(),
-            _ => "run".to_string(),
-        };
-        // `task.finished`, `task.stuck` and `run.finished` repeat what the summary says.
-        let shown = !matches!(
-            e.event.as_str(),
-            "task.finished" | "task.stuck" | "run.finished"
-        );
-        let described = crate::report::event_text::describe(&e.event, &e.detail);
-        let text = if self.verbose {
-            Some(verbose_line(e, described.as_deref(), &who))
-        } else {
-            described.filter(|_| shown).map(|t| match e.event.as_str() {
-                "run.started" | "run.resumed" => format!("run {}: {t}", e.run),
-                _ => format!("{who}: {t}"),
-            })
-        };
-        if let Some(bar) = &self.bar {
-            bar.set_message(format!("{who}: {}", e.event));
-        }
-        if let Some(t) = text {
-            self.line(&t);
-        }
     }
 }

@@ -69,25 +69,50 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
         Event::AgentFinished {
             timed_out,
             exit_code,
+            duration_ms,
+            tokens,
+            usd,
             ..
-        } => format!(
-            "agent {}",
-            if timed_out {
-                "timed out".to_string()
-            } else {
-                format!("exited {}", exit_code.map_or("null".into(), |c| c.to_string()))
+        } => {
+            let mut text = format!(
+                "agent {}",
+                if timed_out {
+                    "timed out".to_string()
+                } else {
+                    format!("exited {}", exit_code.map_or("null".into(), |c| c.to_string()))
+                }
+            );
+            // A line an older mvk wrote may lack the duration: then it says none.
+            if duration_ms > 0 {
+                text.push_str(&format!(" after {}", rounded(duration_ms)));
             }
-        ),
+            let usd = usd.filter(|u| *u > 0.0);
+            if tokens > 0 || usd.is_some() {
+                let mut spent = vec![format!("{tokens} tokens")];
+                spent.extend(usd.map(|u| crate::plan::format_usd((u * 1e6).round() as u64)));
+                text.push_str(&format!(" ({})", spent.join(", ")));
+            }
+            text
+        }
         Event::SealBreached { breaches } => {
             let paths: Vec<&str> = breaches.iter().map(|b| b.path.as_str()).collect();
             format!("seal breached: {}", paths.join(", "))
         }
         Event::GateFinished {
             gate,
+            phase,
             verdict,
             reason,
             ..
-        } => format!("gate {gate} {verdict}: {reason}"),
+        } => {
+            // The same gate runs again on the merged commit before it lands.
+            let on = if phase == "landing" {
+                " on what lands"
+            } else {
+                ""
+            };
+            format!("gate {gate} {verdict}{on}: {reason}")
+        }
         Event::AttemptFailed {
             kind, criterion, ..
         } => format!("failed ({kind}): {criterion}"),
@@ -143,4 +168,45 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
         _ => return None,
     };
     Some(text)
+}
+
+/// A step's duration as a person reads it: milliseconds under a second, whole seconds above.
+fn rounded(ms: u64) -> String {
+    let d = if ms < 1_000 {
+        Duration::from_millis(ms)
+    } else {
+        Duration::from_secs(ms / 1_000)
+    };
+    crate::plan::format_duration(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_end_says_how_long_it_ran_and_what_it_spent() {
+        let line = |detail: Value| describe("agent.finished", &detail).expect("described");
+        let d = serde_json::json!({"exit_code": 0, "duration_ms": 3_007, "tokens": 0});
+        assert_eq!(line(d), "agent exited 0 after 3s");
+        let d = serde_json::json!({"timed_out": true, "duration_ms": 90_500, "tokens": 1200, "usd": 0.013});
+        assert_eq!(line(d), "agent timed out after 1m30s (1200 tokens, $0.02)");
+        let d = serde_json::json!({"exit_code": 1, "duration_ms": 250, "usd": 0.0});
+        assert_eq!(line(d), "agent exited 1 after 250ms");
+        // An older mvk's line, without the duration.
+        assert_eq!(line(serde_json::json!({"exit_code": 0})), "agent exited 0");
+    }
+
+    #[test]
+    fn a_gate_run_again_on_what_lands_says_so() {
+        let gate = |phase: &str| {
+            let d = serde_json::json!({"gate": "tests", "phase": phase, "verdict": "pass", "reason": "exit code 0"});
+            describe("gate.finished", &d).expect("described")
+        };
+        assert_eq!(gate("gate"), "gate tests pass: exit code 0");
+        assert_eq!(
+            gate("landing"),
+            "gate tests pass on what lands: exit code 0"
+        );
+    }
 }

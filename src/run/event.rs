@@ -114,6 +114,9 @@ events! {
         epoch: u32,
         /// What a resume found half done: `judge` or `land`.
         pending: Option<String>,
+        /// Wall time the task used before the interruption, which its wall budget counts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        elapsed_ms: Option<u64>,
     },
     /// Accepted drift started the task over in a new epoch.
     TaskReplanned = "task.replanned" {

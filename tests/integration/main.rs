@@ -24,6 +24,7 @@ mod knots;
 mod landing;
 mod lessons;
 mod mcp;
+mod progress;
 mod prompts;
 mod reading;
 mod real_agents;

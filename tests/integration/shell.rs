@@ -223,7 +223,7 @@ fn verbose_shows_every_event_with_its_details_and_quiet_only_the_result() {
     };
     // Described events keep their words and gain their details: the duration, the log file.
     assert!(
-        line("agent.finished").contains("agent exited 0 {"),
+        line("agent.finished").contains("agent exited 0 after "),
         "{verbose}"
     );
     assert!(

@@ -195,6 +195,7 @@ impl<'a> Runner<'a> {
                     attempts: resume.progress.number,
                     epoch: resume.progress.epoch,
                     pending: resume.pending.as_ref().map(|p| p.name().to_string()),
+                    elapsed_ms: Some(crate::run::attempt::ms(resume.elapsed)),
                 },
             )?;
         } else {
