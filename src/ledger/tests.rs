@@ -982,6 +982,8 @@ fn shipped_migrations_never_change() {
         "89390a7422475a5c130e23467e9b6505ba37f29e53d4500dcc88c880e6477878",
         "45f3ae38eb380b7102f3ca5d3425c760af0cd83eb95e68ad5d11821ea44cfc0e",
         "b6761bc317ed8ef7d9b9824deb2bed7ca712933716efcfc5ad54f20c9a12d16a",
+        "c5782d5d092c98232aacb4ae95cfccd2901b586f40b0141a0724ca232ecf2182",
+        "762df956838b4fa5b8cc151031261429fcf14930a272ce60cc1a807d4993979d",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()
