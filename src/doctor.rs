@@ -50,7 +50,7 @@ pub(crate) struct Finding {
 pub(crate) fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding> {
     // (agent, its sandbox, whether it reviews), each distinct setting once.
     let mut agents: Vec<(&Agent, Option<&Sandbox>, bool)> = Vec::new();
-    let mut gates: Vec<&Gate> = Vec::new();
+    let mut gates: Vec<(&Gate, bool)> = Vec::new();
     let mut seen_agents = BTreeSet::new();
     let mut seen_gates = BTreeSet::new();
     for task in &program.tasks {
@@ -62,9 +62,10 @@ pub(crate) fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding>
                 agents.push((agent, sandbox, reviews));
             }
         }
-        for gate in task.gates.iter().chain(&task.merge.gates) {
+        for (i, gate) in task.gates.iter().chain(&task.merge.gates).enumerate() {
             if seen_gates.insert((gate.argv.clone(), gate.env.get("PATH").cloned())) {
-                gates.push(gate);
+                // A gate after another may run what the one before it made (`npm ci`, a build).
+                gates.push((gate, i > 0));
             }
         }
     }
@@ -72,7 +73,11 @@ pub(crate) fn check_program(program: &Program, repo_root: &Path) -> Vec<Finding>
         .into_iter()
         .map(|(a, sandbox, reviews)| check_agent(a, sandbox, reviews, repo_root))
         .collect();
-    out.extend(gates.into_iter().map(|g| check_gate(g, repo_root)));
+    out.extend(
+        gates
+            .into_iter()
+            .map(|(g, after_another)| check_gate(g, repo_root, after_another)),
+    );
     out.extend(check_sandbox(program));
     out
 }
@@ -251,8 +256,10 @@ fn codex_sandboxes_itself(agent: &Agent) -> bool {
     !bypass && mode.as_deref() != Some("danger-full-access")
 }
 
-/// One gate: its program is installed (a bare name on PATH, a path in the repository).
-pub(crate) fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
+/// One gate: its program is installed (a bare name on PATH, a path in the repository). A
+/// relative program the repository does not track fails the check, unless an earlier gate of
+/// its task (`after_another`) may make it.
+pub(crate) fn check_gate(gate: &Gate, repo_root: &Path, after_another: bool) -> Finding {
     let subject = format!("gate {}", gate.name);
     let Some(program) = gate.argv.first() else {
         return Finding {
@@ -275,7 +282,7 @@ pub(crate) fn check_gate(gate: &Gate, repo_root: &Path) -> Finding {
         // The main checkout has it, but the attempt's worktree holds tracked files only.
         Some(_) if program.contains('/') && !program.starts_with('/') && !tracked(repo_root, program) => Finding {
             subject,
-            level: Level::Fail,
+            level: if after_another { Level::Warn } else { Level::Fail },
             detail: format!("`{program}` is in the main checkout but git does not track it, so the attempt's worktree will not have it"),
             fix: Some("write the program's absolute path, or put it on PATH (for a virtualenv: activate it before `mvk apply` and name `python3`)".into()),
         },

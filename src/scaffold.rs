@@ -151,7 +151,8 @@ pub fn files_for(kind: ProjectKind, covers: &dyn Fn(&str) -> bool) -> Vec<(&'sta
     let seal = kind.seal(covers);
     let loop_text = format!(
         "// A starter loop written by `mvk init`: an agent makes the tests pass without touching\n\
-         // them. Check it with `mvk check {LOOP_FILE}`, run it with `mvk apply {LOOP_FILE}`.\n\
+         // them. Commit the loop files (attempts run from committed state), then check it with\n\
+         // `mvk check {LOOP_FILE}` and run it with `mvk apply {LOOP_FILE}`.\n\
          {imports}import \"agents.kdl\"\n\
          \n\
          loop fix-tests {{\n    \

@@ -94,13 +94,7 @@ pub(crate) fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Ex
     }
     let (program, warnings) = super::compile_for_run(cli, printer, &args.file)?;
     refuse_library(&program, &args.file)?;
-    // A seal that guards nothing, a scope that allows no file there is: found before money is.
-    if warnings.contains(&"mvk::matches-nothing") {
-        return Err(CliError::Usage {
-            message: "a `scope` or `seal` path matches no file git tracks (see the warning above); no attempt was made".into(),
-            hint: Some("fix the path, or add new=#true to the node if the task creates those files".into()),
-        });
-    }
+    super::refuse_paths_matching_nothing(&warnings)?;
     if args.executor == Executor::Temporal {
         refuse_human_rung(&program)?;
     }

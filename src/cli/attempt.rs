@@ -83,7 +83,8 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
     if let Some(parent) = args.with_parent {
         die_with_parent(parent)?;
     }
-    let program = super::compile(cli, printer, &args.file)?;
+    let (program, warnings) = super::compile_for_run(cli, printer, &args.file)?;
+    super::refuse_paths_matching_nothing(&warnings)?;
     super::running::refuse_library(&program, &args.file)?;
     let repo_root = repository(cli, &args.file)?;
     super::resume::close_all_dead_attempts(printer, &repo_root)?;
@@ -117,11 +118,16 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
             .transpose()?,
     };
     let progress = Progress::new(printer, args.json, &program, Some(&repo_root));
-    let result = until_signal(driver::attempt_once(&program, &opts, &progress, &once))?;
+    let result = until_signal(
+        driver::attempt_once(&program, &opts, &progress, &once),
+        |signal| {
+            super::running::record_stop(&repo_root, &opts.run_id, signal);
+        },
+    )?;
     progress.finish();
     let once = match result {
         Err(signal) => {
-            let by = super::running::record_stop(&repo_root, &opts.run_id, signal);
+            let by = crate::run::exec::signals::stop_name(signal).1;
             printer.error(&format!(
                 "stopped by {by}; every agent and gate this attempt started was stopped (nothing was landed)"
             ));

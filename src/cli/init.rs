@@ -31,6 +31,13 @@ pub(crate) fn init(cli: &Cli, printer: &Printer, args: &InitArgs) -> Result<Exit
 /// Build output, dependencies and version control are left out, and the walk is bounded (a
 /// huge tree gets the seal of what was seen).
 fn project_files(dir: &std::path::Path) -> Vec<String> {
+    // In a repository, what git tracks: what an attempt's worktree holds, and what the seal's
+    // check (`mvk::matches-nothing`) is made against; an ignored `.tox/…/conftest.py` is neither.
+    if git2::Repository::open(dir).is_ok_and(|r| !r.is_bare())
+        && let Ok(files) = crate::resolve::repo::list_files(dir)
+    {
+        return files;
+    }
     const SKIP: &[&str] = &[
         ".git",
         ".mvk",
@@ -120,7 +127,7 @@ fn init_in(printer: &Printer, dir: &std::path::Path) -> Result<Exit, CliError> {
     }
     let shown = |p: &str| dir.join(p).display().to_string();
     printer.status(&format!(
-        "next: edit `{}` (the agent's command), then `mvk check {}` and `mvk apply {}`",
+        "next: edit `{}` (the agent's command), commit the loop files (`git add loops && git commit`: attempts run from committed state), then `mvk check {}` and `mvk apply {}`",
         shown(scaffold::AGENTS_FILE),
         shown(scaffold::LOOP_FILE),
         shown(scaffold::LOOP_FILE)

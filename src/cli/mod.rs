@@ -131,6 +131,18 @@ pub(crate) fn compile(
     compile_for_run(cli, printer, file).map(|(p, _)| p)
 }
 
+/// Refuses to spend money on a program with a seal that guards nothing or a scope that looks
+/// misspelt (`mvk::matches-nothing` among `warnings`): found before any attempt.
+pub(crate) fn refuse_paths_matching_nothing(warnings: &[&str]) -> Result<(), CliError> {
+    if warnings.contains(&"mvk::matches-nothing") {
+        return Err(CliError::Usage {
+            message: "a `seal` path, or a `scope` path that looks misspelt, matches no file git tracks (see the warning above); no attempt was made".into(),
+            hint: Some("fix the path; if the task creates those files, add new=#true to the node; loop files `mvk init` just wrote must be committed first".into()),
+        });
+    }
+    Ok(())
+}
+
 /// [`compile`], with the codes of the warnings it printed: a command that spends money stops
 /// on some of them.
 pub(crate) fn compile_for_run(

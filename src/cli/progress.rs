@@ -233,13 +233,16 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A line on standard error, above the live view when there is one.
+    /// A line on standard error, above the live view when there is one. Made plain text
+    /// first: what it quotes (a file name an agent chose, a reviewer's words) must not move the
+    /// cursor or retitle the terminal.
     fn line(&self, text: &str) {
+        let text = plain(text);
         match &self.live {
             Some(live) => {
-                let _ = live.println(text);
+                let _ = live.println(&text);
             }
-            None => err_line(text),
+            None => err_line(&text),
         }
     }
 
@@ -592,7 +595,7 @@ impl Shared {
     /// The last lines of the log of a gate that did not pass, ending with the log's path.
     fn gate_tail(&self, log: &str) -> Vec<String> {
         let path = Path::new(log);
-        let Ok(text) = crate::run::judge::gate::tail_of(path, GATE_TAIL_BYTES) else {
+        let Some(text) = tail_untrusted(path, GATE_TAIL_BYTES) else {
             return Vec::new();
         };
         let mut lines: Vec<String> = last_lines(&text, GATE_TAIL_LINES)
@@ -770,8 +773,28 @@ fn short_count(n: u64) -> String {
 
 /// The last line of a log with something in it, as plain text (see [`clean`]).
 fn last_line(path: &Path) -> Option<String> {
-    let text = crate::run::judge::gate::tail_of(path, LAST_LINE_BYTES).ok()?;
+    let text = tail_untrusted(path, LAST_LINE_BYTES)?;
     last_lines(&text, 1).pop()
+}
+
+/// The last `max` bytes of the log at `path` (lossy UTF-8), when it is a regular file: opened
+/// without following a link or waiting on a FIFO an agent or a gate may have put there.
+fn tail_untrusted(path: &Path, max: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let crate::run::exec::untrusted::Found::Regular(mut file, size) =
+        crate::run::exec::untrusted::open(path).ok()?
+    else {
+        return None;
+    };
+    file.seek(SeekFrom::Start(size.saturating_sub(max))).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `text`, each of its lines made plain (see [`clean`]).
+pub(crate) fn plain(text: &str) -> String {
+    text.split('\n').map(clean).collect::<Vec<_>>().join("\n")
 }
 
 /// The last `n` lines of `text` with something in them, as plain text.

@@ -92,12 +92,14 @@ pub(crate) fn execute(
     (repo_root, run_id): (&Path, &str),
     run: impl std::future::Future<Output = Result<RunReport, RunError>>,
 ) -> Result<Exit, CliError> {
-    let result = until_signal(run)?;
+    let result = until_signal(run, |signal| {
+        record_stop(repo_root, run_id, signal);
+    })?;
     progress.finish();
     let report = match result {
         // Dropping the run killed every process group it had started.
         Err(signal) => {
-            let by = record_stop(repo_root, run_id, signal);
+            let by = crate::run::exec::signals::stop_name(signal).1;
             printer.error(&format!(
                 "stopped by {by}; every agent and gate this run started was stopped (continue the run with `mvk resume {run_id}`)"
             ));
@@ -112,7 +114,8 @@ pub(crate) fn execute(
         })?;
         printer.out(&text);
     } else {
-        printer.out(&summary(&report));
+        // The summary quotes what agents and reviewers wrote: plain text only.
+        printer.out(&super::progress::plain(&summary(&report)));
     }
     Ok(Exit::from_code(report.exit_code))
 }
@@ -121,6 +124,7 @@ pub(crate) fn execute(
 /// SIGQUIT came first (dropping the run stops every process it started).
 pub(crate) fn until_signal<T>(
     run: impl std::future::Future<Output = T>,
+    on_stop: impl FnOnce(i32),
 ) -> Result<Result<T, i32>, CliError> {
     Ok(runtime()?.block_on(async {
         // Ctrl-C, `kill`, a CI cancel or a closed terminal: stop every process the run started.
@@ -131,7 +135,12 @@ pub(crate) fn until_signal<T>(
         };
         tokio::select! {
             r = run => Ok(r),
-            signal = stop.stopped() => Err(signal),
+            // Recorded at once: a second Ctrl-C, or CI's SIGKILL after its grace period, may
+            // end the process while the run's processes are being stopped.
+            signal = stop.stopped() => {
+                on_stop(signal);
+                Err(signal)
+            }
         }
     }))
 }

@@ -138,7 +138,7 @@ fn waiting(w: &Waiting) -> String {
             format!("task{} {}", plural(after.len() as u64), after.join(", "))
         }
         Waiting::Start { reason, .. } => reason.clone(),
-        Waiting::Resume { command } => format!("`{command}` (the process died)"),
+        Waiting::Resume { command } => format!("`{command}` (its process is gone)"),
         Waiting::AnotherAttempt { command } => {
             format!("`{command}` (the attempt's process died; an attempt is not resumed)")
         }

@@ -28,6 +28,8 @@ pub(crate) const STUCK_REPEATS: usize = 2;
 pub(crate) enum Pattern {
     /// A stop signal from outside ended its process: a person's (or a supervisor's) stop.
     Stopped,
+    /// mvk stopped on its own error (exit 70), its tasks left for `mvk resume`.
+    Error,
     SilentDeath,
     Stuck,
     Runaway,
@@ -38,6 +40,7 @@ impl Pattern {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Pattern::Stopped => "stopped",
+            Pattern::Error => "mvk's own error",
             Pattern::SilentDeath => "silent death",
             Pattern::Stuck => "stuck",
             Pattern::Runaway => "runaway",

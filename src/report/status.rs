@@ -191,7 +191,19 @@ pub(crate) fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<St
     for a in &attempts {
         spent.add_attempt(a, &costs);
     }
-    let diagnosis = diagnose(run, &live, &tasks, &attempts);
+    let mut diagnosis = diagnose(run, &live, &tasks, &attempts);
+    // A run that stopped on mvk's own error says so (its tasks wait for `mvk resume`), not a
+    // silent death.
+    if let Some(last) = events.last()
+        && let Some(Event::RunStopped { error, .. }) = Event::read(&last.event, &last.detail)
+        && matches!(live, Liveness::Interrupted { .. })
+    {
+        diagnosis = Some(crate::report::diagnosis::Diagnosis {
+            pattern: crate::report::diagnosis::Pattern::Error,
+            task: None,
+            reason: format!("mvk stopped on its own error: {error}"),
+        });
+    }
     Ok(Status {
         schema: SCHEMA,
         run: run.id.clone(),

@@ -298,7 +298,13 @@ fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: 
             if let Some(better) = &better {
                 help.push_str(&format!("did you mean `{better}`? "));
             }
-            let code = if field == "seal" || better.is_some() {
+            // A scope is stopped on only when it is a slip of the pen for a place that exists
+            // (`scr/**`, `test/**`): `src-tauri/**` or `srcgen/` are new places, not typos.
+            let misspelt = better.as_deref().is_some_and(|b| {
+                let first = |p: &str| p.split('/').next().unwrap_or_default().to_string();
+                edit_distance(&first(pattern), &first(b)) <= 2
+            });
+            let code = if field == "seal" || misspelt {
                 "mvk::matches-nothing"
             } else {
                 "mvk::scope-matches-nothing"
@@ -331,7 +337,8 @@ fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: 
 
 /// Whether `pattern` covers one of `files` (sorted): a plain path by search, a glob by a scan.
 fn covers_any(pattern: &str, files: &[String]) -> bool {
-    if !pattern.contains(['*', '?', '[', '{']) {
+    // The fast path reads a plain path as written; `./tests` or an escape go through the rules.
+    if !pattern.contains(['*', '?', '[', '{', '\\']) && !pattern.starts_with("./") {
         let dir = format!("{pattern}/");
         let at = files.partition_point(|f| f.as_str() < pattern);
         return files[at..]
@@ -343,6 +350,22 @@ fn covers_any(pattern: &str, files: &[String]) -> bool {
         return true; // reported as a bad glob already
     };
     files.iter().any(|f| set.covers(f))
+}
+
+/// The Levenshtein distance of two short names (transposing two letters counts 2).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// `pattern` with its first component replaced by the nearest one the repository has

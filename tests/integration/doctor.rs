@@ -339,3 +339,34 @@ fn a_gate_program_the_worktree_will_not_have_is_refused_first_and_fails_its_gate
     let doc: Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_ne!(doc["tasks"][0]["state"], "running", "{doc}");
 }
+
+/// A tracked gate script that cannot be executed (no `#!` line) fails its gate, saying why;
+/// mvk does not stop on its own error (70) with the task left running.
+#[test]
+fn a_gate_script_without_an_interpreter_line_fails_its_gate_not_mvk() {
+    let loop_text = crate::support::loop_kdl(
+        &crate::support::agent_def("bot", "fix.sh", &[]),
+        true,
+        r#"gate tests evidence=none { run "checks/bare"; }"#,
+        "budget iterations=2",
+    );
+    let fixture = Fixture::new(&loop_text);
+    let script = fixture.root().join("checks/bare");
+    fs::write(&script, "exit 0\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    fixture.git(&["add", "checks/bare"]);
+    fixture.git(&["commit", "-q", "-m", "a script without #!"]);
+    let run = fixture.run_mvk(&["apply", "loops/t.kdl", "--no-doctor"], &[]);
+    assert!(
+        matches!(run.code, 1 | 2),
+        "not mvk's own error: {}\n{}",
+        run.code,
+        run.why()
+    );
+    let gate = &run.named("gate.finished")[0]["detail"];
+    assert_eq!(gate["verdict"], "fail", "{gate}");
+    assert!(
+        gate["reason"].as_str().unwrap().contains("could not start"),
+        "{gate}"
+    );
+}

@@ -205,6 +205,17 @@ fn a_path_that_matches_nothing_is_caught_before_money_is_spent() {
     );
     assert!(text.contains("matches no file at the base"), "{text}");
 
+    // `./tests` is `tests/`; a scope of a new place near an existing name is advice, not a stop.
+    let near = loop_kdl(&agent_def("bot", "fix.sh", &[]), true, TESTS_GATE, "").replace(
+        "seal \"tests/**\"",
+        "seal \"./tests\"\n    scope \"src-tauri/**\"",
+    );
+    let h = Fixture::new(&near);
+    let out = h.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("mvk::matches-nothing"), "{err}");
+    assert!(err.contains("mvk::scope-matches-nothing"), "{err}");
+
     let declared = loop_kdl(&agent_def("bot", "fix.sh", &[]), true, TESTS_GATE, "").replace(
         "seal \"tests/**\"",
         "seal \"tests/**\"\n    scope \"src/new/**\" new=#true",

@@ -447,7 +447,7 @@ fn a_killed_run_is_interrupted_and_diagnosed_as_a_silent_death() {
     assert!(text.contains("  diagnosis: silent death: "), "{text}");
     assert!(
         text.contains(&format!(
-            "  waiting for: `mvk resume {id}` (the process died)"
+            "  waiting for: `mvk resume {id}` (its process is gone)"
         )),
         "{text}"
     );

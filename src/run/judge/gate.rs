@@ -204,12 +204,13 @@ pub(crate) async fn run_gate_counted(
         Ok(o) => o,
         // A program the attempt's worktree lacks (an untracked `.venv/bin/python`), or one it
         // may not execute: the gate fails, saying so, and the attempt with it; never mvk.
-        // (A spawn that failed for want of memory or processes is mvk's trouble, not the gate's.)
+        // Whatever keeps the program from starting (missing, not executable, no `#!` line) is
+        // the gate's failure; a spawn that failed for want of memory or processes is mvk's.
         Err(
             source @ (crate::run::exec::process::ProcessError::ProgramNotFound { .. }
             | crate::run::exec::process::ProcessError::Spawn { .. }),
         ) if !matches!(&source, crate::run::exec::process::ProcessError::Spawn { source: e, .. }
-            if e.kind() != std::io::ErrorKind::PermissionDenied) =>
+            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::OutOfMemory)) =>
         {
             return cannot_start(gate, cx, &source);
         }
