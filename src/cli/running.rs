@@ -48,6 +48,19 @@ pub(crate) fn refuse_library(program: &crate::ir::Program, file: &Path) -> Resul
             hint: Some("name a file with a `loop` or a `flow` that imports this one".into()),
         });
     }
+    // A flow whose fan-outs matched no file has nothing to run (`check` warned of each).
+    if program.tasks.is_empty() {
+        return Err(CliError::Usage {
+            message: format!(
+                "`{}` has no task to run: its fan-outs (`each=`) match no file",
+                file.display()
+            ),
+            hint: Some(
+                "fix the `each` glob (see the warning above), or add the files it is meant to find"
+                    .into(),
+            ),
+        });
+    }
     Ok(())
 }
 

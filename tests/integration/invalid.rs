@@ -228,3 +228,21 @@ fn a_path_that_matches_nothing_is_caught_before_money_is_spent() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A flow whose only fan-out matches no file has nothing to run: `apply` says so, where it
+/// failed saying the target branch `HEAD` did not exist.
+#[test]
+fn a_flow_whose_fan_out_matches_nothing_is_refused_with_the_reason() {
+    use crate::support::Fixture;
+    let text = concat!(
+        "agent bot timeout=\"30s\" { run \"sh\" \"-c\" \"true\"; }\n",
+        "flow t {\n    task port each=\"items/*.txt\" {\n        goal \"Port {{item}}.\"\n",
+        "        agent bot\n        scope \"{{item}}\"\n",
+        "        gate ported evidence=none { run \"true\"; }\n    }\n}\n",
+    );
+    let f = Fixture::new(text);
+    let out = f.mvk().args(["apply", "loops/t.kdl"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("has no task to run: its fan-outs"), "{err}");
+}
