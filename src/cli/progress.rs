@@ -42,6 +42,24 @@ const TAIL_LINE_CHARS: usize = 400;
 pub(crate) struct Progress {
     shared: Arc<Shared>,
     ticker: Mutex<Option<Ticker>>,
+    /// The terminal's settings before the live view turned off the echo of control characters.
+    echo: Mutex<Option<rustix::termios::Termios>>,
+}
+
+/// Turns off the terminal's echo of control characters (`^C`) while the live view is drawn:
+/// the echo moves the cursor under indicatif's feet, and Ctrl-C left a stale line with its
+/// spinner above the run's last words. The settings before, to put back.
+fn quiet_control_echo() -> Option<rustix::termios::Termios> {
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    let stderr = std::io::stderr();
+    let before = tcgetattr(&stderr).ok()?;
+    if !before.local_modes.contains(LocalModes::ECHOCTL) {
+        return None;
+    }
+    let mut quiet = before.clone();
+    quiet.local_modes.remove(LocalModes::ECHOCTL);
+    tcsetattr(&stderr, OptionalActions::Now, &quiet).ok()?;
+    Some(before)
 }
 
 /// The thread that redraws the live view, or writes heartbeats off a terminal.
@@ -161,9 +179,11 @@ impl Progress {
             state: Mutex::new(State::default()),
         });
         let ticker = (!quiet).then(|| Ticker::start(&shared)).flatten();
+        let echo = shared.live.as_ref().and_then(|_| quiet_control_echo());
         Progress {
             shared,
             ticker: Mutex::new(ticker),
+            echo: Mutex::new(echo),
         }
     }
 
@@ -191,6 +211,18 @@ impl Progress {
         }
         if let Some(live) = &self.shared.live {
             let _ = live.clear();
+        }
+        let before = self
+            .echo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(before) = before {
+            let _ = rustix::termios::tcsetattr(
+                std::io::stderr(),
+                rustix::termios::OptionalActions::Now,
+                &before,
+            );
         }
     }
 }

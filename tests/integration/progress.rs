@@ -193,6 +193,27 @@ fn a_terminal_shows_each_running_task_live_and_keeps_one_clean_line_per_step() {
     assert!(all.contains("✓ t: "), "{all}");
 }
 
+/// Regression: Ctrl-C left the live entry's first line, spinner and all, above the run's last
+/// words (the terminal's `^C` echo moved the cursor under the live view); and the terminal's
+/// settings are given back as they were.
+#[test]
+fn ctrl_c_on_a_terminal_leaves_no_live_entry_behind() {
+    let fixture = talking_fixture();
+    let tmux = Tmux::start(&fixture, &[]);
+    tmux.wait_for("live entry", |s| s.contains("agent.out: reading"));
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.tmux(&["send-keys", "C-c"]);
+    tmux.wait_for("end of mvk", |s| s.contains("[mvk exited "));
+    let all = tmux.everything();
+    assert!(all.contains("[mvk exited 130]"), "{all}");
+    assert!(all.contains("stopped by SIGINT (Ctrl-C)"), "{all}");
+    assert!(!has_glyph(&all), "a spinner glyph was left:\n{all}");
+    assert!(
+        !all.contains("running ·"),
+        "the live entry was left:\n{all}"
+    );
+}
+
 /// Regression: off a terminal nothing was written until the agent exited.
 #[test]
 fn off_a_terminal_a_long_step_says_where_it_is_at_the_heartbeats_interval() {
