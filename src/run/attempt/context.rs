@@ -37,7 +37,19 @@ pub(super) fn build_prompt(
     let lineage = earlier.iter().map(|r| lineage_line(r)).collect();
     let failure = spec.previous.map(Failure::to_prompt);
     let mut parts = Cuttable::default();
-    if let Some(previous) = spec.previous {
+    // Opened once, and only when something is read from git: a first attempt of a loop without
+    // a pinned lessons file needs nothing of it.
+    let repo = if spec.previous.is_some() || task.lessons.is_some() {
+        Some(
+            Repository::open(host.repo_root()).map_err(|source| RunError::Git {
+                action: "open the repository".into(),
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+    if let (Some(previous), Some(repo)) = (spec.previous, repo.as_ref()) {
         // A rejection's output is its blockers, which the failure lists already.
         if previous.kind != crate::run::failure::FailureKind::Review {
             parts.tail = previous.tail.trim_end().to_string();
@@ -50,7 +62,7 @@ pub(super) fn build_prompt(
             .find(|r| r.number == previous.attempt)
             .filter(|r| r.head.is_some());
         if let Some(row) = made {
-            parts.diff = previous_diff(host.repo_root(), row)?;
+            parts.diff = previous_diff(repo, row);
         }
         // The failing attempt's own commit, whose line numbers the output names (the base when
         // it left none).
@@ -59,19 +71,11 @@ pub(super) fn build_prompt(
             .and_then(|h| Oid::from_str(h).ok())
             .unwrap_or(spec.base);
         let old = made.map(|r| PathBuf::from(&r.worktree));
-        let repo = Repository::open(host.repo_root()).map_err(|source| RunError::Git {
-            action: "open the repository".into(),
-            source,
-        })?;
-        parts.excerpts = lookback::excerpts(&previous.tail, &repo, at, worktree, old.as_deref());
+        parts.excerpts = lookback::excerpts(&previous.tail, repo, at, worktree, old.as_deref());
     }
     parts.lessons = super::lessons::for_prompt(host, task)?;
-    if task.lessons.is_some() {
-        let repo = Repository::open(host.repo_root()).map_err(|source| RunError::Git {
-            action: "open the repository".into(),
-            source,
-        })?;
-        parts.pinned = super::lessons::pinned(task, &repo, spec.base);
+    if let Some(repo) = repo.as_ref() {
+        parts.pinned = super::lessons::pinned(task, repo, spec.base);
     }
     let cx = PromptContext {
         goal: task.goal.clone(),
@@ -133,18 +137,10 @@ fn lineage_line(r: &AttemptRow) -> Lineage {
 
 /// The change attempt `row` made, in the pieces a prompt is cut at; none when its commits are
 /// gone (a branch deleted by hand).
-fn previous_diff(root: &Path, row: &AttemptRow) -> Result<Option<DiffParts>, RunError> {
-    let (Ok(base), Some(Ok(head))) = (
-        Oid::from_str(&row.base),
-        row.head.as_deref().map(Oid::from_str),
-    ) else {
-        return Ok(None);
-    };
-    let repo = Repository::open(root).map_err(|source| RunError::Git {
-        action: "open the repository".into(),
-        source,
-    })?;
-    Ok(lookback::diff_parts(&repo, row.number, base, head).ok())
+fn previous_diff(repo: &Repository, row: &AttemptRow) -> Option<DiffParts> {
+    let base = Oid::from_str(&row.base).ok()?;
+    let head = Oid::from_str(row.head.as_deref()?).ok()?;
+    lookback::diff_parts(repo, row.number, base, head).ok()
 }
 
 /// What the budgets have left as the attempt starts, as a prompt states it.
