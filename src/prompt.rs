@@ -161,6 +161,21 @@ pub struct TemplateProblem {
     pub column: Option<usize>,
 }
 
+impl PromptContext {
+    /// What every prompt of `task` states of it (goal, name, item, scope as a rule, seal), the
+    /// rest empty: the ground a maker's, a reviewer's and `check`'s context are built on.
+    pub(crate) fn of_task(task: &crate::ir::Task) -> PromptContext {
+        PromptContext {
+            goal: task.goal.clone(),
+            task: task.name.clone(),
+            item: task.item.clone(),
+            scope: rule_scope(&task.scope),
+            seal: task.seal.clone(),
+            ..PromptContext::default()
+        }
+    }
+}
+
 /// A task's scope as a prompt states it: none when the task may change every file (no `scope`,
 /// or `**`), where a rule naming `**` would read as an instruction and say nothing.
 pub(crate) fn rule_scope(scope: &[String]) -> Vec<String> {

@@ -212,11 +212,9 @@ fn repo_path(
 /// of the task would be, and nothing could be quoted.
 fn prompt_within_budget(world: &mut World, task: &Task) {
     let mut cx = crate::prompt::sample_first_attempt();
-    cx.goal = task.goal.clone();
-    cx.task = task.name.clone();
-    cx.item = task.item.clone();
-    cx.scope = crate::prompt::rule_scope(&task.scope);
-    cx.seal = task.seal.clone();
+    let own = crate::prompt::PromptContext::of_task(task);
+    (cx.goal, cx.task, cx.item, cx.scope, cx.seal) =
+        (own.goal, own.task, own.item, own.scope, own.seal);
     cx.gates = task
         .gates
         .iter()

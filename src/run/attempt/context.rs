@@ -78,11 +78,6 @@ pub(super) fn build_prompt(
         parts.pinned = super::lessons::pinned(task, repo, spec.base);
     }
     let cx = PromptContext {
-        goal: task.goal.clone(),
-        task: task.name.clone(),
-        item: task.item.clone(),
-        scope: crate::prompt::rule_scope(&task.scope),
-        seal: task.seal.clone(),
         attempt: spec.number,
         rung: spec.agent.label(),
         gates: checks(host.run_id(), spec, worktree)?,
@@ -96,6 +91,7 @@ pub(super) fn build_prompt(
         lessons: Vec::new(),
         pinned_lessons: None,
         lessons_file: lessons_file.map(|p| p.display().to_string()),
+        ..PromptContext::of_task(task)
     };
     let budget = usize::try_from(budgets.context_tokens).unwrap_or(usize::MAX);
     fit::fit(&task.prompt.text, cx, parts, budget, budget / LESSON_SHARE).map_err(|p| {

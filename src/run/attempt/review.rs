@@ -271,11 +271,6 @@ pub(crate) async fn review(
         spec.number
     ));
     let cx = PromptContext {
-        goal: task.goal.clone(),
-        task: task.name.clone(),
-        item: task.item.clone(),
-        scope: crate::prompt::rule_scope(&task.scope),
-        seal: task.seal.clone(),
         attempt: spec.number,
         rung: review.agent.label(),
         gates: gates
@@ -304,7 +299,7 @@ pub(crate) async fn review(
             ..Default::default()
         },
         lessons_file: Some(attempt::lessons::file_in(&isolated).display().to_string()),
-        ..PromptContext::default()
+        ..PromptContext::of_task(task)
     };
     let text = prompt::render(&review.prompt.text, &cx).map_err(|p| RunError::Template {
         template: review.prompt.name.clone(),
