@@ -562,8 +562,14 @@ mod tests {
                 }
                 for e in &given.excerpts {
                     prop_assert!(
-                        // (Its heading and fence cost a few tokens more than its text.)
-                        f.text.contains(e.text.as_str()) || estimate(&e.text) + 24 > left,
+                        // What it costs rendered: its text, its `path, lines a-b:` line and
+                        // fence, and the section's heading when it would be the first.
+                        f.text.contains(e.text.as_str())
+                            || estimate(&format!(
+                                "## The lines the failure names, as attempt 1 left them\n`{}`, lines {}-{}:\n```\n{}```\n",
+                                e.path, e.from, e.to, e.text
+                            )) + 4
+                                > left,
                         "an excerpt of {} tokens left out with {left} left",
                         estimate(&e.text)
                     );
