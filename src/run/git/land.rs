@@ -334,7 +334,7 @@ impl Landed<'_> {
         let paths = changed_paths(self.repo, self.root, &old, &new).map_err(Stop::Clean)?;
         // The index is read before any file is written: one libgit2 cannot read (a split or
         // sparse index) would otherwise fail the checkout, and then its undoing, half-way.
-        let index = read_index(self.repo, self.held).map_err(Stop::Clean)?;
+        let mut index = read_index(self.repo, self.held).map_err(Stop::Clean)?;
         // A change a person staged at a landing's path (whatever the file holds) would be lost
         // when the index is rebuilt from the new tree: git's own checkout refuses it too.
         let staged = staged_changes(&index, &old, &paths);
@@ -350,9 +350,22 @@ impl Landed<'_> {
         // before it writes the first file. The index is left alone: it is written below, from
         // the lock's own file.
         let mut conflicts = Vec::new();
-        let written = {
+        // The checkout compares the files with this index, read once: as the repository's
+        // own, it is not read again (a 20,000-file index costs milliseconds per read).
+        self.repo
+            .set_index(&mut index)
+            .map_err(|e| Stop::Clean(git_err("use the main checkout's index", self.root)(e)))?;
+        let written = if paths.is_empty() {
+            Ok(())
+        } else {
             let mut opts = CheckoutBuilder::new();
             opts.safe();
+            // Only the paths the landing changes: the others are the same in both trees, and a
+            // checkout of the whole tree would stat every file of the checkout to learn that.
+            opts.disable_pathspec_match(true);
+            for p in &paths {
+                opts.path(p.clone());
+            }
             opts.update_index(false);
             // An ignored file (a user's `.env`, mvk's `.mvk/`) is never overwritten by a landing.
             opts.overwrite_ignored(false);
@@ -391,7 +404,7 @@ impl Landed<'_> {
                 ));
             }
         }
-        if let Err(e) = stage(self.repo, self.root, self.held, &new, &paths) {
+        if let Err(e) = stage(self.repo, self.root, self.held, &new, &paths, Some(index)) {
             return Err(self.undo(&old, &paths, e));
         }
         crate::run::failpoint("merge-checkout");
@@ -469,22 +482,8 @@ fn changed_paths(
     old: &git2::Tree<'_>,
     new: &git2::Tree<'_>,
 ) -> Result<Vec<Vec<u8>>, LandError> {
-    let mut opts = git2::DiffOptions::new();
-    opts.include_typechange(true);
-    let diff = repo
-        .diff_tree_to_tree(Some(old), Some(new), Some(&mut opts))
-        .map_err(git_err("compare the landing's trees", root))?;
-    let mut paths: Vec<Vec<u8>> = Vec::new();
-    for d in diff.deltas() {
-        for f in [d.old_file(), d.new_file()] {
-            if let Some(p) = f.path_bytes() {
-                paths.push(p.to_vec());
-            }
-        }
-    }
-    paths.sort();
-    paths.dedup();
-    Ok(paths)
+    super::treediff::changed_paths(repo, old, new)
+        .map_err(git_err("compare the landing's trees", root))
 }
 
 /// Writes `files` (of `paths`, which `tree` and the checkout's current state differ at) as
@@ -514,24 +513,29 @@ fn put(
                 root,
             ))?;
     }
-    stage(repo, root, held, tree, paths)
+    stage(repo, root, held, tree, paths, None)
 }
 
 /// Replaces the main checkout's index by one whose entries at `paths` are `tree`'s (with the
 /// stat data of the files as they now are), the others kept: written to the lock's own
 /// `.index` file through a bare index (so libgit2 takes no lock of its own on `.git/index`),
-/// then renamed over `.git/index`.
+/// then renamed over `.git/index`. READ is that index when the caller read it under the lock
+/// already (nothing wrote `.git/index` since).
 fn stage(
     repo: &Repository,
     root: &Path,
     held: &Lock,
     tree: &git2::Tree<'_>,
     paths: &[Vec<u8>],
+    read: Option<Index>,
 ) -> Result<(), LandError> {
     use std::os::unix::ffi::OsStrExt;
     let index_path = repo.path().join("index");
     let workdir = repo.workdir().unwrap_or(root);
-    let mut index = read_index(repo, held)?;
+    let mut index = match read {
+        Some(index) => index,
+        None => read_index(repo, held)?,
+    };
     for p in paths {
         let path = Path::new(std::ffi::OsStr::from_bytes(p));
         for stage in 0..=3 {

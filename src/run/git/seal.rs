@@ -373,6 +373,19 @@ fn diff_trees(
     let mut opts = DiffOptions::new();
     // Without this a file turned symlink shows up as a delete plus an add.
     opts.include_typechange(true);
+    if let Some(old) = old {
+        // libgit2 would walk both trees whole; the paths that differ are found first by
+        // comparing subtree ids, and its diff (for rename detection) sees only those.
+        let paths =
+            super::treediff::changed_paths(repo, old, new).map_err(git_err("diff trees"))?;
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        opts.disable_pathspec_match(true);
+        for p in paths {
+            opts.pathspec(p);
+        }
+    }
     let mut diff = repo
         .diff_tree_to_tree(old, Some(new), Some(&mut opts))
         .map_err(git_err("diff trees"))?;

@@ -41,8 +41,8 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
     // one, from nothing, every file hashed.
     let restored = lease.trusted.restore(repo.path())?;
     lease.trusted.forget()?;
+    // Read from disk by this first call (the repository was just opened), after the restore.
     let mut index = repo.index().map_err(git_err("open index", path))?;
-    index.read(true).map_err(git_err("read index", path))?;
     if !restored {
         index.clear().map_err(git_err("clear index", path))?;
     }
@@ -54,8 +54,8 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
     // walk with `update_all` (a unit test holds this).
     index.write().map_err(git_err("write index", path))?;
     lease.trusted.keep(repo.path())?;
-    missing_from_base(&repo, lease, &index)?;
     let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
+    missing_from_base(&repo, lease, tree_id)?;
     let final_id = match &head {
         Some(commit) if commit.tree_id() == tree_id => commit.id(),
         _ => {
@@ -82,41 +82,37 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
     Ok(final_id)
 }
 
-/// Refuses an index that names an object the repository lacks, among the entries that differ
-/// from the lease's base (mvk's own commit, whole), before any tree is written from it. Trees
-/// are written without libgit2's per-entry check (see the CLI), and the index is the agent's:
-/// an entry it forged with `git update-index --cacheinfo` for a file whose bytes hash the same
-/// is kept by `add_all` without its blob ever being written, and the gates' checkout, finding
-/// the file in place, would never read it either.
-fn missing_from_base(
-    repo: &Repository,
-    lease: &Lease,
-    index: &git2::Index,
-) -> Result<(), WorktreeError> {
+/// Refuses a tree written from the index that names an object the repository lacks, among the
+/// files that differ from the lease's base (mvk's own commit, whole), before any commit is made
+/// of it. Trees are written without libgit2's per-entry check (see the CLI), and the index is
+/// the agent's: an entry it forged with `git update-index --cacheinfo` for a file whose bytes
+/// hash the same is kept by `add_all` without its blob ever being written, and the gates'
+/// checkout, finding the file in place, would never read it either. A tree refused here is
+/// left unreferenced, for git's garbage collection.
+fn missing_from_base(repo: &Repository, lease: &Lease, tree: Oid) -> Result<(), WorktreeError> {
     let path = &lease.path;
     let odb = repo.odb().map_err(git_err("open object database", path))?;
     let base = repo
         .find_commit(lease.base)
         .and_then(|c| c.tree())
         .map_err(git_err(format!("read base `{}`", lease.base), path))?;
-    let diff = repo
-        .diff_tree_to_index(Some(&base), Some(index), None)
+    let tree = repo
+        .find_tree(tree)
+        .map_err(git_err("read written tree", path))?;
+    let changed = crate::run::git::treediff::changed(repo, &base, &tree)
         .map_err(git_err("compare the index with the base", path))?;
-    for delta in diff.deltas() {
-        let new = delta.new_file();
+    for c in changed {
         // A submodule's commit lives in another repository.
-        if delta.status() == git2::Delta::Deleted || new.mode() == git2::FileMode::Commit {
+        let Some((id, mode)) = c.new else { continue };
+        if mode == 0o160000 {
             continue;
         }
-        if !odb.exists(new.id()) {
+        if !odb.exists(id) {
             return Err(WorktreeError::MissingObject {
                 path: path.clone(),
-                file: new
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
+                file: String::from_utf8_lossy(&c.path).into_owned(),
                 what: "blob",
-                id: new.id(),
+                id,
             });
         }
     }

@@ -42,8 +42,8 @@ pub(crate) fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeE
     if !lease.trusted.restore(repo.path())? {
         return Ok(false);
     }
+    // Read from disk by this first call (the repository was just opened), after the restore.
     let mut index = repo.index().map_err(git_err("open index", path))?;
-    index.read(true).map_err(git_err("read index", path))?;
     if !on_head || index.write_tree().ok() != Some(commit.tree_id()) {
         return Ok(false);
     }
@@ -229,7 +229,8 @@ pub(super) const RESET_IN_PLACE_MAX: usize = 64;
 /// differently, and tracked files changed or missing on disk), and stages them in INDEX
 /// after it has read TREE. False, with nothing promised about the worktree, when a full
 /// checkout must do it (see [`sweep`]; also a file becoming a directory or the reverse, a
-/// submodule or attributes file among the changes).
+/// submodule or attributes file among the changes). INDEX is the slot's as just read from
+/// disk, after mvk's copy was put back.
 pub(super) fn reset_in_place(
     slot: &Repository,
     common: &Path,
@@ -240,24 +241,19 @@ pub(super) fn reset_in_place(
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
 
-    if index.read(true).is_err() {
-        return Ok(false);
-    }
     let Some(dirty) = sweep(slot, common, path, index)? else {
         return Ok(false);
     };
     let mut changed: BTreeSet<Vec<u8>> = dirty.into_iter().collect();
-    // Compared by ids only: no tree is written for an index mvk is about to replace.
-    let diff = slot
-        .diff_tree_to_index(Some(tree), Some(index), None)
+    // The index's own tree (its tree cache makes that cheap: mvk wrote this index, and wrote
+    // its tree) compared with TREE by subtree ids: only the directories that differ are read.
+    let current = index
+        .write_tree()
+        .and_then(|id| slot.find_tree(id))
         .map_err(git_err("compare the index with the tree", path))?;
-    for delta in diff.deltas() {
-        for file in [delta.old_file(), delta.new_file()] {
-            if let Some(p) = file.path_bytes() {
-                changed.insert(p.to_vec());
-            }
-        }
-    }
+    let differ = crate::run::git::treediff::changed_paths(slot, &current, tree)
+        .map_err(git_err("compare the index with the tree", path))?;
+    changed.extend(differ);
     // Many files to write (a new slot, a base far ahead): libgit2's checkout does it in one
     // pass, where staging each file written here would cost more than its walk.
     if changed.len() > RESET_IN_PLACE_MAX {
