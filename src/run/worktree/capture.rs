@@ -5,6 +5,7 @@
 use git2::{ErrorCode, IndexAddOption, Oid, Repository, Signature};
 
 use super::lease::Lease;
+use super::stage::stage_in_place;
 use super::{WorktreeError, git_err};
 
 /// Name and email used for capture commits when the repository configuration has no user.
@@ -46,12 +47,17 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
     if !restored {
         index.clear().map_err(git_err("clear index", path))?;
     }
-    index
-        .add_all(["*"], IndexAddOption::DEFAULT, None)
-        .map_err(git_err("stage changes", path))?;
-    // `add_all` walks the index against the worktree once and applies every difference:
-    // a file deleted from the worktree leaves the index too (libgit2 >= 1.0), so no second
-    // walk with `update_all` (a unit test holds this).
+    // Staged by stat data against mvk's own index, the worktree swept in the same walk; or,
+    // where that cannot judge it, by libgit2.
+    let swept = restored && stage_in_place(&repo, &lease.common, path, &mut index)?;
+    if !swept {
+        index
+            .add_all(["*"], IndexAddOption::DEFAULT, None)
+            .map_err(git_err("stage changes", path))?;
+        // `add_all` walks the index against the worktree once and applies every difference:
+        // a file deleted from the worktree leaves the index too (libgit2 >= 1.0), so no second
+        // walk with `update_all` (a unit test holds this).
+    }
     index.write().map_err(git_err("write index", path))?;
     lease.trusted.keep(repo.path())?;
     let tree_id = index.write_tree().map_err(git_err("write tree", path))?;
@@ -79,6 +85,9 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
         format!("check out branch `{}`", lease.branch),
         path,
     ))?;
+    if swept && let Ok(mut at) = lease.swept.lock() {
+        *at = Some(final_id);
+    }
     Ok(final_id)
 }
 

@@ -33,6 +33,10 @@ pub(crate) struct Lease {
     pub(super) links: Vec<(PathBuf, Vec<u8>)>,
     /// mvk's own copy of the slot's index, outside every sandbox grant (see [`Trusted`]).
     pub(super) trusted: Trusted,
+    /// The commit `capture` left the worktree exactly a checkout of, its index staged and
+    /// everything else swept in the same walk: the gates' clean-in-place needs no walk of its
+    /// own while nothing has run in it since (taken by the first that trusts it).
+    pub(super) swept: std::sync::Mutex<Option<Oid>>,
     /// Held open for its lock; closing the file releases it.
     pub(super) _lock: File,
 }
@@ -78,6 +82,15 @@ impl Lease {
     /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
     /// index and HEAD, another slot's). Links found rewritten are put back first (so the
     /// repository's registration of the worktree is whole again), and the lease is refused.
+    /// Forgets that `capture` swept the worktree: what a test does to stand for a process
+    /// that changed it since, unseen by the reaper.
+    #[cfg(test)]
+    pub(crate) fn forget_sweep(&self) {
+        if let Ok(mut at) = self.swept.lock() {
+            *at = None;
+        }
+    }
+
     pub(super) fn open(&self) -> Result<Repository, WorktreeError> {
         let path = &self.path;
         if let Some(found) = self.restore_links() {

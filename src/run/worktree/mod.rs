@@ -17,7 +17,7 @@
 //! worktree registrations, written and read by hand), [`lease`] (a leased slot, opened only
 //! through the git links mvk made), [`trusted`] (mvk's own copy of a slot's index),
 //! [`capture`](mod@capture) (the agent's work as a commit), [`sweep`] (a worktree judged by stat
-//! data: cleaned or reset in place) and [`tidy`] (what an agent may have tampered with, put right
+//! data: cleaned or reset in place), [`stage`] (the agent's changes staged and the rest swept in one walk) and [`tidy`] (what an agent may have tampered with, put right
 //! without following a link).
 
 use std::fs;
@@ -31,6 +31,7 @@ mod lease;
 mod pool;
 mod registry;
 mod slot;
+mod stage;
 mod sweep;
 #[cfg(test)]
 mod tests;

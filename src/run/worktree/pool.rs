@@ -160,6 +160,7 @@ impl Pool {
             common: self.git_dir.clone(),
             links,
             trusted: self.trusted(slot),
+            swept: std::sync::Mutex::new(None),
             _lock: lock,
         })
     }

@@ -3,7 +3,7 @@
 //! writing only the files that differ ([`reset_in_place`]); `false` or `None` whenever only a
 //! full checkout can do it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,13 @@ pub(crate) fn clean_in_place(lease: &Lease, head: Oid) -> Result<bool, WorktreeE
         Err(WorktreeError::Relinked { .. }) => return Ok(false),
         Err(e) => return Err(e),
     };
+    // The capture's own walk left it so, and nothing has run in it since.
+    let swept = lease.swept.lock().ok().and_then(|mut at| at.take());
+    if swept == Some(head) && repo.head().ok().and_then(|h| h.target()) == Some(head) {
+        repo.cleanup_state()
+            .map_err(git_err("clear merge or rebase state", path))?;
+        return Ok(true);
+    }
     let on_head = repo
         .head()
         .ok()
@@ -68,8 +75,53 @@ pub(super) fn sweep(
     path: &Path,
     index: &git2::Index,
 ) -> Result<Option<Vec<Vec<u8>>>, WorktreeError> {
-    use std::collections::{HashMap, HashSet};
+    let Some(Judged {
+        mut tracked,
+        dirs,
+        stamp,
+    }) = judged(repo, common, path, index)?
+    else {
+        return Ok(None);
+    };
+    let mut dirty = Vec::new();
+    // Walked through descriptors, never by a path looked up again: a process the agent left
+    // running may swap a directory for a symlink to one outside the worktree after it was
+    // seen, and mvk (unconfined) would delete what it found there.
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return Ok(None);
+    };
+    let mut seen = Seen {
+        dirs: &dirs,
+        tracked: &mut tracked,
+        dirty: &mut dirty,
+        stamp,
+    };
+    if !sweep_dir(&top, &[], &mut seen) {
+        return Ok(None);
+    }
+    // What is left was never seen: missing from the worktree.
+    dirty.extend(tracked.into_keys());
+    Ok(Some(dirty))
+}
 
+/// What a walk that judges a worktree by stat data needs of its index.
+pub(super) struct Judged {
+    /// Every entry, by path.
+    pub(super) tracked: HashMap<Vec<u8>, git2::IndexEntry>,
+    /// The directories that hold tracked files.
+    pub(super) dirs: HashSet<Vec<u8>>,
+    /// The index file's modification time: entries not older are racily clean.
+    pub(super) stamp: (i64, i64),
+}
+
+/// The index of the worktree at PATH laid out for a walk, or `None` when the worktree is one
+/// mvk does not judge by stat data alone (see [`sweep`]).
+pub(super) fn judged(
+    repo: &Repository,
+    common: &Path,
+    path: &Path,
+    index: &git2::Index,
+) -> Result<Option<Judged>, WorktreeError> {
     const ASSUME_UNCHANGED: u16 = 0x8000;
     const SKIP_WORKTREE: u16 = 1 << 14;
     let config = repo
@@ -127,33 +179,33 @@ pub(super) fn sweep(
     if tracked.keys().any(|k| dirs.contains(k)) {
         return Ok(None);
     }
-    let mut dirty = Vec::new();
-    // Walked through descriptors, never by a path looked up again: a process the agent left
-    // running may swap a directory for a symlink to one outside the worktree after it was
-    // seen, and mvk (unconfined) would delete what it found there.
-    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
-        return Ok(None);
-    };
-    let mut seen = Seen {
-        dirs: &dirs,
-        tracked: &mut tracked,
-        dirty: &mut dirty,
+    Ok(Some(Judged {
+        tracked,
+        dirs,
         stamp,
-    };
-    if !sweep_dir(&top, &[], &mut seen) {
-        return Ok(None);
-    }
-    // What is left was never seen: missing from the worktree.
-    dirty.extend(tracked.into_keys());
-    Ok(Some(dirty))
+    }))
+}
+
+/// Whether ENTRY still describes the file statted as STAT, and is older than the index file
+/// (stamped STAMP) that recorded it: only then is the file known to be the blob it names.
+pub(super) fn unchanged(
+    entry: &git2::IndexEntry,
+    stat: &rustix::fs::Stat,
+    stamp: (i64, i64),
+) -> bool {
+    same_stat(entry, stat)
+        && (
+            i64::from(entry.mtime.seconds()),
+            i64::from(entry.mtime.nanoseconds()),
+        ) < stamp
 }
 
 /// What [`sweep`] knows of the index, and what it found so far.
 struct Seen<'a> {
     /// The directories that hold tracked files.
-    dirs: &'a std::collections::HashSet<Vec<u8>>,
+    dirs: &'a HashSet<Vec<u8>>,
     /// The tracked files not seen yet.
-    tracked: &'a mut std::collections::HashMap<Vec<u8>, git2::IndexEntry>,
+    tracked: &'a mut HashMap<Vec<u8>, git2::IndexEntry>,
     /// Tracked files that differ from their stat data.
     dirty: &'a mut Vec<Vec<u8>>,
     /// The index file's modification time: entries not older are racily clean.
@@ -198,12 +250,7 @@ fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> boo
             continue;
         }
         match seen.tracked.remove(&child) {
-            Some(e)
-                if same_stat(&e, &stat)
-                    && (
-                        i64::from(e.mtime.seconds()),
-                        i64::from(e.mtime.nanoseconds()),
-                    ) < seen.stamp => {}
+            Some(e) if unchanged(&e, &stat, seen.stamp) => {}
             Some(_) => seen.dirty.push(child),
             None => {
                 // A directory swapped in since the stat is not removed (EISDIR).
@@ -217,7 +264,7 @@ fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> boo
 }
 
 /// Whether the path names a `.gitattributes` file, which changes how a checkout writes files.
-fn is_attributes(path: &[u8]) -> bool {
+pub(super) fn is_attributes(path: &[u8]) -> bool {
     path == b".gitattributes" || path.ends_with(b"/.gitattributes")
 }
 
@@ -260,6 +307,7 @@ pub(super) fn reset_in_place(
         return Ok(false);
     }
     let mut written = Vec::new();
+    let mut removed = Vec::new();
     // Removals first: a file that goes may stand where a directory comes.
     let mut wanted = Vec::new();
     for rel in changed {
@@ -289,7 +337,10 @@ pub(super) fn reset_in_place(
                 wanted.push((rel, full, entry.id(), entry.filemode()));
             }
             Ok(_) => return Ok(false),
-            Err(e) if e.code() == ErrorCode::NotFound => remove_empty_parents(path, &full),
+            Err(e) if e.code() == ErrorCode::NotFound => {
+                remove_empty_parents(path, &full);
+                removed.push(rel);
+            }
             Err(e) => return Err(git_err("read tree", path)(e)),
         }
     }
@@ -316,14 +367,22 @@ pub(super) fn reset_in_place(
         if made.is_err() {
             return Ok(false);
         }
-        written.push(rel);
+        written.push((rel, full, id));
     }
-    index
-        .read_tree(tree)
-        .map_err(git_err("reset index", path))?;
-    for rel in written {
+    // Only the changed entries are rewritten: every other entry already names what TREE
+    // names (the comparison above said so), with the stat data of its file. Reading TREE
+    // whole would inflate every subtree of the repository to learn the same.
+    for rel in removed {
         index
-            .add_path(Path::new(std::ffi::OsStr::from_bytes(&rel)))
+            .remove_path(Path::new(std::ffi::OsStr::from_bytes(&rel)))
+            .map_err(git_err("reset index", path))?;
+    }
+    for (rel, full, id) in written {
+        let Ok(stat) = rustix::fs::lstat(&full) else {
+            return Ok(false);
+        };
+        index
+            .add(&super::stage::entry(rel, id, &stat))
             .map_err(git_err("stage reset file", path))?;
     }
     Ok(true)
@@ -373,7 +432,7 @@ fn remove_empty_parents(root: &Path, full: &Path) {
 /// Whether META is the file ENTRY recorded: same type, executable bit, size, change and
 /// modification times, inode. `capture` staged every file, so each tracked entry carries the
 /// stat data of the file it hashed.
-fn same_stat(entry: &git2::IndexEntry, stat: &rustix::fs::Stat) -> bool {
+pub(super) fn same_stat(entry: &git2::IndexEntry, stat: &rustix::fs::Stat) -> bool {
     use rustix::fs::FileType;
     let mode = match FileType::from_raw_mode(stat.st_mode) {
         FileType::Symlink => 0o120000,

@@ -1057,6 +1057,7 @@ fn an_index_the_agent_forged_fools_neither_capture_nor_the_gates_nor_the_next_re
         .expect("blob");
     forge_entry(&p, "a.txt", captured, 0o100644);
     // `clean_in_place` reads what capture wrote (mvk's), so it refuses or rewrites.
+    lease.forget_sweep();
     let clean = clean_in_place(&lease, head).expect("clean in place");
     assert!(
         !clean || fs::read_to_string(p.join("a.txt")).expect("read") == "two\n",
@@ -1263,6 +1264,7 @@ fn clean_in_place_refuses_a_worktree_that_is_not_what_capture_recorded() {
     // A tracked file rewritten after the capture, to the same size.
     let (lease, id) = captured_attempt(&f, &pool, "mvk/edited");
     fs::write(lease.path.join("a.txt"), "CHANGED\n").expect("write");
+    lease.forget_sweep();
     assert!(!clean_in_place(&lease, id).expect("clean"), "edited file");
     drop(lease);
     // Only its mode changed.
@@ -1271,11 +1273,13 @@ fn clean_in_place_refuses_a_worktree_that_is_not_what_capture_recorded() {
     let mut perms = fs::metadata(&a).expect("stat").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     fs::set_permissions(&a, perms).expect("chmod");
+    lease.forget_sweep();
     assert!(!clean_in_place(&lease, id).expect("clean"), "mode changed");
     drop(lease);
     // A tracked file gone.
     let (lease, id) = captured_attempt(&f, &pool, "mvk/gone");
     fs::remove_file(lease.path.join("n1/n2/deep.txt")).expect("rm");
+    lease.forget_sweep();
     assert!(!clean_in_place(&lease, id).expect("clean"), "file gone");
     drop(lease);
     // HEAD is not the commit asked for.
@@ -1587,4 +1591,104 @@ fn gc_removes_a_slot_whose_agent_locked_its_registration() {
     assert_eq!(pool.gc().expect("gc"), vec![path]);
     let list = git(&f.repo, &["worktree", "list", "--porcelain"]);
     assert_eq!(list.matches("worktree ").count(), 1, "{list}");
+}
+
+/// What `git add -A` stages in the worktree at DIR, from HEAD, in an index of its own (the
+/// slot's is left alone): the tree id git writes.
+fn git_add_all_tree(dir: &Path) -> Oid {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let index = scratch.path().join("index");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    run(&["read-tree", "HEAD"]);
+    run(&["add", "-A"]);
+    Oid::from_str(run(&["write-tree"]).trim()).expect("oid")
+}
+
+#[test]
+fn one_walk_stages_what_git_add_all_stages_and_sweeps_what_a_checkout_lacks() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+    // A first capture writes mvk's own index with every entry's stat data; the second attempt
+    // on the slot is the one judged by stat data.
+    drop(captured_attempt(&f, &pool, "mvk/first"));
+    let lease = pool.acquire(f.c2, "mvk/walk").expect("acquire");
+    let p = lease.path.clone();
+    // An index written a tick after every file (the reset wrote some in the index's tick), and
+    // edits a tick later: no entry is racily clean, only stat data can tell.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(capture(&lease, "nothing yet").expect("capture"), f.c2);
+    lease.forget_sweep();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Edited, its modification time put back: only the change time tells.
+    let before = fs::metadata(p.join("a.txt"))
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    fs::write(p.join("a.txt"), "TWO\n").expect("write");
+    fs::File::options()
+        .write(true)
+        .open(p.join("a.txt"))
+        .and_then(|f| f.set_modified(before))
+        .expect("restore mtime");
+    // Only the executable bit.
+    fs::set_permissions(p.join(".gitignore"), fs::Permissions::from_mode(0o755)).expect("chmod");
+    // A tracked file replaced by a symlink, a new symlink, a new file deep down.
+    fs::remove_file(p.join("b.txt")).expect("rm");
+    std::os::unix::fs::symlink("a.txt", p.join("b.txt")).expect("symlink");
+    std::os::unix::fs::symlink("../a.txt", p.join("link")).expect("symlink");
+    fs::create_dir_all(p.join("new/deeper")).expect("mkdir");
+    fs::write(p.join("new/deeper/n.txt"), "n").expect("write");
+    // Ignored (by a pattern of .git/info/exclude), a FIFO, an empty directory, a directory
+    // holding only ignored files: none is staged, and a checkout of the commit has none.
+    fs::write(f.repo.join(".git/info/exclude"), "*.o\nbuild/\n").expect("exclude");
+    fs::write(p.join("x.o"), "obj").expect("write");
+    fs::create_dir_all(p.join("build/out")).expect("mkdir");
+    fs::write(p.join("build/out/bin"), "bin").expect("write");
+    fs::create_dir_all(p.join("objs")).expect("mkdir");
+    fs::write(p.join("objs/y.o"), "obj").expect("write");
+    fs::create_dir_all(p.join("hollow/inner")).expect("mkdir");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p.join("pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    let expected = git_add_all_tree(&p);
+    let head = capture(&lease, "attempt").expect("capture");
+    let repo = Repository::open(&f.repo).expect("open");
+    let tree = repo.find_commit(head).expect("commit").tree_id();
+    assert_eq!(tree, expected, "the capture stages what `git add -A` does");
+    assert!(
+        lease.swept.lock().expect("lock").is_some(),
+        "the capture judged the worktree by stat data in one walk"
+    );
+    assert_eq!(
+        tree_on_disk(&p),
+        [
+            ".gitignore",
+            "a.txt",
+            "b.txt",
+            "link",
+            "new",
+            "new/deeper",
+            "new/deeper/n.txt"
+        ]
+    );
+    assert!(
+        clean_in_place(&lease, head).expect("clean"),
+        "cleaned in place"
+    );
+    assert_eq!(git(&p, &["status", "--porcelain", "--ignored"]), "");
 }

@@ -1,0 +1,303 @@
+//! A worktree and mvk's own copy of its index in; out, that index with every change the agent
+//! made staged (what `git add -A` stages), and the worktree rid of what the index does not
+//! list (ignored files, special files, directories left empty): in one walk, what `add_all`
+//! and the gates' clean-in-place sweep did in two. `false` whenever only those can do it.
+//!
+//! Change is told by stat data, as git tells it: size, inode, change and modification times,
+//! type and executable bit, with the racily clean rule (see [`super::sweep`]). An agent that
+//! edits a file and puts its modification time back still changes its change time; one that
+//! only flips the executable bit changes the mode; a file replaced by a symlink changes type.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use git2::{Index, IndexEntry, ObjectType, Odb, Oid, Repository};
+use rustix::fs::{AtFlags, FileType, Mode, Stat};
+
+use crate::run::exec::untrusted;
+
+use super::sweep::{Judged, is_attributes, judged, unchanged};
+use super::{WorktreeError, git_err};
+
+/// Stages in INDEX (the slot's, as mvk last wrote it) what the worktree at PATH holds, and
+/// removes from the worktree what is not to be staged. True when the index now lists exactly
+/// the worktree's files, with their stat data; false when the caller must stage with
+/// libgit2's `add_all` and sweep the worktree on its own (a configuration that changes what
+/// a file's blob or mode is, a nested repository, a special file at a tracked path, anything
+/// that cannot be read or removed). Whatever was staged or removed before that is right as
+/// far as it went.
+pub(super) fn stage_in_place(
+    repo: &Repository,
+    common: &Path,
+    path: &Path,
+    index: &mut Index,
+) -> Result<bool, WorktreeError> {
+    let config = repo
+        .config()
+        .and_then(|mut c| c.snapshot())
+        .map_err(git_err("read configuration", path))?;
+    // Settings under which git stages a file otherwise than its bytes and mode say.
+    if config.get_bool("core.filemode").ok() == Some(false)
+        || config.get_bool("core.ignorecase").ok() == Some(true)
+    {
+        return Ok(false);
+    }
+    let Some(Judged {
+        mut tracked,
+        dirs,
+        stamp,
+    }) = judged(repo, common, path, index)?
+    else {
+        return Ok(false);
+    };
+    let odb = repo.odb().map_err(git_err("open object database", path))?;
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return Ok(false);
+    };
+    let mut walk = Walk {
+        repo,
+        odb: &odb,
+        dirs: &dirs,
+        tracked: &mut tracked,
+        stamp,
+        staged: Vec::new(),
+    };
+    match walk.dir(&top, &[]) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(false),
+        Err(e) => return Err(git_err("stage the agent's work", path)(e)),
+    }
+    let staged = std::mem::take(&mut walk.staged);
+    // Tracked files never seen are gone; removed before anything is added, so that a file
+    // that became a directory (or the reverse) never meets its old self in the index.
+    for gone in tracked.into_keys() {
+        index
+            .remove_path(Path::new(std::ffi::OsStr::from_bytes(&gone)))
+            .map_err(git_err("stage a removal", path))?;
+    }
+    for entry in staged {
+        index.add(&entry).map_err(git_err("stage a change", path))?;
+    }
+    Ok(true)
+}
+
+/// One walk's knowledge of the index and what it staged.
+struct Walk<'a> {
+    repo: &'a Repository,
+    odb: &'a Odb<'a>,
+    /// The directories that hold tracked files.
+    dirs: &'a HashSet<Vec<u8>>,
+    /// The tracked files not seen yet.
+    tracked: &'a mut HashMap<Vec<u8>, IndexEntry>,
+    /// The index file's modification time: entries not older are racily clean.
+    stamp: (i64, i64),
+    /// New entries for files added or changed, their blobs written.
+    staged: Vec<IndexEntry>,
+}
+
+impl Walk<'_> {
+    /// The directory open at DIR, REL in the worktree: `None` when the walk cannot go on;
+    /// `Some(kept)`, whether anything stays in it.
+    fn dir(&mut self, dir: &OwnedFd, rel: &[u8]) -> Result<Option<bool>, git2::Error> {
+        let Ok(listing) = untrusted::list(dir) else {
+            return Ok(None);
+        };
+        let names: Vec<std::ffi::OsString> = listing.map(|(name, _)| name).collect();
+        let mut kept = false;
+        for name in names {
+            if name == ".git" {
+                if rel.is_empty() {
+                    continue;
+                }
+                // A repository inside the worktree: `add_all` records it as a submodule.
+                return Ok(None);
+            }
+            let mut child = rel.to_vec();
+            if !child.is_empty() {
+                child.push(b'/');
+            }
+            child.extend_from_slice(name.as_bytes());
+            let name = Path::new(&name);
+            let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                return Ok(None);
+            };
+            let kind = FileType::from_raw_mode(stat.st_mode);
+            if kind == FileType::Directory {
+                let known = self.dirs.contains(&child);
+                if !known && self.ignored(&child, true)? {
+                    if untrusted::remove_at(dir, name).is_err() {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                // Opened once, without following: one swapped for a symlink since is refused.
+                let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
+                    return Ok(None);
+                };
+                match self.dir(&sub, &child)? {
+                    None => return Ok(None),
+                    Some(true) => kept = true,
+                    // Nothing of it stays (it was empty, or held only ignored files): a
+                    // checkout of the commit would not have it.
+                    Some(false) => {
+                        if rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).is_err() {
+                            return Ok(None);
+                        }
+                    }
+                }
+                continue;
+            }
+            let is_file = matches!(kind, FileType::RegularFile | FileType::Symlink);
+            match self.tracked.remove(&child) {
+                Some(e) if unchanged(&e, &stat, self.stamp) => kept = true,
+                Some(_) if is_file => {
+                    if !self.stage(dir, name, child)? {
+                        return Ok(None);
+                    }
+                    kept = true;
+                }
+                // A FIFO, socket or device where a tracked file was: left to `add_all`.
+                Some(_) => return Ok(None),
+                None if !is_file => {
+                    // A FIFO, socket or device: never staged, and not in a checkout.
+                    if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
+                        return Ok(None);
+                    }
+                }
+                // A new attributes file changes how every file below it is staged, which only
+                // libgit2 reckons with.
+                None if is_attributes(&child) => return Ok(None),
+                None => {
+                    if self.ignored(&child, false)? {
+                        if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
+                            return Ok(None);
+                        }
+                        continue;
+                    }
+                    if !self.stage(dir, name, child)? {
+                        return Ok(None);
+                    }
+                    kept = true;
+                }
+            }
+        }
+        Ok(Some(kept))
+    }
+
+    /// Whether git's ignore rules (every `.gitignore`, `info/exclude`, `core.excludesFile`)
+    /// ignore the untracked PATH.
+    fn ignored(&self, path: &[u8], dir: bool) -> Result<bool, git2::Error> {
+        let mut p = path.to_vec();
+        // libgit2 tells a directory by the trailing slash (a pattern `build/` matches only one).
+        if dir {
+            p.push(b'/');
+        }
+        self.repo
+            .is_path_ignored(Path::new(std::ffi::OsStr::from_bytes(&p)))
+    }
+
+    /// Writes the blob of NAME in DIR (a regular file, read through a descriptor; or a symlink,
+    /// its target) and queues its entry at PATH with the stat data of what was read. False
+    /// when it is neither any more, or it changed while it was read.
+    fn stage(&mut self, dir: &OwnedFd, name: &Path, path: Vec<u8>) -> Result<bool, git2::Error> {
+        let (id, stat) = match untrusted::open_at(dir, name) {
+            Ok(untrusted::Found::Regular(file, _)) => {
+                let Ok(stat) = rustix::fs::fstat(&file) else {
+                    return Ok(false);
+                };
+                let size = u64::try_from(stat.st_size).unwrap_or(0);
+                let Some(id) = self.write_blob(file, size)? else {
+                    return Ok(false);
+                };
+                (id, stat)
+            }
+            Ok(untrusted::Found::Symlink(target)) => {
+                let id = self
+                    .odb
+                    .write(ObjectType::Blob, target.as_os_str().as_bytes())?;
+                let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                    return Ok(false);
+                };
+                if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink {
+                    return Ok(false);
+                }
+                (id, stat)
+            }
+            _ => return Ok(false),
+        };
+        self.staged.push(entry(path, id, &stat));
+        Ok(true)
+    }
+
+    /// The blob of the SIZE bytes FILE holds, streamed into the object database (a file of
+    /// gigabytes is never held in memory); `None` when it does not hold SIZE bytes.
+    fn write_blob(&self, file: std::fs::File, size: u64) -> Result<Option<Oid>, git2::Error> {
+        let Ok(len) = usize::try_from(size) else {
+            return Ok(None);
+        };
+        let mut writer = self.odb.writer(len, ObjectType::Blob)?;
+        let mut read = file.take(size);
+        let copied = io::copy(&mut read, &mut writer);
+        if copied.ok() != Some(size) || read.into_inner().read(&mut [0u8; 1]).ok() != Some(0) {
+            return Ok(None);
+        }
+        writer
+            .flush()
+            .map_err(|e| git2::Error::from_str(&e.to_string()))?;
+        writer.finalize().map(Some)
+    }
+}
+
+/// The index entry of the file statted as STAT at PATH, holding blob ID.
+pub(super) fn entry(path: Vec<u8>, id: Oid, stat: &Stat) -> IndexEntry {
+    // Git keeps 32 bits of each: the low ones, as `same_stat` compares them.
+    let low = |v: u64| (v & 0xffff_ffff) as u32;
+    let time = |s: i64, n: u32| git2::IndexTime::new(s as i32, n);
+    let mode = if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink {
+        0o120000
+    } else if Mode::from_raw_mode(stat.st_mode).contains(Mode::XUSR) {
+        0o100755
+    } else {
+        0o100644
+    };
+    IndexEntry {
+        ctime: time(
+            stat.st_ctime,
+            u32::try_from(stat.st_ctime_nsec).unwrap_or(0),
+        ),
+        mtime: time(
+            stat.st_mtime,
+            u32::try_from(stat.st_mtime_nsec).unwrap_or(0),
+        ),
+        dev: low(stat.st_dev),
+        ino: low(stat.st_ino),
+        mode,
+        uid: stat.st_uid,
+        gid: stat.st_gid,
+        file_size: low(stat.st_size as u64),
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::worktree::sweep::same_stat;
+
+    #[test]
+    fn an_entry_carries_the_stat_data_same_stat_compares() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").expect("write");
+        let stat = rustix::fs::stat(&file).expect("stat");
+        let e = entry(b"f".to_vec(), Oid::ZERO_SHA1, &stat);
+        assert!(same_stat(&e, &stat));
+        assert_eq!(e.mode, 0o100644);
+    }
+}
