@@ -8,13 +8,13 @@
 //! edits a file and puts its modification time back still changes its change time; one that
 //! only flips the executable bit changes the mode; a file replaced by a symlink changes type.
 
-use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use git2::{Index, IndexEntry, ObjectType, Odb, Oid, Repository};
+use rustc_hash::{FxHashMap, FxHashSet};
 use rustix::fs::{AtFlags, FileType, Mode, Stat};
 
 use crate::run::exec::untrusted;
@@ -89,9 +89,9 @@ struct Walk<'a> {
     repo: &'a Repository,
     odb: &'a Odb<'a>,
     /// The directories that hold tracked files.
-    dirs: &'a HashSet<Vec<u8>>,
+    dirs: &'a FxHashSet<Vec<u8>>,
     /// The tracked files not seen yet.
-    tracked: &'a mut HashMap<Vec<u8>, IndexEntry>,
+    tracked: &'a mut FxHashMap<Vec<u8>, IndexEntry>,
     /// The index file's modification time: entries not older are racily clean.
     stamp: (i64, i64),
     /// New entries for files added or changed, their blobs written.

@@ -3,7 +3,9 @@
 //! writing only the files that differ ([`reset_in_place`]); `false` or `None` whenever only a
 //! full checkout can do it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -106,10 +108,12 @@ pub(super) fn sweep(
 
 /// What a walk that judges a worktree by stat data needs of its index.
 pub(super) struct Judged {
-    /// Every entry, by path.
-    pub(super) tracked: HashMap<Vec<u8>, git2::IndexEntry>,
+    /// Every entry (its path moved out), by path. Hashed with FxHash: a walk looks up every
+    /// file of the worktree, and SipHash's resistance to chosen keys buys nothing for paths of
+    /// mvk's own index.
+    pub(super) tracked: FxHashMap<Vec<u8>, git2::IndexEntry>,
     /// The directories that hold tracked files.
-    pub(super) dirs: HashSet<Vec<u8>>,
+    pub(super) dirs: FxHashSet<Vec<u8>>,
     /// The index file's modification time: entries not older are racily clean.
     pub(super) stamp: (i64, i64),
 }
@@ -157,10 +161,13 @@ pub(super) fn judged(
         use std::os::unix::fs::MetadataExt;
         (stamp.mtime(), stamp.mtime_nsec())
     };
-    let mut tracked: HashMap<Vec<u8>, git2::IndexEntry> = HashMap::new();
-    let mut dirs: HashSet<Vec<u8>> = HashSet::new();
-    for entry in index.iter() {
-        let name = entry.path.clone();
+    let mut tracked = FxHashMap::with_capacity_and_hasher(index.len(), Default::default());
+    let mut dirs = FxHashSet::default();
+    // The index is sorted: entries of one directory come together, and its ancestors are
+    // recorded once, when the first of them is seen.
+    let mut last_parent: Vec<u8> = Vec::new();
+    for mut entry in index.iter() {
+        let name = std::mem::take(&mut entry.path);
         if entry.flags & ASSUME_UNCHANGED != 0
             || entry.flags_extended & SKIP_WORKTREE != 0
             || entry.mode == 0o160000
@@ -168,10 +175,19 @@ pub(super) fn judged(
         {
             return Ok(None);
         }
-        let mut at = 0;
-        while let Some(i) = name[at..].iter().position(|&b| b == b'/') {
-            dirs.insert(name[..at + i].to_vec());
-            at += i + 1;
+        if let Some(end) = name.iter().rposition(|&b| b == b'/')
+            && name[..end] != last_parent[..]
+        {
+            let mut at = end;
+            // An ancestor already recorded was recorded with all of its own.
+            while dirs.insert(name[..at].to_vec()) {
+                match name[..at].iter().rposition(|&b| b == b'/') {
+                    Some(up) => at = up,
+                    None => break,
+                }
+            }
+            last_parent.clear();
+            last_parent.extend_from_slice(&name[..end]);
         }
         tracked.insert(name, entry);
     }
@@ -203,9 +219,9 @@ pub(super) fn unchanged(
 /// What [`sweep`] knows of the index, and what it found so far.
 struct Seen<'a> {
     /// The directories that hold tracked files.
-    dirs: &'a HashSet<Vec<u8>>,
+    dirs: &'a FxHashSet<Vec<u8>>,
     /// The tracked files not seen yet.
-    tracked: &'a mut HashMap<Vec<u8>, git2::IndexEntry>,
+    tracked: &'a mut FxHashMap<Vec<u8>, git2::IndexEntry>,
     /// Tracked files that differ from their stat data.
     dirty: &'a mut Vec<Vec<u8>>,
     /// The index file's modification time: entries not older are racily clean.
