@@ -581,3 +581,46 @@ fn escapees_that_outlast_the_sweep_fail_the_attempt_before_capture_and_gates() {
     assert_eq!(worktrees.len(), 2, "{}", run.why());
     assert_ne!(worktrees[0], worktrees[1], "{}", run.why());
 }
+
+/// Runs `tamper_later.sh MODE` with two iterations: the first attempt's gate fails, and the
+/// second, on the slot mvk reset in place (its index written after every file, so the stat data
+/// of each entry is what tells a change), touches the sealed test. The seal refuses it with one
+/// of KINDS, and nothing lands.
+fn tampering_on_a_warm_slot(mode: &str, kinds: &[&str]) {
+    let defs = agent_def("bot", "tamper_later.sh", &[mode]);
+    let f = Fixture::new(&loop_kdl(&defs, true, TESTS_GATE, "budget iterations=2"));
+    let run = f.apply();
+    run.expect_code(1);
+    assert_main_unchanged(&f, &run);
+    let failed = run.named("attempt.failed");
+    assert_eq!(failed.len(), 2, "{}", run.why());
+    assert_eq!(failed[0]["detail"]["kind"], "gate", "{}", run.why());
+    assert_eq!(failed[1]["detail"]["kind"], "seal", "{}", run.why());
+    let breaches = run.one("seal.breached")["detail"]["breaches"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        breaches
+            .iter()
+            .any(|b| b["path"] == "tests/test_calc.sh"
+                && kinds.iter().any(|k| b["kind"]["type"] == *k)),
+        "no {kinds:?} breach of tests/test_calc.sh\n{}",
+        run.why()
+    );
+}
+
+#[test]
+fn seal_refuses_a_same_size_edit_whose_modification_time_was_put_back() {
+    tampering_on_a_warm_slot("same-size-old-mtime", &["modified"]);
+}
+
+#[test]
+fn seal_refuses_a_mode_change_alone_on_a_warm_slot() {
+    tampering_on_a_warm_slot("mode", &["mode_changed"]);
+}
+
+#[test]
+fn seal_refuses_a_test_replaced_by_a_symlink_on_a_warm_slot() {
+    tampering_on_a_warm_slot("symlink", &["symlink_replaced"]);
+}
