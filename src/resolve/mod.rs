@@ -753,8 +753,10 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// How much of a loop file or template is read: past this it is too large.
-pub(crate) const READ_LIMIT: usize = crate::syntax::MAX_BYTES * 4;
+/// How much of a loop file or template is read: past this it is too large. A few bytes over
+/// what the parser takes, so a longer file is told too large ("at least …") from what was read,
+/// and `/dev/zero` fills no more memory than the largest file allowed.
+pub(crate) const READ_LIMIT: usize = crate::syntax::MAX_BYTES + 4;
 
 /// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`.
 fn libc_nonblock() -> i32 {
