@@ -1,7 +1,8 @@
 //! A compiled program's agents and gates in, what this machine lacks to run them out: for each,
 //! whether its program is installed and which version, whether it accepts the flags its
 //! definition passes (read from its own `--help`), whether the credentials it needs are present
-//! (names only, never values), what running as root needs, and what the kernel allows a sandbox.
+//! (names only, never values), what running as root needs, and what the kernel allows a sandbox;
+//! and, as a note, the worktree pools left by repositories that are gone.
 //!
 //! `mvk doctor` prints every [`Finding`]; `mvk apply` runs the same checks first and refuses to
 //! start when one is a [`Level::Fail`], rather than burning attempts on an agent that cannot run.
@@ -27,6 +28,8 @@ const PROBE_OUTPUT: u64 = 256 * 1024;
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Level {
     Ok,
+    /// Worth knowing, harmless to a run: disk taken by what mvk left behind.
+    Note,
     /// The run may fail: something could not be confirmed (credentials, a relative program).
     Warn,
     /// The run would fail: the program is missing, refuses a flag, or refuses to run as root.
@@ -44,6 +47,33 @@ pub(crate) struct Finding {
     /// How to fix a problem.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fix: Option<String>,
+}
+
+/// The pools under `home` whose repository is gone, as a note with the command that removes
+/// them; `None` when there are none (or the pools cannot be listed: a note is not worth an
+/// error).
+pub(crate) fn orphan_pools(home: &Path) -> Option<Finding> {
+    use crate::run::worktree::orphans::{Owner, survey};
+    let pools = survey(home).ok()?;
+    let orphans: Vec<_> = pools
+        .iter()
+        .filter(|p| matches!(p.owner, Owner::Gone(_)))
+        .collect();
+    if orphans.is_empty() {
+        return None;
+    }
+    let bytes: u64 = orphans.iter().map(|p| p.bytes).sum();
+    Some(Finding {
+        subject: "worktree pools".into(),
+        level: Level::Note,
+        detail: format!(
+            "{} pool(s) under {} belong to repositories that are gone ({})",
+            orphans.len(),
+            home.display(),
+            crate::report::human_bytes(bytes)
+        ),
+        fix: Some("mvk gc --all".into()),
+    })
 }
 
 /// Every distinct agent and gate of `program`, and its sandboxes, checked.

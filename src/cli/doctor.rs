@@ -1,5 +1,6 @@
 //! `mvk doctor [FILE]`: can this machine run FILE's agents and gates (without FILE: the
-//! stdlib's agents)? One line each, a fix for each problem; exit 1 when a run would fail.
+//! stdlib's agents)? One line each, a fix for each problem; exit 1 when a run would fail. A note
+//! counts the worktree pools of repositories that are gone, which `mvk gc --all` removes.
 
 use std::path::PathBuf;
 
@@ -39,6 +40,8 @@ pub(crate) fn doctor(cli: &Cli, printer: &Printer, args: &DoctorArgs) -> Result<
                 .collect()
         }
     };
+    let mut findings = findings;
+    findings.extend(doctor::orphan_pools(&crate::run::worktree::Pool::home()));
     if args.json {
         let text = serde_json::to_string_pretty(&findings).map_err(|e| CliError::Internal {
             message: format!("cannot encode the findings: {e}"),
@@ -56,6 +59,7 @@ pub(crate) fn print(printer: &Printer, findings: &[Finding]) {
     for f in findings {
         let mark = match f.level {
             Level::Ok => "✓",
+            Level::Note => "·",
             Level::Warn => "!",
             Level::Fail => "✗",
         };

@@ -1,4 +1,4 @@
-//! `mvk gc [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
+//! `mvk gc [--all] [--dry-run]`: the repository's pool and attempt branches in; out go the worktree
 //! slots no process holds, the `mvk/<run>/…` branches of runs that are no longer live, the
 //! `mvk-scratch/…` branches a slot build of an earlier mvk left when it died in it (never one
 //! a build is using: see `Pool::gc_scratch`), and the output `mvk mcp` kept of them.
@@ -10,6 +10,9 @@
 //! `mvk mcp` gives a command to name one. A run still marked running — alive,
 //! or dead and resumable — keeps its branches. Branches of runs the ledger does not know are left alone: mvk did not
 //! make them, or their record is gone, and deleting work on a guess is worse than keeping it.
+//!
+//! With `--all`, the pools of every repository are looked at too (`run::worktree::orphans`): a
+//! pool whose repository is gone goes whole, unless a live process holds one of its slots.
 
 use std::path::Path;
 
@@ -19,12 +22,17 @@ use super::printer::Printer;
 use super::{Cli, CliError, Exit};
 use crate::ledger::Ledger;
 use crate::run::worktree::Pool;
+use crate::run::worktree::orphans::{self, Owner, Removal};
 
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
     /// Say what would be removed, remove nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Also remove the worktree pools of repositories that no longer exist (under
+    /// `$MVK_WORKTREE_ROOT` or `~/.cache/mvk/worktrees`); run anywhere, in a repository or not.
+    #[arg(long)]
+    pub(crate) all: bool,
 }
 
 pub(crate) fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, CliError> {
@@ -32,16 +40,84 @@ pub(crate) fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, Cl
         .repo
         .clone()
         .unwrap_or_else(|| Path::new(".").to_path_buf());
+    // Outside a repository, `--all` has the other pools to see to.
+    if args.all && cli.repo.is_none() && git2::Repository::discover(&start).is_err() {
+        return orphan_pools(printer, args.dry_run);
+    }
+    gc_repository(printer, args, &start)?;
+    if args.all {
+        return orphan_pools(printer, args.dry_run);
+    }
+    Ok(Exit::Ok)
+}
+
+/// The pools whose repository is gone, removed (or with `dry_run` named), with their sizes.
+fn orphan_pools(printer: &Printer, dry_run: bool) -> Result<Exit, CliError> {
+    let home = Pool::home();
+    let pools = orphans::survey(&home).map_err(|e| CliError::Internal {
+        message: format!("cannot list the worktree pools: {e}"),
+    })?;
+    let (mut removed, mut bytes, mut unknown) = (0usize, 0u64, 0usize);
+    for pool in &pools {
+        let repo = match &pool.owner {
+            Owner::Gone(repo) => repo,
+            Owner::Present(_) => continue,
+            Owner::Unknown => {
+                unknown += 1;
+                continue;
+            }
+        };
+        let what = format!(
+            "pool {} of {} ({})",
+            pool.path.display(),
+            repo.display(),
+            crate::report::human_bytes(pool.bytes)
+        );
+        if dry_run {
+            printer.out(&format!("would remove {what}"));
+            removed += 1;
+            bytes += pool.bytes;
+            continue;
+        }
+        match orphans::remove(pool) {
+            Ok(Removal::Removed) => {
+                printer.status(&format!("removed {what}"));
+                removed += 1;
+                bytes += pool.bytes;
+            }
+            Ok(Removal::InUse) => printer.status(&format!("kept {what}: a live process holds it")),
+            Ok(Removal::Returned) => {
+                printer.status(&format!("kept {what}: its repository is back"));
+            }
+            Err(e) => printer.status(&format!("kept {what}: {e}")),
+        }
+    }
+    if unknown > 0 {
+        printer.status(&format!(
+            "kept {unknown} pool(s) under {} that name no repository mvk can find (made by an earlier mvk and emptied)",
+            home.display()
+        ));
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    printer.out(&format!(
+        "{verb} {removed} worktree pool(s) of repositories that are gone ({})",
+        crate::report::human_bytes(bytes)
+    ));
+    Ok(Exit::Ok)
+}
+
+/// The repository's own part: its idle slots, its runs' branches and `mvk mcp`'s output.
+fn gc_repository(printer: &Printer, args: &GcArgs, start: &Path) -> Result<(), CliError> {
     let internal = |what: &str, e: &dyn std::fmt::Display| CliError::Internal {
         message: format!("cannot {what}: {e}"),
     };
-    let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
+    let repo = git2::Repository::discover(start).map_err(|e| CliError::Usage {
         message: format!(
             "`{}` is not inside a git repository: {}",
             start.display(),
             e.message()
         ),
-        hint: Some("run `mvk gc` in the repository, or name it with `--repo DIR`".into()),
+        hint: Some("run `mvk gc` in the repository, or name it with `--repo DIR`; `mvk gc --all` runs anywhere".into()),
     })?;
     let main = git2::Repository::open(repo.commondir())
         .map_err(|e| internal("open the repository", &e))?;
@@ -168,7 +244,7 @@ pub(crate) fn gc(cli: &Cli, printer: &Printer, args: &GcArgs) -> Result<Exit, Cl
             removed_slots.len()
         ));
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 /// The files in DIR (`.mvk/mcp/`) with the run each belongs to: `<run>.<stamp>-<command>.out`

@@ -46,6 +46,23 @@ pub(crate) fn spent_by_attempt(costs: &[CostRow]) -> BTreeMap<i64, Spent> {
     out
 }
 
+/// A size as a person reads it, to one decimal in binary units: `512 bytes`, `1.2 MiB`.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    #[expect(clippy::cast_precision_loss, reason = "a size shown to one decimal")]
+    let mut size = bytes as f64;
+    let mut unit = 0;
+    while size >= 1024.0 && unit + 1 < UNITS.len() {
+        size /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{size:.1} {}", UNITS[unit])
+    }
+}
+
 /// A span of `ms` milliseconds as a person reads it, to about three figures: `350 ms`, `18.1 s`,
 /// `2 min 5 s`, `1 h 3 min`, `2 d 4 h`; a zero part is left out (`2 min`), a negative span is
 /// `0 ms`. (`plan::format_duration` writes the exact `18s77ms` a loop file accepts instead.)

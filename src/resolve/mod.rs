@@ -168,6 +168,8 @@ pub(crate) struct World {
     pub(crate) pattern_hits: std::collections::HashMap<String, bool>,
     /// Template texts that passed `prompt::check`.
     pub(crate) checked_templates: std::collections::HashSet<String>,
+    /// Templates compiled for the budget check of each task's first prompt, by their text.
+    pub(crate) compiled_templates: std::collections::HashMap<String, crate::prompt::Compiled>,
     /// The git repositories imports come from, fetched into the cache.
     pub(crate) git: git::GitCache,
     /// The entry file's `mvk.lock` (whether or not it exists) and what it holds.
@@ -194,6 +196,7 @@ impl World {
             repo_files: None,
             pattern_hits: std::collections::HashMap::new(),
             checked_templates: std::collections::HashSet::new(),
+            compiled_templates: std::collections::HashMap::new(),
             git: git::GitCache::new(options.cache_dir.clone().unwrap_or_else(git::default_root)),
             lock_path: PathBuf::from(lock::FILE_NAME),
             lock: None,
@@ -750,8 +753,10 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// How much of a loop file or template is read: past this it is too large.
-pub(crate) const READ_LIMIT: usize = crate::syntax::MAX_BYTES * 4;
+/// How much of a loop file or template is read: past this it is too large. A few bytes over
+/// what the parser takes, so a longer file is told too large ("at least …") from what was read,
+/// and `/dev/zero` fills no more memory than the largest file allowed.
+pub(crate) const READ_LIMIT: usize = crate::syntax::MAX_BYTES + 4;
 
 /// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`.
 fn libc_nonblock() -> i32 {

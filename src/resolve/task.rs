@@ -225,7 +225,16 @@ fn prompt_within_budget(world: &mut World, task: &Task) {
             ..crate::prompt::GateInfo::default()
         })
         .collect();
-    let Ok(text) = crate::prompt::render(&task.prompt.text, &cx) else {
+    let compiled = match world.compiled_templates.entry(task.prompt.text.clone()) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let Ok(compiled) = crate::prompt::Compiled::new(&task.prompt.text) else {
+                return;
+            };
+            e.insert(compiled)
+        }
+    };
+    let Ok(text) = compiled.render(&cx) else {
         return;
     };
     let tokens = crate::tokens::estimate(&text);

@@ -132,7 +132,7 @@ fn only_space_before(text: &str, j: usize) -> bool {
 
 /// The length of the KDL 2.0 newline at `i`, if one starts there: CRLF, CR, LF, NEL, VT, FF,
 /// LINE SEPARATOR, PARAGRAPH SEPARATOR.
-fn newline_at(text: &str, i: usize) -> Option<usize> {
+pub(super) fn newline_at(text: &str, i: usize) -> Option<usize> {
     let rest = text.get(i..)?;
     if rest.starts_with("\r\n") {
         return Some(2);
@@ -146,14 +146,14 @@ fn newline_at(text: &str, i: usize) -> Option<usize> {
 }
 
 /// The length of the character at `i` (1 past the end or inside a character).
-fn char_len(text: &str, i: usize) -> usize {
+pub(super) fn char_len(text: &str, i: usize) -> usize {
     text.get(i..)
         .and_then(|r| r.chars().next())
         .map_or(1, char::len_utf8)
 }
 
 /// The offset of the newline ending the line `i` is on (or the end of the text).
-fn line_end(text: &str, mut i: usize) -> usize {
+pub(super) fn line_end(text: &str, mut i: usize) -> usize {
     while i < text.len() {
         if newline_at(text, i).is_some() {
             return i;
@@ -163,7 +163,7 @@ fn line_end(text: &str, mut i: usize) -> usize {
     text.len()
 }
 
-enum Comment {
+pub(super) enum Comment {
     End(usize),
     /// Block comments nest in KDL, and the parser recurses once per level.
     TooDeep(usize),
@@ -171,7 +171,7 @@ enum Comment {
 }
 
 /// Past a `/* … */` comment starting at `i` (they nest), in one pass.
-fn block_comment(text: &str, i: usize) -> Comment {
+pub(super) fn block_comment(text: &str, i: usize) -> Comment {
     let bytes = text.as_bytes();
     let mut level = 0usize;
     let mut j = i;
@@ -216,7 +216,7 @@ fn escape_end(text: &str, j: usize) -> usize {
 /// next `"` on the same line; `\` escapes, spaces and newlines after it included. `None` where KDL
 /// would not read it so: a newline in a single-line string, `"""` without a newline after it, the
 /// end of the text.
-fn quoted_end(text: &str, i: usize) -> Option<usize> {
+pub(super) fn quoted_end(text: &str, i: usize) -> Option<usize> {
     let bytes = text.as_bytes();
     let multi = bytes[i..].starts_with(b"\"\"\"");
     let mut j = if multi {
@@ -241,7 +241,7 @@ fn quoted_end(text: &str, i: usize) -> Option<usize> {
     None
 }
 
-enum Raw {
+pub(super) enum Raw {
     /// A `#` that starts no raw string (`#true`, `#null`).
     None,
     End(usize),
@@ -249,7 +249,7 @@ enum Raw {
 }
 
 /// A raw string `#"…"#` (any number of `#`, `"""` and a newline for several lines) at `i`.
-fn raw(text: &str, i: usize) -> Raw {
+pub(super) fn raw(text: &str, i: usize) -> Raw {
     let bytes = text.as_bytes();
     let hashes = bytes[i..].iter().take_while(|&&b| b == b'#').count();
     let open = i + hashes;

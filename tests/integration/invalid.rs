@@ -134,7 +134,7 @@ fn a_loop_file_that_never_ends_is_refused_as_too_large() {
     let (out, stderr) = check(&path);
     assert_eq!(out.status.code(), Some(65), "{stderr}");
     assert!(
-        stderr.contains("mvk::too-large") && stderr.contains("at least 1048576 bytes"),
+        stderr.contains("mvk::too-large") && stderr.contains("at least 67108868 bytes"),
         "{stderr}"
     );
 }

@@ -5,9 +5,11 @@
 //! Layout under the pool root (always outside the repository):
 //! `slot-N/` is a linked git worktree registered with the repository (`git worktree list` shows
 //! it) and `slot-N.lock` is the file whose exclusive lock says the slot is leased and which
-//! names the branch of its lease; a lease takes both under the pool's registry lock. Lock files
-//! are never deleted: unlinking a lock file another process has already opened would let two
-//! processes believe they hold the same slot.
+//! names the branch of its lease; a lease takes both under the pool's registry lock;
+//! `repository` names the repository's canonical path (see [`orphans`]). Lock files are never
+//! deleted while the repository exists: unlinking a lock file another process has already
+//! opened would let two processes believe they hold the same slot (a pool whose repository is
+//! gone goes whole, every lock held).
 //!
 //! Adding a worktree writes every file, so slots are kept and reset to the next base instead:
 //! a forced checkout rewrites only what differs and removes untracked and ignored files.
@@ -17,8 +19,9 @@
 //! worktree registrations, written and read by hand), [`lease`] (a leased slot, opened only
 //! through the git links mvk made), [`trusted`] (mvk's own copy of a slot's index),
 //! [`capture`](mod@capture) (the agent's work as a commit), [`sweep`] (a worktree judged by stat
-//! data: cleaned or reset in place), [`stage`] (the agent's changes staged and the rest swept in one walk) and [`tidy`] (what an agent may have tampered with, put right
-//! without following a link).
+//! data: cleaned or reset in place), [`stage`] (the agent's changes staged and the rest swept,
+//! in one walk) and [`tidy`] (what an agent may have tampered with, put right without following
+//! a link); [`orphans`] finds and removes the pools whose repository is gone.
 
 use std::fs;
 use std::io;
@@ -28,6 +31,7 @@ use git2::{Oid, Repository};
 
 mod capture;
 mod lease;
+pub(crate) mod orphans;
 mod pool;
 mod registry;
 mod slot;

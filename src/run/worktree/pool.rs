@@ -80,6 +80,8 @@ impl Pool {
         if inside.iter().any(|repo_dir| root.starts_with(repo_dir)) {
             return Err(WorktreeError::RootInsideRepo { root, repo: shown });
         }
+        // The path the default root hashes (see `default_root`), whoever chose this root.
+        record_owner(&root, &canonical(repo_path)?)?;
         let hash = blake3::hash(root.as_os_str().as_encoded_bytes());
         let root_tag = hash.to_hex()[..8].to_string();
         Ok(Pool {
@@ -427,7 +429,7 @@ impl Pool {
 }
 
 /// `slot-N` + `suffix` → `N`.
-fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
+pub(super) fn parse_slot_name(name: &str, suffix: &str) -> Option<usize> {
     let digits = name.strip_prefix("slot-")?.strip_suffix(suffix)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -442,18 +444,44 @@ fn default_root_from(
     home: Option<OsString>,
 ) -> PathBuf {
     let repo = fs::canonicalize(repo_path).unwrap_or_else(|_| repo_path.to_path_buf());
-    let hash = blake3::hash(repo.as_os_str().as_encoded_bytes());
-    let tag = &hash.to_hex()[..16];
+    home_from(mvk_root, xdg_cache, home).join(tag_of(&repo))
+}
+
+/// The directory holding every repository's pool: `$MVK_WORKTREE_ROOT`, else the cache's.
+pub(super) fn home_from(
+    mvk_root: Option<OsString>,
+    xdg_cache: Option<OsString>,
+    home: Option<OsString>,
+) -> PathBuf {
     let non_empty = |v: Option<OsString>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(root) = non_empty(mvk_root) {
-        return root.join(tag);
+        return root;
     }
     // The XDG spec says relative values are invalid and must be ignored.
     let cache = non_empty(xdg_cache)
         .filter(|p| p.is_absolute())
         .or_else(|| non_empty(home).map(|h| h.join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
-    cache.join("mvk").join("worktrees").join(tag)
+    cache.join("mvk").join("worktrees")
+}
+
+/// The name of the pool of the repository at the canonical path `repo`: the first 16 hex
+/// digits of the blake3 hash of the path.
+pub(super) fn tag_of(repo: &Path) -> String {
+    blake3::hash(repo.as_os_str().as_encoded_bytes()).to_hex()[..16].to_string()
+}
+
+/// Writes `repo` into the pool's record (see [`super::orphans`]) unless it already holds it:
+/// what `mvk gc --all` reads to tell a pool whose repository is gone.
+fn record_owner(root: &Path, repo: &Path) -> Result<(), WorktreeError> {
+    let file = root.join(super::orphans::RECORD);
+    let bytes = repo.as_os_str().as_encoded_bytes();
+    if crate::run::exec::untrusted::read(&file, super::LINK_MAX)
+        .is_ok_and(|found| found.as_deref() == Some(bytes))
+    {
+        return Ok(());
+    }
+    super::tidy::replace_file(&file, bytes)
 }
 
 #[cfg(test)]
