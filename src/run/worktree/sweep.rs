@@ -78,32 +78,138 @@ pub(super) fn sweep(
     index: &git2::Index,
 ) -> Result<Option<Vec<Vec<u8>>>, WorktreeError> {
     let Some(Judged {
-        mut tracked,
+        tracked,
         dirs,
         stamp,
     }) = judged(repo, common, path, index)?
     else {
         return Ok(None);
     };
-    let mut dirty = Vec::new();
     // Walked through descriptors, never by a path looked up again: a process the agent left
     // running may swap a directory for a symlink to one outside the worktree after it was
     // seen, and mvk (unconfined) would delete what it found there.
     let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
         return Ok(None);
     };
-    let mut seen = Seen {
-        dirs: &dirs,
-        tracked: &mut tracked,
-        dirty: &mut dirty,
-        stamp,
-    };
-    if !sweep_dir(&top, &[], &mut seen) {
+    let Some(found) = parallel_sweep(top, &dirs, &tracked, stamp) else {
         return Ok(None);
+    };
+    let mut dirty = found.dirty;
+    if found.seen.len() != tracked.len() {
+        // Some tracked file was never seen: missing from the worktree.
+        let seen: FxHashSet<&[u8]> = found.seen.into_iter().collect();
+        dirty.extend(
+            tracked
+                .keys()
+                .filter(|k| !seen.contains(k.as_slice()))
+                .cloned(),
+        );
     }
-    // What is left was never seen: missing from the worktree.
-    dirty.extend(tracked.into_keys());
     Ok(Some(dirty))
+}
+
+/// What [`parallel_sweep`] found: the tracked files that differ from their stat data, and the
+/// tracked paths it saw (the index's own keys).
+struct Found<'a> {
+    dirty: Vec<Vec<u8>>,
+    seen: Vec<&'a [u8]>,
+}
+
+/// The directories still to sweep, and how many workers are sweeping one now.
+struct Queue {
+    dirs: Vec<(std::os::fd::OwnedFd, Vec<u8>)>,
+    busy: usize,
+    failed: bool,
+}
+
+/// [`sweep_dir`] of TOP and every tracked directory under it, on as many threads as the machine
+/// has cores (at most 4): stat-ing 20,000 files is most of a reset's time, and git spreads its
+/// own over threads too. `None` when something cannot be judged.
+fn parallel_sweep<'a>(
+    top: std::os::fd::OwnedFd,
+    dirs: &FxHashSet<Vec<u8>>,
+    tracked: &'a FxHashMap<Vec<u8>, git2::IndexEntry>,
+    stamp: (i64, i64),
+) -> Option<Found<'a>> {
+    use std::sync::{Condvar, Mutex};
+    // Below this a second thread costs more than it saves; tests sweep their small worktrees
+    // on every thread there is, so that the work queue is what they exercise.
+    #[cfg(not(test))]
+    const PER_THREAD: usize = 4096;
+    #[cfg(test)]
+    const PER_THREAD: usize = 1;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(4)
+        .min(tracked.len() / PER_THREAD)
+        .max(1);
+    let queue = Mutex::new(Queue {
+        dirs: vec![(top, Vec::new())],
+        busy: 0,
+        failed: false,
+    });
+    let ready = Condvar::new();
+    let worker = || -> Option<Found<'a>> {
+        let mut found = Found {
+            dirty: Vec::new(),
+            seen: Vec::new(),
+        };
+        loop {
+            let (dir, rel) = {
+                let mut q = queue.lock().ok()?;
+                loop {
+                    if q.failed {
+                        return None;
+                    }
+                    if let Some(next) = q.dirs.pop() {
+                        q.busy += 1;
+                        break next;
+                    }
+                    if q.busy == 0 {
+                        ready.notify_all();
+                        return Some(found);
+                    }
+                    q = ready.wait(q).ok()?;
+                }
+            };
+            let mut subdirs = Vec::new();
+            let ok = {
+                let mut seen = Seen {
+                    dirs,
+                    tracked,
+                    found: &mut found,
+                    subdirs: &mut subdirs,
+                    stamp,
+                };
+                // A worker that panicked would leave the others waiting for it for good.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    sweep_dir(&dir, &rel, &mut seen)
+                }))
+                .unwrap_or(false)
+            };
+            let mut q = queue.lock().ok()?;
+            q.busy -= 1;
+            q.failed |= !ok;
+            q.dirs.extend(subdirs);
+            ready.notify_all();
+        }
+    };
+    let results: Vec<Option<Found<'a>>> = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads).map(|_| scope.spawn(worker)).collect();
+        let mut all = vec![worker()];
+        all.extend(others.into_iter().map(|h| h.join().ok().flatten()));
+        all
+    });
+    let mut out = Found {
+        dirty: Vec::new(),
+        seen: Vec::new(),
+    };
+    for r in results {
+        let r = r?;
+        out.dirty.extend(r.dirty);
+        out.seen.extend(r.seen);
+    }
+    Some(out)
 }
 
 /// What a walk that judges a worktree by stat data needs of its index.
@@ -216,21 +322,25 @@ pub(super) fn unchanged(
         ) < stamp
 }
 
-/// What [`sweep`] knows of the index, and what it found so far.
-struct Seen<'a> {
+/// What [`sweep_dir`] knows of the index, and what it found so far.
+struct Seen<'s, 'a> {
     /// The directories that hold tracked files.
-    dirs: &'a FxHashSet<Vec<u8>>,
-    /// The tracked files not seen yet.
-    tracked: &'a mut FxHashMap<Vec<u8>, git2::IndexEntry>,
-    /// Tracked files that differ from their stat data.
-    dirty: &'a mut Vec<Vec<u8>>,
+    dirs: &'s FxHashSet<Vec<u8>>,
+    /// Every tracked file.
+    tracked: &'a FxHashMap<Vec<u8>, git2::IndexEntry>,
+    /// Tracked files that differ from their stat data, and those seen.
+    found: &'s mut Found<'a>,
+    /// Tracked directories found, for a worker to sweep (opened once, without following).
+    subdirs: &'s mut Vec<(std::os::fd::OwnedFd, Vec<u8>)>,
     /// The index file's modification time: entries not older are racily clean.
     stamp: (i64, i64),
 }
 
-/// [`sweep`] of the directory open at DIR, REL in the worktree, and of what it holds: false when
-/// it cannot be judged (something cannot be read or removed, or was swapped meanwhile).
-fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> bool {
+/// The files of the directory open at DIR, REL in the worktree: each tracked one judged by its
+/// stat data, anything untracked removed, tracked subdirectories handed back for a worker.
+/// False when it cannot be judged (something cannot be read or removed, or was swapped
+/// meanwhile).
+fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_, '_>) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(listing) = untrusted::list(dir) else {
         return false;
@@ -257,17 +367,19 @@ fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_>) -> boo
                 let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
                     return false;
                 };
-                if !sweep_dir(&sub, &child, seen) {
-                    return false;
-                }
+                seen.subdirs.push((sub, child));
             } else if untrusted::remove_at(dir, name).is_err() {
                 return false;
             }
             continue;
         }
-        match seen.tracked.remove(&child) {
-            Some(e) if unchanged(&e, &stat, seen.stamp) => {}
-            Some(_) => seen.dirty.push(child),
+        match seen.tracked.get_key_value(&child) {
+            Some((key, e)) => {
+                seen.found.seen.push(key.as_slice());
+                if !unchanged(e, &stat, seen.stamp) {
+                    seen.found.dirty.push(child);
+                }
+            }
             None => {
                 // A directory swapped in since the stat is not removed (EISDIR).
                 if rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()).is_err() {
