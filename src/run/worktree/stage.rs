@@ -12,6 +12,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 use git2::{Index, IndexEntry, ObjectType, Odb, Oid, Repository};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -19,7 +20,7 @@ use rustix::fs::{AtFlags, FileType, Mode, Stat};
 
 use crate::run::exec::untrusted;
 
-use super::sweep::{Judged, is_attributes, judged, unchanged};
+use super::sweep::{Dir, Judged, is_attributes, judged, unchanged, walk_parallel, walkers};
 use super::{WorktreeError, git_err};
 
 /// Stages in INDEX (the slot's, as mvk last wrote it) what the worktree at PATH holds, and
@@ -46,37 +47,75 @@ pub(super) fn stage_in_place(
         return Ok(false);
     }
     let Some(Judged {
-        mut tracked,
+        tracked,
         dirs,
         stamp,
     }) = judged(repo, common, path, index)?
     else {
         return Ok(false);
     };
-    let odb = repo.odb().map_err(git_err("open object database", path))?;
     let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
         return Ok(false);
     };
-    let mut walk = Walk {
-        repo,
-        odb: &odb,
+    let ctx = Walk {
         dirs: &dirs,
-        tracked: &mut tracked,
+        tracked: &tracked,
         stamp,
-        staged: Vec::new(),
     };
-    match walk.dir(&top, &[]) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Ok(false),
-        Err(e) => return Err(git_err("stage the agent's work", path)(e)),
+    let error: Mutex<Option<git2::Error>> = Mutex::new(None);
+    let keep = |e: git2::Error| {
+        if let Ok(mut slot) = error.lock() {
+            slot.get_or_insert(e);
+        }
+        false
+    };
+    // Each thread its own repository: libgit2's are not shared between threads.
+    let states = walk_parallel(
+        top,
+        walkers(tracked.len()),
+        || {
+            Repository::open(path).ok().map(|repo| Worker {
+                repo,
+                staged: Vec::new(),
+                seen: Vec::new(),
+            })
+        },
+        |worker, dir, rel, subdirs| match ctx.dir(worker, dir, rel, Some(subdirs)) {
+            Ok(Some(_)) => true,
+            Ok(None) => false,
+            Err(e) => keep(e),
+        },
+    );
+    if let Some(e) = error.lock().ok().and_then(|mut slot| slot.take()) {
+        return Err(git_err("stage the agent's work", path)(e));
     }
-    let staged = std::mem::take(&mut walk.staged);
-    // Tracked files never seen are gone; removed before anything is added, so that a file
-    // that became a directory (or the reverse) never meets its old self in the index.
-    for gone in tracked.into_keys() {
-        index
-            .remove_path(Path::new(std::ffi::OsStr::from_bytes(&gone)))
-            .map_err(git_err("stage a removal", path))?;
+    let Some(states) = states else {
+        return Ok(false);
+    };
+    let mut seen: Vec<&[u8]> = Vec::with_capacity(tracked.len());
+    let mut staged = Vec::new();
+    for w in states {
+        seen.extend(w.seen);
+        staged.extend(w.staged);
+    }
+    if seen.len() != tracked.len() {
+        let seen: FxHashSet<&[u8]> = seen.into_iter().collect();
+        let gone: Vec<&Vec<u8>> = tracked
+            .keys()
+            .filter(|k| !seen.contains(k.as_slice()))
+            .collect();
+        // Tracked files never seen are gone; removed before anything is added, so that a file
+        // that became a directory (or the reverse) never meets its old self in the index.
+        for g in &gone {
+            index
+                .remove_path(Path::new(std::ffi::OsStr::from_bytes(g)))
+                .map_err(git_err("stage a removal", path))?;
+        }
+        // A directory whose tracked files are all gone, holding nothing else now, is not in a
+        // checkout of the commit either.
+        if !remove_emptied(path, &gone) {
+            return Ok(false);
+        }
     }
     for entry in staged {
         index.add(&entry).map_err(git_err("stage a change", path))?;
@@ -84,24 +123,87 @@ pub(super) fn stage_in_place(
     Ok(true)
 }
 
-/// One walk's knowledge of the index and what it staged.
-struct Walk<'a> {
-    repo: &'a Repository,
-    odb: &'a Odb<'a>,
-    /// The directories that hold tracked files.
-    dirs: &'a FxHashSet<Vec<u8>>,
-    /// The tracked files not seen yet.
-    tracked: &'a mut FxHashMap<Vec<u8>, IndexEntry>,
-    /// The index file's modification time: entries not older are racily clean.
-    stamp: (i64, i64),
-    /// New entries for files added or changed, their blobs written.
-    staged: Vec<IndexEntry>,
+/// Removes, deepest first, each directory above the GONE paths that is empty now, through
+/// descriptors (never a link). False when the worktree cannot be opened.
+fn remove_emptied(path: &Path, gone: &[&Vec<u8>]) -> bool {
+    let mut above: Vec<&[u8]> = Vec::new();
+    for g in gone {
+        let mut end = g.len();
+        while let Some(up) = g[..end].iter().rposition(|&b| b == b'/') {
+            above.push(&g[..up]);
+            end = up;
+        }
+    }
+    // Deepest first, each once: a parent may be empty only once its children are gone.
+    above.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    above.dedup();
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return false;
+    };
+    for dir in above {
+        let (parent, name) = match dir.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&dir[..i], &dir[i + 1..]),
+            None => (&dir[..0], dir),
+        };
+        let mut at: Option<std::os::fd::OwnedFd> = None;
+        let mut reachable = true;
+        for part in parent.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+            let next = {
+                let from: &std::os::fd::OwnedFd = at.as_ref().unwrap_or(&top);
+                untrusted::open_dir_at(from, Path::new(std::ffi::OsStr::from_bytes(part)))
+            };
+            match next {
+                Ok(Some(fd)) => at = Some(fd),
+                _ => {
+                    reachable = false;
+                    break;
+                }
+            }
+        }
+        if reachable {
+            let from: &std::os::fd::OwnedFd = at.as_ref().unwrap_or(&top);
+            // Not empty (or not there): left as it is.
+            let _ = rustix::fs::unlinkat(
+                from,
+                Path::new(std::ffi::OsStr::from_bytes(name)),
+                AtFlags::REMOVEDIR,
+            );
+        }
+    }
+    true
 }
 
-impl Walk<'_> {
+/// What every thread of one walk knows of the index.
+struct Walk<'a> {
+    /// The directories that hold tracked files.
+    dirs: &'a FxHashSet<Vec<u8>>,
+    /// Every tracked file.
+    tracked: &'a FxHashMap<Vec<u8>, IndexEntry>,
+    /// The index file's modification time: entries not older are racily clean.
+    stamp: (i64, i64),
+}
+
+/// One thread's repository, what it staged and the tracked files it saw.
+struct Worker<'a> {
+    repo: Repository,
+    /// New entries for files added or changed, their blobs written.
+    staged: Vec<IndexEntry>,
+    /// The tracked paths seen (the index's own keys).
+    seen: Vec<&'a [u8]>,
+}
+
+impl<'a> Walk<'a> {
     /// The directory open at DIR, REL in the worktree: `None` when the walk cannot go on;
-    /// `Some(kept)`, whether anything stays in it.
-    fn dir(&mut self, dir: &OwnedFd, rel: &[u8]) -> Result<Option<bool>, git2::Error> {
+    /// `Some(kept)`, whether anything stays in it. Tracked subdirectories go to SUBDIRS, for
+    /// any thread to walk; an untracked one is walked here (to remove it when nothing of it
+    /// stays), and has no tracked directory under it.
+    fn dir(
+        &self,
+        w: &mut Worker<'a>,
+        dir: &OwnedFd,
+        rel: &[u8],
+        mut subdirs: Option<&mut Vec<Dir>>,
+    ) -> Result<Option<bool>, git2::Error> {
         let Ok(listing) = untrusted::list(dir) else {
             return Ok(None);
         };
@@ -127,7 +229,7 @@ impl Walk<'_> {
             let kind = FileType::from_raw_mode(stat.st_mode);
             if kind == FileType::Directory {
                 let known = self.dirs.contains(&child);
-                if !known && self.ignored(&child, true)? {
+                if !known && ignored(&w.repo, &child, true)? {
                     if untrusted::remove_at(dir, name).is_err() {
                         return Ok(None);
                     }
@@ -137,7 +239,12 @@ impl Walk<'_> {
                 let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
                     return Ok(None);
                 };
-                match self.dir(&sub, &child)? {
+                if known && let Some(queue) = subdirs.as_deref_mut() {
+                    queue.push((sub, child));
+                    kept = true;
+                    continue;
+                }
+                match self.dir(w, &sub, &child, None)? {
                     None => return Ok(None),
                     Some(true) => kept = true,
                     // Nothing of it stays (it was empty, or held only ignored files): a
@@ -151,16 +258,21 @@ impl Walk<'_> {
                 continue;
             }
             let is_file = matches!(kind, FileType::RegularFile | FileType::Symlink);
-            match self.tracked.remove(&child) {
-                Some(e) if unchanged(&e, &stat, self.stamp) => kept = true,
-                Some(_) if is_file => {
-                    if !self.stage(dir, name, child)? {
+            match self.tracked.get_key_value(&child) {
+                Some((key, e)) => {
+                    w.seen.push(key.as_slice());
+                    if unchanged(e, &stat, self.stamp) {
+                        kept = true;
+                    } else if is_file {
+                        if !stage(w, dir, name, child)? {
+                            return Ok(None);
+                        }
+                        kept = true;
+                    } else {
+                        // A FIFO, socket or device where a tracked file was: left to `add_all`.
                         return Ok(None);
                     }
-                    kept = true;
                 }
-                // A FIFO, socket or device where a tracked file was: left to `add_all`.
-                Some(_) => return Ok(None),
                 None if !is_file => {
                     // A FIFO, socket or device: never staged, and not in a checkout.
                     if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
@@ -171,13 +283,13 @@ impl Walk<'_> {
                 // libgit2 reckons with.
                 None if is_attributes(&child) => return Ok(None),
                 None => {
-                    if self.ignored(&child, false)? {
+                    if ignored(&w.repo, &child, false)? {
                         if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
                             return Ok(None);
                         }
                         continue;
                     }
-                    if !self.stage(dir, name, child)? {
+                    if !stage(w, dir, name, child)? {
                         return Ok(None);
                     }
                     kept = true;
@@ -186,69 +298,72 @@ impl Walk<'_> {
         }
         Ok(Some(kept))
     }
+}
 
-    /// Whether git's ignore rules (every `.gitignore`, `info/exclude`, `core.excludesFile`)
-    /// ignore the untracked PATH.
-    fn ignored(&self, path: &[u8], dir: bool) -> Result<bool, git2::Error> {
-        let mut p = path.to_vec();
-        // libgit2 tells a directory by the trailing slash (a pattern `build/` matches only one).
-        if dir {
-            p.push(b'/');
+/// Whether git's ignore rules (every `.gitignore`, `info/exclude`, `core.excludesFile`)
+/// ignore the untracked PATH.
+fn ignored(repo: &Repository, path: &[u8], dir: bool) -> Result<bool, git2::Error> {
+    let mut p = path.to_vec();
+    // libgit2 tells a directory by the trailing slash (a pattern `build/` matches only one).
+    if dir {
+        p.push(b'/');
+    }
+    repo.is_path_ignored(Path::new(std::ffi::OsStr::from_bytes(&p)))
+}
+
+/// Writes the blob of NAME in DIR (a regular file, read through a descriptor; or a symlink,
+/// its target) and queues its entry at PATH with the stat data of what was read. False
+/// when it is neither any more, or it changed while it was read.
+fn stage(
+    w: &mut Worker<'_>,
+    dir: &OwnedFd,
+    name: &Path,
+    path: Vec<u8>,
+) -> Result<bool, git2::Error> {
+    let odb = w.repo.odb()?;
+    let (id, stat) = match untrusted::open_at(dir, name) {
+        Ok(untrusted::Found::Regular(file, _)) => {
+            let Ok(stat) = rustix::fs::fstat(&file) else {
+                return Ok(false);
+            };
+            let size = u64::try_from(stat.st_size).unwrap_or(0);
+            let Some(id) = write_blob(&odb, file, size)? else {
+                return Ok(false);
+            };
+            (id, stat)
         }
-        self.repo
-            .is_path_ignored(Path::new(std::ffi::OsStr::from_bytes(&p)))
-    }
-
-    /// Writes the blob of NAME in DIR (a regular file, read through a descriptor; or a symlink,
-    /// its target) and queues its entry at PATH with the stat data of what was read. False
-    /// when it is neither any more, or it changed while it was read.
-    fn stage(&mut self, dir: &OwnedFd, name: &Path, path: Vec<u8>) -> Result<bool, git2::Error> {
-        let (id, stat) = match untrusted::open_at(dir, name) {
-            Ok(untrusted::Found::Regular(file, _)) => {
-                let Ok(stat) = rustix::fs::fstat(&file) else {
-                    return Ok(false);
-                };
-                let size = u64::try_from(stat.st_size).unwrap_or(0);
-                let Some(id) = self.write_blob(file, size)? else {
-                    return Ok(false);
-                };
-                (id, stat)
+        Ok(untrusted::Found::Symlink(target)) => {
+            let id = odb.write(ObjectType::Blob, target.as_os_str().as_bytes())?;
+            let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                return Ok(false);
+            };
+            if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink {
+                return Ok(false);
             }
-            Ok(untrusted::Found::Symlink(target)) => {
-                let id = self
-                    .odb
-                    .write(ObjectType::Blob, target.as_os_str().as_bytes())?;
-                let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
-                    return Ok(false);
-                };
-                if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink {
-                    return Ok(false);
-                }
-                (id, stat)
-            }
-            _ => return Ok(false),
-        };
-        self.staged.push(entry(path, id, &stat));
-        Ok(true)
-    }
-
-    /// The blob of the SIZE bytes FILE holds, streamed into the object database (a file of
-    /// gigabytes is never held in memory); `None` when it does not hold SIZE bytes.
-    fn write_blob(&self, file: std::fs::File, size: u64) -> Result<Option<Oid>, git2::Error> {
-        let Ok(len) = usize::try_from(size) else {
-            return Ok(None);
-        };
-        let mut writer = self.odb.writer(len, ObjectType::Blob)?;
-        let mut read = file.take(size);
-        let copied = io::copy(&mut read, &mut writer);
-        if copied.ok() != Some(size) || read.into_inner().read(&mut [0u8; 1]).ok() != Some(0) {
-            return Ok(None);
+            (id, stat)
         }
-        writer
-            .flush()
-            .map_err(|e| git2::Error::from_str(&e.to_string()))?;
-        writer.finalize().map(Some)
+        _ => return Ok(false),
+    };
+    w.staged.push(entry(path, id, &stat));
+    Ok(true)
+}
+
+/// The blob of the SIZE bytes FILE holds, streamed into the object database (a file of
+/// gigabytes is never held in memory); `None` when it does not hold SIZE bytes.
+fn write_blob(odb: &Odb<'_>, file: std::fs::File, size: u64) -> Result<Option<Oid>, git2::Error> {
+    let Ok(len) = usize::try_from(size) else {
+        return Ok(None);
+    };
+    let mut writer = odb.writer(len, ObjectType::Blob)?;
+    let mut read = file.take(size);
+    let copied = io::copy(&mut read, &mut writer);
+    if copied.ok() != Some(size) || read.into_inner().read(&mut [0u8; 1]).ok() != Some(0) {
+        return Ok(None);
     }
+    writer
+        .flush()
+        .map_err(|e| git2::Error::from_str(&e.to_string()))?;
+    writer.finalize().map(Some)
 }
 
 /// The index entry of the file statted as STAT at PATH, holding blob ID.

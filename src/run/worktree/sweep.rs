@@ -115,44 +115,58 @@ struct Found<'a> {
     seen: Vec<&'a [u8]>,
 }
 
-/// The directories still to sweep, and how many workers are sweeping one now.
+/// A directory opened for a walk, and where it stands in the worktree.
+pub(super) type Dir = (std::os::fd::OwnedFd, Vec<u8>);
+
+/// The directories still to walk, and how many workers are walking one now.
 struct Queue {
-    dirs: Vec<(std::os::fd::OwnedFd, Vec<u8>)>,
+    dirs: Vec<Dir>,
     busy: usize,
     failed: bool,
 }
 
-/// [`sweep_dir`] of TOP and every tracked directory under it, on as many threads as the machine
-/// has cores (at most 4): stat-ing 20,000 files is most of a reset's time, and git spreads its
-/// own over threads too. `None` when something cannot be judged.
-fn parallel_sweep<'a>(
-    top: std::os::fd::OwnedFd,
-    dirs: &FxHashSet<Vec<u8>>,
-    tracked: &'a FxHashMap<Vec<u8>, git2::IndexEntry>,
-    stamp: (i64, i64),
-) -> Option<Found<'a>> {
-    use std::sync::{Condvar, Mutex};
-    // Below this a second thread costs more than it saves; tests sweep their small worktrees
-    // on every thread there is, so that the work queue is what they exercise.
+/// How many threads walk a worktree whose index lists FILES: as many as the machine has cores
+/// (at most 4), one per 4,096 files. Stat-ing 20,000 files is most of a reset's and a capture's
+/// time, and git spreads its own over threads too. Tests walk their small worktrees on every
+/// thread there is, so that the work queue is what they exercise.
+pub(super) fn walkers(files: usize) -> usize {
     #[cfg(not(test))]
     const PER_THREAD: usize = 4096;
     #[cfg(test)]
     const PER_THREAD: usize = 1;
-    let threads = std::thread::available_parallelism()
+    std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
         .min(4)
-        .min(tracked.len() / PER_THREAD)
-        .max(1);
+        .min(files / PER_THREAD)
+        .max(1)
+}
+
+/// Walks TOP and the directories VISIT hands back, on THREADS threads, each with a state
+/// INIT makes: VISIT judges one directory's entries and pushes the subdirectories to walk.
+/// The states, or `None` when a VISIT (or an INIT) failed.
+pub(super) fn walk_parallel<S: Send>(
+    top: std::os::fd::OwnedFd,
+    threads: usize,
+    init: impl Fn() -> Option<S> + Sync,
+    visit: impl Fn(&mut S, &std::os::fd::OwnedFd, &[u8], &mut Vec<Dir>) -> bool + Sync,
+) -> Option<Vec<S>> {
+    use std::sync::{Condvar, Mutex};
     let queue = Mutex::new(Queue {
         dirs: vec![(top, Vec::new())],
         busy: 0,
         failed: false,
     });
     let ready = Condvar::new();
-    let worker = || -> Option<Found<'a>> {
-        let mut found = Found {
-            dirty: Vec::new(),
-            seen: Vec::new(),
+    let fail = || {
+        if let Ok(mut q) = queue.lock() {
+            q.failed = true;
+        }
+        ready.notify_all();
+    };
+    let worker = || -> Option<S> {
+        let Some(mut state) = init() else {
+            fail();
+            return None;
         };
         loop {
             let (dir, rel) = {
@@ -167,26 +181,17 @@ fn parallel_sweep<'a>(
                     }
                     if q.busy == 0 {
                         ready.notify_all();
-                        return Some(found);
+                        return Some(state);
                     }
                     q = ready.wait(q).ok()?;
                 }
             };
             let mut subdirs = Vec::new();
-            let ok = {
-                let mut seen = Seen {
-                    dirs,
-                    tracked,
-                    found: &mut found,
-                    subdirs: &mut subdirs,
-                    stamp,
-                };
-                // A worker that panicked would leave the others waiting for it for good.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    sweep_dir(&dir, &rel, &mut seen)
-                }))
-                .unwrap_or(false)
-            };
+            // A worker that panicked would leave the others waiting for it for good.
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                visit(&mut state, &dir, &rel, &mut subdirs)
+            }))
+            .unwrap_or(false);
             let mut q = queue.lock().ok()?;
             q.busy -= 1;
             q.failed |= !ok;
@@ -194,18 +199,48 @@ fn parallel_sweep<'a>(
             ready.notify_all();
         }
     };
-    let results: Vec<Option<Found<'a>>> = std::thread::scope(|scope| {
+    let results: Vec<Option<S>> = std::thread::scope(|scope| {
         let others: Vec<_> = (1..threads).map(|_| scope.spawn(worker)).collect();
         let mut all = vec![worker()];
         all.extend(others.into_iter().map(|h| h.join().ok().flatten()));
         all
     });
+    results.into_iter().collect()
+}
+
+/// [`sweep_dir`] of TOP and every tracked directory under it, on [`walkers`] threads. `None`
+/// when something cannot be judged.
+fn parallel_sweep<'a>(
+    top: std::os::fd::OwnedFd,
+    dirs: &FxHashSet<Vec<u8>>,
+    tracked: &'a FxHashMap<Vec<u8>, git2::IndexEntry>,
+    stamp: (i64, i64),
+) -> Option<Found<'a>> {
+    let states = walk_parallel(
+        top,
+        walkers(tracked.len()),
+        || {
+            Some(Found {
+                dirty: Vec::new(),
+                seen: Vec::new(),
+            })
+        },
+        |found, dir, rel, subdirs| {
+            let mut seen = Seen {
+                dirs,
+                tracked,
+                found,
+                subdirs,
+                stamp,
+            };
+            sweep_dir(dir, rel, &mut seen)
+        },
+    )?;
     let mut out = Found {
         dirty: Vec::new(),
         seen: Vec::new(),
     };
-    for r in results {
-        let r = r?;
+    for r in states {
         out.dirty.extend(r.dirty);
         out.seen.extend(r.seen);
     }
@@ -331,7 +366,7 @@ struct Seen<'s, 'a> {
     /// Tracked files that differ from their stat data, and those seen.
     found: &'s mut Found<'a>,
     /// Tracked directories found, for a worker to sweep (opened once, without following).
-    subdirs: &'s mut Vec<(std::os::fd::OwnedFd, Vec<u8>)>,
+    subdirs: &'s mut Vec<Dir>,
     /// The index file's modification time: entries not older are racily clean.
     stamp: (i64, i64),
 }
