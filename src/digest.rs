@@ -6,8 +6,11 @@
 //! so formatting, comments, property order and import order cannot reach a digest. Durations
 //! are milliseconds and dollars micro-dollars, so equal meanings written differently agree.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -63,21 +66,33 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
+/// Appends a tag, a length and `b`: how strings and numbers are encoded.
+fn put_bytes(tag: u8, b: &[u8], out: &mut Vec<u8>) {
+    out.push(tag);
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
 /// Appends the canonical encoding of `v`: a tag byte, then length-prefixed content.
 pub(crate) fn encode(v: &Value, out: &mut Vec<u8>) {
-    fn bytes(tag: u8, b: &[u8], out: &mut Vec<u8>) {
-        out.push(tag);
-        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(b);
-    }
     match v {
         Value::Null => out.push(b'n'),
         Value::Bool(false) => out.push(b'f'),
         Value::Bool(true) => out.push(b't'),
         // Numbers in the IR are integers (milliseconds, micro-dollars, counts); their decimal
         // text is canonical. A float would only come from a user parameter and is kept as written.
-        Value::Number(n) => bytes(b'i', n.to_string().as_bytes(), out),
-        Value::String(s) => bytes(b's', s.as_bytes(), out),
+        Value::Number(n) => {
+            // The text is written in place and its length put in front of it after: a flow's
+            // thousands of numbers need no string each.
+            out.push(b'i');
+            let at = out.len();
+            out.extend_from_slice(&[0; 8]);
+            // Writing to a Vec cannot fail.
+            let _ = write!(out, "{n}");
+            let len = (out.len() - at - 8) as u64;
+            out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+        Value::String(s) => put_bytes(b's', s.as_bytes(), out),
         Value::Array(items) => {
             out.push(b'[');
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
@@ -90,20 +105,41 @@ pub(crate) fn encode(v: &Value, out: &mut Vec<u8>) {
             out.push(b'{');
             out.extend_from_slice(&(map.len() as u64).to_le_bytes());
             for (k, v) in map {
-                bytes(b's', k.as_bytes(), out);
+                put_bytes(b's', k.as_bytes(), out);
                 encode(v, out);
             }
         }
     }
 }
 
+/// A hasher keyed for `purpose` under the schema version. Deriving a key is a hash of its own,
+/// and a flow of thousands of tasks hashes under each of a few purposes thousands of times, so
+/// each is derived once per thread and cloned.
+fn keyed(purpose: &str) -> blake3::Hasher {
+    thread_local! {
+        static KEYED: RefCell<HashMap<String, blake3::Hasher>> = RefCell::new(HashMap::new());
+    }
+    KEYED.with_borrow_mut(|keyed| {
+        if let Some(h) = keyed.get(purpose) {
+            return h.clone();
+        }
+        let h = blake3::Hasher::new_derive_key(&format!("mvk 2026-12 {SCHEMA} {purpose}"));
+        keyed.insert(purpose.to_string(), h.clone());
+        h
+    })
+}
+
 /// Hashes a value under a purpose; the schema version is part of the key derivation context.
 pub(crate) fn hash(purpose: &str, v: &Value) -> Digest {
     let mut buf = Vec::new();
     encode(v, &mut buf);
-    let context = format!("mvk 2026-12 {SCHEMA} {purpose}");
-    let mut hasher = blake3::Hasher::new_derive_key(&context);
-    hasher.update(&buf);
+    hash_encoded(purpose, &buf)
+}
+
+/// Hashes an encoding made by [`encode`] (or one equal to it) under a purpose.
+fn hash_encoded(purpose: &str, encoded: &[u8]) -> Digest {
+    let mut hasher = keyed(purpose);
+    hasher.update(encoded);
     Digest(*hasher.finalize().as_bytes())
 }
 
@@ -119,11 +155,20 @@ pub(crate) fn task_fields(
     task: &Task,
     deps: &BTreeMap<String, crate::digest::Digest>,
 ) -> BTreeMap<String, Value> {
+    let mut f = fields_but_prompt(task, deps);
+    f.insert(PROMPT.into(), to_value(&task.prompt));
+    f
+}
+
+/// The field of a task's prompt template: its text, which many tasks share.
+const PROMPT: &str = "prompt";
+
+/// [`task_fields`] without the prompt's.
+fn fields_but_prompt(task: &Task, deps: &BTreeMap<String, Digest>) -> BTreeMap<String, Value> {
     let mut f = BTreeMap::new();
     f.insert("name".into(), Value::String(task.name.clone()));
     f.insert("item".into(), to_value(&task.item));
     f.insert("goal".into(), Value::String(task.goal.clone()));
-    f.insert("prompt".into(), to_value(&task.prompt));
     f.insert("scope".into(), to_value(&task.scope));
     f.insert("seal".into(), to_value(&task.seal));
     f.insert(
@@ -164,19 +209,66 @@ pub(crate) fn task_fields(
 
 /// Computes and stores a task's field components and digest, given its dependencies' digests.
 pub(crate) fn seal_task(task: &mut Task, deps: &BTreeMap<String, Digest>) {
-    let fields = task_fields(task, deps);
-    let components: BTreeMap<String, Digest> = fields
-        .iter()
-        .map(|(k, v)| (k.clone(), hash(&format!("field {k}"), v)))
-        .collect();
-    let summary = Value::Object(
-        components
-            .iter()
-            .map(|(k, d)| (k.clone(), Value::String(d.hex())))
-            .collect(),
-    );
-    task.meta.digest = hash("task", &summary);
-    task.meta.fields = components;
+    Sealer::default().seal(task, deps);
+}
+
+/// Seals task after task as [`seal_task`] does, hashing each prompt template's text once: the
+/// tasks of a fan-out share one text (one `Arc`), and it is most of the bytes a task's fields
+/// hold.
+#[derive(Default)]
+pub(crate) struct Sealer {
+    /// The `prompt` component of each text seen, by the text's address; the text is held, so
+    /// that its address cannot be another text's while it is here.
+    prompts: HashMap<usize, (Arc<str>, Digest)>,
+    purpose: String,
+    buf: Vec<u8>,
+}
+
+impl Sealer {
+    /// Computes and stores a task's field components and digest, given its dependencies' digests.
+    pub(crate) fn seal(&mut self, task: &mut Task, deps: &BTreeMap<String, Digest>) {
+        let fields = fields_but_prompt(task, deps);
+        let mut components: BTreeMap<String, Digest> = fields
+            .into_iter()
+            .map(|(k, v)| {
+                let d = self.field(&k, &v);
+                (k, d)
+            })
+            .collect();
+        let text = &task.prompt.text;
+        let prompt = match self.prompts.get(&(Arc::as_ptr(text).cast::<u8>() as usize)) {
+            Some((_, d)) => *d,
+            None => {
+                let d = self.field(PROMPT, &to_value(&task.prompt));
+                let at = Arc::as_ptr(text).cast::<u8>() as usize;
+                self.prompts.insert(at, (Arc::clone(text), d));
+                d
+            }
+        };
+        components.insert(PROMPT.to_string(), prompt);
+        // The encoding of the object of each field's hex digest by field name, written without
+        // making that object: the key order is the map's, as it would be the object's.
+        let buf = &mut self.buf;
+        buf.clear();
+        buf.push(b'{');
+        buf.extend_from_slice(&(components.len() as u64).to_le_bytes());
+        for (k, d) in &components {
+            put_bytes(b's', k.as_bytes(), buf);
+            put_bytes(b's', blake3::Hash::from(d.0).to_hex().as_bytes(), buf);
+        }
+        task.meta.digest = hash_encoded("task", buf);
+        task.meta.fields = components;
+    }
+
+    /// The component of field `name` holding `v`.
+    fn field(&mut self, name: &str, v: &Value) -> Digest {
+        self.purpose.clear();
+        self.purpose.push_str("field ");
+        self.purpose.push_str(name);
+        self.buf.clear();
+        encode(v, &mut self.buf);
+        hash_encoded(&self.purpose, &self.buf)
+    }
 }
 
 /// The program's digest: its kind, name, flow settings and every task's digest.
@@ -221,6 +313,85 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"y":2,"x":1}"#).unwrap_or_default();
         assert_eq!(hash("t", &a), hash("t", &b));
         assert_ne!(hash("t", &a), hash("u", &a));
+    }
+
+    /// A task's components and digest as they were computed before any was memoized: each
+    /// field's value hashed, then the object of their hex digests.
+    fn sealed_plainly(
+        task: &Task,
+        deps: &BTreeMap<String, Digest>,
+    ) -> (Digest, BTreeMap<String, Digest>) {
+        let components: BTreeMap<String, Digest> = task_fields(task, deps)
+            .iter()
+            .map(|(k, v)| (k.clone(), hash(&format!("field {k}"), v)))
+            .collect();
+        let summary = Value::Object(
+            components
+                .iter()
+                .map(|(k, d)| (k.clone(), Value::String(d.hex())))
+                .collect(),
+        );
+        (hash("task", &summary), components)
+    }
+
+    // Guards the memo of prompt components: tasks sharing one template's text, tasks with
+    // equal texts apart, and a task whose text differs, each sealed as if alone and plainly.
+    #[test]
+    fn a_sealer_seals_as_each_task_sealed_alone_and_plainly() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("loops");
+        let compiled = crate::resolve::compile(
+            &dir.join("pagination.kdl"),
+            &crate::resolve::Options {
+                repo_root: None,
+                ..Default::default()
+            },
+        );
+        let base = compiled.program.unwrap().tasks.remove(0);
+        let other = |text: &str| {
+            let mut t = base.clone();
+            t.prompt.text = Arc::from(text);
+            t
+        };
+        let mut tasks = vec![
+            base.clone(),
+            base.clone(),
+            other("Do {{goal}}."),
+            other(&base.prompt.text),
+            other("Do {{goal}} now."),
+            base.clone(),
+        ];
+        tasks[1].name = "second".into();
+        tasks[1].scope = vec!["lib/**".into()];
+        let deps = BTreeMap::from([("dep".to_string(), hash("t", &serde_json::json!(1)))]);
+        let mut sealer = Sealer::default();
+        let mut digests = Vec::new();
+        for t in &mut tasks {
+            sealer.seal(t, &deps);
+            let (digest, fields) = sealed_plainly(t, &deps);
+            assert_eq!(t.meta.digest, digest, "{}", t.name);
+            assert_eq!(t.meta.fields, fields, "{}", t.name);
+            let mut alone = t.clone();
+            seal_task(&mut alone, &deps);
+            assert_eq!(alone.meta.digest, digest);
+            digests.push(digest);
+        }
+        assert_eq!(digests[0], digests[5]);
+        assert_eq!(digests[0], digests[3], "an equal text in another place");
+        assert_ne!(digests[0], digests[1]);
+        assert_ne!(digests[2], digests[4]);
+        assert_ne!(tasks[2].meta.fields[PROMPT], tasks[0].meta.fields[PROMPT]);
+    }
+
+    #[test]
+    fn numbers_encode_as_their_text() {
+        let mut out = Vec::new();
+        encode(&json!([0, 18446744073709551615u64, -3, 1.5]), &mut out);
+        let mut want = vec![b'['];
+        want.extend_from_slice(&4u64.to_le_bytes());
+        for text in ["0", "18446744073709551615", "-3", "1.5"] {
+            put_bytes(b'i', text.as_bytes(), &mut want);
+        }
+        assert_eq!(out, want);
     }
 
     #[test]

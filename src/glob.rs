@@ -159,6 +159,11 @@ fn compile(raw: &str) -> Result<(&str, Option<globset::Glob>), PatternError> {
 /// Whether `text` is a glob at all, by globset's own syntax (default options, before the rules
 /// above are applied): Err is what is wrong with it.
 pub(crate) fn check_syntax(text: &str) -> Result<(), String> {
+    // Text without a character globset gives a meaning to is a literal it accepts: a fan-out's
+    // thousands of `scope "{{item}}"` paths need no parse each.
+    if !text.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+        return Ok(());
+    }
     globset::Glob::new(text)
         .map(|_| ())
         .map_err(|e| e.kind().to_string())
@@ -186,6 +191,30 @@ mod tests {
     fn set(patterns: &[&str]) -> PathSet {
         let patterns: Vec<String> = patterns.iter().map(|p| p.to_string()).collect();
         PathSet::new(&patterns).unwrap()
+    }
+
+    // Guards the shortcut for literal text: what it accepts without a parse, globset accepts.
+    #[test]
+    fn literal_text_is_accepted_as_globset_accepts_it() {
+        for text in [
+            "items/a b.txt",
+            "src/lib.rs",
+            "a,b",
+            "!x",
+            "",
+            "a//b",
+            "-x/+y=z",
+        ] {
+            assert!(check_syntax(text).is_ok(), "{text}");
+            assert!(globset::Glob::new(text).is_ok(), "{text}");
+        }
+        for text in ["a]", "a}", "[a", "{a", "a\\"] {
+            assert_eq!(
+                check_syntax(text).is_ok(),
+                globset::Glob::new(text).is_ok(),
+                "{text}"
+            );
+        }
     }
 
     #[test]

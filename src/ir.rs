@@ -5,6 +5,7 @@
 //! other non-semantic data are skipped), so adding a field to a type changes what is hashed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -151,7 +152,8 @@ pub struct TaskMeta {
 pub struct Template {
     #[serde(skip)]
     pub name: String,
-    pub text: String,
+    /// Shared: the thousands of tasks of a fan-out hold one template's text, not a copy each.
+    pub text: Arc<str>,
 }
 
 /// A deterministic check, fully resolved: the argv to run and how to judge it.

@@ -202,36 +202,6 @@ pub fn render(template: &str, ctx: &PromptContext) -> Result<String, TemplatePro
         .map_err(|e| render_problem(&e))
 }
 
-/// A template compiled once to be rendered many times: a flow of thousands of tasks shares a
-/// few templates, and compiling is most of what a render costs (`mvk check` of 10,000 tasks
-/// spent 14 s compiling the maker's template once per task).
-pub(crate) struct Compiled(Handlebars<'static>);
-
-impl Compiled {
-    const NAME: &'static str = "prompt";
-
-    pub(crate) fn new(template: &str) -> Result<Compiled, TemplateProblem> {
-        let compiled = handlebars::Template::compile(template).map_err(|e| {
-            let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
-            TemplateProblem {
-                message: e.reason().to_string(),
-                line,
-                column,
-            }
-        })?;
-        let mut hb = registry();
-        hb.register_template(Self::NAME, compiled);
-        Ok(Compiled(hb))
-    }
-
-    /// What [`render`] gives for the same template and facts.
-    pub(crate) fn render(&self, ctx: &PromptContext) -> Result<String, TemplateProblem> {
-        self.0
-            .render(Self::NAME, ctx)
-            .map_err(|e| render_problem(&e))
-    }
-}
-
 fn render_problem(e: &handlebars::RenderError) -> TemplateProblem {
     TemplateProblem {
         message: match e.reason() {
@@ -245,16 +215,73 @@ fn render_problem(e: &handlebars::RenderError) -> TemplateProblem {
     }
 }
 
+fn compile_problem(e: &handlebars::TemplateError) -> TemplateProblem {
+    let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
+    TemplateProblem {
+        message: e.reason().to_string(),
+        line,
+        column,
+    }
+}
+
+/// The first attempt's prompt of task after task, as [`render`] makes it of a template and
+/// [`sample_first_attempt`] with the task's own facts in it (goal, name, item, scope, seal,
+/// gates): what `mvk check` holds to each task's `context-tokens`. Each template is compiled
+/// once and the sample made into data once. Compiling is nearly all of a render's cost (the
+/// parser finds each token's line by scanning from the template's start), and the thousands of
+/// tasks of a fan-out share a few templates.
+pub(crate) struct FirstPrompts {
+    /// Each template registered under its own text.
+    hb: Handlebars<'static>,
+    /// [`sample_first_attempt`] as data; each render puts the task's own facts in it.
+    data: handlebars::Context,
+}
+
+impl Default for FirstPrompts {
+    fn default() -> FirstPrompts {
+        // The sample's types serialize infallibly; were it not so, every render would fail on
+        // an unknown variable, and a render that fails warns of nothing.
+        let data = serde_json::to_value(sample_first_attempt()).unwrap_or_default();
+        FirstPrompts {
+            hb: registry(),
+            data: handlebars::Context::from(data),
+        }
+    }
+}
+
+impl FirstPrompts {
+    /// The first attempt's prompt of `template` for a task whose own facts are those of `own`
+    /// (its goal, task, item, scope, seal and gates; the rest of `own` is not read).
+    pub(crate) fn render(
+        &mut self,
+        template: &str,
+        own: &PromptContext,
+    ) -> Result<String, TemplateProblem> {
+        if !self.hb.has_template(template) {
+            let compiled =
+                handlebars::Template::compile(template).map_err(|e| compile_problem(&e))?;
+            self.hb.register_template(template, compiled);
+        }
+        if let serde_json::Value::Object(data) = self.data.data_mut() {
+            let value = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default();
+            data.insert("goal".into(), value(serde_json::to_value(&own.goal)));
+            data.insert("task".into(), value(serde_json::to_value(&own.task)));
+            data.insert("item".into(), value(serde_json::to_value(&own.item)));
+            data.insert("scope".into(), value(serde_json::to_value(&own.scope)));
+            data.insert("seal".into(), value(serde_json::to_value(&own.seal)));
+            data.insert("gates".into(), value(serde_json::to_value(&own.gates)));
+        }
+        self.hb
+            .render_with_context(template, &self.data)
+            .map_err(|e| render_problem(&e))
+    }
+}
+
 /// Compiles a template and renders it once with every field filled in, so that syntax errors
 /// and unknown variables are found before a run starts.
 pub(crate) fn check(template: &str) -> Result<(), TemplateProblem> {
     if let Err(e) = handlebars::Template::compile(template) {
-        let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
-        return Err(TemplateProblem {
-            message: e.reason().to_string(),
-            line,
-            column,
-        });
+        return Err(compile_problem(&e));
     }
     render(template, &sample())?;
     // The first attempt has no failure to show: a template that uses one unguarded would
@@ -393,6 +420,54 @@ mod tests {
         assert!(rule_scope(&[]).is_empty());
         let some = vec!["src/**".to_string(), "**".to_string()];
         assert_eq!(rule_scope(&some), some);
+    }
+
+    // Guards the compiled-once path: task after task, with a template met again, it renders
+    // what a fresh render of the sample with the task's facts does, and fails as that fails.
+    #[test]
+    fn first_prompts_render_as_a_fresh_render_does() {
+        let mut first = FirstPrompts::default();
+        let maker = crate::stdlib::get(crate::stdlib::MAKER_PROMPT).unwrap();
+        let short = "{{task}}: {{goal}} {{#each scope}}[{{this}}]{{/each}} {{#each gates}}{{this.command}}{{/each}} {{attempt}}";
+        for (i, template) in [maker, short, maker, short].into_iter().enumerate() {
+            let own = PromptContext {
+                goal: format!("goal {i}"),
+                task: format!("t[{i}]"),
+                item: (i % 2 == 0).then(|| format!("items/{i}.txt")),
+                scope: vec![format!("src/{i}/**")],
+                seal: if i > 1 {
+                    vec!["tests/**".into()]
+                } else {
+                    Vec::new()
+                },
+                gates: vec![GateInfo {
+                    name: "g".into(),
+                    evidence: "auto".into(),
+                    command: format!("check {i}"),
+                    ..GateInfo::default()
+                }],
+                ..PromptContext::default()
+            };
+            let mut cx = sample_first_attempt();
+            (cx.goal, cx.task, cx.item, cx.scope, cx.seal, cx.gates) = (
+                own.goal.clone(),
+                own.task.clone(),
+                own.item.clone(),
+                own.scope.clone(),
+                own.seal.clone(),
+                own.gates.clone(),
+            );
+            assert_eq!(first.render(template, &own), render(template, &cx), "{i}");
+        }
+        assert_eq!(
+            first.render("{{gaol}}", &PromptContext::default()),
+            render("{{gaol}}", &sample_first_attempt())
+        );
+        assert!(
+            first
+                .render("{{#if goal}}", &PromptContext::default())
+                .is_err()
+        );
     }
 
     #[test]

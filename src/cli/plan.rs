@@ -1,9 +1,13 @@
 //! `mvk plan FILE [--json]`: compile only and print the DAG: tasks, dependencies, batches, gates,
 //! budgets, ladder, seal, each node's digest, and the worst case the budgets allow.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use super::printer::Printer;
@@ -25,11 +29,13 @@ pub(crate) fn plan(cli: &Cli, printer: &Printer, args: &PlanArgs) -> Result<Exit
     let program = super::compile(cli, printer, &args.file)?;
     let plan = plan::plan(&program);
     if args.json {
-        let doc = to_json(&program, &plan);
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| CliError::Internal {
+        let doc = Document {
+            program: &program,
+            plan: &plan,
+        };
+        printer.out_json(&doc).map_err(|e| CliError::Internal {
             message: format!("cannot encode the plan as JSON: {e}"),
         })?;
-        printer.out(&text);
     } else {
         printer.out(&to_text(&program, &plan));
     }
@@ -343,42 +349,467 @@ fn cost_json(c: &Cost) -> Value {
     })
 }
 
+/// One task's part of the document: the task's IR (its prompt's text replaced by the
+/// template's name and digest) with what the plan says of it. The fields of this and of the
+/// views below are in the order of their names, the order the document has always had (a JSON
+/// map's), so that they are written as they are read, with no map made first; a test holds
+/// them to the IR's serialization.
+#[derive(Serialize)]
+struct TaskDoc<'a> {
+    after: &'a [String],
+    budget: BudgetDoc<'a>,
+    digest: String,
+    dollars: Vec<Value>,
+    field_digests: BTreeMap<&'a str, String>,
+    gates: Vec<GateDoc<'a>>,
+    goal: &'a str,
+    item: &'a Option<String>,
+    ladder: Vec<RungDoc<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lessons: &'a Option<String>,
+    merge: MergeDoc<'a>,
+    name: &'a str,
+    prompt: PromptDoc<'a>,
+    review: Option<ReviewDoc<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxDoc<'a>>,
+    scope: &'a [String],
+    seal: &'a [String],
+    uncertified: bool,
+    worst_case: Value,
+}
+
+#[derive(Serialize)]
+struct BudgetDoc<'a> {
+    context_tokens: u32,
+    iterations: u32,
+    same_failure: u32,
+    tokens: &'a Option<u64>,
+    usd_micros: &'a Option<u64>,
+    wall: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct GateDoc<'a> {
+    argv: &'a [String],
+    env: &'a BTreeMap<String, String>,
+    evidence: ir::EvidenceMode,
+    name: &'a str,
+    timeout: u64,
+}
+
+/// A rung: the IR's enum is tagged by `kind`, which serde writes first, where it comes last.
+#[derive(Serialize)]
+struct RungDoc<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<AgentDoc<'a>>,
+    /// Absent for a person; `null` for an agent bound by the budget alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<Option<u32>>,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct AgentDoc<'a> {
+    adapter: ir::Adapter,
+    argv: &'a [String],
+    env: &'a BTreeMap<String, String>,
+    name: &'a str,
+    params: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    price: Option<PriceDoc<'a>>,
+    rate_limits: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxDoc<'a>>,
+    timeout: u64,
+}
+
+#[derive(Serialize)]
+struct PriceDoc<'a> {
+    cached: u64,
+    input: u64,
+    model: &'a str,
+    output: u64,
+}
+
+#[derive(Serialize)]
+struct SandboxDoc<'a> {
+    env: &'a [String],
+    network: bool,
+    required: bool,
+    write: &'a [String],
+}
+
+#[derive(Serialize)]
+struct MergeDoc<'a> {
+    gates: Vec<GateDoc<'a>>,
+    into: &'a str,
+    strategy: ir::Strategy,
+}
+
+#[derive(Serialize)]
+struct PromptDoc<'a> {
+    digest: String,
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct ReviewDoc<'a> {
+    agent: AgentDoc<'a>,
+    prompt: TextDoc<'a>,
+    rounds: u32,
+}
+
+/// A template as the IR serializes it: its text alone.
+#[derive(Serialize)]
+struct TextDoc<'a> {
+    text: &'a str,
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn gate_doc(g: &ir::Gate) -> GateDoc<'_> {
+    GateDoc {
+        argv: &g.argv,
+        env: &g.env,
+        evidence: g.evidence,
+        name: &g.name,
+        timeout: millis(g.timeout),
+    }
+}
+
+fn sandbox_doc(s: &ir::Sandbox) -> SandboxDoc<'_> {
+    SandboxDoc {
+        env: &s.env,
+        network: s.network,
+        required: s.required,
+        write: &s.write,
+    }
+}
+
+fn agent_doc(a: &ir::Agent) -> AgentDoc<'_> {
+    AgentDoc {
+        adapter: a.adapter,
+        argv: &a.argv,
+        env: &a.env,
+        name: &a.name,
+        params: &a.params,
+        price: a.price.as_ref().map(|p| PriceDoc {
+            cached: p.cached,
+            input: p.input,
+            model: &p.model,
+            output: p.output,
+        }),
+        rate_limits: &a.rate_limits,
+        sandbox: a.sandbox.as_ref().map(sandbox_doc),
+        timeout: millis(a.timeout),
+    }
+}
+
+/// The digest `plan --json` gives a template: of its text, once per text however many tasks
+/// share it (by the shared text's address; the text is held so that the address stays its own).
+#[derive(Default)]
+struct TemplateDigests(std::cell::RefCell<HashMap<usize, (Arc<str>, String)>>);
+
+impl TemplateDigests {
+    fn of(&self, text: &Arc<str>) -> String {
+        let at = Arc::as_ptr(text).cast::<u8>() as usize;
+        let mut known = self.0.borrow_mut();
+        known
+            .entry(at)
+            .or_insert_with(|| {
+                let digest = crate::digest::hash("template", &json!(text)).hex();
+                (Arc::clone(text), digest)
+            })
+            .1
+            .clone()
+    }
+}
+
+fn task_doc<'a>(p: &'a Program, plan: &Plan, i: usize, digests: &TemplateDigests) -> TaskDoc<'a> {
+    let t = &p.tasks[i];
+    TaskDoc {
+        after: &t.after,
+        budget: BudgetDoc {
+            context_tokens: t.budget.context_tokens,
+            iterations: t.budget.iterations,
+            same_failure: t.budget.same_failure,
+            tokens: &t.budget.tokens,
+            usd_micros: &t.budget.usd_micros,
+            wall: t.budget.wall.map(millis),
+        },
+        digest: t.meta.digest.hex(),
+        dollars: agents_of(t).into_iter().map(dollar_source).collect(),
+        field_digests: t
+            .meta
+            .fields
+            .iter()
+            .map(|(k, d)| (k.as_str(), d.hex()))
+            .collect(),
+        gates: t.gates.iter().map(gate_doc).collect(),
+        goal: &t.goal,
+        item: &t.item,
+        ladder: t
+            .ladder
+            .iter()
+            .map(|r| match r {
+                Rung::Agent { agent, attempts } => RungDoc {
+                    agent: Some(agent_doc(agent)),
+                    attempts: Some(*attempts),
+                    kind: "agent",
+                },
+                Rung::Human => RungDoc {
+                    agent: None,
+                    attempts: None,
+                    kind: "human",
+                },
+            })
+            .collect(),
+        lessons: &t.lessons,
+        merge: MergeDoc {
+            gates: t.merge.gates.iter().map(gate_doc).collect(),
+            into: &t.merge.into,
+            strategy: t.merge.strategy,
+        },
+        name: &t.name,
+        prompt: PromptDoc {
+            digest: digests.of(&t.prompt.text),
+            name: &t.prompt.name,
+        },
+        review: t.review.as_ref().map(|r| ReviewDoc {
+            agent: agent_doc(&r.agent),
+            prompt: TextDoc {
+                text: &r.prompt.text,
+            },
+            rounds: r.rounds,
+        }),
+        sandbox: t.sandbox.as_ref().map(sandbox_doc),
+        scope: &t.scope,
+        seal: &t.seal,
+        uncertified: t.uncertified,
+        worst_case: cost_json(&plan.costs[i]),
+    }
+}
+
+/// `plan --json`'s document (schema `mvk.plan.v1`), encoded as it is written: one task's part
+/// is made, written and dropped before the next, so a flow of 100,000 tasks is never held
+/// twice. Its keys come in the order a JSON map keeps them (sorted), as each task's part does,
+/// so the bytes are those of the document made whole as one value.
+pub(crate) struct Document<'a> {
+    pub(crate) program: &'a Program,
+    pub(crate) plan: &'a Plan,
+}
+
+impl Serialize for Document<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (p, plan) = (self.program, self.plan);
+        let batches: Vec<Vec<&str>> = plan
+            .batches
+            .iter()
+            .map(|b| b.iter().map(|&i| p.tasks[i].name.as_str()).collect())
+            .collect();
+        let mut doc = s.serialize_map(Some(8))?;
+        doc.serialize_entry("batches", &batches)?;
+        doc.serialize_entry("digest", &p.digest.hex())?;
+        // Through a value, whose keys are sorted, where the type's fields are not.
+        doc.serialize_entry("flow", &json!(p.flow))?;
+        doc.serialize_entry("kind", &p.kind)?;
+        doc.serialize_entry("name", &p.name)?;
+        doc.serialize_entry("schema", "mvk.plan.v1")?;
+        doc.serialize_entry("tasks", &Tasks(self))?;
+        doc.serialize_entry("worst_case", &cost_json(&plan.total))?;
+        doc.end()
+    }
+}
+
+/// The tasks in plan order, each made as it is written.
+struct Tasks<'a>(&'a Document<'a>);
+
+impl Serialize for Tasks<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Document { program, plan } = *self.0;
+        let digests = TemplateDigests::default();
+        s.collect_seq(
+            plan.order
+                .iter()
+                .map(|&i| task_doc(program, plan, i, &digests)),
+        )
+    }
+}
+
+/// The document as one value, for a caller that hands it on whole (the MCP server).
 pub(crate) fn to_json(p: &Program, plan: &Plan) -> Value {
-    let tasks: Vec<Value> = plan
-        .order
-        .iter()
-        .map(|&i| {
-            let t = &p.tasks[i];
-            let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-            if let Value::Object(map) = &mut v {
+    serde_json::to_value(Document { program: p, plan }).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The document as it was made before it was written as it is encoded: each task's IR
+    /// serialized to a value, with what the plan says of it put in, all in one value.
+    fn whole_value(p: &Program, plan: &Plan) -> Value {
+        let tasks: Vec<Value> = plan
+            .order
+            .iter()
+            .map(|&i| {
+                let t = &p.tasks[i];
+                let mut v = serde_json::to_value(t).unwrap();
+                let map = v.as_object_mut().unwrap();
                 map.insert("digest".into(), json!(t.meta.digest.hex()));
                 map.insert(
                     "field_digests".into(),
-                    Value::Object(t.meta.fields.iter().map(|(k, d)| (k.clone(), json!(d.hex()))).collect()),
+                    Value::Object(
+                        t.meta
+                            .fields
+                            .iter()
+                            .map(|(k, d)| (k.clone(), json!(d.hex())))
+                            .collect(),
+                    ),
                 );
-                map.insert("prompt".into(), json!({"name": t.prompt.name, "digest": crate::digest::hash("template", &json!(t.prompt.text)).hex()}));
+                let digest = crate::digest::hash("template", &json!(t.prompt.text)).hex();
+                map.insert(
+                    "prompt".into(),
+                    json!({"name": t.prompt.name, "digest": digest}),
+                );
                 map.insert("worst_case".into(), cost_json(&plan.costs[i]));
                 map.insert(
                     "dollars".into(),
                     Value::Array(agents_of(t).into_iter().map(dollar_source).collect()),
                 );
-            }
-            v
+                v
+            })
+            .collect();
+        let batches: Vec<Vec<&str>> = plan
+            .batches
+            .iter()
+            .map(|b| b.iter().map(|&i| p.tasks[i].name.as_str()).collect())
+            .collect();
+        json!({
+            "schema": "mvk.plan.v1",
+            "kind": p.kind,
+            "name": p.name,
+            "digest": p.digest.hex(),
+            "flow": p.flow,
+            "tasks": tasks,
+            "batches": batches,
+            "worst_case": cost_json(&plan.total),
         })
-        .collect();
-    let batches: Vec<Vec<&str>> = plan
-        .batches
-        .iter()
-        .map(|b| b.iter().map(|&i| p.tasks[i].name.as_str()).collect())
-        .collect();
-    json!({
-        "schema": "mvk.plan.v1",
-        "kind": p.kind,
-        "name": p.name,
-        "digest": p.digest.hex(),
-        "flow": p.flow,
-        "tasks": tasks,
-        "batches": batches,
-        "worst_case": cost_json(&plan.total),
-    })
+    }
+
+    /// Every part of a task the IR serializes, written at least once: a ladder ending with a
+    /// person, a priced agent with a sandbox of its own, a reviewer, merge gates, a loop
+    /// sandbox, lessons, budgets of each kind, a fan-out, dependencies and a flow budget.
+    const FLOW: &str = r#"
+price "tiny-1" input=1.0 output=2.0 cached=0.5
+agent bot timeout="5m" {
+    param model default="tiny-1"
+    run "sh" "bot.sh" "{{model}}" "{{prompt_file}}"
+    sandbox required=#true {
+        write "~/.bot"
+        env "BOT_KEY"
+    }
+}
+agent rev adapter=claude { run "claude" "-p"; }
+
+flow everything {
+    parallel 2
+    continue-on-failure #true
+    budget usd=20.0 tokens=900000 wall="4h"
+    task first {
+        goal "The first."
+        agent bot
+        scope "src/**"
+        seal "tests/**"
+        lessons "loops/LESSONS.md"
+        gate unit timeout="2m" { run "cargo" "test"; }
+        review agent=rev rounds=1
+        budget iterations=4 usd=2.5 tokens=100000 wall="20m" same-failure=3 context-tokens=9000
+        sandbox network=#false { write "~/.cargo"; }
+        merge into=main strategy=ff {
+            gate all { run "make" "check"; }
+        }
+    }
+    task each {
+        each "a" "b"
+        after first
+        goal "Port {{item}}."
+        ladder {
+            rung agent=bot attempts=2
+            rung agent=bot model=other
+            rung human
+        }
+        merge into=main
+        gate g evidence=none { run "check" "{{item}}"; }
+    }
+    task loose {
+        goal "Nothing checks this."
+        agent bot
+        uncertified #true
+        merge into=main
+    }
+}
+"#;
+
+    fn program(dir: &std::path::Path, file: &str) -> Program {
+        let compiled = crate::resolve::compile(
+            &dir.join(file),
+            &crate::resolve::Options {
+                repo_root: None,
+                ..Default::default()
+            },
+        );
+        compiled.program.unwrap_or_else(|| {
+            panic!(
+                "{}",
+                crate::diag::Renderer::plain(80).render_all(&compiled.diags, &compiled.sources)
+            )
+        })
+    }
+
+    // Guards the document's bytes: written as it is encoded, from views of the IR, it must be
+    // the whole value's pretty print, and a field the IR gains must show here as a difference.
+    #[test]
+    fn the_document_written_as_encoded_is_the_whole_value_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("flow.kdl"), FLOW).unwrap();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let programs = [
+            program(dir.path(), "flow.kdl"),
+            program(&root.join("loops"), "pagination.kdl"),
+            program(&root.join("loops"), "fix-failing-tests.kdl"),
+        ];
+        for p in &programs {
+            let plan = plan::plan(p);
+            let want = whole_value(p, &plan);
+            let written = serde_json::to_vec_pretty(&Document {
+                program: p,
+                plan: &plan,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                serde_json::to_string_pretty(&want).unwrap(),
+                "{}",
+                p.name
+            );
+            assert_eq!(to_json(p, &plan), want, "{}", p.name);
+        }
+        // The flow really holds what it is meant to show.
+        let text =
+            serde_json::to_string(&to_json(&programs[0], &plan::plan(&programs[0]))).unwrap();
+        for needle in [
+            r#""kind":"human""#,
+            r#""price":{"#,
+            r#""sandbox":{"#,
+            r#""lessons":"loops/LESSONS.md""#,
+            r#""review":{"agent""#,
+            r#""attempts":null"#,
+            r#""wall":1200000"#,
+        ] {
+            assert!(text.contains(needle), "{needle} in {text}");
+        }
+    }
 }

@@ -41,6 +41,25 @@ impl Printer {
         }
     }
 
+    /// A JSON document on standard output, pretty-printed, then a newline. It is written as it
+    /// is encoded, so that a document of 100,000 tasks is never held whole as text. A failed
+    /// write is dropped as in [`Printer::out`]; Err is a value that cannot be encoded, which
+    /// may come after part of the document was written.
+    pub(crate) fn out_json<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        if let Err(e) = serde_json::to_writer_pretty(&mut out, value)
+            && !e.is_io()
+        {
+            return Err(e);
+        }
+        let _ = out.write_all(b"\n");
+        let _ = out.flush();
+        Ok(())
+    }
+
     /// A progress or status line on standard error; silent with `--quiet`.
     pub(crate) fn status(&self, text: &str) {
         if !self.quiet {

@@ -166,10 +166,12 @@ pub(crate) struct World {
     /// Whether a `scope` or `seal` pattern covers a tracked file, by pattern: tasks of a
     /// fan-out share their patterns, and a flow of thousands must not scan the files for each.
     pub(crate) pattern_hits: std::collections::HashMap<String, bool>,
-    /// Template texts that passed `prompt::check`.
-    pub(crate) checked_templates: std::collections::HashSet<String>,
-    /// Templates compiled for the budget check of each task's first prompt, by their text.
-    pub(crate) compiled_templates: std::collections::HashMap<String, crate::prompt::Compiled>,
+    /// Template texts that passed `prompt::check`, each shared by every task that uses it.
+    pub(crate) checked_templates: std::collections::HashSet<std::sync::Arc<str>>,
+    /// The standard library's templates that passed, by name.
+    pub(crate) std_templates: HashMap<String, std::sync::Arc<str>>,
+    /// Each task's first prompt, for the estimate of its size.
+    pub(crate) first_prompts: crate::prompt::FirstPrompts,
     /// The git repositories imports come from, fetched into the cache.
     pub(crate) git: git::GitCache,
     /// The entry file's `mvk.lock` (whether or not it exists) and what it holds.
@@ -196,7 +198,8 @@ impl World {
             repo_files: None,
             pattern_hits: std::collections::HashMap::new(),
             checked_templates: std::collections::HashSet::new(),
-            compiled_templates: std::collections::HashMap::new(),
+            std_templates: HashMap::new(),
+            first_prompts: crate::prompt::FirstPrompts::default(),
             git: git::GitCache::new(options.cache_dir.clone().unwrap_or_else(git::default_root)),
             lock_path: PathBuf::from(lock::FILE_NAME),
             lock: None,

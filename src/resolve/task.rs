@@ -1,7 +1,9 @@
 //! Loop bodies and flows in, [`ir::Task`]s out: a task file's loop overlaid with the task's own
 //! settings, fan-outs expanded, defaults written in, the loop-level rules checked, digests sealed.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -211,11 +213,8 @@ fn repo_path(
 /// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
 /// of the task would be, and nothing could be quoted.
 fn prompt_within_budget(world: &mut World, task: &Task) {
-    let mut cx = crate::prompt::sample_first_attempt();
-    let own = crate::prompt::PromptContext::of_task(task);
-    (cx.goal, cx.task, cx.item, cx.scope, cx.seal) =
-        (own.goal, own.task, own.item, own.scope, own.seal);
-    cx.gates = task
+    let mut own = crate::prompt::PromptContext::of_task(task);
+    own.gates = task
         .gates
         .iter()
         .map(|g| crate::prompt::GateInfo {
@@ -225,16 +224,7 @@ fn prompt_within_budget(world: &mut World, task: &Task) {
             ..crate::prompt::GateInfo::default()
         })
         .collect();
-    let compiled = match world.compiled_templates.entry(task.prompt.text.clone()) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => {
-            let Ok(compiled) = crate::prompt::Compiled::new(&task.prompt.text) else {
-                return;
-            };
-            e.insert(compiled)
-        }
-    };
-    let Ok(text) = compiled.render(&cx) else {
+    let Ok(text) = world.first_prompts.render(&task.prompt.text, &own) else {
         return;
     };
     let tokens = crate::tokens::estimate(&text);
@@ -457,14 +447,14 @@ fn template(
     let (name, text, span) = match path {
         None => (
             default.to_string(),
-            crate::stdlib::get(default).unwrap_or_default().to_string(),
+            Cow::Borrowed(crate::stdlib::get(default).unwrap_or_default()),
             None,
         ),
         Some(p) => {
             let origin = world.origin_for(module, &p.node);
             let (name, text) = match &origin {
                 crate::source::Origin::Std(s) => match crate::stdlib::get(s) {
-                    Some(t) => (s.clone(), Ok(t.to_string())),
+                    Some(t) => (s.clone(), Ok(Cow::Borrowed(t))),
                     None => (
                         s.clone(),
                         Err("the standard library has no such template".to_string()),
@@ -475,6 +465,7 @@ fn template(
                     world
                         .git
                         .read(&g.url, g.commit, &g.path)
+                        .map(Cow::Owned)
                         .map_err(|e| e.to_string()),
                 ),
                 crate::source::Origin::Disk(d) => {
@@ -499,7 +490,7 @@ fn template(
                                 if t.len() >= super::READ_LIMIT.saturating_sub(3) {
                                     Err(format!("it holds more than {} bytes", super::READ_LIMIT))
                                 } else {
-                                    Ok(t)
+                                    Ok(Cow::Owned(t))
                                 }
                             }),
                     )
@@ -521,28 +512,44 @@ fn template(
             }
         }
     };
-    // Checking renders the template; a flow of many tasks shares a few templates.
-    let result = if world.checked_templates.contains(&text) {
-        Ok(())
-    } else {
-        crate::prompt::check(&text)
-    };
-    if result.is_ok() {
-        world.checked_templates.insert(text.clone());
+    // A template of the standard library reads the same wherever it is named (and its name
+    // is short to look up, where its text is not).
+    let std_template = matches!(text, Cow::Borrowed(_));
+    if std_template && let Some(shared) = world.std_templates.get(&name) {
+        return Some(Template {
+            name,
+            text: Arc::clone(shared),
+        });
     }
-    if let Err(problem) = result {
-        let place = match (problem.line, problem.column) {
-            (Some(l), Some(c)) => format!(" at {name}:{l}:{c}"),
-            (Some(l), None) => format!(" at {name}:{l}"),
-            _ => String::new(),
-        };
-        let mut d = Diagnostic::error("mvk::bad-template", format!("template `{name}` does not render{place}: {}", problem.message))
+    // Checking renders the template; a flow of many tasks shares a few templates, and shares
+    // each one's text rather than holding a copy per task.
+    let checked = match world.checked_templates.get(text.as_ref()) {
+        Some(shared) => Ok(Arc::clone(shared)),
+        None => crate::prompt::check(&text).map(|()| {
+            let shared: Arc<str> = Arc::from(text.as_ref());
+            world.checked_templates.insert(Arc::clone(&shared));
+            shared
+        }),
+    };
+    let text = match checked {
+        Ok(text) => text,
+        Err(problem) => {
+            let place = match (problem.line, problem.column) {
+                (Some(l), Some(c)) => format!(" at {name}:{l}:{c}"),
+                (Some(l), None) => format!(" at {name}:{l}"),
+                _ => String::new(),
+            };
+            let mut d = Diagnostic::error("mvk::bad-template", format!("template `{name}` does not render{place}: {}", problem.message))
             .help("templates are handlebars; they may use goal, task, item, scope, seal, attempt, rung, gates, failure, diff, previous_blockers, budget, lineage, last_diff, excerpts, lessons, pinned_lessons, lessons_file (book: Templates)");
-        if let Some(span) = span {
-            d = d.at(span, "this template");
+            if let Some(span) = span {
+                d = d.at(span, "this template");
+            }
+            world.diags.push(d);
+            return None;
         }
-        world.diags.push(d);
-        return None;
+    };
+    if std_template {
+        world.std_templates.insert(name.clone(), Arc::clone(&text));
     }
     Some(Template { name, text })
 }
@@ -1040,6 +1047,9 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
         // A `loop=` file that failed to load has been reported; its task is not built, so that
         // its missing goal and agent are not reported too, but later tasks may still name it.
         let base_failed = t.loop_file.is_some() && base.is_none();
+        if !base_failed {
+            tasks.reserve(items.len());
+        }
         for item in items.iter().filter(|_| !base_failed) {
             let base_partial = base
                 .as_ref()
@@ -1224,6 +1234,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
         return None;
     }
     let order = petgraph::algo::toposort(&graph, None).ok()?;
+    let mut sealer = digest::Sealer::default();
     let mut digests: BTreeMap<String, digest::Digest> = BTreeMap::new();
     for n in order {
         for name in expanded(&decls[graph[n]]) {
@@ -1233,7 +1244,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
                     .iter()
                     .filter_map(|a| digests.get(a).map(|d| (a.clone(), *d)))
                     .collect();
-                digest::seal_task(t, &deps);
+                sealer.seal(t, &deps);
                 digests.insert(name.clone(), t.meta.digest);
             }
         }
