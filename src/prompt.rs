@@ -197,9 +197,41 @@ fn registry() -> Handlebars<'static> {
 
 /// Renders a template with an attempt's facts.
 pub fn render(template: &str, ctx: &PromptContext) -> Result<String, TemplateProblem> {
-    registry()
-        .render_template(template, ctx)
-        .map_err(|e| render_problem(&e))
+    match compiled(template) {
+        Some(hb) => hb.render(COMPILED, ctx).map_err(|e| render_problem(&e)),
+        // Not compiled: rendered as it comes, which reports the problem as it always has.
+        None => registry()
+            .render_template(template, ctx)
+            .map_err(|e| render_problem(&e)),
+    }
+}
+
+/// The name a template compiled by [`compiled`] is registered under.
+const COMPILED: &str = "prompt";
+
+/// TEMPLATE compiled once per process: `mvk check` renders it three times and every attempt
+/// once more, and compiling is nearly all of a render's cost (handlebars' parser scans from the
+/// template's start for each token's line). `None` when it does not compile. At most 64 texts
+/// are kept: a long-lived process (`mvk mcp`, a worker) sees few, and forgets them all past
+/// that.
+fn compiled(template: &str) -> Option<std::sync::Arc<Handlebars<'static>>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Handlebars<'static>>>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let mut cache = CACHE.lock().ok()?;
+    if let Some(hb) = cache.get(template) {
+        return Some(Arc::clone(hb));
+    }
+    let compiled = handlebars::Template::compile(template).ok()?;
+    let mut hb = registry();
+    hb.register_template(COMPILED, compiled);
+    if cache.len() >= 64 {
+        cache.clear();
+    }
+    let hb = Arc::new(hb);
+    cache.insert(template.to_string(), Arc::clone(&hb));
+    Some(hb)
 }
 
 fn render_problem(e: &handlebars::RenderError) -> TemplateProblem {
