@@ -698,6 +698,24 @@ const HINT: &str = r#"(?i)(?:\b(?:try\s+again|retry)\s+(?:in|after)\b|\bretry[-_
 
 const CLAUDE_RESET: &str = r"(?i)usage limit reached\|([0-9]{1,20})";
 
+/// PATTERN compiled once per process (a `Regex` is shared by cloning): each attempt makes a
+/// matcher, and compiling the built-in patterns was a twentieth of a small attempt's CPU. The
+/// patterns are the built-in ones and those the loop files name: few.
+fn compiled(pattern: &str) -> Result<Regex, regex::Error> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    static CACHE: LazyLock<Mutex<HashMap<String, Regex>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    if let Some(re) = CACHE.lock().ok().and_then(|c| c.get(pattern).cloned()) {
+        return Ok(re);
+    }
+    let re = Regex::new(pattern)?;
+    if let Ok(mut cache) = CACHE.lock() {
+        cache.insert(pattern.to_string(), re.clone());
+    }
+    Ok(re)
+}
+
 impl RateLimitMatcher {
     /// The adapter's built-in patterns plus the agent's own `rate-limit "REGEX"` patterns.
     /// `command` agents have no built-in patterns; every pattern is matched line by line.
@@ -713,16 +731,16 @@ impl RateLimitMatcher {
         };
         let mut patterns = Vec::with_capacity(own.len() + provider.len() + extra.len());
         for p in own.iter().chain(provider) {
-            patterns.push(Regex::new(p)?);
+            patterns.push(compiled(p)?);
         }
         for p in extra {
-            patterns.push(Regex::new(p)?);
+            patterns.push(compiled(p)?);
         }
         Ok(RateLimitMatcher {
             adapter,
             patterns,
-            hint: Regex::new(HINT)?,
-            claude_reset: Regex::new(CLAUDE_RESET)?,
+            hint: compiled(HINT)?,
+            claude_reset: compiled(CLAUDE_RESET)?,
         })
     }
 
