@@ -72,19 +72,23 @@ impl Diagnostic {
 #[derive(Debug, Clone, Default)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    /// How many of `items` are errors, kept as they are pushed: the compile asks once per task,
+    /// and counting each time made a flow of many warned tasks quadratic.
+    errors: usize,
 }
 
 impl Diagnostics {
     pub(crate) fn push(&mut self, d: Diagnostic) {
+        self.errors += usize::from(d.is_error());
         self.items.push(d);
     }
 
     pub fn has_errors(&self) -> bool {
-        self.items.iter().any(Diagnostic::is_error)
+        self.errors > 0
     }
 
     pub(crate) fn error_count(&self) -> usize {
-        self.items.iter().filter(|d| d.is_error()).count()
+        self.errors
     }
 
     pub(crate) fn warning_count(&self) -> usize {
@@ -323,6 +327,19 @@ pub(crate) fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::source::{Origin, SourceFile};
+
+    /// The count of errors is kept as diagnostics are pushed, not recounted.
+    #[test]
+    fn errors_are_counted_among_many_warnings() {
+        let mut diags = Diagnostics::default();
+        for i in 0..10_000 {
+            diags.push(Diagnostic::warning("mvk::w", format!("w{i}")));
+        }
+        assert!(!diags.has_errors());
+        diags.push(Diagnostic::error("mvk::e", "e"));
+        assert!(diags.has_errors());
+        assert_eq!((diags.error_count(), diags.warning_count()), (1, 10_000));
+    }
 
     #[test]
     fn past_the_first_fifty_diagnostics_are_counted_not_rendered() {
