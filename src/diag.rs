@@ -87,6 +87,13 @@ impl Diagnostics {
         self.errors > 0
     }
 
+    /// Moves `other`'s diagnostics after these.
+    pub(crate) fn append(&mut self, other: Diagnostics) {
+        for d in other.items {
+            self.push(d);
+        }
+    }
+
     pub(crate) fn error_count(&self) -> usize {
         self.errors
     }
@@ -328,17 +335,21 @@ mod tests {
     use super::*;
     use crate::source::{Origin, SourceFile};
 
-    /// The count of errors is kept as diagnostics are pushed, not recounted.
+    /// The count of errors is kept as diagnostics are pushed or appended, not recounted.
     #[test]
     fn errors_are_counted_among_many_warnings() {
         let mut diags = Diagnostics::default();
+        let mut more = Diagnostics::default();
         for i in 0..10_000 {
             diags.push(Diagnostic::warning("mvk::w", format!("w{i}")));
         }
         assert!(!diags.has_errors());
+        more.push(Diagnostic::error("mvk::e", "e"));
+        more.push(Diagnostic::warning("mvk::w", "w"));
+        diags.append(more);
         diags.push(Diagnostic::error("mvk::e", "e"));
         assert!(diags.has_errors());
-        assert_eq!((diags.error_count(), diags.warning_count()), (1, 10_000));
+        assert_eq!((diags.error_count(), diags.warning_count()), (2, 10_001));
     }
 
     #[test]
