@@ -6,7 +6,7 @@ if [ -n "${MVK_BIN:-}" ]; then
     mvk=$MVK_BIN
 else
     cargo build --release --quiet
-    mvk=$PWD/target/release/mvk
+    mvk=${CARGO_TARGET_DIR:-$PWD/target}/release/mvk
 fi
 unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR
 
