@@ -72,19 +72,30 @@ impl Diagnostic {
 #[derive(Debug, Clone, Default)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    /// How many of `items` are errors, kept as they are pushed: the compile asks once per task,
+    /// and counting each time made a flow of many warned tasks quadratic.
+    errors: usize,
 }
 
 impl Diagnostics {
     pub(crate) fn push(&mut self, d: Diagnostic) {
+        self.errors += usize::from(d.is_error());
         self.items.push(d);
     }
 
     pub fn has_errors(&self) -> bool {
-        self.items.iter().any(Diagnostic::is_error)
+        self.errors > 0
+    }
+
+    /// Moves `other`'s diagnostics after these.
+    pub(crate) fn append(&mut self, other: Diagnostics) {
+        for d in other.items {
+            self.push(d);
+        }
     }
 
     pub(crate) fn error_count(&self) -> usize {
-        self.items.iter().filter(|d| d.is_error()).count()
+        self.errors
     }
 
     pub(crate) fn warning_count(&self) -> usize {
@@ -323,6 +334,23 @@ pub(crate) fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::source::{Origin, SourceFile};
+
+    /// The count of errors is kept as diagnostics are pushed or appended, not recounted.
+    #[test]
+    fn errors_are_counted_among_many_warnings() {
+        let mut diags = Diagnostics::default();
+        let mut more = Diagnostics::default();
+        for i in 0..10_000 {
+            diags.push(Diagnostic::warning("mvk::w", format!("w{i}")));
+        }
+        assert!(!diags.has_errors());
+        more.push(Diagnostic::error("mvk::e", "e"));
+        more.push(Diagnostic::warning("mvk::w", "w"));
+        diags.append(more);
+        diags.push(Diagnostic::error("mvk::e", "e"));
+        assert!(diags.has_errors());
+        assert_eq!((diags.error_count(), diags.warning_count()), (2, 10_001));
+    }
 
     #[test]
     fn past_the_first_fifty_diagnostics_are_counted_not_rendered() {

@@ -1,6 +1,8 @@
 //! A `flow` node in, a [`FlowDecl`] out: `parallel`, `continue-on-failure`, a shared `budget`, and
 //! its `task`s (a `loop=` file or an inline body; `after`; `each=` fan-out).
 
+use kdl::KdlNode;
+
 use super::ast::{Each, FlowDecl, LoopBody, Spanned, TaskDecl};
 use super::body::{LOOP_CHILDREN, body_child, budget, note_misspelt};
 use super::items::name_arg;
@@ -10,24 +12,49 @@ use crate::diag::Diagnostic;
 const FLOW_CHILDREN: &[&str] = &["parallel", "continue-on-failure", "budget", "task"];
 
 pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<FlowDecl> {
-    let usage = "flow NAME { parallel 4; task a { … }; task b loop=\"b.kdl\" { after a } }";
-    view.finish(cx, &[]);
-    let name = if view.expect_args(cx, 1, usage) {
-        name_arg(cx, view, usage)
-    } else {
-        None
-    };
-    let mut flow = FlowDecl {
-        name: name
-            .clone()
-            .unwrap_or_else(|| Spanned::new(String::new(), view.head)),
-        parallel: None,
-        continue_on_failure: None,
-        budget: None,
-        tasks: Vec::new(),
-        span: view.head,
-    };
+    let mut flow = FlowLowering::start(cx, view);
     for child in view.children() {
+        flow.child(cx, child);
+    }
+    flow.end(cx)
+}
+
+/// A flow lowered child by child: a flow too large for one parse is handed its children a
+/// piece at a time (see `syntax::stream`), each piece dropped once lowered.
+pub(crate) struct FlowLowering {
+    flow: FlowDecl,
+    named: bool,
+    /// A child named `task` was seen, even one that did not lower.
+    saw_task: bool,
+}
+
+impl FlowLowering {
+    /// The flow's own node, its block aside.
+    pub(crate) fn start(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> FlowLowering {
+        let usage = "flow NAME { parallel 4; task a { … }; task b loop=\"b.kdl\" { after a } }";
+        view.finish(cx, &[]);
+        let name = if view.expect_args(cx, 1, usage) {
+            name_arg(cx, view, usage)
+        } else {
+            None
+        };
+        FlowLowering {
+            named: name.is_some(),
+            flow: FlowDecl {
+                name: name.unwrap_or_else(|| Spanned::new(String::new(), view.head)),
+                parallel: None,
+                continue_on_failure: None,
+                budget: None,
+                tasks: Vec::new(),
+                span: view.head,
+            },
+            saw_task: false,
+        }
+    }
+
+    /// One node of the flow's block, in order.
+    pub(crate) fn child(&mut self, cx: &mut Cx<'_>, child: &KdlNode) {
+        let flow = &mut self.flow;
         let mut cv = NodeView::new(cx, child);
         match cv.name.node.as_str() {
             "parallel" => {
@@ -38,7 +65,7 @@ pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Flow
                         first.span,
                         "say once how many tasks may run at a time",
                     );
-                    continue;
+                    return;
                 }
                 cv.no_children(cx);
                 cv.finish(cx, &[]);
@@ -49,7 +76,7 @@ pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Flow
             "continue-on-failure" => {
                 if let Some(first) = &flow.continue_on_failure {
                     duplicate_node(cx, &cv, first.span, "say it once");
-                    continue;
+                    return;
                 }
                 cv.no_children(cx);
                 cv.finish(cx, &[]);
@@ -61,11 +88,12 @@ pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Flow
             "budget" => {
                 if let Some(first) = flow.budget.as_ref().and_then(|b| b.span) {
                     duplicate_node(cx, &cv, first, "write every limit in one `budget` node");
-                    continue;
+                    return;
                 }
                 flow.budget = Some(budget(cx, &mut cv, true));
             }
             "task" => {
+                self.saw_task = true;
                 if let Some(t) = task(cx, &mut cv) {
                     flow.tasks.push(t);
                 }
@@ -73,15 +101,21 @@ pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<Flow
             _ => unknown_node(cx, &cv, "a flow", FLOW_CHILDREN),
         }
     }
-    if flow.tasks.is_empty() && !view.children().iter().any(|n| n.name().value() == "task") {
-        cx.push(
-            Diagnostic::error("mvk::empty-flow", "a flow needs at least one task")
-                .at(view.head, "no tasks")
-                .help("add a task: task NAME loop=\"file.kdl\", or task NAME { goal …; gate … }"),
-        );
+
+    /// The flow, once its block has been read to the end.
+    pub(crate) fn end(self, cx: &mut Cx<'_>) -> Option<FlowDecl> {
+        let flow = self.flow;
+        if flow.tasks.is_empty() && !self.saw_task {
+            cx.push(
+                Diagnostic::error("mvk::empty-flow", "a flow needs at least one task")
+                    .at(flow.span, "no tasks")
+                    .help(
+                        "add a task: task NAME loop=\"file.kdl\", or task NAME { goal …; gate … }",
+                    ),
+            );
+        }
+        self.named.then_some(flow)
     }
-    name?;
-    Some(flow)
 }
 
 fn task(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<TaskDecl> {

@@ -1,36 +1,46 @@
 //! Top-level KDL nodes in, syntax items out: `import`, `gate` and `agent` definitions, and the
 //! pieces they share (`run`/`sh` commands, `env`, `param`, `doc`).
 
+#[cfg(test)]
+use super::ast::FileAst;
+#[cfg(test)]
 use kdl::KdlDocument;
+use kdl::KdlNode;
 
 use super::ast::{
-    AgentDecl, AgentUse, Command, EnvVar, FileAst, GateDecl, GitSource, Item, ParamDecl, PriceDecl,
-    Spanned,
+    AgentDecl, AgentUse, Command, EnvVar, GateDecl, GitSource, Item, ParamDecl, PriceDecl, Spanned,
 };
 use super::{Cx, NodeView, body, duplicate_node, flow, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
 
 const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow", "price"];
 
+/// A whole parsed document at once: what the lowering piece by piece (`syntax::stream`) must
+/// give the same as.
+#[cfg(test)]
 pub(crate) fn lower_file(cx: &mut Cx<'_>, doc: &KdlDocument) -> FileAst {
     let mut items = Vec::new();
     for node in doc.nodes() {
-        let mut view = NodeView::new(cx, node);
-        let item = match view.name.node.as_str() {
-            "import" => import(cx, &mut view).map(Item::Import),
-            "gate" => gate(cx, &mut view).map(Item::Gate),
-            "agent" => agent_decl(cx, &mut view).map(Item::Agent),
-            "loop" => body::loop_decl(cx, &mut view).map(Item::Loop),
-            "flow" => flow::flow_decl(cx, &mut view).map(Item::Flow),
-            "price" => price_decl(cx, &mut view).map(Item::Price),
-            _ => {
-                unknown_node(cx, &view, "a loop file", TOP_LEVEL);
-                None
-            }
-        };
-        items.extend(item);
+        items.extend(lower_node(cx, node));
     }
     FileAst { items }
+}
+
+/// One top-level node.
+pub(crate) fn lower_node(cx: &mut Cx<'_>, node: &KdlNode) -> Option<Item> {
+    let mut view = NodeView::new(cx, node);
+    match view.name.node.as_str() {
+        "import" => import(cx, &mut view).map(Item::Import),
+        "gate" => gate(cx, &mut view).map(Item::Gate),
+        "agent" => agent_decl(cx, &mut view).map(Item::Agent),
+        "loop" => body::loop_decl(cx, &mut view).map(Item::Loop),
+        "flow" => flow::flow_decl(cx, &mut view).map(Item::Flow),
+        "price" => price_decl(cx, &mut view).map(Item::Price),
+        _ => {
+            unknown_node(cx, &view, "a loop file", TOP_LEVEL);
+            None
+        }
+    }
 }
 
 /// The one name argument of a definition node (`gate NAME`, `loop NAME`, …), checked for form.

@@ -2,9 +2,10 @@
 //!
 //! One module per kind of node: [`items`] (imports and definitions), [`body`] (a loop's settings),
 //! [`flow`] (flows and tasks), [`sandbox`] (confinement). This stage never touches git or the file system.
-//! The KDL parser is handed a large file in node-sized pieces ([`pieces`]) on a thread whose
-//! stack is sized to the largest piece: its recursion grows with the syntax errors in what it
-//! is given, never with the file.
+//! The KDL parser is handed a large file in node-sized pieces ([`pieces`]) on threads whose
+//! stacks are sized to the largest piece: its recursion grows with the syntax errors in what it
+//! is given, never with the file. [`stream`] parses the pieces on every core and lowers each as
+//! it arrives, so a large file is never held as one parsed document.
 
 pub(crate) mod ast;
 pub(crate) mod body;
@@ -13,6 +14,7 @@ pub(crate) mod items;
 pub(crate) mod nesting;
 pub(crate) mod pieces;
 pub(crate) mod sandbox;
+mod stream;
 pub(crate) mod values;
 
 use std::ops::Range;
@@ -24,6 +26,7 @@ use crate::diag::{Diagnostic, Diagnostics, suggest};
 use crate::source::{FileId, Span};
 use ast::{Binding, FileAst, Spanned};
 use pieces::{PIECE_MAX, Piece};
+use stream::Outcome;
 
 /// The file being lowered and the diagnostics found so far.
 pub(crate) struct Cx<'a> {
@@ -77,17 +80,34 @@ pub(crate) fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAs
         diags.push(too_deep(file, offset));
         return FileAst::default();
     }
-    let doc: KdlDocument = match parse_kdl(text) {
-        Ok(Parsed::Doc(doc)) => doc,
-        Ok(Parsed::TooDeep(offset)) => {
+    let pieces = if text.len() <= PIECE_MAX {
+        vec![Piece::Whole(0..text.len())]
+    } else {
+        match pieces::split(text) {
+            Ok(pieces) => pieces,
+            Err(node) => {
+                diags.push(node_too_large(file, text, node));
+                return FileAst::default();
+            }
+        }
+    };
+    match stream::run(file, text, &pieces, parser_stack(text)) {
+        Ok(Outcome::Ast(ast, lowered)) => {
+            diags.append(lowered);
+            ast
+        }
+        // The nesting scan stops what it can see; what it cannot (text it took for a string or
+        // comment that KDL reads otherwise) is caught on the parsed document. A block's span
+        // starts inside it: point at its `{`.
+        Ok(Outcome::TooDeep(inside)) => {
+            let offset = text
+                .get(..inside)
+                .and_then(|t| t.rfind('{'))
+                .unwrap_or(inside);
             diags.push(too_deep(file, offset));
-            return FileAst::default();
+            FileAst::default()
         }
-        Ok(Parsed::TooLarge(node)) => {
-            diags.push(node_too_large(file, text, node));
-            return FileAst::default();
-        }
-        Ok(Parsed::Err(errors)) => {
+        Ok(Outcome::Err(errors)) => {
             let unclosed_block = errors
                 .iter()
                 .any(|d| d.message.as_deref() == Some(NO_CLOSING_BRACE));
@@ -130,7 +150,7 @@ pub(crate) fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAs
                 }));
                 diags.push(diag);
             }
-            return FileAst::default();
+            FileAst::default()
         }
         Err(why) => {
             diags.push(
@@ -148,17 +168,16 @@ pub(crate) fn parse(file: FileId, text: &str, diags: &mut Diagnostics) -> FileAs
                 )
                 .help("the system is short of threads or memory; run mvk again when it has room"),
             );
-            return FileAst::default();
+            FileAst::default()
         }
-    };
-    let mut cx = Cx { file, diags };
-    items::lower_file(&mut cx, &doc)
+    }
 }
 
 /// The largest loop file mvk reads (64 MiB, a generated flow of some 400,000 tasks). The parser
 /// is handed it in pieces of at most [`PIECE_MAX`], so what bounds its stack is the piece, not
-/// the file; this bounds the memory a compile takes (the parsed document is some ten times the
-/// text).
+/// the file; this bounds the memory a compile takes (a parsed piece is some hundred times its
+/// text, but only a few pieces are held at once: the syntax tree and what is resolved from it
+/// are what grow with the file).
 pub(crate) const MAX_BYTES: usize = 64 << 20;
 
 /// The KDL parser recurses once per syntax error in its error recovery (a run of stray `)`,
@@ -167,20 +186,10 @@ pub(crate) const MAX_BYTES: usize = 64 << 20;
 /// needed under 2 KiB of stack per byte of input with dependencies built as in a debug build;
 /// in a release build, measured on 256 KiB pieces, 563 bytes per byte for `}`, 483 for a
 /// comment of `*`, 283 for `)` and `a=`. 4 KiB per byte leaves twice the first. A usual loop file
-/// gets the floor, 16 MiB; any larger file at most 1 GiB of address space, of which only what
+/// gets the floor, 16 MiB; any larger file at most 1 GiB of address space per parser thread, of which only what
 /// the parse touches is used.
 const STACK_PER_BYTE: usize = 4 << 10;
 const STACK_FLOOR: usize = 16 << 20;
-
-/// What the parser thread hands back. A document nested too deep never leaves the thread:
-/// dropping it, or lowering it, recurses once per level on a caller's stack.
-enum Parsed {
-    Doc(KdlDocument),
-    Err(Vec<SyntaxError>),
-    TooDeep(usize),
-    /// A node larger than [`PIECE_MAX`] with no block to split it by.
-    TooLarge(Range<usize>),
-}
 
 /// One error of the KDL parser, its span in the whole file.
 struct SyntaxError {
@@ -190,136 +199,13 @@ struct SyntaxError {
     help: Option<String>,
 }
 
-/// The KDL parse on a thread of its own, with a stack the input cannot exhaust (a test's thread
-/// has 2 MiB, a tokio worker's too; `)` × 30,000 overflowed 8 MiB): a file larger than one
-/// piece is parsed piece by piece (see [`pieces`]) and the pieces' nodes put together.
-fn parse_kdl(text: &str) -> std::io::Result<Parsed> {
-    let pieces = if text.len() <= PIECE_MAX {
-        vec![Piece::Whole(0..text.len())]
-    } else {
-        match pieces::split(text) {
-            Ok(pieces) => pieces,
-            Err(node) => return Ok(Parsed::TooLarge(node)),
-        }
-    };
-    let stack = text
-        .len()
+/// The stack of a parser thread: sized to the largest piece it may be handed, never less than
+/// the floor (a test's thread has 2 MiB, a tokio worker's too; `)` × 30,000 overflowed 8 MiB).
+fn parser_stack(text: &str) -> usize {
+    text.len()
         .min(PIECE_MAX)
         .saturating_mul(STACK_PER_BYTE)
-        .max(STACK_FLOOR);
-    std::thread::scope(|scope| {
-        let parser = std::thread::Builder::new()
-            .name("kdl-parse".into())
-            .stack_size(stack)
-            .spawn_scoped(scope, || {
-                let mut errors = Vec::new();
-                let nodes = parse_pieces(text, &pieces, &mut errors);
-                if !errors.is_empty() {
-                    return Parsed::Err(errors);
-                }
-                let mut doc = KdlDocument::new();
-                *doc.nodes_mut() = nodes;
-                doc.set_span(SourceSpan::from(0..text.len()));
-                // The nesting scan stops what it can see; what it cannot (text it took for a
-                // string or comment that KDL reads otherwise) is caught here.
-                match deeper_than(&doc, nesting::MAX_DEPTH) {
-                    // A block's span starts inside it: point at its `{`.
-                    Some(inside) => Parsed::TooDeep(
-                        text.get(..inside)
-                            .and_then(|t| t.rfind('{'))
-                            .unwrap_or(inside),
-                    ),
-                    None => Parsed::Doc(doc),
-                }
-            })?;
-        // The parser does not panic on input (the fuzz target holds it to that); if it ever
-        // did, the panic is carried on to the caller as it would be without the thread.
-        Ok(parser
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-    })
-}
-
-/// The nodes of `pieces`, each parsed on its own, their spans moved to where they stand in
-/// `text`; the parser's errors go to `errors`.
-fn parse_pieces(text: &str, pieces: &[Piece], errors: &mut Vec<SyntaxError>) -> Vec<KdlNode> {
-    let mut nodes = Vec::new();
-    for piece in pieces {
-        match piece {
-            Piece::Whole(range) => {
-                let base = range.start;
-                let at = |s: SourceSpan| SourceSpan::new((base + s.offset()).into(), s.len());
-                let Some(piece_text) = text.get(range.clone()) else {
-                    errors.push(SyntaxError::cut(range.start));
-                    continue;
-                };
-                match piece_text.parse::<KdlDocument>() {
-                    Ok(mut doc) => {
-                        for mut node in std::mem::take(doc.nodes_mut()) {
-                            if base > 0 {
-                                shift(&mut node, &at);
-                            }
-                            nodes.push(node);
-                        }
-                    }
-                    Err(e) => errors.extend(e.diagnostics.into_iter().map(|d| SyntaxError {
-                        span: at(d.span),
-                        message: d.message,
-                        label: d.label,
-                        help: d.help,
-                    })),
-                }
-            }
-            Piece::Split {
-                node,
-                block,
-                children,
-            } => {
-                // The node with its block's inside cut out (`flow f {}`); what stands after
-                // the cut moves back by the block's length.
-                let (Some(before), Some(after)) = (
-                    text.get(node.start..block.start),
-                    text.get(block.end..node.end),
-                ) else {
-                    errors.push(SyntaxError::cut(node.start));
-                    continue;
-                };
-                let head = format!("{before}{after}");
-                let (base, cut, gap) = (node.start, block.start - node.start, block.len());
-                let at = |s: SourceSpan| {
-                    let (start, end) = (s.offset(), s.offset() + s.len());
-                    let start = base + start + if start >= cut { gap } else { 0 };
-                    let end = (base + end + if end > cut { gap } else { 0 }).max(start);
-                    SourceSpan::new(start.into(), end - start)
-                };
-                let mut inner = Some(parse_pieces(text, children, errors));
-                match head.parse::<KdlDocument>() {
-                    Ok(mut doc) => {
-                        for mut n in std::mem::take(doc.nodes_mut()) {
-                            shift(&mut n, &at);
-                            // The block, unless `/-` commented it out.
-                            if n.children().is_some()
-                                && let Some(inner) = inner.take()
-                            {
-                                let mut children = KdlDocument::new();
-                                *children.nodes_mut() = inner;
-                                children.set_span(SourceSpan::from(block.clone()));
-                                n.set_children(children);
-                            }
-                            nodes.push(n);
-                        }
-                    }
-                    Err(e) => errors.extend(e.diagnostics.into_iter().map(|d| SyntaxError {
-                        span: at(d.span),
-                        message: d.message,
-                        label: d.label,
-                        help: d.help,
-                    })),
-                }
-            }
-        }
-    }
-    nodes
+        .max(STACK_FLOOR)
 }
 
 impl SyntaxError {
@@ -383,12 +269,12 @@ fn node_too_large(file: FileId, text: &str, node: Range<usize>) -> Diagnostic {
 }
 
 /// Where the first block nested more than `max` deep starts (just inside its `{`).
-fn deeper_than(doc: &KdlDocument, max: usize) -> Option<usize> {
-    doc.nodes().iter().find_map(|node| {
+fn deeper_than(nodes: &[KdlNode], max: usize) -> Option<usize> {
+    nodes.iter().find_map(|node| {
         let children = node.children()?;
         match max.checked_sub(1) {
             None => Some(children.span().offset()),
-            Some(left) => deeper_than(children, left),
+            Some(left) => deeper_than(children.nodes(), left),
         }
     })
 }
@@ -782,6 +668,80 @@ mod tests {
         assert_eq!(format!("{split:?}"), whole);
     }
 
+    /// The syntax tree and diagnostics (code, place, message, help) of `text` lowered from one
+    /// parse of it, on a thread with room for the parse.
+    fn one_parse(text: String) -> (String, Vec<String>) {
+        std::thread::Builder::new()
+            .stack_size(STACK_FLOOR)
+            .spawn(move || {
+                let doc: KdlDocument = text.parse().expect("valid KDL");
+                let mut diags = Diagnostics::default();
+                let mut cx = Cx {
+                    file: FileId(0),
+                    diags: &mut diags,
+                };
+                let ast = format!("{:?}", items::lower_file(&mut cx, &doc));
+                (ast, described(&diags))
+            })
+            .expect("spawn")
+            .join()
+            .expect("join")
+    }
+
+    fn described(diags: &Diagnostics) -> Vec<String> {
+        diags
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {:?} {} {:?} {:?}",
+                    d.code, d.span, d.message, d.help, d.related
+                )
+            })
+            .collect()
+    }
+
+    /// A file lowered piece by piece as its parses arrive (a flow child by child, any other
+    /// split node put back together first, a block `/-` cut out skipped) says what one parse
+    /// lowered at once says, in the same order: state kept across pieces (a `parallel` given
+    /// twice, pieces apart) included.
+    #[test]
+    fn a_file_lowered_piece_by_piece_says_what_one_parse_says() {
+        let tasks = |n: usize| "  task x { goal \"x\"; }\n".repeat(n);
+        let gates = |n: usize| "    gate g use=unit\n".repeat(n);
+        let text = format!(
+            "agent bot {{ run \"a\"; }}\n\
+             flow big {{\n  parallel 1\n  tsk y\n{}  task huge {{\n{}  }}\n  parallel 2\n{}}}\n\
+             loop l {{\n{}}}\n\
+             /- flow old {{\n{}}}\n\
+             flow empty {{\n{}}}\n",
+            tasks(3_000),
+            gates(14_000),
+            tasks(3_000),
+            "  gate g use=unit\n".repeat(15_000),
+            tasks(12_000),
+            "  budget iterations=2\n".repeat(13_000),
+        );
+        let pieces = pieces::split(&text).expect("splits");
+        let split = pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Split { .. }))
+            .count();
+        assert_eq!(split, 4, "{pieces:?}");
+        let mut diags = Diagnostics::default();
+        let ast = format!("{:?}", parse(FileId(0), &text, &mut diags));
+        let (whole_ast, whole_diags) = one_parse(text);
+        let codes: Vec<_> = diags.iter().map(|d| d.code).collect();
+        for code in [
+            "mvk::unknown-node",
+            "mvk::duplicate-node",
+            "mvk::empty-flow",
+        ] {
+            assert!(codes.contains(&code), "{code} not in {codes:?}");
+        }
+        assert_eq!(described(&diags), whole_diags);
+        assert!(ast == whole_ast, "the syntax trees differ");
+    }
+
     /// A syntax error in a piece is reported where it stands in the file, as a single parse
     /// reports it first.
     #[test]
@@ -814,10 +774,10 @@ mod tests {
     fn a_document_nested_too_deep_is_caught_after_the_parse() {
         let at = |depth: usize| format!("{}{}", "a{".repeat(depth), "}".repeat(depth));
         let doc: KdlDocument = at(nesting::MAX_DEPTH).parse().expect("valid KDL");
-        assert_eq!(deeper_than(&doc, nesting::MAX_DEPTH), None);
+        assert_eq!(deeper_than(doc.nodes(), nesting::MAX_DEPTH), None);
         let doc: KdlDocument = at(nesting::MAX_DEPTH + 1).parse().expect("valid KDL");
         assert_eq!(
-            deeper_than(&doc, nesting::MAX_DEPTH),
+            deeper_than(doc.nodes(), nesting::MAX_DEPTH),
             Some(2 * nesting::MAX_DEPTH + 2)
         );
     }
