@@ -78,9 +78,10 @@ pub(super) fn stage_in_place(
                 repo,
                 staged: Vec::new(),
                 seen: Vec::new(),
+                remove: Vec::new(),
             })
         },
-        |worker, dir, rel, subdirs| match ctx.dir(worker, dir, rel, Some(subdirs)) {
+        |worker, dir, rel, subdirs| match ctx.dir(worker, dir, rel, Some(subdirs), 0) {
             Ok(Some(_)) => true,
             Ok(None) => false,
             Err(e) => keep(e),
@@ -94,9 +95,15 @@ pub(super) fn stage_in_place(
     };
     let mut seen: Vec<&[u8]> = Vec::with_capacity(tracked.len());
     let mut staged = Vec::new();
+    let mut remove = Vec::new();
     for w in states {
         seen.extend(w.seen);
         staged.extend(w.staged);
+        remove.extend(w.remove);
+    }
+    // Every file judged: what is not to be staged goes now.
+    if !remove_all(path, remove) {
+        return Ok(false);
     }
     if seen.len() != tracked.len() {
         let seen: FxHashSet<&[u8]> = seen.into_iter().collect();
@@ -118,7 +125,11 @@ pub(super) fn stage_in_place(
         }
     }
     for entry in staged {
-        index.add(&entry).map_err(git_err("stage a change", path))?;
+        // A path libgit2 refuses (one git would not check out): left to `add_all`, which
+        // skips or refuses it as it always has.
+        if index.add(&entry).is_err() {
+            return Ok(false);
+        }
     }
     Ok(true)
 }
@@ -190,38 +201,59 @@ struct Worker<'a> {
     staged: Vec<IndexEntry>,
     /// The tracked paths seen (the index's own keys).
     seen: Vec<&'a [u8]>,
+    /// What the walk found to remove: ignored files and directories, special files,
+    /// directories of which nothing stays, `.git` in another case.
+    remove: Vec<Vec<u8>>,
 }
+
+/// How deep an untracked directory is walked (it is walked by recursion, to know whether
+/// anything of it stays); a deeper one is left to libgit2, whose walk keeps its stack on the
+/// heap, and to the sweep's removal, which goes any depth.
+const UNTRACKED_DEPTH: usize = 128;
 
 impl<'a> Walk<'a> {
     /// The directory open at DIR, REL in the worktree: `None` when the walk cannot go on;
     /// `Some(kept)`, whether anything stays in it. Tracked subdirectories go to SUBDIRS, for
-    /// any thread to walk; an untracked one is walked here (to remove it when nothing of it
-    /// stays), and has no tracked directory under it.
+    /// any thread to walk; an untracked one is walked here, DEPTH levels under a tracked one
+    /// (to remove it whole when nothing of it stays), and has no tracked directory under it.
+    /// Nothing is removed during the walk, only noted: a `.gitignore` that ignores itself
+    /// (`*`, as pytest's and mypy's caches write) must still be there when its siblings are
+    /// judged, here or on another thread.
     fn dir(
         &self,
         w: &mut Worker<'a>,
         dir: &OwnedFd,
         rel: &[u8],
         mut subdirs: Option<&mut Vec<Dir>>,
+        depth: usize,
     ) -> Result<Option<bool>, git2::Error> {
+        if depth > UNTRACKED_DEPTH {
+            return Ok(None);
+        }
         let Ok(listing) = untrusted::list(dir) else {
             return Ok(None);
         };
         let names: Vec<std::ffi::OsString> = listing.map(|(name, _)| name).collect();
         let mut kept = false;
         for name in names {
-            if name == ".git" {
+            let mut child = rel.to_vec();
+            if !child.is_empty() {
+                child.push(b'/');
+            }
+            child.extend_from_slice(name.as_bytes());
+            if name.as_bytes().eq_ignore_ascii_case(b".git") {
+                if name != ".git" {
+                    // libgit2 never stages a `.GIT` (its walk skips `.git` in any case), and
+                    // a checkout of the commit has none.
+                    w.remove.push(child);
+                    continue;
+                }
                 if rel.is_empty() {
                     continue;
                 }
                 // A repository inside the worktree: `add_all` records it as a submodule.
                 return Ok(None);
             }
-            let mut child = rel.to_vec();
-            if !child.is_empty() {
-                child.push(b'/');
-            }
-            child.extend_from_slice(name.as_bytes());
             let name = Path::new(&name);
             let Ok(stat) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
                 return Ok(None);
@@ -230,30 +262,24 @@ impl<'a> Walk<'a> {
             if kind == FileType::Directory {
                 let known = self.dirs.contains(&child);
                 if !known && ignored(&w.repo, &child, true)? {
-                    if untrusted::remove_at(dir, name).is_err() {
-                        return Ok(None);
-                    }
+                    w.remove.push(child);
+                    continue;
+                }
+                if known && let Some(queue) = subdirs.as_deref_mut() {
+                    queue.push((name.as_os_str().to_os_string(), child));
+                    kept = true;
                     continue;
                 }
                 // Opened once, without following: one swapped for a symlink since is refused.
                 let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
                     return Ok(None);
                 };
-                if known && let Some(queue) = subdirs.as_deref_mut() {
-                    queue.push((sub, child));
-                    kept = true;
-                    continue;
-                }
-                match self.dir(w, &sub, &child, None)? {
+                match self.dir(w, &sub, &child, None, depth + 1)? {
                     None => return Ok(None),
                     Some(true) => kept = true,
-                    // Nothing of it stays (it was empty, or held only ignored files): a
+                    // Nothing of it stays (it was empty, or held only what is removed): a
                     // checkout of the commit would not have it.
-                    Some(false) => {
-                        if rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).is_err() {
-                            return Ok(None);
-                        }
-                    }
+                    Some(false) => w.remove.push(child),
                 }
                 continue;
             }
@@ -273,20 +299,14 @@ impl<'a> Walk<'a> {
                         return Ok(None);
                     }
                 }
-                None if !is_file => {
-                    // A FIFO, socket or device: never staged, and not in a checkout.
-                    if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
-                        return Ok(None);
-                    }
-                }
+                // A FIFO, socket or device: never staged, and not in a checkout.
+                None if !is_file => w.remove.push(child),
                 // A new attributes file changes how every file below it is staged, which only
                 // libgit2 reckons with.
                 None if is_attributes(&child) => return Ok(None),
                 None => {
                     if ignored(&w.repo, &child, false)? {
-                        if rustix::fs::unlinkat(dir, name, AtFlags::empty()).is_err() {
-                            return Ok(None);
-                        }
+                        w.remove.push(child);
                         continue;
                     }
                     if !stage(w, dir, name, child)? {
@@ -298,6 +318,56 @@ impl<'a> Walk<'a> {
         }
         Ok(Some(kept))
     }
+}
+
+/// Removes the PATHS of the worktree at PATH (each whole, through descriptors; one under a path
+/// removed already is gone with it). False when one cannot be removed.
+fn remove_all(path: &Path, mut paths: Vec<Vec<u8>>) -> bool {
+    if paths.is_empty() {
+        return true;
+    }
+    paths.sort();
+    let Ok(Some(top)) = untrusted::open_dir_at(rustix::fs::CWD, path) else {
+        return false;
+    };
+    let mut last: Option<Vec<u8>> = None;
+    for p in paths {
+        if let Some(l) = &last
+            && p.starts_with(l)
+            && p.get(l.len()) == Some(&b'/')
+        {
+            continue;
+        }
+        let (parent, name) = match p.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&p[..i], &p[i + 1..]),
+            None => (&p[..0], &p[..]),
+        };
+        let Some(at) = open_below(&top, parent) else {
+            return false;
+        };
+        let from: &OwnedFd = at.as_ref().unwrap_or(&top);
+        match untrusted::remove_at(from, Path::new(std::ffi::OsStr::from_bytes(name))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => return false,
+        }
+        last = Some(p);
+    }
+    true
+}
+
+/// The directory REL under TOP, opened one component at a time without following a link:
+/// `Some(None)` for TOP itself, `None` when it cannot be opened.
+fn open_below(top: &OwnedFd, rel: &[u8]) -> Option<Option<OwnedFd>> {
+    let mut at: Option<OwnedFd> = None;
+    for part in rel.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        let from: &OwnedFd = at.as_ref().unwrap_or(top);
+        match untrusted::open_dir_at(from, Path::new(std::ffi::OsStr::from_bytes(part))) {
+            Ok(Some(fd)) => at = Some(fd),
+            _ => return None,
+        }
+    }
+    Some(at)
 }
 
 /// Whether git's ignore rules (every `.gitignore`, `info/exclude`, `core.excludesFile`)

@@ -115,12 +115,24 @@ struct Found<'a> {
     seen: Vec<&'a [u8]>,
 }
 
-/// A directory opened for a walk, and where it stands in the worktree.
-pub(super) type Dir = (std::os::fd::OwnedFd, Vec<u8>);
+/// A subdirectory to walk, by its name in the directory being walked, and where it stands in
+/// the worktree. Opened only when a worker takes it: a directory of thousands of subdirectories
+/// must not hold a descriptor for each while they wait.
+pub(super) type Dir = (std::ffi::OsString, Vec<u8>);
+
+/// A directory waiting to be walked: the top, or a name in an open parent.
+enum Pending {
+    Top(std::os::fd::OwnedFd),
+    Under(
+        std::sync::Arc<std::os::fd::OwnedFd>,
+        std::ffi::OsString,
+        Vec<u8>,
+    ),
+}
 
 /// The directories still to walk, and how many workers are walking one now.
 struct Queue {
-    dirs: Vec<Dir>,
+    dirs: Vec<Pending>,
     busy: usize,
     failed: bool,
 }
@@ -152,7 +164,7 @@ pub(super) fn walk_parallel<S: Send>(
 ) -> Option<Vec<S>> {
     use std::sync::{Condvar, Mutex};
     let queue = Mutex::new(Queue {
-        dirs: vec![(top, Vec::new())],
+        dirs: vec![Pending::Top(top)],
         busy: 0,
         failed: false,
     });
@@ -169,7 +181,7 @@ pub(super) fn walk_parallel<S: Send>(
             return None;
         };
         loop {
-            let (dir, rel) = {
+            let pending = {
                 let mut q = queue.lock().ok()?;
                 loop {
                     if q.failed {
@@ -187,15 +199,36 @@ pub(super) fn walk_parallel<S: Send>(
                 }
             };
             let mut subdirs = Vec::new();
-            // A worker that panicked would leave the others waiting for it for good.
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                visit(&mut state, &dir, &rel, &mut subdirs)
-            }))
-            .unwrap_or(false);
+            // Opened without following: a directory swapped for a symlink since is refused.
+            let opened = match pending {
+                Pending::Top(fd) => Some((fd, Vec::new())),
+                Pending::Under(parent, name, rel) => {
+                    match untrusted::open_dir_at(&*parent, Path::new(&name)) {
+                        Ok(Some(fd)) => Some((fd, rel)),
+                        _ => None,
+                    }
+                }
+            };
+            let ok =
+                opened.is_some_and(|(dir, rel)| {
+                    // A worker that panicked would leave the others waiting for it for good.
+                    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        visit(&mut state, &dir, &rel, &mut subdirs)
+                    }))
+                    .unwrap_or(false);
+                    let parent = std::sync::Arc::new(dir);
+                    let mut q = match queue.lock() {
+                        Ok(q) => q,
+                        Err(_) => return false,
+                    };
+                    q.dirs.extend(subdirs.drain(..).map(|(name, rel)| {
+                        Pending::Under(std::sync::Arc::clone(&parent), name, rel)
+                    }));
+                    ok
+                });
             let mut q = queue.lock().ok()?;
             q.busy -= 1;
             q.failed |= !ok;
-            q.dirs.extend(subdirs);
             ready.notify_all();
         }
     };
@@ -398,11 +431,7 @@ fn sweep_dir(dir: &std::os::fd::OwnedFd, rel: &[u8], seen: &mut Seen<'_, '_>) ->
         };
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
             if seen.dirs.contains(&child) {
-                // Opened once, without following: one swapped for a symlink since is refused.
-                let Ok(Some(sub)) = untrusted::open_dir_at(dir, name) else {
-                    return false;
-                };
-                seen.subdirs.push((sub, child));
+                seen.subdirs.push((name.as_os_str().to_os_string(), child));
             } else if untrusted::remove_at(dir, name).is_err() {
                 return false;
             }

@@ -1692,3 +1692,71 @@ fn one_walk_stages_what_git_add_all_stages_and_sweeps_what_a_checkout_lacks() {
     );
     assert_eq!(git(&p, &["status", "--porcelain", "--ignored"]), "");
 }
+
+#[test]
+fn a_cache_that_ignores_itself_a_git_in_another_case_and_a_deep_directory_are_staged_as_git_would()
+{
+    let f = fixture();
+    let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+    drop(captured_attempt(&f, &pool, "mvk/first"));
+    let lease = pool.acquire(f.c2, "mvk/odd").expect("acquire");
+    let p = lease.path.clone();
+    // What pytest, mypy and ruff write: a `.gitignore` of `*` that ignores itself and every
+    // sibling; judged before anything is removed, none of them is staged.
+    fs::create_dir_all(p.join("cache/v/sub")).expect("mkdir");
+    for (name, text) in [
+        ("cache/.gitignore", "*\n"),
+        (
+            "cache/CACHEDIR.TAG",
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        ),
+        ("cache/README.md", "a cache\n"),
+        ("cache/v/sub/data", "data"),
+    ] {
+        fs::write(p.join(name), text).expect("write");
+    }
+    fs::create_dir_all(p.join("src2")).expect("mkdir");
+    fs::write(p.join("src2/kept.txt"), "kept").expect("write");
+    let expected = git_add_all_tree(&p);
+    // `.git` in another case: libgit2 never stages it (git refuses it outright).
+    fs::create_dir_all(p.join("src2/.GIT")).expect("mkdir");
+    fs::write(p.join("src2/.GIT/config"), "[core]\n").expect("write");
+    let head = capture(&lease, "attempt").expect("capture");
+    let repo = Repository::open(&f.repo).expect("open");
+    assert_eq!(repo.find_commit(head).expect("commit").tree_id(), expected);
+    assert!(!p.join("cache").exists(), "the ignored cache is swept");
+    assert!(!p.join("src2/.GIT").exists(), "the `.GIT` is swept");
+    assert!(
+        clean_in_place(&lease, head).expect("clean"),
+        "cleaned in place"
+    );
+    assert_eq!(git(&p, &["status", "--porcelain", "--ignored"]), "");
+    drop(lease);
+    // An untracked directory 120 deep (git's own walk goes any depth) is staged as git does.
+    let lease = pool.acquire(f.c2, "mvk/deep").expect("acquire");
+    let p = lease.path.clone();
+    let mut deep = p.join("deep");
+    for i in 0..120 {
+        deep.push(format!("d{i}"));
+    }
+    fs::create_dir_all(&deep).expect("mkdir");
+    fs::write(deep.join("leaf.txt"), "leaf").expect("write");
+    let expected = git_add_all_tree(&p);
+    let head = capture(&lease, "attempt").expect("capture");
+    assert_eq!(repo.find_commit(head).expect("commit").tree_id(), expected);
+    drop(lease);
+    // Deeper than the one walk goes: left to libgit2 (which refuses past 100 levels, as it
+    // always has), never a stack overflow.
+    let lease = pool.acquire(f.c2, "mvk/deeper").expect("acquire");
+    let mut deeper = lease.path.join("deeper");
+    for _ in 0..1500 {
+        deeper.push("d");
+    }
+    fs::create_dir_all(&deeper).expect("mkdir");
+    fs::write(deeper.join("leaf.txt"), "leaf").expect("write");
+    let _ = capture(&lease, "attempt");
+    assert!(
+        lease.swept.lock().expect("lock").is_none(),
+        "not swept by the one walk"
+    );
+}
