@@ -71,7 +71,7 @@ git_mean_ms=$(python3 -c "print(f'{($end - $start) / 1e6 / $N:.1f}')")
 python3 - "$N" "$P" "$T" "$wall" "$rss_kb" "$wt_mean_ms" "$git_mean_ms" "$G" "$RUNS" <<'EOF'
 import math, sys
 n, p, t = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-wall, rss_kb = float(sys.argv[4]), int(sys.argv[5])
+wall, rss_kb = float(sys.argv[4]), int(float(sys.argv[5]))
 wt, git = float(sys.argv[6]), float(sys.argv[7])
 g = float(sys.argv[8])
 ideal = math.ceil(n / p) * (t + g) + g

@@ -77,7 +77,7 @@ fn lexical(text: &str) -> Option<usize> {
                 None => return counting(bytes, i + 1, depth, MAX_DEPTH),
             },
             b'#' => match raw(text, i) {
-                Raw::None => i += 1,
+                Raw::None(run) => i += run,
                 Raw::End(end) => i = end,
                 Raw::Unclosed => return counting(bytes, i + 1, depth, MAX_DEPTH),
             },
@@ -242,8 +242,10 @@ pub(super) fn quoted_end(text: &str, i: usize) -> Option<usize> {
 }
 
 pub(super) enum Raw {
-    /// A `#` that starts no raw string (`#true`, `#null`).
-    None,
+    /// A run of this many `#` that starts no raw string (`#true`, `#null`): skipped whole, as
+    /// no `#` of it starts one either (a scan that moved on by one byte was quadratic in the
+    /// run's length).
+    None(usize),
     End(usize),
     Unclosed,
 }
@@ -254,7 +256,7 @@ pub(super) fn raw(text: &str, i: usize) -> Raw {
     let hashes = bytes[i..].iter().take_while(|&&b| b == b'#').count();
     let open = i + hashes;
     if bytes.get(open) != Some(&b'"') {
-        return Raw::None;
+        return Raw::None(hashes.max(1));
     }
     let multi = bytes[open..].starts_with(b"\"\"\"");
     if multi && newline_at(text, open + 3).is_none() {

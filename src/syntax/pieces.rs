@@ -169,9 +169,9 @@ fn nodes(text: &str, region: Range<usize>) -> Vec<Node> {
                 None => true,
             },
             b'#' => match nesting::raw(text, i) {
-                Raw::None => {
+                Raw::None(run) => {
                     waiting = false;
-                    i += 1;
+                    i += run;
                     false
                 }
                 Raw::End(j) => {

@@ -137,6 +137,12 @@ pub(super) fn run(
                         break;
                     };
                     lowering.piece(&mut cx, j, &jobs[j], done);
+                    // The KDL parser makes an error of nearly every byte of stray text: a file
+                    // of megabytes of it would take minutes and gigabytes to hear out. The
+                    // first piece with syntax errors says what is wrong; the rest are not read.
+                    if lowering.broken {
+                        break;
+                    }
                 }
                 Step::Close => lowering.close(&mut cx),
             }

@@ -34,7 +34,8 @@ pub(crate) enum Owner {
     Present(PathBuf),
     /// No repository stands at this path any more: the pool is an orphan.
     Gone(PathBuf),
-    /// Neither a record nor a slot names a path that hashes to the pool's tag.
+    /// Neither a record nor a slot names a path that hashes to the pool's tag, or mvk cannot
+    /// tell whether a repository stands at the path named (see `repository_at`).
     Unknown,
 }
 
@@ -53,7 +54,7 @@ pub(crate) enum Removal {
     Removed,
     /// A live process holds its registry or one of its slots.
     InUse,
-    /// A repository stands at its path again.
+    /// A repository stands at its path again (or mvk can no longer tell that none does).
     Returned,
 }
 
@@ -115,7 +116,7 @@ pub(crate) fn remove(pool: &PoolDir) -> Result<Removal, WorktreeError> {
             Err(TryLockError::Error(e)) => return Err(io_err("lock", &path)(e)),
         }
     }
-    if repository_at(repo) {
+    if repository_at(repo) != Some(false) {
         return Ok(Removal::Returned);
     }
     make_dirs_writable(&pool.path);
@@ -127,10 +128,10 @@ pub(crate) fn remove(pool: &PoolDir) -> Result<Removal, WorktreeError> {
 /// The pool's repository, from its record or its slots, judged present or gone.
 fn owner_of(pool: &Path, tag: &str) -> Owner {
     let named = recorded(pool, tag).or_else(|| from_slots(pool, tag));
-    match named {
-        Some(repo) if repository_at(&repo) => Owner::Present(repo),
-        Some(repo) => Owner::Gone(repo),
-        None => Owner::Unknown,
+    match named.map(|repo| (repository_at(&repo), repo)) {
+        Some((Some(true), repo)) => Owner::Present(repo),
+        Some((Some(false), repo)) => Owner::Gone(repo),
+        Some((None, _)) | None => Owner::Unknown,
     }
 }
 
@@ -161,10 +162,23 @@ fn from_slots(pool: &Path, tag: &str) -> Option<PathBuf> {
     })
 }
 
-/// Whether a repository stands at `path` itself: it opens as one, and the path leads nowhere
-/// else.
-fn repository_at(path: &Path) -> bool {
-    fs::canonicalize(path).is_ok_and(|c| c == path) && git2::Repository::open(path).is_ok()
+/// Whether a repository stands at `path` itself (it opens as one, and the path leads nowhere
+/// else): `Some(false)` only when it surely does not (the path is not there, leads elsewhere
+/// through a link, or is a directory git finds no repository in); `None` when mvk cannot tell
+/// (a directory it may not read, a mount not there just now, a repository libgit2 refuses to
+/// open: its owner, an extension it does not know), and the pool is kept.
+fn repository_at(path: &Path) -> Option<bool> {
+    match fs::canonicalize(path) {
+        Ok(c) if c != path => return Some(false),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(false),
+        Err(_) => return None,
+    }
+    match git2::Repository::open(path) {
+        Ok(_) => Some(true),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Some(false),
+        Err(_) => None,
+    }
 }
 
 /// The bytes of every file under `dir`, links not followed.
