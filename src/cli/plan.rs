@@ -645,7 +645,7 @@ pub(crate) fn to_json(p: &Program, plan: &Plan) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The document as it was made before it was written as it is encoded: each task's IR
@@ -702,7 +702,7 @@ mod tests {
     /// Every part of a task the IR serializes, written at least once: a ladder ending with a
     /// person, a priced agent with a sandbox of its own, a reviewer, merge gates, a loop
     /// sandbox, lessons, budgets of each kind, a fan-out, dependencies and a flow budget.
-    const FLOW: &str = r#"
+    pub(crate) const FLOW: &str = r#"
 price "tiny-1" input=1.0 output=2.0 cached=0.5
 agent bot timeout="5m" {
     param model default="tiny-1"
