@@ -3,6 +3,9 @@
 //! The compiler calls [`check`] on every template so that a syntax error or a misspelt variable
 //! is a compile error with the template's line, not a surprise at the third attempt.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use handlebars::Handlebars;
 use serde::Serialize;
 
@@ -263,8 +266,13 @@ fn compile_problem(e: &handlebars::TemplateError) -> TemplateProblem {
 /// parser finds each token's line by scanning from the template's start), and the thousands of
 /// tasks of a fan-out share a few templates.
 pub(crate) struct FirstPrompts {
-    /// Each template registered under its own text.
+    /// Each template registered under a short name of its own ([`FirstPrompts::names`]).
     hb: Handlebars<'static>,
+    /// The name each template's text is registered under, or why it does not compile, by the
+    /// text's address: the tasks of a fan-out share one text (one `Arc`), and hashing its
+    /// kilobytes to find it, as a registry keyed by the text did, cost as much as compiling.
+    /// The text is held, so that its address cannot be another text's while it is here.
+    names: HashMap<usize, (Arc<str>, Result<String, TemplateProblem>)>,
     /// [`sample_first_attempt`] as data; each render puts the task's own facts in it.
     data: handlebars::Context,
 }
@@ -276,6 +284,7 @@ impl Default for FirstPrompts {
         let data = serde_json::to_value(sample_first_attempt()).unwrap_or_default();
         FirstPrompts {
             hb: registry(),
+            names: HashMap::new(),
             data: handlebars::Context::from(data),
         }
     }
@@ -286,25 +295,37 @@ impl FirstPrompts {
     /// (its goal, task, item, scope, seal and gates; the rest of `own` is not read).
     pub(crate) fn render(
         &mut self,
-        template: &str,
-        own: &PromptContext,
+        template: &Arc<str>,
+        own: PromptContext,
     ) -> Result<String, TemplateProblem> {
-        if !self.hb.has_template(template) {
-            let compiled =
-                handlebars::Template::compile(template).map_err(|e| compile_problem(&e))?;
-            self.hb.register_template(template, compiled);
-        }
+        let at = Arc::as_ptr(template).cast::<u8>() as usize;
+        let count = self.names.len();
+        let (_, name) = self.names.entry(at).or_insert_with(|| {
+            let name = handlebars::Template::compile(template)
+                .map(|compiled| {
+                    let name = count.to_string();
+                    self.hb.register_template(&name, compiled);
+                    name
+                })
+                .map_err(|e| compile_problem(&e));
+            (Arc::clone(template), name)
+        });
+        let name = name.as_ref().map_err(Clone::clone)?;
         if let serde_json::Value::Object(data) = self.data.data_mut() {
-            let value = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default();
-            data.insert("goal".into(), value(serde_json::to_value(&own.goal)));
-            data.insert("task".into(), value(serde_json::to_value(&own.task)));
-            data.insert("item".into(), value(serde_json::to_value(&own.item)));
-            data.insert("scope".into(), value(serde_json::to_value(&own.scope)));
-            data.insert("seal".into(), value(serde_json::to_value(&own.seal)));
-            data.insert("gates".into(), value(serde_json::to_value(&own.gates)));
+            use serde_json::Value;
+            let strings = |v: Vec<String>| Value::Array(v.into_iter().map(Value::String).collect());
+            data.insert("goal".into(), Value::String(own.goal));
+            data.insert("task".into(), Value::String(own.task));
+            data.insert("item".into(), own.item.map_or(Value::Null, Value::String));
+            data.insert("scope".into(), strings(own.scope));
+            data.insert("seal".into(), strings(own.seal));
+            data.insert(
+                "gates".into(),
+                serde_json::to_value(&own.gates).unwrap_or_default(),
+            );
         }
         self.hb
-            .render_with_context(template, &self.data)
+            .render_with_context(name, &self.data)
             .map_err(|e| render_problem(&e))
     }
 }
@@ -461,7 +482,13 @@ mod tests {
         let mut first = FirstPrompts::default();
         let maker = crate::stdlib::get(crate::stdlib::MAKER_PROMPT).unwrap();
         let short = "{{task}}: {{goal}} {{#each scope}}[{{this}}]{{/each}} {{#each gates}}{{this.command}}{{/each}} {{attempt}}";
-        for (i, template) in [maker, short, maker, short].into_iter().enumerate() {
+        let (maker, short): (Arc<str>, Arc<str>) = (Arc::from(maker), Arc::from(short));
+        // The same texts again, in other places: rendered as the first are.
+        let (maker2, short2): (Arc<str>, Arc<str>) = (Arc::from(&*maker), Arc::from(&*short));
+        for (i, template) in [&maker, &short, &maker, &short, &maker2, &short2]
+            .into_iter()
+            .enumerate()
+        {
             let own = PromptContext {
                 goal: format!("goal {i}"),
                 task: format!("t[{i}]"),
@@ -489,17 +516,17 @@ mod tests {
                 own.seal.clone(),
                 own.gates.clone(),
             );
-            assert_eq!(first.render(template, &own), render(template, &cx), "{i}");
+            assert_eq!(first.render(template, own), render(template, &cx), "{i}");
         }
+        let misspelt: Arc<str> = Arc::from("{{gaol}}");
         assert_eq!(
-            first.render("{{gaol}}", &PromptContext::default()),
-            render("{{gaol}}", &sample_first_attempt())
+            first.render(&misspelt, PromptContext::default()),
+            render(&misspelt, &sample_first_attempt())
         );
-        assert!(
-            first
-                .render("{{#if goal}}", &PromptContext::default())
-                .is_err()
-        );
+        let unclosed: Arc<str> = Arc::from("{{#if goal}}");
+        for _ in 0..2 {
+            assert!(first.render(&unclosed, PromptContext::default()).is_err());
+        }
     }
 
     #[test]

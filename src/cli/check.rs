@@ -18,7 +18,7 @@ pub(crate) struct CheckArgs {
 
 pub(crate) fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Exit, CliError> {
     let mut worst = Exit::Ok;
-    for file in &args.files {
+    for (i, file) in args.files.iter().enumerate() {
         let compiled = super::compile_quiet(cli, file);
         printer.diagnostics(&compiled.diags, &compiled.sources);
         let name = display_path(file);
@@ -57,6 +57,12 @@ pub(crate) fn check(cli: &Cli, printer: &Printer, args: &CheckArgs) -> Result<Ex
                     printer.hint(hint);
                 }
             }
+        }
+        // The last file's program is left to the process's exit, which frees it at once,
+        // where freeing a large flow's task by task costs a twentieth of the command's time.
+        // Earlier ones are freed, so that checking many files holds one program at a time.
+        if i + 1 == args.files.len() {
+            std::mem::forget(compiled);
         }
     }
     Ok(worst)

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::printer::Printer;
 use super::{Cli, CliError, Exit};
+use crate::digest::Digest;
 use crate::ir::{self, Program, Rung, Task};
 use crate::plan::{self, Bound, Cost, Plan, format_duration, format_usd};
 
@@ -39,6 +40,10 @@ pub(crate) fn plan(cli: &Cli, printer: &Printer, args: &PlanArgs) -> Result<Exit
     } else {
         printer.out(&to_text(&program, &plan));
     }
+    // The command ends here: freeing the program and plan of a large flow task by task would
+    // cost a twentieth of its time, and the process's exit frees them at once.
+    std::mem::forget(program);
+    std::mem::forget(plan);
     Ok(Exit::Ok)
 }
 
@@ -358,9 +363,10 @@ fn cost_json(c: &Cost) -> Value {
 struct TaskDoc<'a> {
     after: &'a [String],
     budget: BudgetDoc<'a>,
-    digest: String,
+    digest: Digest,
     dollars: Vec<Value>,
-    field_digests: BTreeMap<&'a str, String>,
+    /// Written as a map of hex digits, in the map's order (sorted, as a JSON map's).
+    field_digests: &'a BTreeMap<String, Digest>,
     gates: Vec<GateDoc<'a>>,
     goal: &'a str,
     item: &'a Option<String>,
@@ -449,7 +455,7 @@ struct MergeDoc<'a> {
 
 #[derive(Serialize)]
 struct PromptDoc<'a> {
-    digest: String,
+    digest: Digest,
     name: &'a str,
 }
 
@@ -511,20 +517,19 @@ fn agent_doc(a: &ir::Agent) -> AgentDoc<'_> {
 /// The digest `plan --json` gives a template: of its text, once per text however many tasks
 /// share it (by the shared text's address; the text is held so that the address stays its own).
 #[derive(Default)]
-struct TemplateDigests(std::cell::RefCell<HashMap<usize, (Arc<str>, String)>>);
+struct TemplateDigests(std::cell::RefCell<HashMap<usize, (Arc<str>, Digest)>>);
 
 impl TemplateDigests {
-    fn of(&self, text: &Arc<str>) -> String {
+    fn of(&self, text: &Arc<str>) -> Digest {
         let at = Arc::as_ptr(text).cast::<u8>() as usize;
         let mut known = self.0.borrow_mut();
         known
             .entry(at)
             .or_insert_with(|| {
-                let digest = crate::digest::hash("template", &json!(text)).hex();
+                let digest = crate::digest::hash("template", &json!(text));
                 (Arc::clone(text), digest)
             })
             .1
-            .clone()
     }
 }
 
@@ -540,14 +545,9 @@ fn task_doc<'a>(p: &'a Program, plan: &Plan, i: usize, digests: &TemplateDigests
             usd_micros: &t.budget.usd_micros,
             wall: t.budget.wall.map(millis),
         },
-        digest: t.meta.digest.hex(),
+        digest: t.meta.digest,
         dollars: agents_of(t).into_iter().map(dollar_source).collect(),
-        field_digests: t
-            .meta
-            .fields
-            .iter()
-            .map(|(k, d)| (k.as_str(), d.hex()))
-            .collect(),
+        field_digests: &t.meta.fields,
         gates: t.gates.iter().map(gate_doc).collect(),
         goal: &t.goal,
         item: &t.item,
@@ -612,7 +612,7 @@ impl Serialize for Document<'_> {
             .collect();
         let mut doc = s.serialize_map(Some(8))?;
         doc.serialize_entry("batches", &batches)?;
-        doc.serialize_entry("digest", &p.digest.hex())?;
+        doc.serialize_entry("digest", &p.digest)?;
         // Through a value, whose keys are sorted, where the type's fields are not.
         doc.serialize_entry("flow", &json!(p.flow))?;
         doc.serialize_entry("kind", &p.kind)?;
@@ -645,7 +645,7 @@ pub(crate) fn to_json(p: &Program, plan: &Plan) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The document as it was made before it was written as it is encoded: each task's IR
@@ -702,7 +702,7 @@ mod tests {
     /// Every part of a task the IR serializes, written at least once: a ladder ending with a
     /// person, a priced agent with a sandbox of its own, a reviewer, merge gates, a loop
     /// sandbox, lessons, budgets of each kind, a fan-out, dependencies and a flow budget.
-    const FLOW: &str = r#"
+    pub(crate) const FLOW: &str = r#"
 price "tiny-1" input=1.0 output=2.0 cached=0.5
 agent bot timeout="5m" {
     param model default="tiny-1"

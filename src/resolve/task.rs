@@ -224,7 +224,7 @@ fn prompt_within_budget(world: &mut World, task: &Task) {
             ..crate::prompt::GateInfo::default()
         })
         .collect();
-    let Ok(text) = world.first_prompts.render(&task.prompt.text, &own) else {
+    let Ok(text) = world.first_prompts.render(&task.prompt.text, own) else {
         return;
     };
     let tokens = crate::tokens::estimate(&text);
