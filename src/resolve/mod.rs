@@ -166,6 +166,9 @@ pub(crate) struct World {
     /// Whether a `scope` or `seal` pattern covers a tracked file, by pattern: tasks of a
     /// fan-out share their patterns, and a flow of thousands must not scan the files for each.
     pub(crate) pattern_hits: std::collections::HashMap<String, bool>,
+    /// The first components of the tracked files, each once: what a pattern that matches
+    /// nothing is compared with for a near miss, made once rather than per pattern.
+    pub(crate) file_roots: Option<Rc<Vec<String>>>,
     /// Template texts that passed `prompt::check`, each shared by every task that uses it.
     pub(crate) checked_templates: std::collections::HashSet<std::sync::Arc<str>>,
     /// The standard library's templates that passed, by name.
@@ -197,6 +200,7 @@ impl World {
             resolving: Vec::new(),
             repo_files: None,
             pattern_hits: std::collections::HashMap::new(),
+            file_roots: None,
             checked_templates: std::collections::HashSet::new(),
             std_templates: HashMap::new(),
             first_prompts: crate::prompt::FirstPrompts::default(),

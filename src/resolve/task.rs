@@ -3,11 +3,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use super::{LoadAs, World};
+
 use crate::diag::{Diagnostic, suggest};
 use crate::digest;
 use crate::ir::{self, Budget, Merge, Program, ProgramKind, Rung, Strategy, Task, Template};
@@ -291,7 +293,20 @@ fn paths_match_files(world: &mut World, task: &Task, scope_new: bool, seal_new: 
                 continue;
             }
             let mut help = String::new();
-            let better = nearest_root(pattern, &files);
+            let roots = match &world.file_roots {
+                Some(roots) => Rc::clone(roots),
+                None => {
+                    let mut roots: Vec<String> = files
+                        .iter()
+                        .map(|f| f.split_once('/').map_or(f.as_str(), |(r, _)| r).to_string())
+                        .collect();
+                    roots.dedup();
+                    let roots = Rc::new(roots);
+                    world.file_roots = Some(Rc::clone(&roots));
+                    roots
+                }
+            };
+            let better = nearest_root(pattern, &roots);
             if let Some(better) = &better {
                 help.push_str(&format!("did you mean `{better}`? "));
             }
@@ -343,10 +358,31 @@ fn covers_any(pattern: &str, files: &[String]) -> bool {
             .take_while(|f| f.starts_with(pattern))
             .any(|f| f == pattern || f.starts_with(&dir));
     }
+    // Patterns are anchored at the root: a file the glob covers begins with its literal
+    // directories (`pkg/t5` of `pkg/t5/**`). None does: no glob is compiled (a flow of
+    // thousands of tasks scoped to places still to be made compiled one each).
+    let literal = pattern
+        .find(['*', '?', '[', '{', '\\'])
+        .map_or(pattern, |at| &pattern[..at]);
+    let literal = literal.rfind('/').map_or("", |at| &literal[..at]);
+    let plain = !literal.is_empty()
+        && literal
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    let candidates = if !plain {
+        files
+    } else {
+        let at = files.partition_point(|f| f.as_str() < literal);
+        let end = at + files[at..].partition_point(|f| f.starts_with(literal));
+        &files[at..end]
+    };
+    if candidates.is_empty() {
+        return false;
+    }
     let Ok(set) = crate::glob::PathSet::new(&[pattern.to_string()]) else {
         return true; // reported as a bad glob already
     };
-    files.iter().any(|f| set.covers(f))
+    candidates.iter().any(|f| set.covers(f))
 }
 
 /// The Levenshtein distance of two short names (transposing two letters counts 2).
@@ -366,18 +402,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// `pattern` with its first component replaced by the nearest one the repository has
-/// (`test/**` → `tests/**`), when there is one.
-fn nearest_root(pattern: &str, files: &[String]) -> Option<String> {
+/// (`test/**` → `tests/**`), when there is one. ROOTS: the tracked files' first components.
+fn nearest_root(pattern: &str, roots: &[String]) -> Option<String> {
     let (first, rest) = pattern.split_once('/').unwrap_or((pattern, ""));
-    let mut roots: Vec<&str> = files
-        .iter()
-        .map(|f| f.split_once('/').map_or(f.as_str(), |(r, _)| r))
-        .collect();
-    roots.dedup();
-    if roots.contains(&first) {
+    if roots.iter().any(|r| r == first) {
         return None;
     }
-    let best = crate::diag::did_you_mean(first, roots.iter().copied())?;
+    let best = crate::diag::did_you_mean(first, roots.iter().map(String::as_str))?;
     Some(if rest.is_empty() {
         best.to_string()
     } else {
@@ -1351,4 +1382,50 @@ pub(crate) fn unpriced(agent: &ir::Agent, budget: Span, used: Span) -> Option<Di
             "give the model's price in US dollars per million tokens, as the provider publishes it: price \"{model}\" input=1.25 output=10.0 cached=0.125 (a top-level node of this file or a file it imports); or budget tokens= instead of usd="
         )),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers_any;
+
+    #[test]
+    fn a_glob_skipped_by_its_literal_directories_is_judged_as_the_glob_judges() {
+        let files: Vec<String> = [
+            "README.md",
+            "pkg/t5/a.rs",
+            "pkg/t50/b.rs",
+            "pkg/t6",
+            "src/deep/x.rs",
+            "src/lib.rs",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let judged_by_the_glob = |pattern: &str| {
+            let set = crate::glob::PathSet::new(&[pattern.to_string()]).expect("glob");
+            files.iter().any(|f| set.covers(f))
+        };
+        for pattern in [
+            "pkg/t5/**",
+            "pkg/t6/**",
+            "pkg/t7/**",
+            "pkg/t5*/**",
+            "pkg/*/b.rs",
+            "./pkg/t5/*",
+            "/pkg/t5/*",
+            "src/*.rs",
+            "src/**/x.rs",
+            "**/x.rs",
+            "*.md",
+            "docs/*.md",
+            "pkg/t[5]/a.rs",
+            "pkg/{t5,t9}/a.rs",
+        ] {
+            assert_eq!(
+                covers_any(pattern, &files),
+                judged_by_the_glob(pattern),
+                "{pattern}"
+            );
+        }
+    }
 }
