@@ -84,8 +84,19 @@ pub(crate) fn tampering(mode: &str, kinds: &[&str]) -> (Fixture, Vec<Value>) {
         "{}",
         run.why()
     );
-    let breached = run.one("seal.breached");
-    let breaches = breached["detail"]["breaches"].as_array().unwrap().clone();
+    let breaches = breaches_of_the_test(&run, kinds);
+    // The rejected work is kept on the attempt's branch.
+    fixture.git(&["rev-parse", "--verify", &run.branch(1)]);
+    (fixture, breaches)
+}
+
+/// The breaches the run's one `seal.breached` event lists, one of which is of
+/// `tests/test_calc.sh` with one of KINDS.
+pub(crate) fn breaches_of_the_test(run: &Run, kinds: &[&str]) -> Vec<Value> {
+    let breaches = run.one("seal.breached")["detail"]["breaches"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert!(
         breaches
             .iter()
@@ -94,9 +105,7 @@ pub(crate) fn tampering(mode: &str, kinds: &[&str]) -> (Fixture, Vec<Value>) {
         "no {kinds:?} breach of tests/test_calc.sh\n{}",
         run.why()
     );
-    // The rejected work is kept on the attempt's branch.
-    fixture.git(&["rev-parse", "--verify", &run.branch(1)]);
-    (fixture, breaches)
+    breaches
 }
 
 /// Some breach names the agent's commit "agent: adjust the test" as the one that made it.

@@ -1,7 +1,7 @@
 //! The rest of the tamper corpus (the seal's edit, delete, rename, chmod, symlink and commit
 //! cases are in `apply.rs`): every attack below is rejected, and nothing of it lands.
 
-use super::apply::{tampering, unknown_evidence, unknown_evidence_kept};
+use super::apply::{breaches_of_the_test, tampering, unknown_evidence, unknown_evidence_kept};
 use super::support::{
     FIXED, Fixture, TEST_CALC, TESTS_GATE, agent_def, assert_gone, assert_main_unchanged,
     hardening_fixture, loop_kdl,
@@ -596,18 +596,7 @@ fn tampering_on_a_warm_slot(mode: &str, kinds: &[&str]) {
     assert_eq!(failed.len(), 2, "{}", run.why());
     assert_eq!(failed[0]["detail"]["kind"], "gate", "{}", run.why());
     assert_eq!(failed[1]["detail"]["kind"], "seal", "{}", run.why());
-    let breaches = run.one("seal.breached")["detail"]["breaches"]
-        .as_array()
-        .unwrap()
-        .clone();
-    assert!(
-        breaches
-            .iter()
-            .any(|b| b["path"] == "tests/test_calc.sh"
-                && kinds.iter().any(|k| b["kind"]["type"] == *k)),
-        "no {kinds:?} breach of tests/test_calc.sh\n{}",
-        run.why()
-    );
+    breaches_of_the_test(&run, kinds);
 }
 
 #[test]
