@@ -26,20 +26,13 @@ pub(crate) fn list_files(root: &Path) -> Result<Vec<String>, String> {
         {
             return Ok(files);
         }
-        let index = repo.index().map_err(|e| {
+        return indexed(&repo).map_err(|e| {
             format!(
                 "cannot read the git index of `{}`: {}",
                 root.display(),
                 e.message()
             )
-        })?;
-        let mut files: Vec<String> = index
-            .iter()
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        files.sort();
-        files.dedup();
-        return Ok(files);
+        });
     }
     let mut files = Vec::new();
     let walker = walkdir::WalkDir::new(root)
@@ -62,6 +55,18 @@ pub(crate) fn list_files(root: &Path) -> Result<Vec<String>, String> {
         }
     }
     files.sort();
+    Ok(files)
+}
+
+/// The paths the repository's index lists, sorted and each once, as libgit2 reads them.
+fn indexed(repo: &git2::Repository) -> Result<Vec<String>, git2::Error> {
+    let mut files: Vec<String> = repo
+        .index()?
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    files.sort();
+    files.dedup();
     Ok(files)
 }
 
@@ -170,15 +175,7 @@ mod tests {
 
     /// What libgit2 lists of the same index.
     fn libgit2_paths(root: &Path) -> Vec<String> {
-        let repo = git2::Repository::open(root).expect("open");
-        let index = repo.index().expect("index");
-        let mut files: Vec<String> = index
-            .iter()
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-            .collect();
-        files.sort();
-        files.dedup();
-        files
+        indexed(&git2::Repository::open(root).expect("open")).expect("index")
     }
 
     #[test]

@@ -156,23 +156,9 @@ fn remove_emptied(path: &Path, gone: &[&Vec<u8>]) -> bool {
             Some(i) => (&dir[..i], &dir[i + 1..]),
             None => (&dir[..0], dir),
         };
-        let mut at: Option<std::os::fd::OwnedFd> = None;
-        let mut reachable = true;
-        for part in parent.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
-            let next = {
-                let from: &std::os::fd::OwnedFd = at.as_ref().unwrap_or(&top);
-                untrusted::open_dir_at(from, Path::new(std::ffi::OsStr::from_bytes(part)))
-            };
-            match next {
-                Ok(Some(fd)) => at = Some(fd),
-                _ => {
-                    reachable = false;
-                    break;
-                }
-            }
-        }
-        if reachable {
-            let from: &std::os::fd::OwnedFd = at.as_ref().unwrap_or(&top);
+        // A parent gone (or swapped for a link) leaves nothing to remove under it.
+        if let Some(at) = open_below(&top, parent) {
+            let from: &OwnedFd = at.as_ref().unwrap_or(&top);
             // Not empty (or not there): left as it is.
             let _ = rustix::fs::unlinkat(
                 from,
