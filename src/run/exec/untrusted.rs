@@ -256,6 +256,12 @@ pub(crate) mod race {
         BEFORE_OPEN.with(|b| *b.borrow_mut() = Some(Box::new(swap)));
     }
 
+    /// Whether a swap is set on this thread: a walk spread over threads runs on this one alone
+    /// then, so that the swap sees every name it opens.
+    pub(crate) fn is_set() -> bool {
+        BEFORE_OPEN.with(|b| b.borrow().is_some())
+    }
+
     pub(crate) fn clear() {
         BEFORE_OPEN.with(|b| *b.borrow_mut() = None);
     }
