@@ -283,6 +283,24 @@ pub(crate) fn fit(
                 }
                 kept -= 1;
             }
+            // The estimate counted the note on what was left out, which shrinks or goes as
+            // hunks go in: the next hunk may fit after all.
+            while kept < total {
+                if let Some(ld) = cx.last_diff.as_mut() {
+                    ld.hunks = d.hunks[..=kept].concat();
+                    ld.omitted = omitted(kept + 1);
+                }
+                let (t, n) = size(&cx)?;
+                if n > budget {
+                    break;
+                }
+                (text, used) = (t, n);
+                kept += 1;
+            }
+            if let Some(ld) = cx.last_diff.as_mut() {
+                ld.hunks = d.hunks[..kept].concat();
+                ld.omitted = omitted(kept);
+            }
             cut = kept < total;
         }
         shares.push(Share {
@@ -464,6 +482,22 @@ mod tests {
         assert!(share(&f, "previous-diff").is_some_and(|s| s.cut));
         // A hunk too large to fit leaves the rest of the budget to the excerpts.
         assert!(f.text.contains("excerpt line 1 of text"), "{}", f.text);
+    }
+
+    #[test]
+    fn the_last_hunk_goes_in_when_dropping_the_note_on_left_out_hunks_makes_room() {
+        // Found by the property below: the estimate counted the note that goes with the hunk.
+        let f = fit(
+            TEMPLATE,
+            context(284, 17),
+            parts(32, &[10, 109, 57, 48], &[], &[48, 30, 12, 31]),
+            3470,
+            433,
+        )
+        .expect("renders");
+        assert!(!f.over && f.tokens <= 3470, "{}", f.tokens);
+        assert!(f.text.contains("+hunk line 108 of text"), "{}", f.text);
+        assert!(!f.text.contains("left out to fit"), "{}", f.text);
     }
 
     #[test]
