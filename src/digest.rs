@@ -5,6 +5,14 @@
 //! The encoding is not JSON text: values are tagged and length-prefixed, maps are sorted by key,
 //! so formatting, comments, property order and import order cannot reach a digest. Durations
 //! are milliseconds and dollars micro-dollars, so equal meanings written differently agree.
+//!
+//! Notifications (`notify`, [`Task::notify`] and [`Program::notify`](crate::ir::Program)) are
+//! left out, on purpose. A digest answers "would this task do the same work?": it decides
+//! drift (a resume refuses a changed task with exit 5) and which tasks run again. Who hears of
+//! a run, and how, changes neither the attempts, nor the oracle, nor what lands, so adding a
+//! webhook to a waiting run, or pointing it at another channel, must not read as drift that
+//! stops `mvk resume` or re-plans accepted work. (Secrets could not be hashed anyway: they are
+//! read from the environment when sent.)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -817,7 +825,8 @@ impl Serializer for KeyEncoder<'_> {
     }
 }
 
-/// The program's digest: its kind, name, flow settings and every task's digest.
+/// The program's digest: its kind, name, flow settings and every task's digest (never its
+/// notifications: see the module's doc).
 pub(crate) fn program_digest(
     kind: ProgramKind,
     name: &str,

@@ -63,6 +63,10 @@ pub struct Program {
     pub sources: Sources,
     /// The entry file's span of the `loop` or `flow` node.
     pub span: Span,
+    /// The notifications of the whole run: the entry file's top-level `notify` nodes, then the
+    /// loop's or the flow's (one of the same name replaces the other). Not part of the digest:
+    /// who hears of a run does not change what it does (see `digest`).
+    pub notify: Vec<Arc<Notify>>,
 }
 
 impl Program {
@@ -121,6 +125,11 @@ pub struct Task {
     /// file is sealed. Left out of the encoding when absent, as `sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lessons: Option<String>,
+    /// A flow's task's own notifications (its `loop=` file's and its block's), which hear of
+    /// this task only. Never encoded, so never part of the digest: who hears of a task does not
+    /// change what it does.
+    #[serde(skip)]
+    pub notify: Vec<Arc<Notify>>,
     #[serde(skip)]
     pub meta: TaskMeta,
 }
@@ -453,6 +462,140 @@ impl Default for Merge {
     }
 }
 
+pub(crate) const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_NOTIFY_RETRIES: u32 = 3;
+/// The fraction of a budget at which `on="budget"` fires, in thousandths.
+pub(crate) const DEFAULT_NOTIFY_AT: u32 = 800;
+/// At most this many tries after the first: a notification must not outlive the run by much.
+pub(crate) const MAX_NOTIFY_RETRIES: u64 = 10;
+
+/// What a person hears of a run, and how (`notify`, see the book's notifications chapter).
+/// Nothing here is a secret: a secret is named by its environment variable and read when the
+/// notification is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notify {
+    pub name: String,
+    /// The events it fires on; sorted, each once.
+    pub on: Vec<NotifyEvent>,
+    /// The fraction of a budget (thousandths) at which `budget` fires.
+    pub at: u32,
+    /// The outcomes `finished` fires on; empty for all.
+    pub outcomes: Vec<String>,
+    pub timeout: Duration,
+    /// Tries after the first, on a connection error, a timeout, a 5xx, 408 or 429 (or a command
+    /// that fails).
+    pub retries: u32,
+    pub channel: Channel,
+    /// The definition it uses (`team.chat`), for display.
+    pub from: Option<String>,
+}
+
+impl Notify {
+    pub(crate) fn hears(&self, event: NotifyEvent) -> bool {
+        self.on.contains(&event)
+    }
+}
+
+/// The events a person hears of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotifyEvent {
+    /// A checkpoint waits for a person (`mvk approve` or `mvk reject`).
+    Waiting,
+    /// The run (or, for a task's own notification, the task) ended, with its outcome.
+    Finished,
+    /// A budget reached the fraction `at` of its limit.
+    Budget,
+    /// A stop signal (Ctrl-C, SIGTERM, SIGHUP) ended mvk's process; the run waits for `mvk resume`.
+    Interrupted,
+}
+
+impl NotifyEvent {
+    pub const NAMES: [&'static str; 4] = ["waiting", "finished", "budget", "interrupted"];
+    pub(crate) const ALL: [NotifyEvent; 4] = [
+        NotifyEvent::Waiting,
+        NotifyEvent::Finished,
+        NotifyEvent::Budget,
+        NotifyEvent::Interrupted,
+    ];
+
+    pub fn parse(s: &str) -> Option<NotifyEvent> {
+        Self::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NotifyEvent::Waiting => "waiting",
+            NotifyEvent::Finished => "finished",
+            NotifyEvent::Budget => "budget",
+            NotifyEvent::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The outcomes a `finished` notification may be limited to (`outcome="rejected stuck"`):
+/// a task's or a run's, and `error` (mvk's own error stopped the run).
+pub(crate) const NOTIFY_OUTCOMES: [&str; 8] = [
+    "accepted", "rejected", "stuck", "unknown", "budget", "human", "skipped", "error",
+];
+
+/// How a notification is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Channel {
+    /// A program and its arguments, placeholders (`{{task}}`) filled with the event's fields;
+    /// the JSON body on its standard input.
+    Command { argv: Vec<String> },
+    /// A script run by `sh -c`; the event's fields in its environment (`$MVK_TASK`), never
+    /// pasted into its code.
+    Shell { script: String },
+    /// An HTTP POST of the JSON body (or a Slack message) to a URL.
+    Webhook {
+        url: Secret,
+        format: WebhookFormat,
+        /// Extra headers, in the order written.
+        headers: Vec<(String, Secret)>,
+    },
+}
+
+/// A value written in the loop file, or read from mvk's environment when it is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Secret {
+    Literal(String),
+    /// `$var`, after `prefix` (`Bearer `).
+    Env {
+        var: String,
+        prefix: String,
+    },
+}
+
+/// The body a webhook is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookFormat {
+    /// The documented `mvk.notify.v1` JSON object.
+    Json,
+    /// `{"text": …}` for Slack-compatible incoming webhooks (Slack, Mattermost, Rocket.Chat,
+    /// Discord's `/slack` endpoint).
+    Slack,
+}
+
+impl WebhookFormat {
+    pub const NAMES: [&'static str; 2] = ["json", "slack"];
+
+    pub fn parse(s: &str) -> Option<WebhookFormat> {
+        match s {
+            "json" => Some(WebhookFormat::Json),
+            "slack" => Some(WebhookFormat::Slack),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WebhookFormat::Json => "json",
+            WebhookFormat::Slack => "slack",
+        }
+    }
+}
+
 /// Durations are encoded as whole milliseconds, so `"90s"` and `"1m30s"` hash the same.
 mod millis {
     use std::time::Duration;
@@ -489,7 +632,16 @@ mod opt_millis {
 
 #[cfg(test)]
 mod tests {
-    use super::Price;
+    use super::{NotifyEvent, Price};
+
+    #[test]
+    fn each_notify_event_reads_back_from_its_name() {
+        for (name, event) in NotifyEvent::NAMES.iter().zip(NotifyEvent::ALL) {
+            assert_eq!(event.name(), *name);
+            assert_eq!(NotifyEvent::parse(name), Some(event));
+        }
+        assert_eq!(NotifyEvent::parse("finish"), None);
+    }
 
     #[test]
     fn a_price_counts_cached_input_apart_and_rounds_to_the_micro_dollar() {

@@ -4,13 +4,15 @@
 //!
 //! [`defs`] resolves `gate` and `agent` definitions; [`task`] turns loop bodies and flows into
 //! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches;
-//! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`.
+//! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`; [`notify`]
+//! resolves `notify` nodes and the definitions they use.
 
 pub(crate) mod confine;
 pub(crate) mod defs;
 pub(crate) mod git;
 pub(crate) mod interp;
 pub(crate) mod lock;
+pub(crate) mod notify;
 pub(crate) mod repo;
 pub(crate) mod task;
 
@@ -140,6 +142,7 @@ pub(crate) struct DefRef {
 pub(crate) struct Scope {
     pub(crate) gates: BTreeMap<String, (DefRef, Span)>,
     pub(crate) agents: BTreeMap<String, (DefRef, Span)>,
+    pub(crate) notifies: BTreeMap<String, (DefRef, Span)>,
     /// An import failed (and was reported): an unknown name may be one it would have brought.
     pub(crate) incomplete: bool,
 }
@@ -161,6 +164,7 @@ pub(crate) struct World {
     loading: Vec<(Origin, String)>,
     pub(crate) gate_defs: HashMap<DefRef, Option<Rc<defs::GateDef>>>,
     pub(crate) agent_defs: HashMap<DefRef, Option<Rc<defs::AgentDef>>>,
+    pub(crate) notify_defs: HashMap<DefRef, Option<std::sync::Arc<crate::ir::Notify>>>,
     pub(crate) resolving: Vec<DefRef>,
     repo_files: Option<Result<Rc<Vec<String>>, String>>,
     /// Whether a `scope` or `seal` pattern covers a tracked file, by pattern: tasks of a
@@ -197,6 +201,7 @@ impl World {
             loading: Vec::new(),
             gate_defs: HashMap::new(),
             agent_defs: HashMap::new(),
+            notify_defs: HashMap::new(),
             resolving: Vec::new(),
             repo_files: None,
             pattern_hits: std::collections::HashMap::new(),
@@ -383,6 +388,7 @@ impl World {
                 let (table, name, kind) = match other {
                     Item::Gate(g) => (&mut scope.gates, &g.name.node, "gate"),
                     Item::Agent(a) => (&mut scope.agents, &a.name.node, "agent"),
+                    Item::Notify(n) => (&mut scope.notifies, &n.name.node, "notification"),
                     _ => continue,
                 };
                 let qualified = format!("{}{name}", prefix.as_deref().unwrap_or(""));
@@ -407,6 +413,7 @@ impl World {
             let (table, name, kind) = match item {
                 Item::Gate(g) => (&mut scope.gates, &g.name, "gate"),
                 Item::Agent(a) => (&mut scope.agents, &a.name, "agent"),
+                Item::Notify(n) => (&mut scope.notifies, &n.name, "notification"),
                 Item::Loop(l) if load_as == LoadAs::Import => {
                     self.diags.push(
                         Diagnostic::error("mvk::loop-in-library", "an imported file may only define gates and agents")
@@ -617,6 +624,9 @@ impl World {
                     }
                     Item::Agent(_) => {
                         self.agent_def(def);
+                    }
+                    Item::Notify(_) => {
+                        self.notify_def(def);
                     }
                     _ => {}
                 }

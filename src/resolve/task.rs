@@ -131,7 +131,11 @@ pub(crate) fn build_program(world: &mut World, root: usize) -> Option<Program> {
         offset: 0,
         len: 0,
     };
+    // A lone loop is the run: its notifications and the file's hear all of it.
+    let top = world.notify_top(root);
     if let Some(l) = loops.first() {
+        let own = world.notify_block(root, &l.body.notify);
+        let notify = super::notify::overlay(&top, own);
         let partial = lower_body(world, root, &l.body, None);
         let mut task = finish(world, &l.name.node, None, Vec::new(), partial, l.name.span)?;
         digest::seal_task(&mut task, &BTreeMap::new());
@@ -145,10 +149,13 @@ pub(crate) fn build_program(world: &mut World, root: usize) -> Option<Program> {
             digest: d,
             sources: world.sources.clone(),
             span: l.span,
+            notify,
         });
     }
     if let Some(f) = flows.first() {
-        return build_flow(world, root, f);
+        let own = world.notify_block(root, &f.notify);
+        let notify = super::notify::overlay(&top, own);
+        return build_flow(world, root, f, notify);
     }
     let d = digest::program_digest(ProgramKind::Library, "", None, &[]);
     Some(Program {
@@ -159,6 +166,7 @@ pub(crate) fn build_program(world: &mut World, root: usize) -> Option<Program> {
         digest: d,
         sources: world.sources.clone(),
         span: file_span,
+        notify: Vec::new(),
     })
 }
 
@@ -943,6 +951,7 @@ fn finish(
         uncertified,
         sandbox: p.sandbox.map(|(s, _)| s),
         lessons: p.lessons.map(|(l, _)| l),
+        notify: Vec::new(),
         meta: ir::TaskMeta {
             span: Some(head),
             field_spans,
@@ -961,7 +970,12 @@ struct Decl {
     after: Vec<Spanned<String>>,
 }
 
-fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program> {
+fn build_flow(
+    world: &mut World,
+    root: usize,
+    flow: &FlowDecl,
+    notify: Vec<std::sync::Arc<ir::Notify>>,
+) -> Option<Program> {
     let mut decls: Vec<Decl> = Vec::new();
     // Name → index into `decls`; flows may hold 100,000 tasks, so no linear searches.
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -1081,6 +1095,22 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
         if !base_failed {
             tasks.reserve(items.len());
         }
+        // The task's own notifications, once for all its items: its `loop=` file's (top level,
+        // then its loop), then its block's.
+        let task_notify = if base_failed {
+            Vec::new()
+        } else {
+            let from_file = match &base {
+                Some((m, l)) => {
+                    let top = world.notify_top(*m);
+                    let own = world.notify_block(*m, &l.body.notify);
+                    super::notify::overlay(&top, own)
+                }
+                None => Vec::new(),
+            };
+            let own = world.notify_block(root, &t.body.notify);
+            super::notify::overlay(&from_file, own)
+        };
         for item in items.iter().filter(|_| !base_failed) {
             let base_partial = base
                 .as_ref()
@@ -1095,7 +1125,10 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
                 None => t.name.node.clone(),
             };
             match finish(world, &name, item.clone(), Vec::new(), partial, t.name.span) {
-                Some(task) => tasks.push(task),
+                Some(mut task) => {
+                    task.notify.clone_from(&task_notify);
+                    tasks.push(task);
+                }
                 None => ok = false,
             }
         }
@@ -1321,6 +1354,7 @@ fn build_flow(world: &mut World, root: usize, flow: &FlowDecl) -> Option<Program
         digest: d,
         sources: world.sources.clone(),
         span: flow.span,
+        notify,
     })
 }
 

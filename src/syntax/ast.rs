@@ -56,6 +56,7 @@ pub(crate) enum Item {
     Loop(LoopDecl),
     Flow(FlowDecl),
     Price(PriceDecl),
+    Notify(NotifyDecl),
 }
 
 /// `price "MODEL" input=USD output=USD [cached=USD]`: what a model's tokens cost, in US dollars
@@ -215,6 +216,40 @@ pub(crate) struct MergeDecl {
     pub(crate) span: Span,
 }
 
+/// `notify NAME [use=DEF] [on="…"] [at=0.8] [outcome="…"] [timeout="10s"] [retries=3] { run … | sh … | webhook … }`
+#[derive(Debug, Clone)]
+pub(crate) struct NotifyDecl {
+    pub(crate) name: Spanned<String>,
+    pub(crate) uses: Option<Spanned<String>>,
+    pub(crate) on: Option<Spanned<Vec<crate::ir::NotifyEvent>>>,
+    /// Thousandths of a budget.
+    pub(crate) at: Option<Spanned<u32>>,
+    pub(crate) outcomes: Option<Spanned<Vec<String>>>,
+    pub(crate) timeout: Option<Spanned<Duration>>,
+    pub(crate) retries: Option<Spanned<u32>>,
+    pub(crate) channel: Option<Spanned<ChannelDecl>>,
+    #[allow(dead_code)]
+    pub(crate) span: Span,
+}
+
+/// How a notification is sent, as written.
+#[derive(Debug, Clone)]
+pub(crate) enum ChannelDecl {
+    Command(Command),
+    Webhook {
+        url: Spanned<SecretDecl>,
+        format: Option<Spanned<crate::ir::WebhookFormat>>,
+        headers: Vec<(Spanned<String>, Spanned<SecretDecl>)>,
+    },
+}
+
+/// A value written in the file, or the name of the variable that holds it.
+#[derive(Debug, Clone)]
+pub(crate) enum SecretDecl {
+    Literal(String),
+    Env { var: String, prefix: String },
+}
+
 /// The settings of a loop; also a task's inline body or its overrides of a loop file.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LoopBody {
@@ -232,6 +267,8 @@ pub(crate) struct LoopBody {
     pub(crate) sandbox: Option<SandboxDecl>,
     /// `lessons "FILE"`: the lessons a person pinned, kept in the repository.
     pub(crate) lessons: Option<Spanned<String>>,
+    /// `notify` nodes, in order.
+    pub(crate) notify: Vec<NotifyDecl>,
     /// `scope … new=#true`, `seal … new=#true`: the paths need not match a tracked file yet
     /// (the task creates them); a lint's opt-out, not part of the definition's meaning.
     pub(crate) scope_new: bool,
@@ -257,6 +294,7 @@ impl LoopBody {
             && self.uncertified.is_none()
             && self.sandbox.is_none()
             && self.lessons.is_none()
+            && self.notify.is_empty()
             && self.written.is_empty()
     }
 }
@@ -294,6 +332,7 @@ pub(crate) struct FlowDecl {
     pub(crate) parallel: Option<Spanned<u32>>,
     pub(crate) continue_on_failure: Option<Spanned<bool>>,
     pub(crate) budget: Option<BudgetDecl>,
+    pub(crate) notify: Vec<NotifyDecl>,
     pub(crate) tasks: Vec<TaskDecl>,
     pub(crate) span: Span,
 }

@@ -22,6 +22,7 @@ pub(crate) const LOOP_CHILDREN: &[&str] = &[
     "uncertified",
     "sandbox",
     "lessons",
+    "notify",
 ];
 
 pub(crate) fn loop_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<LoopDecl> {
@@ -195,6 +196,11 @@ pub(crate) fn body_child(cx: &mut Cx<'_>, body: &mut LoopBody, view: &mut NodeVi
         "sandbox" => {
             let decl = super::sandbox::sandbox(cx, view, body.sandbox.as_ref());
             body.sandbox = body.sandbox.take().or(decl);
+        }
+        "notify" => {
+            if let Some(n) = super::notify::notify(cx, view, &body.notify) {
+                body.notify.push(n);
+            }
         }
         _ => return false,
     }

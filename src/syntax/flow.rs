@@ -9,7 +9,13 @@ use super::items::name_arg;
 use super::{Cx, NodeView, duplicate_node, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
 
-const FLOW_CHILDREN: &[&str] = &["parallel", "continue-on-failure", "budget", "task"];
+const FLOW_CHILDREN: &[&str] = &[
+    "parallel",
+    "continue-on-failure",
+    "budget",
+    "notify",
+    "task",
+];
 
 pub(crate) fn flow_decl(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<FlowDecl> {
     let mut flow = FlowLowering::start(cx, view);
@@ -45,6 +51,7 @@ impl FlowLowering {
                 parallel: None,
                 continue_on_failure: None,
                 budget: None,
+                notify: Vec::new(),
                 tasks: Vec::new(),
                 span: view.head,
             },
@@ -91,6 +98,11 @@ impl FlowLowering {
                     return;
                 }
                 flow.budget = Some(budget(cx, &mut cv, true));
+            }
+            "notify" => {
+                if let Some(n) = super::notify::notify(cx, &mut cv, &flow.notify) {
+                    flow.notify.push(n);
+                }
             }
             "task" => {
                 self.saw_task = true;

@@ -13,7 +13,7 @@ use super::ast::{
 use super::{Cx, NodeView, body, duplicate_node, flow, string_args, unknown_node, values};
 use crate::diag::Diagnostic;
 
-const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow", "price"];
+const TOP_LEVEL: &[&str] = &["import", "gate", "agent", "loop", "flow", "price", "notify"];
 
 /// A whole parsed document at once: what the lowering piece by piece (`syntax::stream`) must
 /// give the same as.
@@ -36,6 +36,7 @@ pub(crate) fn lower_node(cx: &mut Cx<'_>, node: &KdlNode) -> Option<Item> {
         "loop" => body::loop_decl(cx, &mut view).map(Item::Loop),
         "flow" => flow::flow_decl(cx, &mut view).map(Item::Flow),
         "price" => price_decl(cx, &mut view).map(Item::Price),
+        "notify" => super::notify::notify(cx, &mut view, &[]).map(Item::Notify),
         _ => {
             unknown_node(cx, &view, "a loop file", TOP_LEVEL);
             None

@@ -1,7 +1,7 @@
 //! KDL text in, a typed and spanned syntax tree ([`ast::FileAst`]) out; names are not resolved here.
 //!
 //! One module per kind of node: [`items`] (imports and definitions), [`body`] (a loop's settings),
-//! [`flow`] (flows and tasks), [`sandbox`] (confinement). This stage never touches git or the file system.
+//! [`flow`] (flows and tasks), [`sandbox`] (confinement), [`notify`] (notifications). This stage never touches git or the file system.
 //! The KDL parser is handed a large file in node-sized pieces ([`pieces`]) on threads whose
 //! stacks are sized to the largest piece: its recursion grows with the syntax errors in what it
 //! is given, never with the file. [`stream`] parses the pieces on every core and lowers each as
@@ -12,6 +12,7 @@ pub(crate) mod body;
 pub(crate) mod flow;
 pub(crate) mod items;
 pub(crate) mod nesting;
+pub(crate) mod notify;
 pub(crate) mod pieces;
 pub(crate) mod sandbox;
 mod stream;

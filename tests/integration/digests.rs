@@ -237,3 +237,44 @@ fn field_components_name_the_field_that_changed() {
         .collect();
     assert_eq!(differing, ["goal"]);
 }
+
+/// Who hears of a run is not what it does: notifications at every level (top, flow, task, and
+/// one used from an imported definition) change no digest, so adding a webhook to a waiting run
+/// is not drift.
+#[test]
+fn notifications_change_no_digest() {
+    let lib = format!(
+        "{LIB}\nnotify chat on=\"waiting finished\" format=\"slack\" {{ webhook env=\"CHAT_URL\" format=\"slack\"; }}\n"
+    )
+    .replace(" format=\"slack\" {", " {");
+    let flow = edit(
+        FLOW,
+        "flow digests {\n    parallel 2\n",
+        "notify desk { run \"notify-send\" \"{{message}}\"; }\nflow digests {\n    parallel 2\n    notify chat use=lib.chat on=\"budget\" at=0.5\n",
+    );
+    let flow = edit(
+        &flow,
+        "        goal \"second\"\n",
+        "        goal \"second\"\n        notify ops timeout=\"3s\" retries=0 { webhook \"https://ops.example.com/mvk\"; }\n",
+    );
+    assert!(changed(&[("lib.kdl", &lib), ("flow.kdl", &flow)]).is_empty());
+    // And they are there, where they were written.
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_all(
+        dir.path(),
+        &[
+            ("lib.kdl", &lib),
+            ("maker.hbs", TEMPLATE),
+            ("flow.kdl", &flow),
+        ],
+    );
+    let program = compile(&dir.path().join("flow.kdl"), &Options::default())
+        .program
+        .expect("compiles");
+    let names: Vec<&str> = program.notify.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["desk", "chat"]);
+    let b = program.task("b").expect("task b");
+    assert_eq!(b.notify.len(), 1);
+    assert_eq!(b.notify[0].name, "ops");
+    assert!(program.task("a").expect("task a").notify.is_empty());
+}
