@@ -1,5 +1,8 @@
 //! Every environment variable mvk reads or sets, each one documented constant.
 
+/// `off` turns every `notify` off for this process (a try of a loop whose notifications go to a
+/// team's chat); anything else, or unset, leaves them as the loop says.
+pub(crate) const MVK_NOTIFY: &str = "MVK_NOTIFY";
 /// The repository to work on, like `--repo`.
 pub(crate) const MVK_REPO: &str = "MVK_REPO";
 /// Disables colour in diagnostics when set to anything non-empty (<https://no-color.org>).

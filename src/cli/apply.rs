@@ -128,13 +128,15 @@ pub(crate) fn apply(cli: &Cli, printer: &Printer, args: &ApplyArgs) -> Result<Ex
     // Temporal's workers write the attempts' logs in their own clones.
     let files = (args.executor == Executor::Local).then_some(opts.repo_root.as_path());
     let progress = Progress::new(printer, args.json, &program, files);
+    let notifier = super::running::notifier(printer, &program, &opts);
+    let watching = notifier.watching(&progress);
     let executor = executor(args, &opts)?;
     execute(
         printer,
         args.json,
-        &progress,
+        (&progress, &notifier),
         (&opts.repo_root, &opts.run_id),
-        executor.apply(&program, &opts, &progress),
+        executor.apply(&program, &opts, &watching),
     )
 }
 

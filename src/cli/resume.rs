@@ -213,21 +213,23 @@ pub(crate) fn resume(cli: &Cli, printer: &Printer, args: &ResumeArgs) -> Result<
     let files = elsewhere.is_none().then_some(opts.repo_root.as_path());
     let progress = Progress::new(printer, args.json, &program, files);
     progress.spent_before(spent_before);
+    let notifier = super::running::notifier(printer, &program, &opts);
+    let watching = notifier.watching(&progress);
     match elsewhere {
         None => execute(
             printer,
             args.json,
-            &progress,
+            (&progress, &notifier),
             (&opts.repo_root, &opts.run_id),
-            driver::resume(&program, &opts, &progress, from),
+            driver::resume(&program, &opts, &watching, from),
         ),
         #[cfg(feature = "temporal")]
         Some(Remote::Temporal(endpoint, repo_url)) => execute(
             printer,
             args.json,
-            &progress,
+            (&progress, &notifier),
             (&opts.repo_root, &opts.run_id),
-            crate::run::temporal::resume(&program, &opts, &progress, (&endpoint, &repo_url), from),
+            crate::run::temporal::resume(&program, &opts, &watching, (&endpoint, &repo_url), from),
         ),
     }
 }

@@ -11,6 +11,7 @@ use super::{CliError, Exit};
 use crate::run::driver::{self, RunError, RunReport};
 use crate::run::exec::process::ProcessError;
 use crate::run::git::land::LandError;
+use crate::run::notify::Notifier;
 use crate::run::worktree::WorktreeError;
 use crate::run_lock::{Holder, LockError, RunLock};
 
@@ -96,12 +97,40 @@ pub(crate) fn lock(
     })
 }
 
+/// The notifier of run `opts.run_id` of `program`: none when the program asks for none, or
+/// when `MVK_NOTIFY=off` (said once on standard error).
+pub(crate) fn notifier(
+    printer: &Printer,
+    program: &crate::ir::Program,
+    opts: &driver::RunOptions,
+) -> Notifier {
+    let off = std::env::var(crate::env::MVK_NOTIFY).is_ok_and(|v| v == "off");
+    let asked = !program.notify.is_empty() || program.tasks.iter().any(|t| !t.notify.is_empty());
+    if off {
+        if asked {
+            printer.status(&format!(
+                "notifications are off (`{}=off`): no one hears of this run",
+                crate::env::MVK_NOTIFY
+            ));
+        }
+        return Notifier::none();
+    }
+    let quiet = printer.quiet();
+    Notifier::new(
+        program,
+        (&opts.repo_root, &opts.file, &opts.run_id),
+        Box::new(move |text| Printer::new(quiet, false).warn(text)),
+    )
+}
+
 /// Runs a driver future to its end on a runtime of its own, stopping every process it started
-/// on Ctrl-C, SIGTERM or SIGHUP; prints the report and returns the contract's exit code.
+/// on Ctrl-C, SIGTERM or SIGHUP; prints the report and returns the contract's exit code. The
+/// notifications the run's events sent (through `notifier`, which the future's observer tells)
+/// are given their time to go out before it returns.
 pub(crate) fn execute(
     printer: &Printer,
     json: bool,
-    progress: &Progress,
+    (progress, notifier): (&Progress, &Notifier),
     (repo_root, run_id): (&Path, &str),
     run: impl std::future::Future<Output = Result<RunReport, RunError>>,
 ) -> Result<Exit, CliError> {
@@ -109,6 +138,15 @@ pub(crate) fn execute(
         record_stop(repo_root, run_id, signal);
     })?;
     progress.finish();
+    if let Err(signal) = &result {
+        notifier.interrupted(crate::run::exec::signals::stop_name(*signal).1);
+    }
+    notifier.finish(|n| {
+        printer.status(&format!(
+            "sending {n} notification{}",
+            if n == 1 { "" } else { "s" }
+        ));
+    });
     let report = match result {
         // Dropping the run killed every process group it had started.
         Err(signal) => {

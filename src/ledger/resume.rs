@@ -620,6 +620,27 @@ impl Ledger {
         Ok(rows)
     }
 
+    /// The task (if any) and detail (JSON) of each `event` of a run, in order.
+    pub(crate) fn run_event_details(
+        &self,
+        run: &str,
+        event: &str,
+    ) -> Result<Vec<(Option<String>, String)>, LedgerError> {
+        let read = || Self::read_err(format!("events `{event}` of run `{run}`"));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT task, detail_json FROM events WHERE run = ?1 AND event = ?2 ORDER BY id",
+            )
+            .map_err(read())?;
+        let rows = stmt
+            .query_map(params![run, event], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(read())?
+            .collect::<rusqlite::Result<Vec<(Option<String>, String)>>>()
+            .map_err(read())?;
+        Ok(rows)
+    }
+
     /// The detail (JSON) of the first `event` of a run, such as its `run.started`.
     pub(crate) fn first_event_detail(
         &self,

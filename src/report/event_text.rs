@@ -118,6 +118,20 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
         } => format!("failed ({kind}): {criterion}"),
         Event::RungClimbed { rung, .. } => format!("climbing to rung {rung}"),
         Event::BudgetExhausted { budget, .. } => format!("the {budget} budget ran out"),
+        Event::BudgetThreshold { budget, at, .. } => {
+            format!("{}% of the {budget} budget spent", at / 10)
+        }
+        Event::NotifySent {
+            notification,
+            event,
+            ..
+        } => format!("notified `{notification}` ({event})"),
+        Event::NotifyFailed {
+            notification,
+            event,
+            error,
+            ..
+        } => format!("notification `{notification}` ({event}) failed: {error}"),
         Event::MergeConflict { reason, .. } => format!("cannot land: {reason}"),
         Event::MergeFailed { gate, .. } => format!("after-merge gate {gate} failed"),
         Event::MergeBatchSplit { .. } => {

@@ -13,7 +13,7 @@
 //! ladder, a loop around the attempt policy ([`policy::decide`](crate::run::policy::decide));
 //! [`checkpoint`] stops for a person; [`landing`] lands; [`records`] writes down what happened
 //! (ledger rows, status files); [`hosting`] is the runner as an attempt's host; [`reasons`]
-//! words a task's end; [`resume`] reads an interrupted run back; [`once`] makes one attempt on
+//! words a task's end; [`thresholds`] says when a budget nears its limit; [`resume`] reads an interrupted run back; [`once`] makes one attempt on
 //! its own; [`remote`] is the coordinator's side of the Temporal executor.
 
 use std::collections::BTreeMap;
@@ -47,6 +47,7 @@ mod records;
 pub(crate) mod remote;
 pub(crate) mod resume;
 mod task;
+mod thresholds;
 
 pub(crate) use crate::run::error::{RunError, blocking};
 pub(crate) use once::{OnceReport, OnceSpec, attempt_once};
@@ -196,6 +197,9 @@ pub(crate) struct Runner<'a> {
     state_behind: std::sync::atomic::AtomicBool,
     /// Set while [`Runner::drive`] runs, which writes what is behind within [`STATE_EVERY`].
     state_flushed: std::sync::atomic::AtomicBool,
+    /// Whether a notification hears of budgets, and the thresholds written (see [`thresholds`]).
+    hears_budgets: bool,
+    reached: Mutex<thresholds::Reached>,
 }
 
 /// The waits before a worktree is asked for again after an error that may pass (see
@@ -269,7 +273,8 @@ impl<'a> Runner<'a> {
                 .collect(),
             ..LoopState::default()
         };
-        Runner {
+        let reached = thresholds::reached(&ledger, &opts.run_id);
+        let mut runner = Runner {
             program,
             opts,
             run_id: opts.run_id.clone(),
@@ -289,7 +294,11 @@ impl<'a> Runner<'a> {
             state_written: Mutex::new(None),
             state_behind: std::sync::atomic::AtomicBool::new(false),
             state_flushed: std::sync::atomic::AtomicBool::new(false),
-        }
+            hears_budgets: false,
+            reached: Mutex::new(reached),
+        };
+        runner.hears_budgets = runner.hears_budgets();
+        runner
     }
 
     /// Runs the selected tasks to the run's end, starting with `first` (the run's
@@ -447,6 +456,9 @@ impl<'a> Runner<'a> {
                     _ = state_tick.tick() => {
                         if self.state_behind.load(std::sync::atomic::Ordering::Relaxed) {
                             self.write_state()?;
+                        }
+                        if self.hears_budgets {
+                            self.wall_thresholds(&running_idx)?;
                         }
                         continue;
                     }

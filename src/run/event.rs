@@ -256,6 +256,33 @@ events! {
         spent: u64,
         limit: u64,
     },
+    /// What was spent reached the fraction `at` (thousandths) of a budget's limit: `budget` is
+    /// the task's `tokens`, `usd` or `wall` (with a task), or the flow's `flow tokens`, `flow
+    /// usd` or `flow wall` (without); figures as `budget.exhausted` gives them. Written once per
+    /// task (or run), budget and fraction, only when a notification asks to hear of it.
+    BudgetThreshold = "budget.threshold" {
+        budget: String,
+        spent: u64,
+        limit: u64,
+        at: u32,
+    },
+    /// A notification went out (`tries`: how many it took); `id` is the one its body carries.
+    NotifySent = "notify.sent" {
+        notification: String,
+        /// `waiting`, `finished`, `budget` or `interrupted`.
+        event: String,
+        id: String,
+        tries: u32,
+    },
+    /// A notification could not be sent; the run went on. `error` names a secret by its
+    /// variable, never by its value.
+    NotifyFailed = "notify.failed" {
+        notification: String,
+        event: String,
+        id: String,
+        tries: u32,
+        error: String,
+    },
     CheckpointWaiting = "checkpoint.waiting" {
         checkpoint: i64,
         kind: String,
@@ -423,6 +450,9 @@ mod tests {
         "prompt.built",
         "lessons.learned",
         "run.interrupted",
+        "budget.threshold",
+        "notify.sent",
+        "notify.failed",
     ];
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`git`] lands accepted work and decides what a change touched (the seal, `mvk verify`);
 //!   one run of a program at a time is [`crate::run_lock`]'s, outside `run` so that the ledger
 //!   reads it too;
+//! - [`notify`] tells people what they asked to hear of (a checkpoint waiting, the run's end, a
+//!   budget nearly spent, a stop), by a command or a webhook, never failing the run;
 //! - [`trail`] writes the events, the heartbeat and the status files; [`error`], [`failure`],
 //!   [`outcome`] and [`attempt_result`] are what the rooms pass each other.
 
@@ -24,6 +26,7 @@ pub(crate) mod failure;
 pub(crate) mod git;
 pub(crate) mod host;
 pub mod judge;
+pub(crate) mod notify;
 pub(crate) mod outcome;
 pub(crate) mod policy;
 pub(crate) mod sandbox;

@@ -24,6 +24,7 @@ mod knots;
 mod landing;
 mod lessons;
 mod mcp;
+mod notify;
 mod pools;
 mod progress;
 mod prompts;

@@ -119,7 +119,7 @@ impl<'a> Runner<'a> {
                     (spec, record, false, true)
                 }
             };
-            self.spend(&mut t, spec.number, &record);
+            self.spend(&mut t, spec.number, &record)?;
             let failure = match record.end {
                 AttemptEnd::WallSpent => {
                     let f = Failure::new(
@@ -511,7 +511,12 @@ impl<'a> Runner<'a> {
     }
 
     /// Counts what attempt `number` (`record`) spent, in the task's and the run's figures.
-    fn spend(&self, t: &mut TaskRun<'_>, number: u32, record: &AttemptRecord) {
+    fn spend(
+        &self,
+        t: &mut TaskRun<'_>,
+        number: u32,
+        record: &AttemptRecord,
+    ) -> Result<(), RunError> {
         let (tokens, usd) = (record.usage.tokens(), record.usage.usd_micros.unwrap_or(0));
         t.spent_tokens = t.spent_tokens.saturating_add(tokens);
         t.spent_usd = t.spent_usd.saturating_add(usd);
@@ -530,6 +535,16 @@ impl<'a> Runner<'a> {
             s.spent.wall_ms = wall;
         });
         t.last_branch = Some(record.branch.clone());
+        if self.hears_budgets {
+            let spent = policy::Tally {
+                tokens: spent_tokens,
+                usd_micros: spent_usd,
+                wall_ms: wall,
+            };
+            let flow = self.flow_tally()?;
+            self.budget_thresholds(t.task, &spent, Some(&flow))?;
+        }
+        Ok(())
     }
 
     /// A passed attempt (`(ledger id, branch)`, its change at `head`): put to a person first if
