@@ -354,3 +354,33 @@ fn a_stop_signal_is_heard_before_the_process_exits() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     nothing_leaked(&f, &run, &stderr);
 }
+
+#[test]
+fn a_budget_reaching_its_fraction_is_heard_once_with_its_figures() {
+    // One attempt spends $0.25 of a $0.30 budget (83%): `at=0.8` is reached, `at` 0.9 of
+    // another notification is not.
+    let f = Fixture::new(&simple_loop(
+        "usage_fix.sh",
+        "budget usd=0.3\n    notify desk on=\"budget\" at=0.8 {\n        run \"sh\" \"@AGENTS/notify_record.sh\" \"@STATE/desk\" \"{{budget}}\" \"{{spent}}\" \"{{limit}}\" \"{{at}}\"\n    }\n    notify late on=\"budget\" at=0.9 { sh \"touch @STATE/late\"; }",
+    ));
+    let run = f.apply();
+    run.expect_code(0);
+    let reached = run.one("budget.threshold");
+    assert_eq!(reached["task"], "t");
+    assert_eq!(reached["detail"]["budget"], "usd");
+    assert_eq!(reached["detail"]["spent"], 250_000);
+    assert_eq!(reached["detail"]["limit"], 300_000);
+    assert_eq!(reached["detail"]["at"], 800);
+    let argv = std::fs::read_to_string(f.state("desk.argv")).unwrap();
+    assert_eq!(
+        argv.lines().collect::<Vec<_>>(),
+        ["usd", "$0.25", "$0.30", "80%"]
+    );
+    let body: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.state("desk.json")).unwrap()).unwrap();
+    assert_eq!(body["event"], "budget");
+    assert_eq!(body["budget"]["unit"], "usd");
+    assert_eq!(body["budget"]["at"], 0.8);
+    assert!(!f.state("late").exists(), "{}", run.why());
+    assert_eq!(run.one("notify.sent")["detail"]["notification"], "desk");
+}

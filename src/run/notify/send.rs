@@ -293,6 +293,9 @@ fn command(
         again: e.kind() != std::io::ErrorKind::NotFound,
         retry_after: None,
     })?;
+    // mvk is a subreaper that ends and reaps the children it did not register between an
+    // attempt's steps (see `reaper`): this one is its own until it is reaped here.
+    let _own = crate::run::exec::reaper::own(i32::try_from(child.id()).unwrap_or(i32::MAX));
     if let Some(mut stdin) = child.stdin.take() {
         // A command that reads no input closes the pipe: that is its right.
         let _ = stdin.write_all(message.body(cx, &n.name, id).to_string().as_bytes());
