@@ -420,16 +420,20 @@ pub enum Strategy {
     Ff,
     Merge,
     Squash,
+    /// Pushed as a branch of its own to a remote, with a pull request opened for it
+    /// ([`Merge::pr`]); the target branch is the pull request's base, and does not move.
+    Pr,
 }
 
 impl Strategy {
-    pub(crate) const NAMES: [&'static str; 3] = ["ff", "merge", "squash"];
+    pub(crate) const NAMES: [&'static str; 4] = ["ff", "merge", "squash", "pr"];
 
     pub(crate) fn parse(s: &str) -> Option<Strategy> {
         match s {
             "ff" => Some(Strategy::Ff),
             "merge" => Some(Strategy::Merge),
             "squash" => Some(Strategy::Squash),
+            "pr" => Some(Strategy::Pr),
             _ => None,
         }
     }
@@ -439,6 +443,101 @@ impl Strategy {
             Strategy::Ff => "ff",
             Strategy::Merge => "merge",
             Strategy::Squash => "squash",
+            Strategy::Pr => "pr",
+        }
+    }
+}
+
+/// How a task that waits for a task landed as a pull request starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dependents {
+    /// From the pushed branch of what it waits for, its own pull request based on that branch
+    /// (stacked): the flow goes on without waiting for anyone.
+    Stack,
+    /// From the target branch on the remote once the pull requests of what it waits for have
+    /// merged (checked every [`PullRequest::poll`]).
+    Merged,
+}
+
+impl Dependents {
+    pub(crate) const NAMES: [&'static str; 2] = ["stack", "merged"];
+
+    pub(crate) fn parse(s: &str) -> Option<Dependents> {
+        match s {
+            "stack" => Some(Dependents::Stack),
+            "merged" => Some(Dependents::Merged),
+            _ => None,
+        }
+    }
+}
+
+/// How an accepted change becomes a pull request (`merge strategy="pr"`). The commands are
+/// argv templates (handlebars: `{{branch}}`, `{{base}}`, `{{title}}`, `{{body_file}}`,
+/// `{{remote}}`, `{{url}}`); the defaults are the GitHub CLI's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PullRequest {
+    /// The git remote pushed to.
+    pub remote: String,
+    /// The title's template (`{{task}}`, `{{goal}}`, `{{subject}}`, `{{run}}`, `{{attempt}}`).
+    pub title: String,
+    /// The body's template, given the same variables and `{{handoff}}`: what a reviewer needs.
+    pub body: String,
+    pub dependents: Dependents,
+    /// Opens the pull request; prints its URL.
+    pub open: Vec<String>,
+    /// Prints the URL of the open pull request of `{{branch}}`, if there is one (nothing, or a
+    /// failure, when there is none): asked before opening one, so that none is opened twice.
+    pub find: Vec<String>,
+    /// Prints the state of the pull request at `{{url}}` (`MERGED`, `OPEN`, `CLOSED`).
+    pub state: Vec<String>,
+    /// How often [`Dependents::Merged`] asks.
+    #[serde(with = "millis")]
+    pub poll: Duration,
+}
+
+/// The handoff a pull request's body holds unless the loop gives its own.
+pub(crate) const DEFAULT_PR_BODY: &str = "{{handoff}}";
+pub(crate) const DEFAULT_PR_TITLE: &str = "{{subject}}";
+
+impl Default for PullRequest {
+    fn default() -> PullRequest {
+        let argv = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect();
+        PullRequest {
+            remote: "origin".into(),
+            title: DEFAULT_PR_TITLE.into(),
+            body: DEFAULT_PR_BODY.into(),
+            dependents: Dependents::Stack,
+            open: argv(&[
+                "gh",
+                "pr",
+                "create",
+                "--base",
+                "{{base}}",
+                "--head",
+                "{{branch}}",
+                "--title",
+                "{{title}}",
+                "--body-file",
+                "{{body_file}}",
+            ]),
+            find: argv(&[
+                "gh",
+                "pr",
+                "list",
+                "--head",
+                "{{branch}}",
+                "--state",
+                "open",
+                "--json",
+                "url",
+                "--jq",
+                ".[0].url",
+            ]),
+            state: argv(&[
+                "gh", "pr", "view", "{{url}}", "--json", "state", "--jq", ".state",
+            ]),
+            poll: Duration::from_secs(60),
         }
     }
 }
@@ -450,6 +549,10 @@ pub struct Merge {
     pub strategy: Strategy,
     /// Gates run on the merged result.
     pub gates: Vec<Gate>,
+    /// With [`Strategy::Pr`]: how the pull request is opened. Absent otherwise, so that other
+    /// loops keep their digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr: Option<PullRequest>,
 }
 
 impl Default for Merge {
@@ -458,6 +561,7 @@ impl Default for Merge {
             into: CURRENT_BRANCH.to_string(),
             strategy: Strategy::Squash,
             gates: Vec::new(),
+            pr: None,
         }
     }
 }

@@ -120,8 +120,25 @@ fn task_text(out: &mut String, t: &TaskStatus) {
             f.criterion.as_deref().unwrap_or("")
         );
     }
-    if let Some(m) = &t.merged {
-        let _ = writeln!(out, "  merged: {m}");
+    match &t.pull_request {
+        Some(pr) => {
+            let _ = match (&pr.url, &pr.detail) {
+                (Some(url), _) => writeln!(out, "  pull request: {url} (branch {})", pr.branch),
+                (None, Some(why)) => {
+                    writeln!(
+                        out,
+                        "  pull request: not opened, {why} (branch {})",
+                        pr.branch
+                    )
+                }
+                (None, None) => writeln!(out, "  pull request: pushed as {}", pr.branch),
+            };
+        }
+        None => {
+            if let Some(m) = &t.merged {
+                let _ = writeln!(out, "  merged: {m}");
+            }
+        }
     }
     if let Some(w) = &t.waiting_for {
         let _ = writeln!(out, "  waiting for: {}", waiting(w));

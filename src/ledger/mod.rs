@@ -10,12 +10,14 @@
 //! and their columns are documented in the book (`book/src/ledger.md`).
 
 mod lessons;
+mod pull_requests;
 pub(crate) mod read;
 mod resume;
 mod review;
 mod schema;
 
 pub(crate) use lessons::{LessonRow, LessonSource};
+pub(crate) use pull_requests::{PullRequestRow, PullRequestStart};
 pub(crate) use read::RunRow;
 pub(crate) use resume::{AttemptRow, MergeRow, ResumeStart, TaskRow, TaskRowState};
 pub(crate) use review::{CheckpointRow, CheckpointStart, FollowupRow, ReviewRow};

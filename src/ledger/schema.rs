@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_landing_lock.sql"),
     include_str!("migrations/0009_lessons.sql"),
     include_str!("migrations/0010_stopped_by.sql"),
+    include_str!("migrations/0011_pull_requests.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

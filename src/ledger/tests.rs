@@ -984,6 +984,7 @@ fn shipped_migrations_never_change() {
         "b6761bc317ed8ef7d9b9824deb2bed7ca712933716efcfc5ad54f20c9a12d16a",
         "c5782d5d092c98232aacb4ae95cfccd2901b586f40b0141a0724ca232ecf2182",
         "762df956838b4fa5b8cc151031261429fcf14930a272ce60cc1a807d4993979d",
+        "6ed96ec254235f15f7b9cbac55a28067b78cdaa7192e2e7b9f7e92d62622be68",
     ];
     let now: Vec<String> = schema::MIGRATIONS
         .iter()

@@ -8,6 +8,11 @@ use serde_json::Value;
 
 use crate::run::event::Event;
 
+/// The first 12 characters of a commit id.
+fn short_id(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
 /// The line for event `event` with `detail` (without who it is about).
 pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
     let wait = |ms: u64| crate::plan::format_duration(Duration::from_millis(ms));
@@ -31,6 +36,16 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
             }
         ),
         Event::AttemptStarted { agent, branch, .. } => format!("{agent} on {branch}"),
+        Event::PrPushed {
+            remote,
+            branch,
+            commit,
+        } => format!("pushed {} to {remote} as {branch}", short_id(&commit)),
+        Event::PrOpened { url, found, .. } => {
+            format!("pull request {url}{}", if found { " (found open)" } else { "" })
+        }
+        Event::PrRefused { step, detail, .. } => format!("{step} refused: {detail}"),
+        Event::PrWaiting { urls } => format!("waiting for {} to merge", urls.join(", ")),
         Event::RunInterrupted { by, .. } => format!("stopped by {by}; continue with mvk resume"),
         Event::LessonsLearned { author, ids } => format!(
             "{author} wrote {} lesson(s): {}",

@@ -58,9 +58,63 @@ pub(crate) struct TaskStatus {
     pub(crate) limits: Limits,
     pub(crate) last_failure: Option<LastFailure>,
     pub(crate) merged: Option<String>,
+    /// The pull request its change went out as (`merge strategy="pr"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pull_request: Option<PullRequestStatus>,
     pub(crate) waiting_for: Option<Waiting>,
     /// The time of the task's last event.
     pub(crate) since: Option<String>,
+}
+
+/// Where a task's pull request stands, from its events.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PullRequestStatus {
+    pub(crate) branch: String,
+    /// `pushed`, `opened` or `refused`.
+    pub(crate) state: String,
+    pub(crate) url: Option<String>,
+    pub(crate) base: Option<String>,
+    /// Why the last step was refused.
+    pub(crate) detail: Option<String>,
+}
+
+/// The pull request the `pr.*` events of one task describe, if any.
+fn pull_request_of(events: &[&EventRow]) -> Option<PullRequestStatus> {
+    let mut pr: Option<PullRequestStatus> = None;
+    for e in events {
+        let status = match Event::read(&e.event, &e.detail) {
+            Some(Event::PrPushed { branch, .. }) => PullRequestStatus {
+                branch,
+                state: "pushed".into(),
+                url: None,
+                base: None,
+                detail: None,
+            },
+            Some(Event::PrOpened {
+                url, branch, base, ..
+            }) => PullRequestStatus {
+                branch,
+                state: "opened".into(),
+                url: Some(url),
+                base: Some(base),
+                detail: None,
+            },
+            Some(Event::PrRefused {
+                step,
+                branch,
+                detail,
+            }) => PullRequestStatus {
+                branch,
+                state: "refused".into(),
+                url: None,
+                base: None,
+                detail: Some(format!("{step}: {detail}")),
+            },
+            _ => continue,
+        };
+        pr = Some(status);
+    }
+    pr
 }
 
 /// A task's budget, from the run's stored program.
@@ -317,6 +371,7 @@ fn task_status(
         limits,
         last_failure,
         merged: row.and_then(|r| r.merged.clone()),
+        pull_request: pull_request_of(&own_events),
         waiting_for,
         since: own_events.last().map(|e| rfc3339(e.time_ms)),
     }

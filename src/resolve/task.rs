@@ -748,7 +748,12 @@ fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&s
                 .and_then(|s| Strategy::parse(&s.node))
                 .unwrap_or(Strategy::Squash),
             gates,
+            pr: None,
         };
+        let mut merge = merge;
+        if merge.strategy == Strategy::Pr {
+            merge.pr = Some(pull_request(&m.pr));
+        }
         if let Some(into) = &m.into
             && git2::Branch::name_is_valid(&into.node).ok() != Some(true)
         {
@@ -1416,6 +1421,41 @@ pub(crate) fn unpriced(agent: &ir::Agent, budget: Span, used: Span) -> Option<Di
             "give the model's price in US dollars per million tokens, as the provider publishes it: price \"{model}\" input=1.25 output=10.0 cached=0.125 (a top-level node of this file or a file it imports); or budget tokens= instead of usd="
         )),
     )
+}
+
+/// A pull request's settings: what the loop gives, the GitHub CLI's defaults for the rest.
+fn pull_request(d: &crate::syntax::ast::PrDecl) -> ir::PullRequest {
+    let mut pr = ir::PullRequest::default();
+    let argv = |a: &Spanned<Vec<Spanned<String>>>| a.node.iter().map(|w| w.node.clone()).collect();
+    if let Some(r) = &d.remote {
+        pr.remote.clone_from(&r.node);
+    }
+    if let Some(t) = &d.title {
+        pr.title.clone_from(&t.node);
+    }
+    if let Some(b) = &d.body {
+        pr.body.clone_from(&b.node);
+    }
+    if let Some(dep) = d
+        .dependents
+        .as_ref()
+        .and_then(|x| ir::Dependents::parse(&x.node))
+    {
+        pr.dependents = dep;
+    }
+    if let Some(p) = &d.poll {
+        pr.poll = p.node;
+    }
+    if let Some(a) = &d.open {
+        pr.open = argv(a);
+    }
+    if let Some(a) = &d.find {
+        pr.find = argv(a);
+    }
+    if let Some(a) = &d.state {
+        pr.state = argv(a);
+    }
+    pr
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ mod hosting;
 mod landing;
 mod once;
 mod open;
+mod pull_request;
 mod reasons;
 mod records;
 #[cfg(feature = "temporal")]

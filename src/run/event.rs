@@ -335,6 +335,32 @@ events! {
     MergeEmpty = "merge.empty" {
         into: String,
     },
+    /// An accepted change's commit was pushed to `remote` as `branch` (`merge strategy="pr"`).
+    PrPushed = "pr.pushed" {
+        remote: String,
+        branch: String,
+        commit: String,
+    },
+    /// Its pull request is open at `url` (`found`: one opened before, by a run that died
+    /// before recording it, was found rather than a second opened).
+    PrOpened = "pr.opened" {
+        url: String,
+        branch: String,
+        base: String,
+        found: bool,
+    },
+    /// A step of a pull request's landing was refused (`step`: `push` or `open`); the change
+    /// stays on `branch` and the task waits for a person.
+    PrRefused = "pr.refused" {
+        step: String,
+        branch: String,
+        detail: String,
+    },
+    /// A task waits for the pull requests of the tasks it comes after to merge
+    /// (`dependents="merged"`).
+    PrWaiting = "pr.waiting" {
+        urls: Vec<String>,
+    },
     /// A gate failed on what would land.
     MergeFailed = "merge.failed" {
         gate: String,

@@ -213,7 +213,40 @@ pub(crate) struct MergeDecl {
     pub(crate) into: Option<Spanned<String>>,
     pub(crate) strategy: Option<Spanned<String>>,
     pub(crate) gates: Vec<GateDecl>,
+    /// The settings of `strategy="pr"`.
+    pub(crate) pr: PrDecl,
     pub(crate) span: Span,
+}
+
+/// `merge strategy="pr" remote=… title=… dependents=… poll=… { body …; open …; find …; state … }`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PrDecl {
+    pub(crate) remote: Option<Spanned<String>>,
+    pub(crate) title: Option<Spanned<String>>,
+    pub(crate) dependents: Option<Spanned<String>>,
+    pub(crate) poll: Option<Spanned<std::time::Duration>>,
+    pub(crate) body: Option<Spanned<String>>,
+    pub(crate) open: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) find: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) state: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+impl PrDecl {
+    /// The first setting given, by its name and span: settings only `strategy="pr"` reads.
+    pub(crate) fn first_given(&self) -> Option<(&'static str, Span)> {
+        [
+            ("remote", self.remote.as_ref().map(|s| s.span)),
+            ("title", self.title.as_ref().map(|s| s.span)),
+            ("dependents", self.dependents.as_ref().map(|s| s.span)),
+            ("poll", self.poll.as_ref().map(|s| s.span)),
+            ("body", self.body.as_ref().map(|s| s.span)),
+            ("open", self.open.as_ref().map(|s| s.span)),
+            ("find", self.find.as_ref().map(|s| s.span)),
+            ("state", self.state.as_ref().map(|s| s.span)),
+        ]
+        .into_iter()
+        .find_map(|(name, span)| span.map(|s| (name, s)))
+    }
 }
 
 /// `notify NAME [use=DEF] [on="…"] [at=0.8] [outcome="…"] [timeout="10s"] [retries=3] { run … | sh … | webhook … }`

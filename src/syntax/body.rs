@@ -356,7 +356,8 @@ fn rung(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<RungDecl> {
     Some(RungDecl::Agent { agent, attempts })
 }
 
-const MERGE_PROPS: &[&str] = &["into", "strategy"];
+const MERGE_PROPS: &[&str] = &["into", "strategy", "remote", "title", "dependents", "poll"];
+const MERGE_CHILDREN: &[&str] = &["gate", "body", "open", "find", "state"];
 
 fn merge(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<MergeDecl> {
     let usage = "merge into=main strategy=squash { gate … }";
@@ -366,6 +367,21 @@ fn merge(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<MergeDecl> {
     let strategy = view
         .take("strategy")
         .and_then(|e| values::nonempty(cx, e, "`strategy`"));
+    let mut pr = crate::syntax::ast::PrDecl {
+        remote: view
+            .take("remote")
+            .and_then(|e| values::nonempty(cx, e, "`remote`")),
+        title: view
+            .take("title")
+            .and_then(|e| values::nonempty(cx, e, "`title`")),
+        dependents: view
+            .take("dependents")
+            .and_then(|e| values::nonempty(cx, e, "`dependents`")),
+        poll: view
+            .take("poll")
+            .and_then(|e| values::duration(cx, e, "`poll`")),
+        ..Default::default()
+    };
     view.finish(cx, MERGE_PROPS);
     if !view.args.is_empty() {
         view.expect_args(cx, 0, usage);
@@ -382,19 +398,88 @@ fn merge(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<MergeDecl> {
             .help(suggest("strategies", &s.node, &crate::ir::Strategy::NAMES)),
         );
     }
+    if let Some(d) = &pr.dependents
+        && crate::ir::Dependents::parse(&d.node).is_none()
+    {
+        cx.push(
+            Diagnostic::error(
+                "mvk::unknown-dependents",
+                format!("`dependents` is `stack` or `merged`, not `{}`", d.node),
+            )
+            .at(d.span, "not a way to start dependents")
+            .help(suggest("values", &d.node, &crate::ir::Dependents::NAMES)),
+        );
+    }
     let mut gates = Vec::new();
     for child in view.children() {
         let mut cv = NodeView::new(cx, child);
-        if cv.name.node != "gate" {
-            unknown_node(cx, &cv, "a merge", &["gate"]);
-            continue;
+        let name = cv.name.node.clone();
+        match name.as_str() {
+            "gate" => gates.extend(gate(cx, &mut cv)),
+            "body" => {
+                let usage = "body \"…{{handoff}}…\"";
+                if cv.expect_args(cx, 1, usage)
+                    && let Some(text) = cv
+                        .args
+                        .first()
+                        .and_then(|e| values::nonempty(cx, e, "the body"))
+                {
+                    pr.body = Some(text);
+                }
+                cv.finish(cx, &[]);
+            }
+            name @ ("open" | "find" | "state") => {
+                let argv = crate::syntax::string_args(cx, &cv, "a command's word");
+                cv.finish(cx, &[]);
+                if argv.is_empty() {
+                    cx.push(
+                        Diagnostic::error(
+                            "mvk::wrong-arguments",
+                            format!("`{name}` needs a command: its program and arguments"),
+                        )
+                        .at(cv.name.span, "no command")
+                        .help(format!("e.g. `{name} \"glab\" \"mr\" …`; leave `{name}` out for the GitHub CLI's")),
+                    );
+                    continue;
+                }
+                let argv = Some(Spanned::new(argv, cv.head));
+                match name {
+                    "open" => pr.open = argv,
+                    "find" => pr.find = argv,
+                    _ => pr.state = argv,
+                }
+            }
+            _ => unknown_node(cx, &cv, "a merge", MERGE_CHILDREN),
         }
-        gates.extend(gate(cx, &mut cv));
+    }
+    let is_pr = strategy
+        .as_ref()
+        .is_some_and(|s| crate::ir::Strategy::parse(&s.node) == Some(crate::ir::Strategy::Pr));
+    if !is_pr && let Some((name, span)) = pr.first_given() {
+        cx.push(
+            Diagnostic::error(
+                "mvk::pr-setting",
+                format!("`{name}` is a setting of pull requests, and this merge opens none"),
+            )
+            .at(span, "read only with strategy=\"pr\"")
+            .help("add strategy=\"pr\" to open a pull request for each accepted change, or remove the setting"),
+        );
+    }
+    if is_pr && let Some(g) = gates.first() {
+        cx.push(
+            Diagnostic::error(
+                "mvk::pr-merge-gate",
+                "a merge that opens a pull request has no merged result to gate",
+            )
+            .at(g.name.span, "gate on the merged result")
+            .help("move the gate into the task (it runs on every attempt), or leave the merged result to the forge's CI"),
+        );
     }
     Some(MergeDecl {
         into,
         strategy,
         gates,
+        pr,
         span: view.head,
     })
 }

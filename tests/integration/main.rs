@@ -28,6 +28,7 @@ mod notify;
 mod pools;
 mod progress;
 mod prompts;
+mod pull_requests;
 mod reading;
 mod real_agents;
 mod report;

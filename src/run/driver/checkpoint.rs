@@ -159,15 +159,7 @@ impl Runner<'_> {
         let _ = writeln!(
             text,
             "Target branch: `{target}`. Seal: {}.\n",
-            if task.seal.is_empty() {
-                "none".to_string()
-            } else {
-                task.seal
-                    .iter()
-                    .map(|s| format!("`{s}`"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
+            seal_list(task)
         );
         if let Some(why) = why {
             let _ = writeln!(text, "Why it stopped: {why}\n");
@@ -235,4 +227,16 @@ impl Runner<'_> {
         self.emit(Some(&task.name), None, handoff)?;
         Ok(path)
     }
+}
+
+/// A task's sealed paths as a handoff names them: each in backticks, or `none`.
+pub(super) fn seal_list(task: &Task) -> String {
+    if task.seal.is_empty() {
+        return "none".to_string();
+    }
+    task.seal
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -170,6 +170,10 @@ impl<'a> Runner<'a> {
                 strategy: task.merge.strategy.name().to_string(),
             },
         )?;
+        // A pull request moves no branch of anyone else's: nothing to queue behind.
+        if task.merge.strategy == crate::ir::Strategy::Pr {
+            return self.land_pr(task, target, spec, (attempt_id, head)).await;
+        }
         let (reply, mut answer) = oneshot::channel();
         locked(&self.queue).push(Request {
             seq: ACCEPTED.fetch_add(1, Ordering::Relaxed),
@@ -1004,7 +1008,7 @@ impl Refused {
 }
 
 /// The landing commit's message: the goal, and trailers naming the run, task, attempt and digest.
-fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
+pub(super) fn landing_message(task: &Task, run: &str, attempt: u32) -> String {
     let first = task.goal.lines().next().unwrap_or("").trim();
     let mut subject: String = first.chars().take(60).collect();
     if subject.len() < first.len() {

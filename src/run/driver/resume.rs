@@ -695,7 +695,13 @@ fn progress_of(
                 let landed = merges
                     .iter()
                     .find(|m| m.attempt_id == a.id && m.state == "done")
-                    .map(|m| m.commit.clone().unwrap_or_default());
+                    .map(|m| m.commit.clone().unwrap_or_default())
+                    .or(runner
+                        .ledger()
+                        .pull_requests(&run)?
+                        .into_iter()
+                        .find(|p| p.attempt_id == a.id && p.state == "opened")
+                        .map(|p| p.commit));
                 if let Some(commit) = landed {
                     // It landed; only the task's end was not recorded.
                     let report = runner.finish_landed(task, a, &commit)?;

@@ -73,7 +73,18 @@ impl<'a> Runner<'a> {
         resume: Option<Resume>,
     ) -> Result<Ended, RunError> {
         let resume = resume.unwrap_or_default();
-        let (mut t, mut last) = self.open_task(task, target, &resume)?;
+        let start = self.pr_start(task, target).await?;
+        let base = match &start {
+            super::pull_request::PrStart::At(base) => Some(*base),
+            _ => None,
+        };
+        let (mut t, mut last) = self.open_task(task, target, &resume, base)?;
+        if let super::pull_request::PrStart::Closed(reason) = start {
+            return Ok((
+                self.end_task(&t, Outcome::Skipped, reason, None, None)?,
+                None,
+            ));
+        }
         let mut pending = resume.pending;
         for (n, branch, f) in resume.history {
             self.history().push((task.name.clone(), n, branch, f));
@@ -175,8 +186,13 @@ impl<'a> Runner<'a> {
         task: &'a Task,
         target: &str,
         resume: &Resume,
+        base: Option<Oid>,
     ) -> Result<(TaskRun<'a>, Option<Failure>), RunError> {
-        let base = crate::run::git::land::branch_tip(&self.opts.repo_root, target)?;
+        // A task stacked on pull requests starts from their changes, which its target lacks.
+        let base = match base {
+            Some(b) => b,
+            None => crate::run::git::land::branch_tip(&self.opts.repo_root, target)?,
+        };
         // Wall time the task used before the run was interrupted still counts.
         locked(&self.task_started).insert(
             task.name.clone(),
@@ -596,12 +612,22 @@ impl<'a> Runner<'a> {
         }
         Ok(Ok(match landing {
             Landing::Landed(commit) => {
-                let reason = match commit {
-                    Some(c) => format!(
+                let pr = (task.merge.strategy == crate::ir::Strategy::Pr)
+                    .then(|| self.ledger().pull_requests(&self.run_id))
+                    .transpose()?
+                    .and_then(|rows| rows.into_iter().find(|r| r.attempt_id == id));
+                let reason = match (commit, pr) {
+                    (Some(_), Some(pr)) => format!(
+                        "accepted on attempt {number}; pull request {} (branch `{}` into `{}`)",
+                        pr.url.unwrap_or_default(),
+                        pr.branch,
+                        pr.base_branch
+                    ),
+                    (Some(c), None) => format!(
                         "accepted on attempt {number}; landed on `{target}` as {}",
                         short(c)
                     ),
-                    None => format!(
+                    (None, _) => format!(
                         "accepted on attempt {number}; the change was empty, nothing to land"
                     ),
                 };

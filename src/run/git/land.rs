@@ -187,15 +187,7 @@ pub(crate) fn prepare(
             .merge_trees(&ancestor, &ours, &theirs, Some(&MergeOptions::new()))
             .map_err(git_err("merge the change onto the target", repo_root))?;
         if index.has_conflicts() {
-            let mut paths: Vec<String> = index
-                .conflicts()
-                .map_err(git_err("list merge conflicts", repo_root))?
-                .flatten()
-                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-                .collect();
-            paths.sort();
-            paths.dedup();
+            let paths = conflict_paths(&index, repo_root)?;
             return Err(LandError::Conflict {
                 branch: branch.to_string(),
                 paths,
@@ -214,12 +206,109 @@ pub(crate) fn prepare(
         .map_err(git_err("make a commit signature", repo_root))?;
     let parents = match strategy {
         Strategy::Merge => vec![&tip_commit, &head_commit],
-        Strategy::Squash | Strategy::Ff => vec![&tip_commit],
+        Strategy::Squash | Strategy::Ff | Strategy::Pr => vec![&tip_commit],
     };
     let commit = repo
         .commit(None, &sig, &sig, message, &tree, &parents)
         .map_err(git_err("write the landing commit", repo_root))?;
     Ok(Prepared::Commit { tip, commit, moved })
+}
+
+/// The paths a merge left in conflict, sorted, each once.
+fn conflict_paths(index: &Index, repo_root: &Path) -> Result<Vec<String>, LandError> {
+    let mut paths: Vec<String> = index
+        .conflicts()
+        .map_err(git_err("list merge conflicts", repo_root))?
+        .flatten()
+        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// Points the branch `name` at `commit`, made or moved (a branch of mvk's own: a pull request's).
+pub(crate) fn set_branch(
+    repo_root: &Path,
+    name: &str,
+    commit: Oid,
+    reflog: &str,
+) -> Result<(), LandError> {
+    let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
+    repo.reference(&format!("refs/heads/{name}"), commit, true, reflog)
+        .map_err(git_err(
+            format!("point branch `{name}` at {commit}"),
+            repo_root,
+        ))?;
+    Ok(())
+}
+
+/// The commit a reference (a full name) points at.
+pub(crate) fn resolve_ref(repo_root: &Path, name: &str) -> Result<Oid, LandError> {
+    let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
+    repo.refname_to_id(name)
+        .map_err(git_err(format!("read `{name}`"), repo_root))
+}
+
+/// One commit holding every commit of `commits`: the only one, or their merge (made without
+/// moving any ref), for a task that builds on the unmerged changes of several.
+pub(crate) fn join(repo_root: &Path, commits: &[Oid]) -> Result<Oid, LandError> {
+    let repo = Repository::open(repo_root).map_err(git_err("open repository", repo_root))?;
+    let Some((&first, rest)) = commits.split_first() else {
+        return Err(LandError::Conflict {
+            branch: "(nothing to build on)".into(),
+            paths: Vec::new(),
+        });
+    };
+    let mut at = first;
+    for &next in rest {
+        if repo.graph_descendant_of(at, next).unwrap_or(false) || at == next {
+            continue;
+        }
+        if repo.graph_descendant_of(next, at).unwrap_or(false) {
+            at = next;
+            continue;
+        }
+        let (ours, theirs) = (
+            repo.find_commit(at)
+                .map_err(git_err(format!("read commit `{at}`"), repo_root))?,
+            repo.find_commit(next)
+                .map_err(git_err(format!("read commit `{next}`"), repo_root))?,
+        );
+        let mut index = repo
+            .merge_commits(&ours, &theirs, Some(&MergeOptions::new()))
+            .map_err(git_err("merge the changes a task builds on", repo_root))?;
+        if index.has_conflicts() {
+            let paths = conflict_paths(&index, repo_root)?;
+            return Err(LandError::Conflict {
+                branch: format!("the changes of {at} and {next}"),
+                paths,
+            });
+        }
+        let tree_id = index
+            .write_tree_to(&repo)
+            .map_err(git_err("write the merged tree", repo_root))?;
+        let tree = repo
+            .find_tree(tree_id)
+            .map_err(git_err("read the merged tree", repo_root))?;
+        let sig = crate::run::worktree::signature(&repo)
+            .map_err(git_err("make a commit signature", repo_root))?;
+        at = repo
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "mvk: the changes a task builds on, merged",
+                &tree,
+                &[&ours, &theirs],
+            )
+            .map_err(git_err(
+                "write the merge of the changes a task builds on",
+                repo_root,
+            ))?;
+    }
+    Ok(at)
 }
 
 /// A fresh name for the file through which one landing takes the main checkout's index lock,
