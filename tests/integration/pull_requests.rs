@@ -319,3 +319,80 @@ fn a_task_after_another_is_stacked_on_its_pull_request() {
     assert_eq!(flag(for_one, "--base"), "main");
     assert_eq!(f.tip("main"), f.base);
 }
+
+#[test]
+fn a_task_after_another_waits_for_its_pull_request_to_merge_and_starts_from_the_remote() {
+    let defs = "agent edit timeout=\"30s\" { run \"sh\" \"-c\" \"mkdir -p out && echo $MVK_TASK > out/$MVK_TASK.txt\"; }\n";
+    let task = |name: &str, extra: &str| {
+        format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent edit\n        scope \"out/**\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/{name}.txt\"; }}\n        merge strategy=\"pr\" dependents=\"merged\" poll=\"1s\"\n        {extra}\n    }}\n"
+        )
+    };
+    let text = format!(
+        "{defs}flow t {{\n{}{}}}\n",
+        task("one", ""),
+        task("two", "after \"one\"")
+    );
+    let f = Fixture::new(&text);
+    let forge = Forge::new(&f);
+    let mut cmd = f.mvk_std();
+    cmd.args(["apply", "loops/t.kdl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in forge.env() {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    // Two waits for one's pull request: the events say so, and two has not started.
+    let runs = f.root().join(".mvk/runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let events = loop {
+        let found = fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .map(|e| e.path().join("events.jsonl"))
+            .and_then(|p| fs::read_to_string(p).ok())
+            .filter(|t| t.contains("\"pr.waiting\""));
+        if let Some(t) = found {
+            break t;
+        }
+        assert!(std::time::Instant::now() < deadline, "two never waited");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        !events.contains("\"task\":\"two\",\"attempt\":1"),
+        "{events}"
+    );
+    // A person merges the pull request: the remote's main takes one's commit.
+    let one_branch = f
+        .git(&[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/mvk/",
+        ])
+        .lines()
+        .find(|b| b.ends_with("/one/pr"))
+        .unwrap()
+        .to_string();
+    f.git(&["push", "-q", "origin", &format!("{one_branch}:main")]);
+    fs::write(forge.gh.path().join("1.state"), "MERGED\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let run = f.run_of(&out, false);
+    run.expect_code(0);
+    let two_tip = forge
+        .remote_tip(&branch_of(&run, "two"))
+        .expect("two pushed");
+    let one_tip = f.tip(&one_branch);
+    assert_eq!(
+        f.git(&["rev-parse", &format!("{two_tip}^")]).trim(),
+        one_tip
+    );
+    let for_two = forge
+        .creates()
+        .into_iter()
+        .find(|c| flag(c, "--head") == branch_of(&run, "two"))
+        .unwrap();
+    assert_eq!(flag(&for_two, "--base"), "main");
+    assert_eq!(f.tip("main"), f.base, "the local main is not mvk's to move");
+}
