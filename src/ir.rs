@@ -486,8 +486,9 @@ pub struct PullRequest {
     pub dependents: Dependents,
     /// Opens the pull request; prints its URL.
     pub open: Vec<String>,
-    /// Prints the URL of the open pull request of `{{branch}}`, if there is one (nothing, or a
-    /// failure, when there is none): asked before opening one, so that none is opened twice.
+    /// Prints the URL of the pull request of `{{branch}}`, if there is one, open or not (nothing
+    /// when there is none; a failure stops the landing): asked before opening one, so that none
+    /// is opened twice.
     pub find: Vec<String>,
     /// Prints the state of the pull request at `{{url}}` (`MERGED`, `OPEN`, `CLOSED`).
     pub state: Vec<String>,
@@ -521,6 +522,7 @@ impl Default for PullRequest {
                 "--body-file",
                 "{{body_file}}",
             ]),
+            // Any state: one merged before a resume asked is still the one opened.
             find: argv(&[
                 "gh",
                 "pr",
@@ -528,7 +530,7 @@ impl Default for PullRequest {
                 "--head",
                 "{{branch}}",
                 "--state",
-                "open",
+                "all",
                 "--json",
                 "url",
                 "--jq",

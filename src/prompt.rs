@@ -587,3 +587,56 @@ mod tests {
         assert!(err.is_some_and(|e| e.message.contains("failure")));
     }
 }
+
+/// Renders a template whose words go to a command or a forge (a pull request's title, body and
+/// commands): strict (an unknown variable is an error, not a blank), nothing escaped.
+pub(crate) fn render_plain(template: &str, vars: &serde_json::Value) -> Result<String, String> {
+    let mut hb = handlebars::Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(handlebars::no_escape);
+    hb.render_template(template, vars)
+        .map_err(|e| e.to_string())
+}
+
+/// The variables a pull request's title is given (see `book/src/pull-requests.md`).
+pub(crate) const PR_TITLE_VARIABLES: &[&str] = &[
+    "task", "goal", "subject", "run", "attempt", "branch", "base", "remote", "commit",
+];
+/// Its body: the title's, the handoff and the title.
+pub(crate) const PR_BODY_VARIABLES: &[&str] = &[
+    "task", "goal", "subject", "run", "attempt", "branch", "base", "remote", "commit", "handoff",
+    "title",
+];
+/// Its `open` and `find` commands: the body's, the body and the body's file.
+pub(crate) const PR_COMMAND_VARIABLES: &[&str] = &[
+    "task",
+    "goal",
+    "subject",
+    "run",
+    "attempt",
+    "branch",
+    "base",
+    "remote",
+    "commit",
+    "handoff",
+    "title",
+    "body",
+    "body_file",
+];
+/// Its `state` command.
+pub(crate) const PR_STATE_VARIABLES: &[&str] = &["url", "remote"];
+
+#[cfg(test)]
+mod plain_tests {
+    use super::render_plain;
+
+    #[test]
+    fn plain_templates_are_strict_and_unescaped() {
+        let vars = serde_json::json!({"task": "a<b>", "n": 1});
+        assert_eq!(
+            render_plain("{{task}} #{{n}}", &vars).as_deref(),
+            Ok("a<b> #1")
+        );
+        assert!(render_plain("{{nope}}", &vars).is_err());
+    }
+}

@@ -168,6 +168,7 @@ fn open_creates_the_file_and_its_directory_and_migrates() {
             "merges",
             "program_sources",
             "programs",
+            "pull_requests",
             "resumptions",
             "reviews",
             "runs",

@@ -752,7 +752,9 @@ fn lower_body(world: &mut World, module: usize, body: &LoopBody, item: Option<&s
         };
         let mut merge = merge;
         if merge.strategy == Strategy::Pr {
-            merge.pr = Some(pull_request(&m.pr));
+            let pr = pull_request(&m.pr);
+            check_pr_templates(world, &pr, m.span);
+            merge.pr = Some(pr);
         }
         if let Some(into) = &m.into
             && git2::Branch::name_is_valid(&into.node).ok() != Some(true)
@@ -1257,6 +1259,55 @@ fn build_flow(
             }
         }
     }
+    // A task after one landed as a pull request starts from that pull request's commit (or
+    // the remote after its merge): only one landed the same way can, and only when all it
+    // waits for did.
+    for d in &decls {
+        let is_pr = |name: &String| {
+            task_index
+                .get(name)
+                .is_some_and(|&k| tasks[k].merge.strategy == Strategy::Pr)
+        };
+        let Some(ours) = expanded(d).first().map(is_pr) else {
+            continue;
+        };
+        let deps: Vec<(&Spanned<String>, bool)> = d
+            .after
+            .iter()
+            .filter_map(|a| {
+                let dep = seen.get(&a.node).map(|&j| &decls[j])?;
+                Some((a, expanded(dep).first().is_some_and(is_pr)))
+            })
+            .collect();
+        let Some((first_pr, _)) = deps.iter().find(|(_, pr)| *pr) else {
+            continue;
+        };
+        let other = deps.iter().find(|(_, pr)| !*pr);
+        if ours && other.is_none() {
+            continue;
+        }
+        let (span, message) = match other {
+            Some((a, _)) if ours => (
+                a.span,
+                format!(
+                    "task `{}` opens a pull request after `{}`, which opens one, and `{}`, which lands on its branch: no base holds both",
+                    d.name.node, first_pr.node, a.node
+                ),
+            ),
+            _ => (
+                first_pr.span,
+                format!(
+                    "task `{}` lands on its branch after `{}`, which opens a pull request: its base would not hold that change",
+                    d.name.node, first_pr.node
+                ),
+            ),
+        };
+        world.diags.push(
+            Diagnostic::error("mvk::after-pull-request", message)
+                .at(span, "landed another way")
+                .help("give the task and all it comes after the same `merge strategy=\"pr\"`, or drop the `after`"),
+        );
+    }
     // A task starts from a base holding what it waits for; that is only so when both land on
     // the same branch.
     for d in &decls {
@@ -1421,6 +1472,55 @@ pub(crate) fn unpriced(agent: &ir::Agent, budget: Span, used: Span) -> Option<Di
             "give the model's price in US dollars per million tokens, as the provider publishes it: price \"{model}\" input=1.25 output=10.0 cached=0.125 (a top-level node of this file or a file it imports); or budget tokens= instead of usd="
         )),
     )
+}
+
+/// Refuses a pull request's template that would fail when the change is ready to go out: one
+/// that does not compile, or names a variable it is not given there.
+fn check_pr_templates(world: &mut World, pr: &ir::PullRequest, span: Span) {
+    use crate::prompt::{
+        PR_BODY_VARIABLES, PR_COMMAND_VARIABLES, PR_STATE_VARIABLES, PR_TITLE_VARIABLES,
+    };
+    let one = |t: &str| std::iter::once(t.to_string());
+    let words: Vec<(&str, String, &[&str])> = one(&pr.title)
+        .map(|t| ("title", t, PR_TITLE_VARIABLES))
+        .chain(one(&pr.body).map(|t| ("body", t, PR_BODY_VARIABLES)))
+        .chain(
+            pr.open
+                .iter()
+                .map(|w| ("open", w.clone(), PR_COMMAND_VARIABLES)),
+        )
+        .chain(
+            pr.find
+                .iter()
+                .map(|w| ("find", w.clone(), PR_COMMAND_VARIABLES)),
+        )
+        .chain(
+            pr.state
+                .iter()
+                .map(|w| ("state", w.clone(), PR_STATE_VARIABLES)),
+        )
+        .collect();
+    for (what, template, given) in words {
+        let sample: serde_json::Map<String, serde_json::Value> = given
+            .iter()
+            .map(|v| {
+                (
+                    (*v).to_string(),
+                    serde_json::Value::String(format!("<{v}>")),
+                )
+            })
+            .collect();
+        if let Err(e) = crate::prompt::render_plain(&template, &serde_json::Value::Object(sample)) {
+            world.diags.push(
+                Diagnostic::error(
+                    "mvk::bad-template",
+                    format!("the pull request's {what} `{template}` does not render: {e}"),
+                )
+                .at(span, "in this merge")
+                .help(format!("its variables are: {}", given.join(", "))),
+            );
+        }
+    }
 }
 
 /// A pull request's settings: what the loop gives, the GitHub CLI's defaults for the rest.

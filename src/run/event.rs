@@ -479,6 +479,10 @@ mod tests {
         "budget.threshold",
         "notify.sent",
         "notify.failed",
+        "pr.pushed",
+        "pr.opened",
+        "pr.refused",
+        "pr.waiting",
     ];
 
     #[test]

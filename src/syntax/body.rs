@@ -442,6 +442,23 @@ fn merge(cx: &mut Cx<'_>, view: &mut NodeView<'_>) -> Option<MergeDecl> {
                     );
                     continue;
                 }
+                if let Some(i) = crate::syntax::shell_code_word(
+                    argv.iter()
+                        .map(|w| w.node.as_str())
+                        .collect::<Vec<_>>()
+                        .as_slice(),
+                ) && argv[i].node.contains("{{")
+                {
+                    cx.push(
+                        Diagnostic::error(
+                            "mvk::placeholder-in-shell",
+                            format!("the `{name}` command's shell script cannot take `{{{{…}}}}` placeholders"),
+                        )
+                        .at(argv[i].span, "a placeholder in shell code")
+                        .help("pass the value as an argument of its own and read it as \"$0\" or \"$1\": `sh -c 'glab mr view \"$0\"' \"{{url}}\"`"),
+                    );
+                    continue;
+                }
                 let argv = Some(Spanned::new(argv, cv.head));
                 match name {
                     "open" => pr.open = argv,

@@ -541,6 +541,26 @@ pub(crate) fn string_args(
         .collect()
 }
 
+/// The index of the word a shell reads as code in `argv` (`sh -c SCRIPT …`, `bash -ec …`), if
+/// its program is a shell: a `{{placeholder}}` there would run the value (a task's reason, a
+/// reviewer's text) as shell code, where a word of its own is only ever an argument.
+pub(crate) fn shell_code_word<S: AsRef<str>>(argv: &[S]) -> Option<usize> {
+    let program = argv.first()?.as_ref();
+    let name = program.rsplit('/').next().unwrap_or(program);
+    if !matches!(
+        name,
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "fish"
+    ) {
+        return None;
+    }
+    let flag = argv.iter().skip(1).position(|w| {
+        let w = w.as_ref();
+        w.starts_with('-') && !w.starts_with("--") && w.contains('c')
+    })?;
+    // The script is the word after the flag (`position` counted from the second word).
+    Some(flag + 2).filter(|&i| i < argv.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +573,16 @@ mod tests {
 
     /// Found by the `compile` fuzz target: the KDL parser recursed once per `{` and overflowed
     /// the stack (a SIGSEGV, no diagnostic) on a few thousand nested blocks.
+    #[test]
+    fn the_shell_code_word_is_the_one_after_dash_c() {
+        assert_eq!(shell_code_word(&["sh", "-c", "echo $0", "x"]), Some(2));
+        assert_eq!(shell_code_word(&["/bin/bash", "-ec", "x"]), Some(2));
+        assert_eq!(shell_code_word(&["bash", "--norc", "-c", "x"]), Some(3));
+        assert_eq!(shell_code_word(&["sh", "script.sh", "-c"]), None);
+        assert_eq!(shell_code_word(&["gh", "-c", "x"]), None);
+        assert_eq!(shell_code_word(&["sh", "-c"]), None);
+    }
+
     #[test]
     fn deep_nesting_is_a_diagnostic_not_a_stack_overflow() {
         let text = format!("{}{}", "a{".repeat(5_000), "}".repeat(5_000));

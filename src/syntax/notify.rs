@@ -223,8 +223,18 @@ fn fraction(cx: &mut Cx<'_>, entry: &kdl::KdlEntry) -> Option<Spanned<u32>> {
 /// A `sh` script gets the event's fields in its environment (`$MVK_TASK`): pasted into the
 /// script's code, a task name or a reviewer's words could run as commands.
 fn shell_without_placeholders(cx: &mut Cx<'_>, c: &Command) -> bool {
-    let Command::Sh(script) = c else {
-        return true;
+    let script = match c {
+        Command::Sh(script) => script,
+        // `run "sh" "-c" "… {{message}} …"` is shell code too.
+        Command::Run(argv) => match crate::syntax::shell_code_word(
+            argv.iter()
+                .map(|w| w.node.as_str())
+                .collect::<Vec<_>>()
+                .as_slice(),
+        ) {
+            Some(i) => &argv[i],
+            None => return true,
+        },
     };
     if !script.node.contains("{{") {
         return true;

@@ -91,6 +91,16 @@ impl Forge {
     }
 }
 
+/// The events file of the one run in the fixture.
+fn events_path(f: &Fixture) -> PathBuf {
+    let run = fs::read_dir(f.root().join(".mvk/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    run.path().join("events.jsonl")
+}
+
 fn pr_loop() -> String {
     simple_loop("fix.sh", "merge strategy=\"pr\" title=\"fix: {{subject}}\"")
 }
@@ -207,6 +217,11 @@ fn a_crash_between_the_push_and_the_pull_request_opens_one_on_resume() {
 }
 
 #[test]
+fn a_crash_between_the_push_and_its_record_pushes_again_harmlessly_and_opens_one() {
+    crash_then_resume("pr-pushing");
+}
+
+#[test]
 fn a_crash_after_the_pull_request_opened_finds_it_rather_than_opening_another() {
     crash_then_resume("pr-opened");
 }
@@ -280,6 +295,49 @@ fn a_failing_forge_command_keeps_the_pushed_branch_and_is_tried_again_on_approva
     assert!(forge.file(&branch, "url").exists());
     // Pushed once: the second landing found the ledger saying so.
     assert_eq!(approved.named("pr.pushed").len(), 1, "{}", approved.why());
+}
+
+#[test]
+fn another_attempt_after_a_refused_pull_request_replaces_the_pushed_branch() {
+    let f = Fixture::new(&pr_loop());
+    let forge = Forge::new(&f);
+    let run = forge.run(&f, &["apply", "loops/t.kdl"], &[("FAKE_GH_FAIL", "create")]);
+    run.expect_code(4);
+    let branch = branch_of(&run, "t");
+    let first = forge
+        .remote_tip(&branch)
+        .expect("pushed before the refusal");
+    // The person wants another attempt; it is accepted, and its commit replaces the first.
+    let again = forge.run(
+        &f,
+        &["reject", &run.id, "--reason", "say why in the commit"],
+        &[],
+    );
+    again.expect_code(0);
+    let second = forge.remote_tip(&branch).expect("pushed again");
+    assert_ne!(first, second, "{}", again.why());
+    assert_eq!(f.tip(&branch), second);
+    assert_eq!(
+        forge.creates().len(),
+        2,
+        "one refused, one opened: {:?}",
+        forge.calls()
+    );
+    assert!(forge.file(&branch, "url").exists());
+}
+
+#[test]
+fn a_failed_look_for_an_open_pull_request_opens_none() {
+    let f = Fixture::new(&pr_loop());
+    let forge = Forge::new(&f);
+    let run = forge.run(&f, &["apply", "loops/t.kdl"], &[("FAKE_GH_FAIL", "list")]);
+    run.expect_code(4);
+    let refused = run.one("pr.refused");
+    assert_eq!(refused["detail"]["step"], "find");
+    assert!(forge.creates().is_empty(), "{:?}", forge.calls());
+    let approved = forge.run(&f, &["approve", &run.id], &[]);
+    approved.expect_code(0);
+    assert_eq!(forge.creates().len(), 1, "{:?}", forge.calls());
 }
 
 #[test]
@@ -360,6 +418,10 @@ fn a_task_after_another_waits_for_its_pull_request_to_merge_and_starts_from_the_
         assert!(std::time::Instant::now() < deadline, "two never waited");
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    // Longer than a poll: were it not waiting, two would have started by now.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let log = events_path(&f);
+    let events = fs::read_to_string(&log).unwrap_or(events);
     assert!(
         !events.contains("\"task\":\"two\",\"attempt\":1"),
         "{events}"

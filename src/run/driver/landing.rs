@@ -170,8 +170,18 @@ impl<'a> Runner<'a> {
                 strategy: task.merge.strategy.name().to_string(),
             },
         )?;
-        // A pull request moves no branch of anyone else's: nothing to queue behind.
+        // A pull request moves no branch of anyone else's: nothing to queue behind. (A change
+        // made elsewhere never gets here: the Temporal coordinator refuses `strategy="pr"`,
+        // whose landing does not gate it again.)
         if task.merge.strategy == crate::ir::Strategy::Pr {
+            if verify {
+                return Err(RunError::Refused {
+                    message: format!(
+                        "task `{}` was made elsewhere and lands as a pull request, which is not gated again here",
+                        task.name
+                    ),
+                });
+            }
             return self.land_pr(task, target, spec, (attempt_id, head)).await;
         }
         let (reply, mut answer) = oneshot::channel();

@@ -20,14 +20,16 @@ use std::time::Duration;
 use git2::Oid;
 
 use super::landing::Landing;
-use super::{RunError, Runner, blocking};
+use super::{RunError, Runner, blocking, locked};
 use crate::ir::{Dependents, PullRequest, Task};
 use crate::ledger::{PullRequestRow, PullRequestStart};
+use crate::prompt::render_plain as render;
 use crate::run::attempt::AttemptSpec;
 use crate::run::event::Event;
 use crate::run::exec::process::{self, ProcessSpec, Termination};
 use crate::run::git::land::{self, Prepared};
 use crate::run::host::Host;
+use crate::run::outcome::Outcome;
 
 /// How long a push or fetch may take.
 const GIT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -40,9 +42,14 @@ pub(super) enum PrStart {
     Target,
     /// From `base` (a dependency's pushed commit, or the remote's target after the merges).
     At(Oid),
-    /// A pull request it waits for was closed without merging: it cannot start.
-    Closed(String),
+    /// It cannot start: it ends with this outcome and reason (a pull request it waits for was
+    /// closed unmerged, the changes it builds on conflict, the forge cannot be asked).
+    End(crate::run::outcome::Outcome, String),
 }
+
+/// How many times in a row the forge may fail to say a pull request's state before the task
+/// that waits for it stops for a person.
+const STATE_FAILURES: u32 = 5;
 
 /// What a command printed and how it ended.
 struct Ran {
@@ -63,11 +70,8 @@ impl<'a> Runner<'a> {
         (attempt_id, head): (i64, Oid),
     ) -> Result<Landing, RunError> {
         let pr = task.merge.pr.clone().unwrap_or_default();
-        let known = self
-            .ledger()
-            .pull_requests(&self.run_id)?
-            .into_iter()
-            .find(|r| r.attempt_id == attempt_id);
+        let rows = self.ledger().pull_requests(&self.run_id)?;
+        let known = rows.iter().find(|r| r.attempt_id == attempt_id).cloned();
         let row = match known {
             Some(row) => row,
             None => {
@@ -118,18 +122,39 @@ impl<'a> Runner<'a> {
             }
         };
         crate::run::failpoint("pr-intent");
+        // Title and body before anything goes out: a template that cannot render stops here.
+        let vars = match self.pr_vars(task, spec.number, &row, &pr) {
+            Ok(vars) => vars,
+            Err(e) => return self.refused(task, &row, "render", &e),
+        };
         if row.state == "intent" {
-            let refspec = format!("{}:refs/heads/{}", row.commit, row.branch);
-            let push = self
-                .git(
-                    task,
-                    "push",
-                    &["push", "--porcelain", &row.remote, &refspec],
-                )
-                .await?;
+            let mut args = vec!["push".to_string(), "--porcelain".to_string()];
+            // An earlier attempt of this task may have pushed the branch (its pull request was
+            // refused, then a person asked for another attempt): ours replaces it, but only
+            // while the remote still holds what mvk pushed there.
+            let earlier: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.task == task.name && r.branch == row.branch && r.id != row.id)
+                .map(|r| r.commit.as_str())
+                .collect();
+            if !earlier.is_empty() {
+                let at = format!("refs/heads/{}", row.branch);
+                let ls = self
+                    .git(task, "ls-remote", &["ls-remote", &row.remote, &at])
+                    .await?;
+                let there = ls.stdout.split_whitespace().next().unwrap_or("");
+                if ls.ok && earlier.contains(&there) {
+                    args.push(format!("--force-with-lease={at}:{there}"));
+                }
+            }
+            args.push(row.remote.clone());
+            args.push(format!("{}:refs/heads/{}", row.commit, row.branch));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let push = self.git(task, "push", &args).await?;
             if !push.ok {
                 return self.refused(task, &row, "push", &push.said);
             }
+            crate::run::failpoint("pr-pushing");
             self.ledger()
                 .update_pull_request(row.id, Some("pushed"), None, None)?;
             self.emit(
@@ -145,28 +170,32 @@ impl<'a> Runner<'a> {
         }
         let (url, found) = match row.url.clone().filter(|_| row.state == "opened") {
             Some(url) => (url, true),
-            None => {
-                let title = self.render_pr(&pr.title, task, spec.number, &row)?;
-                let vars = self.pr_vars(task, spec.number, &row, &title)?;
-                let find = self.forge(task, "find", &pr.find, &vars).await?;
-                match find.ok.then(|| first_url(&find.stdout)).flatten() {
-                    Some(url) => (url, true),
-                    None => {
-                        crate::run::failpoint("pr-open");
-                        let open = self.forge(task, "open", &pr.open, &vars).await?;
-                        if !open.ok {
-                            return self.refused(task, &row, "open", &open.said);
-                        }
-                        crate::run::failpoint("pr-opened");
-                        // A forge that prints no URL still opened it: what it printed stands
-                        // for one, so that it is not opened again.
-                        let url = first_url(&open.stdout).unwrap_or_else(|| {
-                            open.stdout.trim().lines().last().unwrap_or("").to_string()
-                        });
-                        (url, false)
+            None => match self.find_pr(task, &row, &pr, &vars).await? {
+                Err(refusal) => return Ok(refusal),
+                Ok(Some(url)) => (url, true),
+                Ok(None) => {
+                    let open = self.forge(task, "open", &pr.open, &vars).await?;
+                    if !open.ok {
+                        return self.refused(task, &row, "open", &open.said);
+                    }
+                    crate::run::failpoint("pr-opened");
+                    match first_url(&open.stdout) {
+                        Some(url) => (url, false),
+                        // A forge that prints no URL: the one it opened is looked for.
+                        None => match self.find_pr(task, &row, &pr, &vars).await? {
+                            Err(refusal) => return Ok(refusal),
+                            Ok(Some(url)) => (url, false),
+                            Ok(None) => {
+                                let why = format!(
+                                    "`open` printed no URL, and `find` finds no pull request of the branch: {}",
+                                    open.said
+                                );
+                                return self.refused(task, &row, "open", &why);
+                            }
+                        },
                     }
                 }
-            }
+            },
         };
         if row.state != "opened" {
             self.ledger()
@@ -189,13 +218,46 @@ impl<'a> Runner<'a> {
         Ok(Landing::Landed(Some(commit)))
     }
 
+    /// The URL of the open pull request of `row`'s branch, `None` when there is none, or the
+    /// refusal when the forge cannot say (opening one then could open a second).
+    async fn find_pr(
+        &self,
+        task: &Task,
+        row: &PullRequestRow,
+        pr: &PullRequest,
+        vars: &serde_json::Value,
+    ) -> Result<Result<Option<String>, Landing>, RunError> {
+        let find = self.forge(task, "find", &pr.find, vars).await?;
+        if !find.ok {
+            return self.refused(task, row, "find", &find.said).map(Err);
+        }
+        Ok(Ok(first_url(&find.stdout)))
+    }
+
     /// Where `task` starts when what it waits for landed as pull requests: stacked on their
     /// commits, or, with `dependents="merged"`, from the remote's target once they merged
-    /// (asking every `poll`).
-    pub(super) async fn pr_start(&self, task: &Task, target: &str) -> Result<PrStart, RunError> {
+    /// (asking every `poll`). A task a resumed run had begun keeps the base it began from.
+    pub(super) async fn pr_start(
+        &self,
+        task: &Task,
+        target: &str,
+        begun: bool,
+    ) -> Result<PrStart, RunError> {
         let deps = self.dependency_prs(task)?;
         if deps.is_empty() {
             return Ok(PrStart::Target);
+        }
+        if begun {
+            let recorded = self
+                .ledger()
+                .task_rows(&self.run_id)?
+                .into_iter()
+                .find(|r| r.name == task.name)
+                .and_then(|r| r.base)
+                .and_then(|b| Oid::from_str(&b).ok());
+            if let Some(base) = recorded {
+                return Ok(PrStart::At(base));
+            }
         }
         let pr = task.merge.pr.clone().unwrap_or_default();
         match pr.dependents {
@@ -210,68 +272,137 @@ impl<'a> Runner<'a> {
                     })
                     .collect::<Result<_, _>>()?;
                 let root = self.opts.repo_root.clone();
-                let base = blocking("join the changes a task builds on", move || {
+                let joined = blocking("join the changes a task builds on", move || {
                     land::join(&root, &commits)
                 })
-                .await??;
-                Ok(PrStart::At(base))
+                .await?;
+                match joined {
+                    Ok(base) => Ok(PrStart::At(base)),
+                    Err(land::LandError::Conflict { paths, .. }) => {
+                        let urls: Vec<String> = deps.iter().filter_map(|d| d.url.clone()).collect();
+                        Ok(PrStart::End(
+                            Outcome::Human,
+                            format!(
+                                "the pull requests it builds on ({}) conflict at {}: merge them first, or give it dependents=\"merged\"",
+                                urls.join(", "),
+                                paths.join(", ")
+                            ),
+                        ))
+                    }
+                    Err(e) => Err(e.into()),
+                }
             }
             Dependents::Merged => {
-                let urls: Vec<String> = deps.iter().filter_map(|d| d.url.clone()).collect();
-                self.emit(
-                    Some(&task.name),
-                    None,
-                    Event::PrWaiting { urls: urls.clone() },
-                )?;
-                self.task_state(&task.name, |s| {
-                    s.state = "waiting".into();
-                    s.note = Some(format!("for {} to merge", urls.join(", ")));
-                });
-                self.write_state()?;
-                loop {
-                    let mut open = false;
-                    for url in &urls {
-                        let mut vars = serde_json::Map::new();
-                        vars.insert("url".into(), url.clone().into());
-                        vars.insert("remote".into(), pr.remote.clone().into());
-                        let state = self.forge(task, "state", &pr.state, &vars.into()).await?;
-                        let said = state.stdout.trim().to_ascii_lowercase();
-                        if said.contains("merged") {
-                            continue;
-                        }
-                        if state.ok && said.contains("closed") {
-                            return Ok(PrStart::Closed(format!(
-                                "the pull request {url} it builds on was closed without merging"
-                            )));
-                        }
-                        open = true;
-                    }
-                    if !open {
-                        break;
-                    }
-                    tokio::time::sleep(pr.poll).await;
-                }
-                let local = format!("refs/mvk/{}/upstream", self.run_id);
-                let refspec = format!("+refs/heads/{target}:{local}");
-                let fetch = self
-                    .git(task, "fetch", &["fetch", "--no-tags", &pr.remote, &refspec])
-                    .await?;
-                if !fetch.ok {
-                    return Err(RunError::Config {
-                        message: format!(
-                            "cannot fetch `{target}` from `{}` for task `{}`: {}",
-                            pr.remote, task.name, fetch.said
-                        ),
-                    });
-                }
-                let root = self.opts.repo_root.clone();
-                let base = blocking("read the fetched target", move || {
-                    land::resolve_ref(&root, &local)
-                })
-                .await??;
-                Ok(PrStart::At(base))
+                // Waiting holds the task's scope but no slot of `parallel`.
+                locked(&self.slots).landing.insert(task.name.clone());
+                self.slots_changed.notify_waiters();
+                let waited = self.wait_for_merges(task, target, &pr, &deps).await;
+                self.rejoin(&task.name).await;
+                waited
             }
         }
+    }
+
+    /// Asks the forge every `poll` until the pull requests `deps` have merged, then fetches the
+    /// target from the remote and says to start from it.
+    async fn wait_for_merges(
+        &self,
+        task: &Task,
+        target: &str,
+        pr: &PullRequest,
+        deps: &[PullRequestRow],
+    ) -> Result<PrStart, RunError> {
+        let urls: Vec<String> = deps.iter().filter_map(|d| d.url.clone()).collect();
+        self.emit(
+            Some(&task.name),
+            None,
+            Event::PrWaiting { urls: urls.clone() },
+        )?;
+        self.task_state(&task.name, |s| {
+            s.state = "waiting".into();
+            s.note = Some(format!("for {} to merge", urls.join(", ")));
+        });
+        self.write_state()?;
+        let deadline = self
+            .program
+            .flow
+            .as_ref()
+            .and_then(|f| f.budget.wall)
+            .map(|w| self.run_started() + w);
+        let mut failures = 0;
+        loop {
+            let mut open = false;
+            for url in &urls {
+                let mut vars = serde_json::Map::new();
+                vars.insert("url".into(), url.clone().into());
+                vars.insert("remote".into(), pr.remote.clone().into());
+                let state = self.forge(task, "state", &pr.state, &vars.into()).await?;
+                if !state.ok {
+                    failures += 1;
+                    if failures >= STATE_FAILURES {
+                        return Ok(PrStart::End(
+                            Outcome::Human,
+                            format!(
+                                "the forge could not say whether {url} merged, {failures} times in a row: {}",
+                                state.said
+                            ),
+                        ));
+                    }
+                    open = true;
+                    continue;
+                }
+                failures = 0;
+                let said = state.stdout.trim().to_ascii_lowercase();
+                if said.contains("merged") {
+                    continue;
+                }
+                if said.contains("closed") {
+                    return Ok(PrStart::End(
+                        Outcome::Skipped,
+                        format!("the pull request {url} it builds on was closed without merging"),
+                    ));
+                }
+                open = true;
+            }
+            if !open {
+                break;
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() + pr.poll > d) {
+                return Ok(PrStart::End(
+                    Outcome::Budget,
+                    format!(
+                        "the flow's wall time ran out while it waited for {} to merge",
+                        urls.join(", ")
+                    ),
+                ));
+            }
+            tokio::time::sleep(pr.poll).await;
+        }
+        // One ref per task: tasks woken by the same merge fetch side by side.
+        let local = format!(
+            "refs/mvk/{}/{}/upstream",
+            self.run_id,
+            crate::slug::slug(&task.name)
+        );
+        let refspec = format!("+refs/heads/{target}:{local}");
+        let fetch = self
+            .git(task, "fetch", &["fetch", "--no-tags", &pr.remote, &refspec])
+            .await?;
+        if !fetch.ok {
+            return Ok(PrStart::End(
+                Outcome::Human,
+                format!(
+                    "cannot fetch `{target}` from `{}` after the merge: {}",
+                    pr.remote, fetch.said
+                ),
+            ));
+        }
+        let root = self.opts.repo_root.clone();
+        let base = blocking("read the fetched target", move || {
+            land::resolve_ref(&root, &local)
+        })
+        .await??;
+        Ok(PrStart::At(base))
     }
 
     /// The pull requests opened for the tasks `task` comes after (the last of each).
@@ -437,54 +568,30 @@ impl<'a> Runner<'a> {
         )))
     }
 
-    /// The variables of a pull request's title, body and commands.
+    /// The variables of a pull request's commands: its title and body rendered (the body
+    /// written to a file), or why one of them does not render.
     fn pr_vars(
         &self,
         task: &Task,
         attempt: u32,
         row: &PullRequestRow,
-        title: &str,
-    ) -> Result<serde_json::Value, RunError> {
-        let handoff = self.pr_handoff(task, row)?;
+        pr: &PullRequest,
+    ) -> Result<serde_json::Value, String> {
         let mut vars = base_vars(task, &self.run_id, attempt, row);
+        let title =
+            render(&pr.title, &vars.clone().into()).map_err(|e| format!("the title: {e}"))?;
+        let handoff = self.pr_handoff(task, row).map_err(|e| e.to_string())?;
         vars.insert("handoff".into(), handoff.into());
-        let body_template = task
-            .merge
-            .pr
-            .as_ref()
-            .map_or(crate::ir::DEFAULT_PR_BODY, |p| p.body.as_str());
-        let body = render(body_template, &vars.clone().into()).map_err(|e| RunError::Config {
-            message: format!("the body of task `{}`'s pull request: {e}", task.name),
-        })?;
-        let dir = self.pr_dir(task);
-        std::fs::create_dir_all(&dir).map_err(|source| RunError::Io {
-            action: "make the directory of a pull request's body",
-            path: dir.clone(),
-            source,
-        })?;
-        let body_file = dir.join("body.md");
-        std::fs::write(&body_file, &body).map_err(|source| RunError::Io {
-            action: "write a pull request's body",
-            path: body_file.clone(),
-            source,
-        })?;
         vars.insert("title".into(), title.into());
+        let body = render(&pr.body, &vars.clone().into()).map_err(|e| format!("the body: {e}"))?;
+        let dir = self.pr_dir(task);
+        let body_file = dir.join("body.md");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&body_file, &body))
+            .map_err(|e| format!("cannot write `{}`: {e}", body_file.display()))?;
         vars.insert("body".into(), body.into());
         vars.insert("body_file".into(), body_file.display().to_string().into());
         Ok(vars.into())
-    }
-
-    fn render_pr(
-        &self,
-        template: &str,
-        task: &Task,
-        attempt: u32,
-        row: &PullRequestRow,
-    ) -> Result<String, RunError> {
-        let vars = base_vars(task, &self.run_id, attempt, row);
-        render(template, &vars.into()).map_err(|e| RunError::Config {
-            message: format!("the title of task `{}`'s pull request: {e}", task.name),
-        })
     }
 
     /// What a reviewer of the pull request needs: the goal, each attempt and its verdict, the
@@ -589,16 +696,6 @@ fn base_vars(
     vars
 }
 
-/// Renders a pull request's template: strict (an unknown variable is an error, not a blank),
-/// nothing escaped (the words go to a command, not a web page).
-pub(crate) fn render(template: &str, vars: &serde_json::Value) -> Result<String, String> {
-    let mut hb = handlebars::Handlebars::new();
-    hb.set_strict_mode(true);
-    hb.register_escape_fn(handlebars::no_escape);
-    hb.render_template(template, vars)
-        .map_err(|e| e.to_string())
-}
-
 /// The first `http://` or `https://` URL in `text`.
 fn first_url(text: &str) -> Option<String> {
     text.split_whitespace()
@@ -617,12 +714,5 @@ mod tests {
             Some("https://github.com/o/r/pull/7")
         );
         assert_eq!(first_url("nothing here"), None);
-    }
-
-    #[test]
-    fn templates_are_strict_and_unescaped() {
-        let vars = serde_json::json!({"task": "a<b>", "n": 1});
-        assert_eq!(render("{{task}} #{{n}}", &vars).as_deref(), Ok("a<b> #1"));
-        assert!(render("{{nope}}", &vars).is_err());
     }
 }

@@ -69,11 +69,36 @@ impl<'a> Runner<'a> {
         a: &ledger::AttemptRow,
         commit: &str,
     ) -> Result<TaskReport, RunError> {
-        let reason = format!(
-            "accepted on attempt {}; landed as {} before the run was interrupted",
-            a.number,
-            &commit[..10.min(commit.len())]
-        );
+        let pr = self
+            .ledger()
+            .pull_requests(&self.run_id)?
+            .into_iter()
+            .find(|p| p.attempt_id == a.id && p.state == "opened");
+        let reason = match pr {
+            Some(pr) => {
+                let url = pr.url.clone().unwrap_or_default();
+                // The interruption may have come between the ledger and the event.
+                self.emit(
+                    Some(&task.name),
+                    Some(a.number),
+                    Event::PrOpened {
+                        url: url.clone(),
+                        branch: pr.branch.clone(),
+                        base: pr.base_branch.clone(),
+                        found: true,
+                    },
+                )?;
+                format!(
+                    "accepted on attempt {}; pull request {url} (branch `{}` into `{}`) opened before the run was interrupted",
+                    a.number, pr.branch, pr.base_branch
+                )
+            }
+            None => format!(
+                "accepted on attempt {}; landed as {} before the run was interrupted",
+                a.number,
+                &commit[..10.min(commit.len())]
+            ),
+        };
         self.ledger().finish_task(
             &self.run_id,
             &task.name,

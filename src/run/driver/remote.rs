@@ -136,6 +136,22 @@ impl<'a> Coordinator<'a> {
         executor: &str,
         detail: serde_json::Value,
     ) -> Result<Coordinator<'a>, RunError> {
+        // A change made on a worker is gated again here before it lands on a branch; a pull
+        // request's landing has no such step yet, and would open one on a verdict that came
+        // over the network unchecked.
+        let selected = super::open::select(program, opts)?;
+        if let Some(t) = selected
+            .iter()
+            .map(|&i| &program.tasks[i])
+            .find(|t| t.merge.strategy == crate::ir::Strategy::Pr)
+        {
+            return Err(RunError::Refused {
+                message: format!(
+                    "task `{}` lands as a pull request (merge strategy=\"pr\"), which the {executor} executor does not do yet: run it with the local executor, or give it another strategy",
+                    t.name
+                ),
+            });
+        }
         let Opened {
             runner,
             selected,

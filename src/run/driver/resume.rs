@@ -760,8 +760,11 @@ fn progress_of(
     {
         // A landing that stopped on someone else's index lock asked only for the lock to go:
         // gone, the resume is the answer (recorded, as a person's would be).
-        let lock_gone =
-            c.decision.is_none() && c.kind == "landing" && land::index_unlocked(runner.repo_root());
+        // (A pull request's refusal is not about the lock: it waits for a person's word.)
+        let lock_gone = c.decision.is_none()
+            && c.kind == "landing"
+            && task.merge.strategy != crate::ir::Strategy::Pr
+            && land::index_unlocked(runner.repo_root());
         if lock_gone {
             runner.ledger().decide(
                 c.id,

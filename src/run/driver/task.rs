@@ -73,17 +73,14 @@ impl<'a> Runner<'a> {
         resume: Option<Resume>,
     ) -> Result<Ended, RunError> {
         let resume = resume.unwrap_or_default();
-        let start = self.pr_start(task, target).await?;
+        let start = self.pr_start(task, target, resume.begun).await?;
         let base = match &start {
             super::pull_request::PrStart::At(base) => Some(*base),
             _ => None,
         };
         let (mut t, mut last) = self.open_task(task, target, &resume, base)?;
-        if let super::pull_request::PrStart::Closed(reason) = start {
-            return Ok((
-                self.end_task(&t, Outcome::Skipped, reason, None, None)?,
-                None,
-            ));
+        if let super::pull_request::PrStart::End(outcome, reason) = start {
+            return Ok((self.end_task(&t, outcome, reason, None, None)?, None));
         }
         let mut pending = resume.pending;
         for (n, branch, f) in resume.history {

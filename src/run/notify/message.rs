@@ -80,7 +80,7 @@ impl BudgetLevel {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Checkpoint {
     pub(crate) id: i64,
-    /// `review`, `human`, `step` or `batch`.
+    /// `review`, `human`, `step`, `batch` or `landing`.
     pub(crate) kind: String,
     pub(crate) question: String,
 }

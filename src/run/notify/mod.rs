@@ -367,12 +367,24 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A delivery's id, the same for each of its tries, so that a receiver can drop a repeat.
 fn delivery_id(run: &str, name: &str, msg: &Message) -> String {
     let mut h = blake3::Hasher::new();
+    // Which budget and fraction too: one attempt can cross 80% of `usd` and of `tokens` in the
+    // same millisecond, and a receiver that drops repeats must keep both.
+    let budget = msg
+        .budget
+        .as_ref()
+        .map_or(String::new(), |b| format!("{} {}", b.name, b.at));
+    let checkpoint = msg
+        .checkpoint
+        .as_ref()
+        .map_or(String::new(), |c| c.id.to_string());
     for part in [
         run,
         name,
         msg.event.name(),
         msg.task.as_deref().unwrap_or(""),
         &msg.time,
+        &budget,
+        &checkpoint,
     ] {
         h.update(part.as_bytes());
         h.update(&[0]);
