@@ -77,6 +77,54 @@ fn decide(
     reason: Option<&str>,
     json: bool,
 ) -> Result<Exit, CliError> {
+    let (run, answered) = record(cli, (run, task), reason)?;
+    for c in &answered {
+        printer.status(&c.said());
+    }
+    printer.status("the run goes on");
+    super::resume::resume(
+        cli,
+        printer,
+        &ResumeArgs {
+            run: Some(run),
+            accept_drift: false,
+            wait: false,
+            json,
+            temporal_address: None,
+        },
+    )
+}
+
+/// A checkpoint a person answered.
+#[derive(Debug, Clone)]
+pub(crate) struct Answered {
+    /// `approve` or `reject`.
+    pub(crate) decision: &'static str,
+    pub(crate) task: String,
+    pub(crate) attempt: u32,
+    /// `review`, `step`, `batch` or `human`.
+    pub(crate) kind: String,
+}
+
+impl Answered {
+    /// `approved attempt 1 of task `t` (step checkpoint)`.
+    pub(crate) fn said(&self) -> String {
+        format!(
+            "{}d attempt {} of task `{}` ({} checkpoint)",
+            self.decision, self.attempt, self.task, self.kind
+        )
+    }
+}
+
+/// Records `reason`'s decision (a rejection when `Some`) at the checkpoints of `run` where
+/// `task` (default: every task that waits) waits, after the checks `mvk approve` and
+/// `mvk reject` make; the run's id and what was answered out. The run is not continued: that is
+/// the caller's (`mvk approve` continues it in its own process, `mvk watch` in a detached one).
+pub(crate) fn record(
+    cli: &Cli,
+    (run, task): (&str, Option<&str>),
+    reason: Option<&str>,
+) -> Result<(String, Vec<Answered>), CliError> {
     let repo_root = repo_root(cli)?;
     let run = run_named(cli, Some(run))?;
     let mut ledger = open_ledger(&repo_root)?;
@@ -148,24 +196,15 @@ fn decide(
             }
         }
     }
+    let mut answered = Vec::with_capacity(chosen.len());
     for c in &chosen {
         ledger.decide(c.id, decision, reason).map_err(internal)?;
-        printer.status(&format!(
-            "{decision}d attempt {} of task `{}` ({} checkpoint)",
-            c.attempt, c.task, c.kind
-        ));
+        answered.push(Answered {
+            decision,
+            task: c.task.clone(),
+            attempt: c.attempt,
+            kind: c.kind.clone(),
+        });
     }
-    drop(ledger);
-    printer.status("the run goes on");
-    super::resume::resume(
-        cli,
-        printer,
-        &ResumeArgs {
-            run: Some(run.id),
-            accept_drift: false,
-            wait: false,
-            json,
-            temporal_address: None,
-        },
-    )
+    Ok((run.id, answered))
 }
