@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the tests need, then runs the whole suite (the Temporal executor's included):
 # what `.ci/run` runs after its lints, and the README's second command.
-#   - Chromium (Debian's `chromium`), for the HTML report's test, and tmux, in whose pane the live
-#     view's test runs mvk (a terminal of a fixed size): installed once, quietly, when missing
-#     (needs root or sudo);
-#   - the Python tools (pytest, ruff, mypy, the `mcp` SDK, `temporal`), Go, node packages,
-#     nextest and the agent CLIs of the real-agent tests: `tests/tools/install.sh`, cached;
+#   - Chromium (Debian's `chromium`), for the HTML report's test: installed once, quietly, when
+#     missing (needs root or sudo);
+#   - tmux, in whose pane the live views' tests run mvk (a terminal of a fixed size), the Python
+#     tools (pytest, ruff, mypy, the `mcp` SDK, `temporal`), Go, node packages, nextest and the
+#     agent CLIs of the real-agent tests: `tests/tools/install.sh`, cached;
 #   - prlimit, setpriv and script (util-linux, bsdutils: present on any Debian machine).
 # Arguments go to `cargo test` (e.g. `tests/run.sh -- prompts` runs the tests whose name has it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
-command -v tmux >/dev/null || missing+=(tmux)
 if [ "${#missing[@]}" -gt 0 ]; then
     as_root=()
     if [ "$(id -u)" -ne 0 ]; then

