@@ -13,7 +13,7 @@ use crate::cli::printer::{self, Printer};
 use crate::cli::{
     Cli, Command, Exit, apply, attempt, check, completions, decide, doctor, followups, gc,
     glob_match, graph, init, lessons, lock, log, man, plan, report, resume, runs, stats, status,
-    verify, why, worker,
+    verify, watch, why, worker,
 };
 
 /// Parses the arguments, runs the command and returns its exit code.
@@ -41,10 +41,12 @@ where
     // CPU. The trees mvk writes come from trees it read or from an attempt's index, whose
     // entries that differ from the base `capture` checks itself (an agent can forge one).
     git2::opts::strict_object_creation(false);
-    // A command `mvk mcp` started detached (hidden, not a command): a session of its own first.
+    // A command `mvk mcp` or `mvk watch` started detached (hidden, not a command): a session
+    // of its own first.
     let mut args = args;
     let served = args.get(1).is_some_and(|a| a == crate::session::SESSION);
-    if served {
+    let detached = args.get(1).is_some_and(|a| a == crate::session::DETACHED);
+    if served || detached {
         if let Err(e) = crate::session::enter_session() {
             printer::err_line(&format!("error: {e}"));
             return Exit::Internal.into();
@@ -86,6 +88,7 @@ where
         Command::Runs(args) => runs::runs(&cli, &printer, args),
         Command::Status(args) => status::status(&cli, &printer, args),
         Command::Log(args) => log::log(&cli, &printer, args),
+        Command::Watch(args) => watch::watch(&cli, &printer, args),
         Command::Stats(args) => stats::stats(&cli, &printer, args),
         Command::Report(args) => report::report(&cli, &printer, args),
         Command::Completions(args) => completions::completions(&cli, &printer, args),

@@ -29,6 +29,7 @@
 //! - [`cli`]: the command line, a thin layer over the above.
 //! - [`mcp`]: `mvk mcp`, the same commands as tools of a Model Context Protocol server, built on
 //!   [`cli`]'s functions; [`session`]: the entry of a command it starts detached (`mvk __session`).
+//!   `mvk watch` starts the `mvk resume` that continues a run it answered the same way, unfenced.
 //! - [`entry`]: the process's arguments → its exit code: the hidden entries, then the command,
 //!   run by [`cli`] or [`mcp`] (so neither dispatches through the other).
 //!

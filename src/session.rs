@@ -11,6 +11,11 @@ use std::time::Duration;
 /// rest as a command line: `mvk __session apply FILE` (see [`enter_session`]).
 pub(crate) const SESSION: &str = "__session";
 
+/// The hidden first argument of a command `mvk watch` started to go on without it (the run an
+/// answered checkpoint continues: `mvk __detached resume RUN`): a session of its own, as
+/// [`SESSION`]'s, but not fenced; it reads the files any command a person types reads.
+pub(crate) const DETACHED: &str = "__detached";
+
 /// How long a started command may take to name its run (compiling, taking the run lock); one
 /// that names none by then is stopped. `mvk gc` removes the output of a command that named no
 /// run once it is older than this.

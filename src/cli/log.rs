@@ -115,7 +115,7 @@ pub(crate) fn log(cli: &Cli, printer: &Printer, args: &LogArgs) -> Result<Exit, 
 }
 
 /// `HH:MM:SS task#attempt event summary`.
-fn line(e: &EventRow) -> String {
+pub(crate) fn line(e: &EventRow) -> String {
     let who = match (&e.task, e.attempt) {
         (Some(t), Some(a)) => format!("{t}#{a}"),
         (Some(t), None) => t.clone(),

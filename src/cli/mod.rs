@@ -33,6 +33,7 @@ pub(crate) mod runs;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod verify;
+pub(crate) mod watch;
 pub(crate) mod why;
 pub(crate) mod worker;
 
@@ -98,6 +99,9 @@ pub(crate) enum Command {
     Status(status::StatusArgs),
     /// Print a run's events; `--follow` keeps printing until the run ends.
     Log(log::LogArgs),
+    /// Watch a run live in the terminal: tasks, steps, budgets, the DAG, costs, who waits for
+    /// what; open a task's agent log or last failure; approve or reject a waiting checkpoint.
+    Watch(watch::WatchArgs),
     /// Acceptance rate, cost per accepted change, attempts by loop, agent and rung.
     Stats(stats::StatsArgs),
     /// Write a run as one self-contained HTML page: timeline, attempts with their failing tests,

@@ -20,6 +20,14 @@ pub(crate) struct Ledgered {
 
 /// Opens the ledger of the repository `--repo` names (or the current directory's).
 pub(crate) fn open(cli: &Cli) -> Result<Ledgered, CliError> {
+    let mvk_dir = mvk_dir(cli)?;
+    let reader = Reader::open(&mvk_dir.join("ledger.db")).map_err(read_error)?;
+    Ok(Ledgered { mvk_dir, reader })
+}
+
+/// The `.mvk/` directory of the repository `--repo` names (or the current directory's),
+/// which may not exist yet.
+pub(crate) fn mvk_dir(cli: &Cli) -> Result<PathBuf, CliError> {
     let start = cli.repo.clone().unwrap_or_else(|| PathBuf::from("."));
     let repo = git2::Repository::discover(&start).map_err(|e| CliError::Usage {
         message: format!(
@@ -38,9 +46,7 @@ pub(crate) fn open(cli: &Cli) -> Result<Ledgered, CliError> {
             message: "a bare repository has no mvk runs".into(),
             hint: None,
         })?;
-    let mvk_dir = root.join(".mvk");
-    let reader = Reader::open(&mvk_dir.join("ledger.db")).map_err(read_error)?;
-    Ok(Ledgered { mvk_dir, reader })
+    Ok(root.join(".mvk"))
 }
 
 /// The run `given` names (a unique prefix of its id), or the latest run.

@@ -1,8 +1,10 @@
 //! Ledger rows in; what a person or a program reads about runs out: a run's status
 //! ([`status`]), figures over all runs ([`stats`]), the pattern of a run that went wrong
-//! ([`diagnosis`]), one line per event ([`event_text`]), and a run's HTML report ([`html`]).
+//! ([`diagnosis`]), one line per event ([`event_text`]), a run's HTML report ([`html`]), and
+//! the live board `mvk watch` draws from a run's events ([`board`]).
 //! [`human_duration`] is how the report writes a span of time.
 
+pub(crate) mod board;
 pub(crate) mod diagnosis;
 pub(crate) mod event_text;
 pub(crate) mod html;

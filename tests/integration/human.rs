@@ -33,7 +33,7 @@ fn state(f: &Fixture, run: &str) -> String {
 }
 
 /// Decisions of the run's checkpoints, in order (`-` for one not answered).
-fn decisions(f: &Fixture) -> Vec<(String, String)> {
+pub(crate) fn decisions(f: &Fixture) -> Vec<(String, String)> {
     let db = Connection::open(f.root().join(".mvk/ledger.db")).unwrap();
     let mut stmt = db
         .prepare("SELECT kind, COALESCE(decision, '-') FROM checkpoints ORDER BY id")

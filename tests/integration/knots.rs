@@ -85,7 +85,7 @@ fn uninterrupted(f: &Fixture, run: &str, context: &str) {
 }
 
 /// The `runs` row of RUN: its state and outcome.
-fn run_row(f: &Fixture, run: &str) -> (String, Option<String>) {
+pub(crate) fn run_row(f: &Fixture, run: &str) -> (String, Option<String>) {
     Connection::open(f.root().join(".mvk/ledger.db"))
         .unwrap()
         .query_row(

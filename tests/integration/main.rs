@@ -41,6 +41,7 @@ mod stdlib_gates;
 mod support;
 mod tamper;
 mod temporal;
+mod watch;
 
 #[test]
 fn forgotten_files() {

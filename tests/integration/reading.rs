@@ -322,7 +322,7 @@ fn log_prints_the_runs_events_in_order() {
 
 /// Starts `mvk apply loops/t.kdl` in the background and returns it with its run id (the first
 /// line it prints).
-fn spawn_apply(fixture: &Fixture) -> (Child, String) {
+pub(crate) fn spawn_apply(fixture: &Fixture) -> (Child, String) {
     let mut child = fixture
         .mvk_std()
         .args(["apply", "loops/t.kdl"])
