@@ -77,7 +77,7 @@ fn decide(
     reason: Option<&str>,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let (run, answered) = record(cli, (run, task), reason)?;
+    let (run, answered) = record(cli, (run, task), reason, None)?;
     for c in &answered {
         printer.status(&c.said());
     }
@@ -124,6 +124,7 @@ pub(crate) fn record(
     cli: &Cli,
     (run, task): (&str, Option<&str>),
     reason: Option<&str>,
+    expected: Option<i64>,
 ) -> Result<(String, Vec<Answered>), CliError> {
     let repo_root = repo_root(cli)?;
     let run = run_named(cli, Some(run))?;
@@ -161,6 +162,20 @@ pub(crate) fn record(
                 run.id
             ),
             hint: Some(format!("waiting: {}", waiting())),
+        });
+    }
+    // An answer given to what a person saw (`mvk watch`): refused if the task now waits at
+    // another checkpoint (a colleague answered that one, and the next attempt paused again).
+    if let Some(id) = expected
+        && !chosen.iter().any(|c| c.id == id)
+    {
+        return Err(CliError::Usage {
+            message: format!(
+                "the checkpoint you answered (#{id}) is no longer open: task `{}` of run `{}` waits at another now",
+                task.unwrap_or_default(),
+                run.id
+            ),
+            hint: Some("look at it again before answering".to_string()),
         });
     }
     // Approving with no task named answers every waiting task (a batch of a flow); a

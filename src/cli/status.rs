@@ -167,6 +167,7 @@ fn waiting(w: &Waiting) -> String {
             since,
             approve,
             reject,
+            ..
         } => format!(
             "a person's decision ({checkpoint} checkpoint, task `{task}` attempt {attempt}) since {since}: {question}; `{approve}` or `{reject}`"
         ),

@@ -127,7 +127,10 @@ pub(crate) struct FailureSeen {
 /// A checkpoint that waits for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Checkpoint {
-    /// `review`, `step`, `batch` or `human`.
+    /// Its id in the ledger: an answer is for this checkpoint, not whichever the task has open
+    /// by the time the key is pressed.
+    pub(crate) id: i64,
+    /// `review`, `step`, `batch`, `human` or `landing`.
     pub(crate) kind: String,
     pub(crate) attempt: u32,
     pub(crate) question: String,
@@ -323,8 +326,14 @@ impl Board {
                 });
                 step(t, "deciding");
             }
-            Event::CheckpointWaiting { kind, question, .. } => {
+            Event::CheckpointWaiting {
+                checkpoint,
+                kind,
+                question,
+                ..
+            } => {
                 t.checkpoint = Some(Checkpoint {
+                    id: checkpoint,
                     kind,
                     attempt: attempt.unwrap_or(0),
                     question,
@@ -442,12 +451,14 @@ impl Board {
             }
             t.checkpoint = match &ts.waiting_for {
                 Some(Waiting::Decision {
+                    id,
                     checkpoint,
                     attempt,
                     question,
                     task,
                     ..
                 }) if task == &ts.name => Some(Checkpoint {
+                    id: *id,
                     kind: checkpoint.clone(),
                     attempt: *attempt,
                     question: question.clone(),

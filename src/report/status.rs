@@ -152,7 +152,9 @@ pub(crate) enum Waiting {
     AnotherAttempt { command: String },
     /// A person's decision at a checkpoint (the run is paused): `mvk approve` or `mvk reject`.
     Decision {
-        /// `review`, `step` or `batch`.
+        /// The checkpoint's id in the ledger.
+        id: i64,
+        /// `review`, `step`, `batch`, `human` or `landing`.
         checkpoint: String,
         task: String,
         attempt: u32,
@@ -177,6 +179,7 @@ pub(crate) fn status(reader: &Reader, mvk_dir: &Path, run: &RunRow) -> Result<St
         .into_iter()
         .filter(|c| c.decision.is_none())
         .map(|c| Waiting::Decision {
+            id: c.id,
             checkpoint: c.kind,
             attempt: c.attempt,
             question: c.question,

@@ -300,3 +300,28 @@ fn watch_off_a_terminal_is_a_usage_error_that_names_the_commands_for_scripts() {
     assert!(stderr.contains("mvk log --follow [RUN]"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn watch_leaves_when_its_terminal_hangs_up() {
+    let (f, _run) = paused_at_a_step_checkpoint();
+    let tmux = Tmux::mvk(&f, &["watch"], SIZE, &[]);
+    tmux.wait_for("the paused run", |s| {
+        s.contains("waits for a person (exit 4)")
+    });
+    // The pane's shell runs mvk: its child.
+    let shell = tmux.tmux(&["list-panes", "-F", "#{pane_pid}"]);
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", shell.trim())).unwrap();
+    let mvk: u32 = children
+        .split_whitespace()
+        .next()
+        .expect("the pane's shell runs mvk")
+        .parse()
+        .unwrap();
+    assert!(crate::support::alive(mvk));
+    // The window closes: the terminal hangs up under the view.
+    tmux.tmux(&["kill-server"]);
+    wait_until("mvk watch to leave a terminal that hung up", || {
+        !crate::support::alive(mvk)
+    });
+}

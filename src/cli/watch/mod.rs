@@ -36,6 +36,8 @@ use feed::{Feed, FileFeed, LedgerFeed};
 
 /// How often the feed is read: four times a second.
 const POLL: Duration = Duration::from_millis(250);
+/// At most this many queued terminal events are read before the view draws again.
+const MAX_KEYS_AT_ONCE: usize = 64;
 /// The bytes of an agent's log read into its pane (its end).
 const LOG_BYTES: u64 = 256 * 1024;
 /// How long a message stays in the footer.
@@ -104,6 +106,38 @@ pub(crate) fn watch(cli: &Cli, printer: &Printer, args: &WatchArgs) -> Result<Ex
         ));
     }
     ended
+}
+
+/// What the terminal the view reads its keys from has.
+enum Input {
+    Ready,
+    None,
+    /// It hung up.
+    Gone,
+}
+
+/// Waits up to `wait` for input on the terminal.
+fn wait_for_input(wait: Duration) -> Input {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(&stdin, PollFlags::IN)];
+    let timeout = Timespec {
+        tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(wait.subsec_nanos()),
+    };
+    match poll(&mut fds, Some(&timeout)) {
+        Ok(0) => Input::None,
+        Ok(_)
+            if fds[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL) =>
+        {
+            Input::Gone
+        }
+        Ok(_) => Input::Ready,
+        // A signal: the loop looks at the stop flag.
+        Err(_) => Input::None,
+    }
 }
 
 /// The terminal in the view's modes (raw, the alternate screen, no cursor), given back when
@@ -248,9 +282,23 @@ impl App {
                 .draw(|f| view::draw(f, &mut *self))
                 .map_err(term)?;
             let wait = polled_at.map_or(Duration::ZERO, |t| POLL.saturating_sub(t.elapsed()));
-            if event::poll(wait).map_err(term)? {
-                // Every key already typed, then one redraw.
-                loop {
+            // The wait is the view's own: a terminal that hung up (its window closed, its tmux
+            // server killed) reads as end-of-file for ever, and crossterm's poll spins on that
+            // without returning. Here the hang-up is seen, and the view leaves.
+            match wait_for_input(wait) {
+                Input::Gone => return Ok(Exit::Interrupted),
+                Input::None => continue,
+                Input::Ready => {}
+            }
+            if event::poll(Duration::ZERO).map_err(term)? {
+                // Every key already typed, then one redraw; a bounded number, and the stop
+                // signals looked at between them: a terminal that hung up reads as an endless
+                // stream of input, and the view must not spin on it.
+                for _ in 0..MAX_KEYS_AT_ONCE {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(Exit::Interrupted);
+                    }
+                    let confirming = matches!(self.overlay, Overlay::Confirm { .. });
                     match event::read().map_err(term)? {
                         TermEvent::Key(key)
                             if key.kind != KeyEventKind::Release && self.key(cli, key) =>
@@ -258,6 +306,13 @@ impl App {
                             return Ok(Exit::Ok);
                         }
                         _ => {}
+                    }
+                    if !confirming && matches!(self.overlay, Overlay::Confirm { .. }) {
+                        // Keys typed before the question was on the screen do not answer it.
+                        while event::poll(Duration::ZERO).map_err(term)? {
+                            let _ = event::read().map_err(term)?;
+                        }
+                        break;
                     }
                     if !event::poll(Duration::ZERO).map_err(term)? {
                         break;
@@ -285,7 +340,18 @@ impl App {
             }
             Err(e) => self.trouble = Some(e.to_string()),
         }
-        if self.answered.is_some() && self.latest_event() != self.answered {
+        // The answer is taken up once the run moves on: an event after it other than the
+        // resume's own bookkeeping (the run stays `paused` in the ledger until the resume has
+        // restored every task, and the view must not read that as still waiting).
+        if let Some(at) = self.answered
+            && self.board.events.iter().any(|e| {
+                e.id > at
+                    && !matches!(
+                        e.event.as_str(),
+                        "run.resumed" | "task.resumed" | "checkpoint.answered" | "merge.settled"
+                    )
+            })
+        {
             self.answered = None;
         }
         let ended = self
@@ -294,8 +360,10 @@ impl App {
             .and_then(|r| r.child.try_wait().ok().flatten());
         if let (Some(status), Some(r)) = (ended, self.resumed.take()) {
             let code = status.code().unwrap_or(-1);
-            // 0–5 are the run's own outcomes; anything else is the resume failing.
-            if !(0..=5).contains(&code) {
+            // 0–5 are the run's own outcomes; anything else is the resume failing, and so is
+            // any exit before the run moved on (a resume refused on drift exits 5 and writes
+            // no event).
+            if !(0..=5).contains(&code) || self.answered.is_some() {
                 let said = crate::run::judge::gate::tail_of(&r.log, 2048).unwrap_or_default();
                 let last = said
                     .lines()
@@ -449,19 +517,12 @@ impl App {
                 checkpoint,
                 reason,
             } => match key.code {
-                KeyCode::Char('y' | 'Y') | KeyCode::Enter => {
-                    self.answer(cli, &task, reason.as_deref())
+                // `y` alone: Enter, or a key typed ahead into the wrong pane, must not land
+                // a change; any other key says no.
+                KeyCode::Char('y' | 'Y') => {
+                    self.answer(cli, &task, checkpoint.id, reason.as_deref());
                 }
-                KeyCode::Char('n' | 'N' | 'q') | KeyCode::Esc => {
-                    self.say("nothing was answered".into(), false);
-                }
-                _ => {
-                    self.overlay = Overlay::Confirm {
-                        task,
-                        checkpoint,
-                        reason,
-                    };
-                }
+                _ => self.say("nothing was answered".into(), false),
             },
         }
         false
@@ -610,16 +671,17 @@ impl App {
 
     /// Records the answer as `mvk approve` or `mvk reject` does, then continues the run in a
     /// detached `mvk resume`.
-    fn answer(&mut self, cli: &Cli, task: &str, reason: Option<&str>) {
+    fn answer(&mut self, cli: &Cli, task: &str, checkpoint: i64, reason: Option<&str>) {
         let run = self.board.run.clone();
-        let answered = match super::decide::record(cli, (&run, Some(task)), reason) {
-            Ok((_, answered)) => answered,
-            Err(e) => {
-                let hint = e.hint().map_or(String::new(), |h| format!(" ({h})"));
-                self.say(format!("{e}{hint}"), true);
-                return;
-            }
-        };
+        let answered =
+            match super::decide::record(cli, (&run, Some(task)), reason, Some(checkpoint)) {
+                Ok((_, answered)) => answered,
+                Err(e) => {
+                    let hint = e.hint().map_or(String::new(), |h| format!(" ({h})"));
+                    self.say(format!("{e}{hint}"), true);
+                    return;
+                }
+            };
         let said = answered
             .iter()
             .map(super::decide::Answered::said)

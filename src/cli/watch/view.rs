@@ -600,7 +600,7 @@ fn overlay(f: &mut Frame<'_>, area: Rect, app: &mut App, paint: &Paint) {
             ));
             lines.push(Line::from(""));
             lines.push(Line::from(Span::styled(
-                "y / Enter: yes · n / Esc: no",
+                "y: yes · any other key: no",
                 paint.bold(),
             )));
             dialog(f, area, " answer the checkpoint ", lines);
