@@ -682,20 +682,7 @@ mod tests {
         let mut diags = Diagnostics::default();
         let split = parse(FileId(0), &text, &mut diags);
         assert!(diags.is_empty(), "{:?}", diags.iter().next());
-        let whole = std::thread::Builder::new()
-            .stack_size(STACK_FLOOR)
-            .spawn(move || {
-                let doc: KdlDocument = text.parse().expect("valid KDL");
-                let mut diags = Diagnostics::default();
-                let mut cx = Cx {
-                    file: FileId(0),
-                    diags: &mut diags,
-                };
-                format!("{:?}", items::lower_file(&mut cx, &doc))
-            })
-            .expect("spawn")
-            .join()
-            .expect("join");
+        let (whole, _) = one_parse(text);
         assert_eq!(format!("{split:?}"), whole);
     }
 

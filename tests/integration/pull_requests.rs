@@ -115,6 +115,22 @@ fn flag<'c>(call: &'c [String], flag: &str) -> &'c str {
     &call[at + 1]
 }
 
+/// A flow of two tasks landed as pull requests, `two` after `one`, each writing `out/NAME.txt`,
+/// their merges given MERGE (settings after `strategy="pr"`).
+fn two_task_flow(merge: &str) -> String {
+    let defs = "agent edit timeout=\"30s\" { run \"sh\" \"-c\" \"mkdir -p out && echo $MVK_TASK > out/$MVK_TASK.txt\"; }\n";
+    let task = |name: &str, extra: &str| {
+        format!(
+            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent edit\n        scope \"out/**\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/{name}.txt\"; }}\n        merge strategy=\"pr\" {merge}\n        {extra}\n    }}\n"
+        )
+    };
+    format!(
+        "{defs}flow t {{\n{}{}}}\n",
+        task("one", ""),
+        task("two", "after \"one\"")
+    )
+}
+
 #[test]
 fn an_accepted_change_goes_out_as_one_pull_request_and_main_stays() {
     let f = Fixture::new(&pr_loop());
@@ -342,17 +358,7 @@ fn a_failed_look_for_an_open_pull_request_opens_none() {
 
 #[test]
 fn a_task_after_another_is_stacked_on_its_pull_request() {
-    let defs = "agent edit timeout=\"30s\" { run \"sh\" \"-c\" \"mkdir -p out && echo $MVK_TASK > out/$MVK_TASK.txt\"; }\n";
-    let task = |name: &str, extra: &str| {
-        format!(
-            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent edit\n        scope \"out/**\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/{name}.txt\"; }}\n        merge strategy=\"pr\"\n        {extra}\n    }}\n"
-        )
-    };
-    let text = format!(
-        "{defs}flow t {{\n{}{}}}\n",
-        task("one", ""),
-        task("two", "after \"one\"")
-    );
+    let text = two_task_flow("");
     let f = Fixture::new(&text);
     let forge = Forge::new(&f);
     let run = forge.run(&f, &["apply", "loops/t.kdl"], &[]);
@@ -380,17 +386,7 @@ fn a_task_after_another_is_stacked_on_its_pull_request() {
 
 #[test]
 fn a_task_after_another_waits_for_its_pull_request_to_merge_and_starts_from_the_remote() {
-    let defs = "agent edit timeout=\"30s\" { run \"sh\" \"-c\" \"mkdir -p out && echo $MVK_TASK > out/$MVK_TASK.txt\"; }\n";
-    let task = |name: &str, extra: &str| {
-        format!(
-            "    task {name} {{\n        goal \"Write out/{name}.txt.\"\n        agent edit\n        scope \"out/**\"\n        gate made evidence=none {{ run \"sh\" \"-c\" \"test -f out/{name}.txt\"; }}\n        merge strategy=\"pr\" dependents=\"merged\" poll=\"1s\"\n        {extra}\n    }}\n"
-        )
-    };
-    let text = format!(
-        "{defs}flow t {{\n{}{}}}\n",
-        task("one", ""),
-        task("two", "after \"one\"")
-    );
+    let text = two_task_flow("dependents=\"merged\" poll=\"1s\"");
     let f = Fixture::new(&text);
     let forge = Forge::new(&f);
     let mut cmd = f.mvk_std();
