@@ -442,6 +442,7 @@ pub(crate) async fn review(
         }
         Termination::Exited(code) => unknown(&format!("the reviewer exited with code {code}")),
         Termination::Signaled(_) => unknown("the reviewer was killed by a signal"),
+        Termination::Stopped => unknown("the reviewer was stopped by mvk"),
         Termination::TimedOut => unknown(&format!(
             "the reviewer did not finish within {}",
             crate::plan::format_duration(ps.timeout.unwrap_or_default())

@@ -511,6 +511,7 @@ impl<'a> Runner<'a> {
                     Termination::Exited(0) => said,
                     Termination::Exited(code) => format!("exit code {code}: {said}"),
                     Termination::Signaled(sig) => format!("killed by signal {sig}: {said}"),
+                    Termination::Stopped => format!("stopped by mvk: {said}"),
                     Termination::TimedOut => format!(
                         "no answer within {}: {said}",
                         crate::plan::format_duration(spec.timeout.unwrap_or_default())

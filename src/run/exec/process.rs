@@ -3,8 +3,11 @@
 //!
 //! The child runs in its own process group with stdin at `/dev/null`. On timeout the whole group gets
 //! SIGTERM, then SIGKILL after [`ProcessSpec::kill_grace`]. When the leader ends, group members still
-//! alive are SIGKILLed. If the [`run`] future is dropped, the group is SIGKILLed too. Linux only: the
-//! liveness of a group is read from `/proc`.
+//! alive are SIGKILLed. If the [`run`] future is dropped, the group is SIGKILLed too. A [`Stop`]
+//! pulled while it runs ends the group the way a timeout does ([`Termination::Stopped`]); a
+//! [`Tap`] sees its standard output as it comes, in the order written to the log (a budget
+//! meter reads usage there and pulls the stop). Linux only: the liveness of a group is read from
+//! `/proc`.
 
 use std::collections::VecDeque;
 use std::io;
@@ -64,6 +67,80 @@ pub(crate) struct ProcessSpec {
     pub(crate) group_file: Option<PathBuf>,
     /// The attempt's window that the stop signals this process sends mvk are counted in.
     pub(crate) signals: Option<crate::run::exec::signals::Window>,
+    /// Sees each chunk of standard output once it is in the log.
+    pub(crate) tap: Option<Tap>,
+    /// Ends the process group when pulled (gracefully, then by force after `kill_grace`).
+    pub(crate) stop: Option<Stop>,
+}
+
+/// What reads a process's standard output as it comes (see [`ProcessSpec::tap`]).
+pub(crate) trait OutputTap: Send {
+    /// The next bytes of standard output, cut anywhere.
+    fn chunk(&mut self, bytes: &[u8]);
+}
+
+/// A shared [`OutputTap`]; two specs are equal when they share it.
+#[derive(Clone)]
+pub(crate) struct Tap(pub(crate) std::sync::Arc<std::sync::Mutex<dyn OutputTap>>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
+}
+
+impl PartialEq for Tap {
+    fn eq(&self, other: &Tap) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Tap {}
+
+/// A switch that, once pulled, ends the process it was given to (and any given it later).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stop(std::sync::Arc<StopState>);
+
+#[derive(Debug, Default)]
+struct StopState {
+    pulled: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl PartialEq for Stop {
+    fn eq(&self, other: &Stop) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Stop {}
+
+impl Stop {
+    /// Asks for the process to end; from any thread, any number of times.
+    pub(crate) fn pull(&self) {
+        self.0
+            .pulled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_pulled(&self) -> bool {
+        self.0.pulled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Returns once pulled.
+    async fn pulled(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a pull in between still wakes it.
+            notified.as_mut().enable();
+            if self.is_pulled() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl ProcessSpec {
@@ -88,6 +165,8 @@ impl ProcessSpec {
             tail_bytes: DEFAULT_TAIL_BYTES,
             group_file: None,
             signals: None,
+            tap: None,
+            stop: None,
         }
     }
 }
@@ -101,6 +180,8 @@ pub(crate) enum Termination {
     Signaled(i32),
     /// Ran past its timeout and was terminated by the runner.
     TimedOut,
+    /// Ended by the runner because its [`ProcessSpec::stop`] was pulled.
+    Stopped,
 }
 
 impl Termination {
@@ -461,18 +542,29 @@ async fn supervise(
         program: spec.program.clone(),
         source,
     };
-    let status = match spec.timeout {
-        None => Some(child.wait().await.map_err(wait_error)?),
-        Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-            Ok(waited) => Some(waited.map_err(wait_error)?),
-            Err(_elapsed) => None,
-        },
+    let timeout = async {
+        match spec.timeout {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
     };
-    if let Some(status) = status {
-        return Ok((termination_of(status), kill_stragglers(pgid).await));
-    }
+    let stop = async {
+        match &spec.stop {
+            Some(stop) => stop.pulled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let ended = tokio::select! {
+        waited = child.wait() => Ok(waited.map_err(wait_error)?),
+        () = timeout => Err(Termination::TimedOut),
+        () = stop => Err(Termination::Stopped),
+    };
+    let cut = match ended {
+        Ok(status) => return Ok((termination_of(status), kill_stragglers(pgid).await)),
+        Err(cut) => cut,
+    };
 
-    // Timed out: ask the whole group to stop and give it the grace period to do so.
+    // Timed out or stopped: ask the whole group to stop and give it the grace period to do so.
     signal_group_quietly(pgid, Signal::TERM);
     let deadline = tokio::time::Instant::now() + spec.kill_grace;
     match tokio::time::timeout_at(deadline, child.wait()).await {
@@ -482,7 +574,7 @@ async fn supervise(
                 .await
                 .is_ok();
             let killed = !group_ended && kill_stragglers(pgid).await;
-            Ok((Termination::TimedOut, killed))
+            Ok((cut, killed))
         }
         Err(_elapsed) => {
             signal_group_quietly(pgid, Signal::KILL);
@@ -493,7 +585,7 @@ async fn supervise(
             {
                 tracing::warn!(program = %spec.program, "process group survived SIGKILL for {KILL_WAIT:?}");
             }
-            Ok((Termination::TimedOut, false))
+            Ok((cut, false))
         }
     }
 }
@@ -629,10 +721,13 @@ where
         Stream::Stdout => (spec.stdout_log.clone(), "stdout"),
         Stream::Stderr => (spec.stderr_log.clone(), "stderr"),
     };
+    let tap = match stream {
+        Stream::Stdout => spec.tap.clone(),
+        Stream::Stderr => None,
+    };
     tokio::spawn(pump(
         reader,
-        log,
-        log_path,
+        (log, log_path, tap),
         spec.program.clone(),
         name,
         spec.tail_bytes,
@@ -646,11 +741,10 @@ enum Stream {
     Stderr,
 }
 
-/// Copies a pipe into its log file and tail until EOF, a read error, or `stop`.
+/// Copies a pipe into its log file, its tail and its tap until EOF, a read error, or `stop`.
 async fn pump<R: AsyncRead + Unpin>(
     mut reader: R,
-    mut log: File,
-    log_path: PathBuf,
+    (mut log, log_path, tap): (File, PathBuf, Option<Tap>),
     program: String,
     stream: &'static str,
     tail_bytes: usize,
@@ -690,6 +784,12 @@ async fn pump<R: AsyncRead + Unpin>(
                 path: log_path.clone(),
                 source,
             });
+        }
+        // Straight from the pipe: a meter sees a line as soon as the child wrote it.
+        if let Some(tap) = &tap
+            && let Ok(mut tap) = tap.0.lock()
+        {
+            tap.chunk(chunk);
         }
     }
     // tokio writes files in the background; flush to wait for the last write and see its error.
@@ -1003,6 +1103,54 @@ mod tests {
         assert!(!leader_alive, "leader {leader} survived");
         assert!(outcome.duration >= Duration::from_secs(3));
         assert!(outcome.duration < Duration::from_secs(20), "{outcome:?}");
+    }
+
+    /// Counts the lines it sees, and pulls the stop at the third.
+    struct StopAtThree {
+        lines: usize,
+        stop: Stop,
+    }
+
+    impl OutputTap for StopAtThree {
+        fn chunk(&mut self, bytes: &[u8]) {
+            self.lines += bytes.iter().filter(|&&b| b == b'\n').count();
+            if self.lines >= 3 {
+                self.stop.pull();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tap_sees_the_output_as_it_comes_and_a_pulled_stop_ends_the_group() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("grandchild.pid");
+        // Without end, a line every 50 ms, and a grandchild that outlives nothing.
+        let mut spec = sh(
+            dir.path(),
+            &format!(
+                "sleep 1000 & echo $! > {}; n=0; while :; do n=$((n+1)); echo line $n; sleep 0.05; done",
+                pid_file.display()
+            ),
+        );
+        let stop = Stop::default();
+        let tap = std::sync::Arc::new(std::sync::Mutex::new(StopAtThree {
+            lines: 0,
+            stop: stop.clone(),
+        }));
+        spec.tap = Some(Tap(tap.clone()));
+        spec.stop = Some(stop);
+        spec.timeout = Some(Duration::from_secs(60));
+        let outcome = run(&spec).await.expect("run");
+        let grandchild = read_pid(&pid_file);
+        let grandchild_alive = is_alive(grandchild);
+        kill_pid(grandchild);
+        assert_eq!(outcome.termination, Termination::Stopped);
+        assert!(!grandchild_alive, "grandchild {grandchild} survived");
+        assert!(outcome.duration < Duration::from_secs(10), "{outcome:?}");
+        // The shell dies on SIGTERM at once: at most the line in flight follows the third.
+        let seen = tap.lock().expect("tap").lines;
+        assert!((3..=4).contains(&seen), "{seen} lines");
+        assert!(outcome.stdout_tail.starts_with("line 1\nline 2\nline 3\n"));
     }
 
     #[tokio::test]

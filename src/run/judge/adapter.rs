@@ -11,7 +11,7 @@
 //! Nothing here panics on any input: the log is untrusted text from a process mvk does not own.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, Read};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -78,7 +78,7 @@ impl Usage {
 /// itself reported: a wrapper script that prints it knows the whole cost. A log that does not
 /// exist reported nothing.
 pub fn read_usage(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Usage>> {
-    Ok(scan(adapter, stdout_log)?.and_then(Scanner::finish))
+    Ok(scan(adapter, stdout_log)?.and_then(|s| s.total(true)))
 }
 
 /// The agent's final message as its tool reports it, where the adapter knows the tool's
@@ -90,59 +90,106 @@ pub(crate) fn final_message(adapter: Adapter, stdout_log: &Path) -> io::Result<O
     Ok(scan(adapter, stdout_log)?.and_then(|s| s.message.or(s.streamed)))
 }
 
-/// Reads the whole log once through a [`Scanner`]; `None` when the log does not exist.
+/// Reads the whole log once through a [`LiveUsage`]; `None` when the log does not exist.
 fn scan(adapter: Adapter, stdout_log: &Path) -> io::Result<Option<Scanner>> {
-    let file = match File::open(stdout_log) {
+    let mut file = match File::open(stdout_log) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let mut scanner = Scanner::new(adapter).map_err(io::Error::other)?;
-    let mut buf = Vec::new();
-    while let Some(kept) = next_line(&mut reader, &mut buf)? {
-        if !kept {
-            // An overlong line also ends any multi-line document it was part of.
-            scanner.doc = None;
-            continue;
-        }
-        let text = String::from_utf8_lossy(&buf);
-        scanner.line(text.strip_suffix('\r').unwrap_or(&text));
-    }
-    Ok(Some(scanner))
-}
-
-/// Reads the next line into `buf`, without its newline. `Ok(None)` at the end of the input;
-/// `Ok(Some(false))` for a line over [`MAX_LINE`], whose bytes are consumed but not kept.
-fn next_line<R: BufRead>(reader: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
-    buf.clear();
-    let mut overlong = false;
-    let mut read_any = false;
+    let mut live = LiveUsage::new(adapter).map_err(io::Error::other)?;
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let available = match reader.fill_buf() {
-            Ok(b) => b,
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        if available.is_empty() {
-            return Ok(read_any.then_some(!overlong));
-        }
-        read_any = true;
-        let newline = available.iter().position(|&b| b == b'\n');
-        let chunk = &available[..newline.unwrap_or(available.len())];
-        if !overlong {
-            if buf.len() + chunk.len() > MAX_LINE {
-                overlong = true;
-                buf.clear();
-            } else {
-                buf.extend_from_slice(chunk);
+        live.feed(buf.get(..n).unwrap_or_default(), |_| false);
+    }
+    live.end();
+    Ok(Some(live.scanner))
+}
+
+/// An agent's usage read as it prints it: its standard output fed in chunks as they come (cut
+/// anywhere), each complete line read by the scanner [`read_usage`] uses, so a live figure and
+/// the figure read from the log afterwards never disagree. Memory stays bounded: a line over
+/// 1 MiB is skipped.
+pub(crate) struct LiveUsage {
+    scanner: Scanner,
+    /// The line being received, up to its newline.
+    partial: Vec<u8>,
+    /// The line being received is over [`MAX_LINE`]: its bytes are dropped until its newline.
+    overlong: bool,
+}
+
+impl LiveUsage {
+    pub(crate) fn new(adapter: Adapter) -> Result<LiveUsage, regex::Error> {
+        Ok(LiveUsage {
+            scanner: Scanner::new(adapter)?,
+            partial: Vec::new(),
+            overlong: false,
+        })
+    }
+
+    /// Reads `bytes`; after each line they complete, `after_line` is asked whether to stop
+    /// reading (the rest of `bytes` is then left unread, so what was decided counts only up to
+    /// that line).
+    pub(crate) fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        mut after_line: impl FnMut(&LiveUsage) -> bool,
+    ) {
+        while !bytes.is_empty() {
+            let newline = bytes.iter().position(|&b| b == b'\n');
+            let chunk = bytes
+                .get(..newline.unwrap_or(bytes.len()))
+                .unwrap_or_default();
+            if !self.overlong {
+                if self.partial.len() + chunk.len() > MAX_LINE {
+                    self.overlong = true;
+                    self.partial.clear();
+                } else {
+                    self.partial.extend_from_slice(chunk);
+                }
+            }
+            let Some(i) = newline else {
+                return;
+            };
+            bytes = bytes.get(i + 1..).unwrap_or_default();
+            self.line_done();
+            if after_line(self) {
+                return;
             }
         }
-        let used = newline.map_or(available.len(), |i| i + 1);
-        reader.consume(used);
-        if newline.is_some() {
-            return Ok(Some(!overlong));
+    }
+
+    /// The output ended: a last line without its newline is read too.
+    pub(crate) fn end(&mut self) {
+        if !self.partial.is_empty() || self.overlong {
+            self.line_done();
         }
+    }
+
+    fn line_done(&mut self) {
+        if std::mem::take(&mut self.overlong) {
+            // An overlong line also ends any multi-line document it was part of.
+            self.scanner.doc = None;
+            return;
+        }
+        let bytes = std::mem::take(&mut self.partial);
+        let text = String::from_utf8_lossy(&bytes);
+        self.scanner.line(text.strip_suffix('\r').unwrap_or(&text));
+        // The buffer's capacity is kept for the next line.
+        self.partial = bytes;
+        self.partial.clear();
+    }
+
+    /// What the lines read so far reported, as [`read_usage`] would total them (no session:
+    /// a live figure is for budgets); `None` while nothing was.
+    pub(crate) fn so_far(&self) -> Option<Usage> {
+        self.scanner.total(false)
     }
 }
 
@@ -182,7 +229,7 @@ struct Reported {
     session: Option<String>,
 }
 
-/// What the adapters keep while reading; see [`Scanner::finish`] for which report wins.
+/// What the adapters keep while reading; see [`Scanner::total`] for which report wins.
 #[derive(Debug, Default)]
 struct Native {
     /// Claude: `result` objects; Codex: `turn.completed`; Gemini: `stats`; goose: totals;
@@ -528,16 +575,22 @@ impl Scanner {
     }
 
     /// The tool's own report (the first kind seen of primary, fallback, legacy), overridden
-    /// field by field by the last `MVK_USAGE` line.
-    fn finish(mut self) -> Option<Usage> {
-        self.flush_pending();
+    /// field by field by the last `MVK_USAGE` line; with the session id when `session`.
+    fn total(&self, session: bool) -> Option<Usage> {
         let n = &self.native;
         let native = match self.adapter {
-            Adapter::Claude | Adapter::Codex => [&n.primary, &n.fallback, &n.legacy]
-                .into_iter()
-                .find(|t| t.seen)
-                .cloned()
-                .unwrap_or_default(),
+            Adapter::Claude | Adapter::Codex => {
+                // A Claude message still streaming counts as it stands.
+                let mut fallback = n.fallback.clone();
+                if let Some((_, i, o)) = &n.pending {
+                    fallback.add(*i, *o, None);
+                }
+                [&n.primary, &fallback, &n.legacy]
+                    .into_iter()
+                    .find(|t| t.seen)
+                    .cloned()
+                    .unwrap_or_default()
+            }
             Adapter::Aider => {
                 let mut t = n.primary.clone();
                 // The sum is exact while messages cost under a cent; once their rounding adds up
@@ -558,13 +611,19 @@ impl Scanner {
         if !native.seen && self.reported.is_none() {
             return None;
         }
-        let r = self.reported.unwrap_or_default();
+        let none = Reported::default();
+        let r = self.reported.as_ref().unwrap_or(&none);
+        let session = if session {
+            r.session.clone().or_else(|| self.session.clone())
+        } else {
+            None
+        };
         Some(Usage {
             input_tokens: r.input.unwrap_or(native.input),
             output_tokens: r.output.unwrap_or(native.output),
             cached_tokens: r.cached.unwrap_or(native.cached),
             usd_micros: r.usd_micros.or(native.usd_micros),
-            session: r.session.or(self.session),
+            session,
         })
     }
 }
@@ -1401,6 +1460,49 @@ mod tests {
             usage_of(Adapter::Goose, doc),
             Some(usage(42, 0, None, None))
         );
+    }
+
+    #[test]
+    fn usage_read_live_in_any_chunks_is_what_the_log_gives() {
+        // Claude Code's stream: one message's usage repeated as it grows, then another's.
+        let log = concat!(
+            "{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":100,\"output_tokens\":1}}}\n",
+            "{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":100,\"output_tokens\":40}}}\n",
+            "{\"type\":\"assistant\",\"message\":{\"id\":\"m2\",\"usage\":{\"input_tokens\":200,\"output_tokens\":7}}}\n",
+        );
+        for cut in [1, 7, 64, log.len()] {
+            let mut live = LiveUsage::new(Adapter::Claude).expect("scanner");
+            let mut seen = Vec::new();
+            for chunk in log.as_bytes().chunks(cut) {
+                live.feed(chunk, |l| {
+                    seen.push(l.so_far().map(|u| u.tokens()));
+                    false
+                });
+            }
+            // Each line is read once, whole: the message in progress counts as it stands.
+            assert_eq!(seen, [Some(101), Some(140), Some(347)], "cut {cut}");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("out");
+        std::fs::write(&path, log).expect("write");
+        let read = read_usage(Adapter::Claude, &path)
+            .expect("read")
+            .expect("usage");
+        assert_eq!(read.tokens(), 347);
+    }
+
+    #[test]
+    fn a_live_reader_asked_to_stop_reads_no_further_line() {
+        let mut live = LiveUsage::new(Adapter::Command).expect("scanner");
+        let mut lines = 0;
+        live.feed(
+            b"MVK_USAGE={\"usd\":0.1}\nMVK_USAGE={\"usd\":0.2}\nMVK_USAGE={\"usd\":0.3}\n",
+            |_| {
+                lines += 1;
+                lines == 2
+            },
+        );
+        assert_eq!(live.so_far().and_then(|u| u.usd_micros), Some(200_000));
     }
 
     #[test]

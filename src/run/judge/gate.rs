@@ -230,7 +230,7 @@ pub(crate) async fn run_gate_counted(
     let tail = tail_of(&cx.log, TAIL_BYTES).map_err(log_err)?;
     let (exit_code, timed_out) = match outcome.termination {
         Termination::Exited(code) => (Some(code), false),
-        Termination::Signaled(_) => (None, false),
+        Termination::Signaled(_) | Termination::Stopped => (None, false),
         Termination::TimedOut => (None, true),
     };
     let (verdict, mut reason) = evidence::verdict(exit_code, &evidence);
