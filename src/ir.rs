@@ -25,7 +25,17 @@ pub(crate) const RESERVED_PARAMS: &[&str] = &[
     "run",
     "verdict_schema",
     "verdict_schema_json",
+    "usd_left",
+    "tokens_left",
+    "wall_left",
+    "attempts_left",
 ];
+
+/// What is left of the budgets as an attempt starts, as placeholders of an agent's command: an
+/// argument holding one whose budget is unlimited is left out, with the option it is the value
+/// of.
+pub(crate) const BUDGET_PLACEHOLDERS: &[&str] =
+    &["usd_left", "tokens_left", "wall_left", "attempts_left"];
 
 /// Placeholders in an agent command that are filled in when the attempt starts.
 pub(crate) const RUNTIME_PLACEHOLDERS: &[&str] = &[
@@ -38,6 +48,10 @@ pub(crate) const RUNTIME_PLACEHOLDERS: &[&str] = &[
     "run",
     "verdict_schema",
     "verdict_schema_json",
+    "usd_left",
+    "tokens_left",
+    "wall_left",
+    "attempts_left",
 ];
 
 pub(crate) const DEFAULT_ITERATIONS: u32 = 5;
@@ -330,6 +344,20 @@ impl Agent {
     /// the others report tokens, which mvk prices from [`Agent::price`].
     pub(crate) fn reports_dollars(&self) -> bool {
         matches!(self.adapter, Adapter::Claude | Adapter::Aider)
+    }
+
+    /// Whether its output reports usage as it goes, so that mvk can stop it when a budget runs
+    /// out while it works: Claude Code's `stream-json`, Codex's `--json` events, aider's lines
+    /// after each message, and any command's own `MVK_USAGE` lines. The Gemini CLI and goose
+    /// report it only at their end.
+    pub(crate) fn streams_usage(&self) -> bool {
+        let has = |s: &str| self.argv.iter().any(|a| a.contains(s));
+        match self.adapter {
+            Adapter::Claude => has("stream-json"),
+            Adapter::Codex => has("--json"),
+            Adapter::Aider | Adapter::Command => true,
+            Adapter::Gemini | Adapter::Goose => false,
+        }
     }
 
     /// The name its price is looked up by: its `model` parameter, else the agent's own name.

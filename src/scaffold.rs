@@ -131,10 +131,12 @@ const AGENTS: &str = r#"// The agents your loops use. Edit the command, the mode
 // output (claude, codex, aider, goose, gemini). Ready-made ones: `import "std/agents.kdl"`.
 
 agent coder adapter=claude timeout="30m" {
-    doc "Claude Code in print mode; cost and tokens are read from its JSON result"
+    doc "Claude Code in print mode; cost and tokens are read from its JSON stream as it goes"
     // As root (a CI container), Claude Code takes --dangerously-skip-permissions only with this.
     env IS_SANDBOX="1"
-    run "claude" "-p" "{{prompt}}" "--model" "sonnet" "--output-format" "json" "--dangerously-skip-permissions"
+    // stream-json (with --verbose) reports usage as it goes: mvk stops it when the budget runs
+    // out mid-attempt; --max-budget-usd holds it to what is left of the dollars itself.
+    run "claude" "-p" "{{prompt}}" "--model" "sonnet" "--output-format" "stream-json" "--verbose" "--max-budget-usd" "{{usd_left}}" "--dangerously-skip-permissions"
 }
 "#;
 

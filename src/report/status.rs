@@ -325,6 +325,18 @@ fn task_status(
         .iter()
         .filter(|e| e.task.as_deref() == Some(name))
         .collect();
+    // An agent still running has no cost row yet: what it has spent so far counts.
+    if let Some(a) = last.filter(|a| !costs.contains_key(&a.id))
+        && let Some(Event::AgentSpending { tokens, usd_micros }) = own_events
+            .iter()
+            .rev()
+            .filter(|e| e.attempt == Some(a.number))
+            .find(|e| e.event == "agent.spending")
+            .and_then(|e| Event::read(&e.event, &e.detail))
+    {
+        spent.tokens += tokens;
+        spent.usd_micros += usd_micros;
+    }
     let state = row.map_or("pending", |r| r.state.as_str()).to_string();
     let waiting_for = if row.and_then(|r| r.outcome.as_deref()) == Some("human") {
         own_events

@@ -889,7 +889,7 @@ fn finish(
             agents.push((&review.agent, *span));
         }
         for (agent, span) in agents {
-            if let Some(d) = unpriced(agent, usd.span, span) {
+            for d in usd_budget_checks(agent, usd.span, span) {
                 world.diags.push(d);
             }
         }
@@ -1378,9 +1378,10 @@ fn build_flow(
                 let used = t.meta.field_spans.get(field).or(t.meta.span.as_ref());
                 if let Some(used) = used
                     && told.insert(agent.label())
-                    && let Some(d) = unpriced(agent, usd.span, *used)
                 {
-                    world.diags.push(d);
+                    for d in usd_budget_checks(agent, usd.span, *used) {
+                        world.diags.push(d);
+                    }
                 }
             }
         }
@@ -1449,6 +1450,46 @@ fn expand_glob(world: &mut World, g: &Spanned<String>) -> Option<Vec<String>> {
         );
     }
     Some(items)
+}
+
+/// What a dollar budget (written at `budget`) says of an agent used at `used`: an error when it
+/// could never be counted ([`unpriced`]), a warning when it can be held only between attempts
+/// ([`unmetered`]).
+fn usd_budget_checks(agent: &ir::Agent, budget: Span, used: Span) -> Vec<Diagnostic> {
+    match unpriced(agent, budget, used) {
+        Some(d) => vec![d],
+        None => unmetered(agent, budget, used).into_iter().collect(),
+    }
+}
+
+/// A dollar budget that holds an agent only between its attempts: it reports what it spent
+/// only when it exits, so mvk cannot stop it when the budget runs out while it works.
+fn unmetered(agent: &ir::Agent, budget: Span, used: Span) -> Option<Diagnostic> {
+    if agent.streams_usage() {
+        return None;
+    }
+    let fix = match agent.adapter {
+        ir::Adapter::Claude => {
+            "run Claude Code with `--output-format stream-json --verbose` (the stdlib's `claude` does), and give it `--max-budget-usd {{usd_left}}`".to_string()
+        }
+        ir::Adapter::Codex => "run Codex with `--json` (the stdlib's `codex` does)".to_string(),
+        _ => format!(
+            "wrap `{}` in a script that prints `MVK_USAGE={{\"input_tokens\":N,\"output_tokens\":N,\"usd\":X}}` lines (cumulative) as it goes; or set the agent's `timeout` to what the budget can afford",
+            agent.label()
+        ),
+    };
+    Some(
+        Diagnostic::warning(
+            "mvk::unmetered-agent",
+            format!(
+                "`{}` reports what it spent only when it exits: this dollar budget is checked between its attempts, and one attempt can spend past it",
+                agent.label()
+            ),
+        )
+        .at(budget, "a dollar budget")
+        .also(used, "reports usage only at its end")
+        .help(fix),
+    )
 }
 
 /// A dollar budget that an agent could never be held to: it reports tokens but no dollars, and

@@ -54,7 +54,9 @@ pub(crate) use crate::run::error::{RunError, blocking};
 pub(crate) use once::{OnceReport, OnceSpec, attempt_once};
 use open::Opening;
 pub(crate) use open::{ResumeFrom, apply, host_name, new_run_id, resume};
-use reasons::{budget_text, last_reason, rounds_used, rung_label, short, verdict_name};
+use reasons::{
+    budget_text, last_reason, rounds_used, rung_label, short, stopped_failure, verdict_name,
+};
 
 pub(crate) use crate::run::host::Budgets;
 pub(crate) use crate::run::outcome::{Outcome, RunReport, TaskReport};
@@ -201,7 +203,15 @@ pub(crate) struct Runner<'a> {
     /// Whether a notification hears of budgets, and the thresholds written (see [`thresholds`]).
     hears_budgets: bool,
     reached: Mutex<thresholds::Reached>,
+    /// What the run's attempts spend while their agents run, against the flow's budget.
+    purse: std::sync::Arc<crate::run::meter::Purse>,
+    /// When each running attempt's spending was last written (`agent.spending`), and what its
+    /// task had spent before it.
+    spending_written: Mutex<BTreeMap<(String, u32), SpendingWritten>>,
 }
+
+/// When a running attempt's spending was last written, and what its task had spent before it.
+type SpendingWritten = (Option<Instant>, crate::run::meter::Spend);
 
 /// The waits before a worktree is asked for again after an error that may pass (see
 /// [`Runner::acquire`]): about eight seconds in all.
@@ -275,6 +285,19 @@ impl<'a> Runner<'a> {
             ..LoopState::default()
         };
         let reached = thresholds::reached(&ledger, &opts.run_id);
+        // A resumed run's flow has spent what its earlier attempts did.
+        let before = ledger
+            .spent(&opts.run_id, None)
+            .map(|s| crate::run::meter::Spend {
+                tokens: s.input_tokens.saturating_add(s.output_tokens),
+                usd_micros: s.usd_micros,
+            })
+            .unwrap_or_default();
+        let flow = program
+            .flow
+            .as_ref()
+            .map(|f| crate::run::policy::Limits::of(f.budget.tokens, f.budget.usd_micros, None))
+            .unwrap_or_default();
         let mut runner = Runner {
             program,
             opts,
@@ -297,6 +320,8 @@ impl<'a> Runner<'a> {
             state_flushed: std::sync::atomic::AtomicBool::new(false),
             hears_budgets: false,
             reached: Mutex::new(reached),
+            purse: std::sync::Arc::new(crate::run::meter::Purse::new(flow, before)),
+            spending_written: Mutex::new(BTreeMap::new()),
         };
         runner.hears_budgets = runner.hears_budgets();
         runner

@@ -227,6 +227,20 @@ events! {
         stragglers_killed: bool,
         escaped_killed: usize,
     },
+    /// What the running agent has spent so far (its tokens; its dollars, priced where it
+    /// prints none), read from its output as it prints it; written at most once a second.
+    AgentSpending = "agent.spending" {
+        tokens: u64,
+        usd_micros: u64,
+    },
+    /// mvk stopped the agent: `budget` (the task's `usd` or `tokens`, or the flow's `flow usd`
+    /// or `flow tokens`) was spent, `spent` of `limit` as `budget.exhausted` gives them, counted
+    /// up to the line of its output that spent it.
+    AgentStopped = "agent.stopped" {
+        budget: String,
+        spent: u64,
+        limit: u64,
+    },
     /// Stop signals the agent's processes sent mvk.
     AgentSignalledMvk = "agent.signalled-mvk" {
         signals: u64,

@@ -77,6 +77,16 @@ pub(crate) trait Host: Sync {
         run: &GateRun,
     ) -> Result<(), RunError>;
 
+    /// The run's live spending, which holds the flow's `usd` and `tokens` while agents run.
+    fn purse(&self) -> std::sync::Arc<crate::run::meter::Purse>;
+    /// What attempt `attempt` of `task` has spent so far, while its agent runs.
+    fn spending(
+        &self,
+        task: &str,
+        attempt: u32,
+        spent: crate::run::meter::Spend,
+    ) -> Result<(), RunError>;
+
     /// How many stop signals the processes counted in `window` sent mvk, once every signal
     /// delivered so far is decided; recorded as the event `event` makes of that count, when there
     /// were any.

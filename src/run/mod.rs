@@ -6,6 +6,8 @@
 //!   [`temporal`]);
 //! - [`attempt`] makes one attempt through a narrow [`host`]: a [`worktree`] from the pool, the
 //!   agent, the capture, the seal, the gates and evidence ([`judge`]), the review;
+//! - [`meter`] holds the `usd` and `tokens` budgets while an agent runs: its usage read as it
+//!   prints it, its process stopped when the task's or the flow's budget is spent;
 //! - [`exec`] runs processes and ends what they leave behind; [`sandbox`] confines them;
 //! - [`git`] lands accepted work and decides what a change touched (the seal, `mvk verify`);
 //!   one run of a program at a time is [`crate::run_lock`]'s, outside `run` so that the ledger
@@ -26,6 +28,7 @@ pub(crate) mod failure;
 pub(crate) mod git;
 pub(crate) mod host;
 pub mod judge;
+pub(crate) mod meter;
 pub(crate) mod notify;
 pub(crate) mod outcome;
 pub(crate) mod policy;

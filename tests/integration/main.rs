@@ -6,6 +6,7 @@
 
 mod apply;
 mod book;
+mod caps;
 mod crash_campaign;
 mod digests;
 mod doctor;

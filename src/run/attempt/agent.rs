@@ -125,14 +125,7 @@ pub(crate) fn usage_of(agent: &Agent, log: &Path) -> Result<Option<Usage>, RunEr
         path: log.to_path_buf(),
         source,
     })?;
-    Ok(usage.map(|mut u| {
-        if u.usd_micros.is_none()
-            && let Some(p) = &agent.price
-        {
-            u.usd_micros = Some(p.cost(u.input_tokens, u.cached_tokens, u.output_tokens));
-        }
-        u
-    }))
+    Ok(usage.map(|u| crate::run::meter::priced(agent.price.as_ref(), u)))
 }
 
 /// A rate-limited try's logs are kept beside the next try's, as `agent.limited-N.out` (and
@@ -237,14 +230,19 @@ pub(super) fn fill_argv(
             "verdict_schema_json" => verdict_schema
                 .map(|_| crate::run::attempt::review::verdict_schema().to_string())
                 .unwrap_or_default(),
-            _ => return None,
+            name => return left_value(&spec.left, name),
         })
     };
-    let dropped = if verdict_schema.is_none() {
-        review_only(argv)
-    } else {
-        vec![false; argv.len()]
-    };
+    // What only a reviewer gets, and what is left of budgets that have no limit, is left out.
+    let mut absent: Vec<&str> = crate::ir::BUDGET_PLACEHOLDERS
+        .iter()
+        .copied()
+        .filter(|name| left_value(&spec.left, name).is_none())
+        .collect();
+    if verdict_schema.is_none() {
+        absent.extend(REVIEW_ONLY);
+    }
+    let dropped = left_out(argv, &absent);
     let mut out: Vec<String> = Vec::with_capacity(argv.len());
     for (arg, _) in argv.iter().zip(&dropped).filter(|(_, d)| !**d) {
         let filled = crate::resolve::interp::interpolate(arg, &lookup, &[])
@@ -257,13 +255,41 @@ pub(super) fn fill_argv(
     Ok(out)
 }
 
+/// The placeholders only a reviewer's command line is given.
+const REVIEW_ONLY: [&str; 2] = ["verdict_schema", "verdict_schema_json"];
+
+/// What is left of a budget, as placeholder `name` of a command gives it: dollars (`1.25`),
+/// tokens, whole seconds or attempts; `None` for a budget without a limit (or not a budget's
+/// name).
+fn left_value(left: &crate::run::policy::Left, name: &str) -> Option<String> {
+    match name {
+        "usd_left" => left.usd_micros.map(|m| {
+            let text = format!("{}.{:06}", m / 1_000_000, m % 1_000_000);
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        }),
+        "tokens_left" => left.tokens.map(|t| t.to_string()),
+        "wall_left" => left.wall_ms.map(|w| (w / 1000).to_string()),
+        "attempts_left" => left.attempts.map(|a| a.to_string()),
+        _ => None,
+    }
+}
+
 /// Which arguments of an agent's command line only a reviewer gets: one that holds
 /// `{{verdict_schema}}` or `{{verdict_schema_json}}`, and the option it is the value of (`--flag`
 /// before `{{…}}`, `-c` before `key={{…}}`); a maker's command line leaves them out.
 pub(crate) fn review_only(argv: &[String]) -> Vec<bool> {
+    left_out(argv, &REVIEW_ONLY)
+}
+
+/// Which arguments hold one of the placeholders `absent`, with the option each is the value
+/// of (`--flag` before `{{…}}`, `-c` before `key={{…}}`): left out of the command line.
+fn left_out(argv: &[String], absent: &[&str]) -> Vec<bool> {
     let mut dropped = vec![false; argv.len()];
     for (i, arg) in argv.iter().enumerate() {
-        if !arg.contains("{{verdict_schema}}") && !arg.contains("{{verdict_schema_json}}") {
+        if !absent
+            .iter()
+            .any(|name| arg.contains(&format!("{{{{{name}}}}}")))
+        {
             continue;
         }
         dropped[i] = true;

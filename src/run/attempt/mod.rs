@@ -17,6 +17,7 @@ use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::Usage;
 use crate::run::judge::evidence::GateVerdict;
 use crate::run::judge::gate::{self, GateContext};
+use crate::run::meter::{Meter, Spend, TaskCaps, Trip};
 use crate::run::worktree::{self, Lease};
 use crate::slug::slug;
 use review::Verdict;
@@ -53,6 +54,9 @@ pub(crate) enum AttemptEnd {
     Failed(Failure),
     /// The wall budget ran out while the agent waited on a rate limit or ran.
     WallSpent,
+    /// The task's or the flow's `usd` or `tokens` budget ran out while the agent ran: mvk
+    /// stopped it; its change is kept on the branch, never judged.
+    Stopped(Trip),
 }
 
 /// What an attempt cost and left behind, whatever its end.
@@ -75,8 +79,10 @@ pub(crate) struct AttemptSpec<'a> {
     pub(crate) previous: Option<&'a Failure>,
     /// The task's epoch, recorded with the attempt.
     pub(crate) epoch: u32,
-    /// What the budgets have left as it starts, for its prompt.
+    /// What the budgets have left as it starts, for its prompt and its command line.
     pub(crate) left: crate::run::policy::Left,
+    /// The task's own `usd` and `tokens` budgets, which the agent is stopped at.
+    pub(crate) caps: TaskCaps,
 }
 
 /// Runs one attempt to its end. Errors are mvk's own (the ledger, git, the disk); whatever the
@@ -158,6 +164,8 @@ pub(crate) async fn run_attempt(
     let mut backoff = FIRST_BACKOFF;
     // Why the agent's objects were refused (too large), which fails the attempt.
     let mut refused: Option<String>;
+    // The budget mvk stopped the agent for.
+    let mut stopped: Option<Trip>;
     let (outcome, started) = loop {
         let Some(limit) = budgets.time_left(host.started(&task.name)) else {
             lessons::collect(host, spec, "maker", &lessons_file)?;
@@ -174,11 +182,28 @@ pub(crate) async fn run_attempt(
         )?;
         ps.timeout = Some(timeout);
         ps.signals = Some(window.clone());
-        let started = Instant::now();
-        let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
-            agent: spec.agent.name.clone(),
-            source,
+        let (meter, seen) = Meter::new(
+            spec.agent,
+            (&task.name, spec.number),
+            Spend::of(&usage),
+            spec.caps,
+            host.purse(),
+        )
+        .map_err(|e| RunError::Config {
+            message: format!("cannot read agent `{}`'s usage: {e}", spec.agent.name),
         })?;
+        let brake = meter.brake().clone();
+        ps.stop = Some(brake.stop.clone());
+        ps.tap = Some(process::Tap(std::sync::Arc::new(std::sync::Mutex::new(
+            meter,
+        ))));
+        let started = Instant::now();
+        let outcome = run_metered(host, spec, &ps, seen).await?;
+        // The meter leaves the run's purse with the process.
+        ps.tap = None;
+        stopped = brake
+            .tripped()
+            .filter(|_| outcome.termination == Termination::Stopped);
         // Whatever escaped the agent's process group must not edit the worktree later.
         let swept = crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name);
         escaped += swept.killed;
@@ -188,7 +213,9 @@ pub(crate) async fn run_attempt(
             usage.absorb(&u);
         }
         let limited = rate_limited(&matcher, &outcome);
-        let Some(limit_hit) = limited.filter(|_| refused.is_none() && !survived) else {
+        let Some(limit_hit) =
+            limited.filter(|_| refused.is_none() && !survived && stopped.is_none())
+        else {
             break (outcome, started);
         };
         retries += 1;
@@ -233,7 +260,7 @@ pub(crate) async fn run_attempt(
     };
     let (exit_code, timed_out) = match outcome.termination {
         Termination::Exited(code) => (Some(code), false),
-        Termination::Signaled(_) => (None, false),
+        Termination::Signaled(_) | Termination::Stopped => (None, false),
         Termination::TimedOut => (None, true),
     };
     let duration = started.elapsed();
@@ -341,6 +368,24 @@ pub(crate) async fn run_attempt(
             escaped_killed: escaped,
         },
     )?;
+    if let Some(trip) = stopped {
+        host.emit(
+            Some(&task.name),
+            Some(spec.number),
+            Event::AgentStopped {
+                budget: trip.budget.name().to_string(),
+                spent: trip.spent,
+                limit: trip.limit,
+            },
+        )?;
+        return Ok(AttemptRecord {
+            ledger_id,
+            branch,
+            head: Some(head),
+            usage,
+            end: AttemptEnd::Stopped(trip),
+        });
+    }
     // An agent that signals mvk attacks the loop that judges it: rejected before the seal.
     // Every signal delivered while the agent ran is decided before its count is read.
     let signalled = host
@@ -383,6 +428,36 @@ pub(crate) async fn run_attempt(
         },
     )
     .await
+}
+
+/// Runs the agent's process `ps`, telling the host what it has spent each time its meter
+/// (`seen`) reads more.
+async fn run_metered(
+    host: &impl Host,
+    spec: &AttemptSpec<'_>,
+    ps: &process::ProcessSpec,
+    mut seen: tokio::sync::watch::Receiver<Spend>,
+) -> Result<process::ProcessOutcome, RunError> {
+    let run = process::run(ps);
+    tokio::pin!(run);
+    let mut watching = true;
+    let ran = loop {
+        tokio::select! {
+            ran = &mut run => break ran,
+            changed = seen.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                let spent = *seen.borrow_and_update();
+                host.spending(&spec.task.name, spec.number, spent)?;
+            }
+        }
+    };
+    ran.map_err(|source| RunError::Agent {
+        agent: spec.agent.name.clone(),
+        source,
+    })
 }
 
 /// An attempt whose agent has finished and whose change is captured: what [`judge`] decides on.

@@ -15,12 +15,81 @@ use crate::run::error::{RunError, blocking};
 use crate::run::event::Event;
 use crate::run::host::Host;
 use crate::run::judge::gate::GateRun;
+use crate::run::meter::{Purse, Spend};
 use crate::run::sandbox::Protected;
 use crate::run::worktree::{self, Lease};
+
+/// How often, at most, a running agent's spending is written (`agent.spending`, the status
+/// files); a threshold it reaches is written at once.
+const SPENDING_EVERY: Duration = Duration::from_secs(1);
 
 impl Host for Runner<'_> {
     fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    fn purse(&self) -> std::sync::Arc<Purse> {
+        self.purse.clone()
+    }
+
+    /// Shows what a running attempt has spent: in the status files at once (the task's figures
+    /// then count it), as `agent.spending` at most every [`SPENDING_EVERY`], and in the
+    /// thresholds it reaches (`budget.threshold`).
+    fn spending(&self, task: &str, attempt: u32, spent: Spend) -> Result<(), RunError> {
+        let key = (task.to_string(), attempt);
+        let (before, write) = {
+            let mut written = locked(&self.spending_written);
+            let entry = written.entry(key).or_insert_with(|| {
+                let before = self
+                    .state()
+                    .tasks
+                    .iter()
+                    .find(|t| t.name == task)
+                    .map(|t| Spend {
+                        tokens: t.spent.tokens,
+                        usd_micros: t.spent.usd_micros,
+                    })
+                    .unwrap_or_default();
+                (None, before)
+            });
+            let write = entry
+                .0
+                .is_none_or(|at: Instant| at.elapsed() >= SPENDING_EVERY);
+            if write {
+                entry.0 = Some(Instant::now());
+            }
+            (entry.1, write)
+        };
+        let total = before.plus(spent);
+        self.task_state(task, |s| {
+            s.spent.tokens = total.tokens;
+            s.spent.usd_micros = total.usd_micros;
+        });
+        if let Some(t) = self.program.tasks.iter().find(|t| t.name == task)
+            && self.watches_budgets(t)
+        {
+            let flow = self.purse.total();
+            let wall_ms = attempt::ms(self.started(task).elapsed());
+            let tally = |s: Spend, wall_ms| crate::run::policy::Tally {
+                tokens: s.tokens,
+                usd_micros: s.usd_micros,
+                wall_ms,
+            };
+            let run_wall = attempt::ms(self.run_started().elapsed());
+            self.budget_thresholds(t, &tally(total, wall_ms), Some(&tally(flow, run_wall)))?;
+        }
+        if write {
+            self.emit(
+                Some(task),
+                Some(attempt),
+                Event::AgentSpending {
+                    tokens: spent.tokens,
+                    usd_micros: spent.usd_micros,
+                },
+            )?;
+            self.write_state()?;
+        }
+        Ok(())
     }
 
     /// Where no sandbox grant may lead (see [`Protected`]).

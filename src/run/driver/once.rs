@@ -154,6 +154,12 @@ pub(crate) async fn attempt_once(
         previous: once.previous.as_ref(),
         epoch: 0,
         left: crate::run::policy::Left::default(),
+        // One attempt alone: the task's own budgets hold it.
+        caps: crate::run::meter::TaskCaps {
+            tokens: task.budget.tokens,
+            usd_micros: task.budget.usd_micros,
+            ..crate::run::meter::TaskCaps::default()
+        },
     };
     let result = async {
         let attempt::AttemptRecord {
@@ -182,6 +188,10 @@ pub(crate) async fn attempt_once(
                 };
                 (Some(f), outcome)
             }
+            AttemptEnd::Stopped(trip) => (
+                Some(super::stopped_failure(number, &trip)),
+                Outcome::Budget,
+            ),
             AttemptEnd::WallSpent => (
                 Some(Failure::new(
                     number,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use git2::Oid;
 
 use crate::ir::Rung;
-use crate::run::failure::Failure;
+use crate::run::failure::{Failure, FailureKind};
 use crate::run::judge::evidence::GateVerdict;
 
 pub(super) fn verdict_name(v: GateVerdict) -> &'static str {
@@ -61,6 +61,20 @@ pub(super) fn budget_text(which: &str, spent: u64, limit: u64) -> String {
     } else {
         format!("{spent} of {limit}")
     }
+}
+
+/// The failure an attempt stopped by a budget is recorded with.
+pub(super) fn stopped_failure(number: u32, trip: &crate::run::meter::Trip) -> Failure {
+    let name = trip.budget.name();
+    Failure::new(
+        number,
+        FailureKind::Agent,
+        format!(
+            "the agent's spending stays within the {name} budget (mvk stopped it at {}); its change is kept on its branch, not judged",
+            budget_text(name, trip.spent, trip.limit)
+        ),
+        &["budget", name],
+    )
 }
 
 pub(super) fn short(id: Oid) -> String {

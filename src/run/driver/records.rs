@@ -237,9 +237,14 @@ impl<'a> Runner<'a> {
     /// What the whole run has spent so far: tokens, micro-dollars, wall time.
     pub(super) fn flow_tally(&self) -> Result<policy::Tally, RunError> {
         let s = self.ledger().spent(&self.run_id, None)?;
+        // The agents running now count as far as they have spent.
+        let live = self.purse.total();
         Ok(policy::Tally {
-            tokens: s.input_tokens.saturating_add(s.output_tokens),
-            usd_micros: s.usd_micros,
+            tokens: s
+                .input_tokens
+                .saturating_add(s.output_tokens)
+                .max(live.tokens),
+            usd_micros: s.usd_micros.max(live.usd_micros),
             wall_ms: attempt::ms(self.run_started().elapsed()),
         })
     }

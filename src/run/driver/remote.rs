@@ -586,6 +586,7 @@ impl<'a> Coordinator<'a> {
             previous: None,
             epoch: 0,
             left: crate::run::policy::Left::default(),
+            caps: crate::run::meter::TaskCaps::default(),
         };
         // The worker's verdict came over the network: an agent there that reaches the Temporal
         // server could have sent it in the worker's place (review r9d, F0). What lands is

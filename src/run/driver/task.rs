@@ -11,13 +11,14 @@ use git2::Oid;
 use super::landing::Landing;
 use super::{
     Budgets, Pending, Progress, Resume, RunError, Runner, TaskReport, last_reason, locked, oid,
-    rounds_used, rung_label, short,
+    rounds_used, rung_label, short, stopped_failure,
 };
 use crate::ir::{Agent, Rung, Task};
 use crate::run::attempt::{self, AttemptEnd, AttemptRecord, AttemptSpec};
 use crate::run::event::Event;
 use crate::run::failure::{Failure, FailureKind};
 use crate::run::host::Host;
+use crate::run::meter::{Spend, TaskCaps};
 use crate::run::outcome::Outcome;
 use crate::run::policy::{self, CheckpointKind, Next};
 
@@ -122,6 +123,7 @@ impl<'a> Runner<'a> {
                         previous: last.as_ref(),
                         epoch: t.epoch,
                         left: t.left,
+                        caps: caps(&t),
                     };
                     let record = attempt::run_attempt(self, &spec, &t.budgets).await?;
                     (spec, record, false, true)
@@ -139,6 +141,27 @@ impl<'a> Runner<'a> {
                     );
                     self.finish_attempt(record.ledger_id, Some(&f))?;
                     continue; // the policy's wall budget stops the task
+                }
+                AttemptEnd::Stopped(trip) => {
+                    let f = stopped_failure(spec.number, &trip);
+                    self.finish_attempt(record.ledger_id, Some(&f))?;
+                    self.fail(task, spec.number, &f)?;
+                    self.history().push((
+                        task.name.clone(),
+                        spec.number,
+                        record.branch.clone(),
+                        Some(f.clone()),
+                    ));
+                    let reason = self.budget_exhausted(
+                        &task.name,
+                        (trip.budget.name(), trip.spent, trip.limit),
+                        Some(&f),
+                    )?;
+                    let branch = Some(record.branch.clone());
+                    return Ok((
+                        self.end_task(&t, Outcome::Budget, reason, None, branch)?,
+                        None,
+                    ));
                 }
                 AttemptEnd::Failed(f) => f,
                 AttemptEnd::Passed { head, .. } => {
@@ -492,6 +515,7 @@ impl<'a> Runner<'a> {
             previous: last,
             epoch: t.epoch,
             left: t.left,
+            caps: caps(t),
         };
         let head = oid(row.head.as_deref().unwrap_or_default())?;
         Ok(match pending {
@@ -531,6 +555,10 @@ impl<'a> Runner<'a> {
         record: &AttemptRecord,
     ) -> Result<(), RunError> {
         let (tokens, usd) = (record.usage.tokens(), record.usage.usd_micros.unwrap_or(0));
+        let key = (t.task.name.clone(), number);
+        locked(&self.spending_written).remove(&key);
+        self.purse
+            .settle(&key.0, number, crate::run::meter::Spend::of(&record.usage));
         t.spent_tokens = t.spent_tokens.saturating_add(tokens);
         t.spent_usd = t.spent_usd.saturating_add(usd);
         {
@@ -708,6 +736,19 @@ impl<'a> Runner<'a> {
             tokens: t.spent_tokens,
             reason,
         })
+    }
+}
+
+/// What task `t` may still spend of its own `tokens` and `usd`, which its next attempt's agent
+/// is stopped at.
+fn caps(t: &TaskRun<'_>) -> TaskCaps {
+    TaskCaps {
+        spent: Spend {
+            tokens: t.spent_tokens,
+            usd_micros: t.spent_usd,
+        },
+        tokens: t.task.budget.tokens,
+        usd_micros: t.task.budget.usd_micros,
     }
 }
 

@@ -58,6 +58,11 @@ impl Runner<'_> {
             .any(|n| n.hears(NotifyEvent::Budget))
     }
 
+    /// Whether what `task` spends is looked at against fractions of its budgets.
+    pub(super) fn watches_budgets(&self, _task: &Task) -> bool {
+        self.hears_budgets
+    }
+
     /// Writes the thresholds `task` (having spent `task_spent`) and its flow (`flow_spent`) reach.
     pub(super) fn budget_thresholds(
         &self,

@@ -1,0 +1,160 @@
+//! Budgets held inside an attempt: an agent that reports its usage as it goes
+//! (`tests/agents/spender.sh`, $0.10 and 1000 tokens more every 0.2 s, without end) is stopped
+//! within one report of the task's or the flow's budget, its spending recorded as it reported
+//! it, its change kept on its branch and never judged or landed; one under its budget runs to
+//! its end.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+
+use serde_json::Value;
+
+use crate::support::{
+    Fixture, Run, TESTS_GATE, agent_def, agent_def_timeout, assert_main_unchanged, loop_kdl,
+};
+
+/// The last `MVK_USAGE` line of an attempt's agent output: what it reported before it ended.
+fn last_report(run: &Run, attempt: u32) -> Value {
+    let out = fs::read_to_string(run.attempt_dir(attempt).join("agent.out")).unwrap();
+    let line = out
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("MVK_USAGE="))
+        .unwrap_or_else(|| panic!("no usage reported\n{}", run.why()));
+    serde_json::from_str(line).unwrap()
+}
+
+fn micros(usd: &Value) -> u64 {
+    (usd.as_f64().unwrap() * 1e6).round() as u64
+}
+
+#[test]
+fn a_runaway_agent_is_stopped_within_one_usage_report_of_the_task_budget() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spender.sh", &["fix"], "60s"),
+        true,
+        TESTS_GATE,
+        "budget usd=0.35 iterations=5",
+    ));
+    let run = fixture.apply_bounded(60);
+    run.expect_code(3);
+    // Stopped on the report that spent it ($0.40 of $0.35), not at the agent's timeout.
+    let stopped = run.one("agent.stopped");
+    assert_eq!(stopped["detail"]["budget"], "usd", "{}", run.why());
+    assert_eq!(stopped["detail"]["spent"], 400_000, "{}", run.why());
+    assert_eq!(stopped["detail"]["limit"], 350_000, "{}", run.why());
+    // What it spent is recorded as it reported it, to the micro-dollar and the token.
+    let last = last_report(&run, 1);
+    let finished = &run.one("agent.finished")["detail"];
+    assert_eq!(
+        micros(&finished["usd"]),
+        micros(&last["usd"]),
+        "{}",
+        run.why()
+    );
+    let tokens = last["input_tokens"].as_u64().unwrap() + last["output_tokens"].as_u64().unwrap();
+    assert_eq!(finished["tokens"], tokens, "{}", run.why());
+    assert!(
+        micros(&last["usd"]) <= 450_000,
+        "more than one report past the budget: {last}\n{}",
+        run.why()
+    );
+    // Never judged, never landed; the change waits on the attempt's branch, and the task ends
+    // on its budget.
+    run.none("gate.finished");
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+    assert_main_unchanged(&fixture, &run);
+    assert!(
+        fixture
+            .show(&run.branch(1), "src/calc.sh")
+            .is_some_and(|c| c.contains("$1 + $2")),
+        "{}",
+        run.why()
+    );
+    let exhausted = run.one("budget.exhausted");
+    assert_eq!(exhausted["detail"]["budget"], "usd", "{}", run.why());
+    let task = run.one("task.finished");
+    assert_eq!(task["detail"]["outcome"], "budget", "{}", run.why());
+}
+
+#[test]
+fn a_tokens_budget_stops_the_agent_too() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spender.sh", &["fix"], "60s"),
+        true,
+        TESTS_GATE,
+        "budget tokens=2500",
+    ));
+    let run = fixture.apply_bounded(60);
+    run.expect_code(3);
+    let stopped = &run.one("agent.stopped")["detail"];
+    assert_eq!(stopped["budget"], "tokens", "{}", run.why());
+    assert_eq!(stopped["spent"], 3000, "{}", run.why());
+    run.none("gate.finished");
+}
+
+#[test]
+fn an_agent_under_its_budget_is_never_stopped() {
+    // Three reports, $0.30 in all, against $0.35: it finishes, passes and lands.
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "spender.sh", &["fix", "3"]),
+        true,
+        TESTS_GATE,
+        "budget usd=0.35",
+    ));
+    let run = fixture.apply_bounded(60);
+    run.expect_code(0);
+    run.none("agent.stopped");
+    assert_eq!(
+        micros(&run.one("agent.finished")["detail"]["usd"]),
+        300_000,
+        "{}",
+        run.why()
+    );
+    // Its spending was shown while it ran.
+    assert!(!run.named("agent.spending").is_empty(), "{}", run.why());
+}
+
+#[test]
+fn a_flows_usd_is_shared_and_stops_every_running_agent_when_spent() {
+    let mut text = "agent spender timeout=\"60s\" { run \"sh\" \"@AGENTS/spender.sh\" \"out\"; }\n"
+        .to_string();
+    text.push_str("flow t {\n    parallel 3\n    budget usd=1.0\n");
+    for name in ["a", "b", "c"] {
+        text.push_str(&crate::flows::task(
+            name,
+            "spender",
+            &format!("out/{name}.txt"),
+            "",
+        ));
+    }
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply_bounded(60);
+    run.expect_code(3);
+    let stopped = run.named("agent.stopped");
+    assert_eq!(stopped.len(), 3, "every running agent stops\n{}", run.why());
+    for e in &stopped {
+        assert_eq!(e["detail"]["budget"], "flow usd", "{}", run.why());
+    }
+    // Together they spent at most one report past the flow's dollar.
+    let spent: u64 = run
+        .named("agent.finished")
+        .iter()
+        .map(|e| micros(&e["detail"]["usd"]))
+        .sum();
+    assert!(
+        (1_000_000..=1_100_000).contains(&spent),
+        "spent {spent}\n{}",
+        run.why()
+    );
+    for name in ["a", "b", "c"] {
+        assert!(
+            fixture.show("main", &format!("out/{name}.txt")).is_none(),
+            "{}",
+            run.why()
+        );
+    }
+    assert_eq!(run.named("attempt.started").len(), 3, "{}", run.why());
+}
