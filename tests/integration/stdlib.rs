@@ -63,7 +63,7 @@ fn stdlib_templates_render_every_field() {
 #[test]
 fn stdlib_agents_ask_their_tools_for_the_output_their_adapters_read() {
     let wanted: &[(&str, &[&str])] = &[
-        ("claude", &["--output-format", "json"]),
+        ("claude", &["--output-format", "stream-json", "--verbose"]),
         ("codex", &["--json"]),
         ("gemini", &["--output-format", "json"]),
         ("goose", &["--output-format", "json"]),
@@ -143,7 +143,12 @@ fn prices_come_from_the_loop_before_the_stdlib_and_models_are_found_without_thei
                 "aider (map-tokens=0 model=openai/gpt-4.1)".to_string(),
                 Some(("gpt-4.1".to_string(), 2_000_000))
             ),
-            ("claude (model=sonnet)".to_string(), None),
+            // Claude Code prints its dollars at its end; its stream's tokens are priced while it
+            // runs.
+            (
+                "claude (model=sonnet)".to_string(),
+                Some(("sonnet".to_string(), 3_000_000))
+            ),
         ]
     );
 }
