@@ -347,16 +347,15 @@ impl Agent {
     }
 
     /// Whether its output reports usage as it goes, so that mvk can stop it when a budget runs
-    /// out while it works: Claude Code's `stream-json`, Codex's `--json` events, aider's lines
-    /// after each message, and any command's own `MVK_USAGE` lines. The Gemini CLI and goose
-    /// report it only at their end.
+    /// out while it works: Claude Code's `stream-json`, aider's lines after each message, and
+    /// any command's own `MVK_USAGE` lines. Codex's `turn.completed` comes once, at the end of
+    /// `codex exec`'s one turn; the Gemini CLI and goose too report it only at their end.
     pub(crate) fn streams_usage(&self) -> bool {
         let has = |s: &str| self.argv.iter().any(|a| a.contains(s));
         match self.adapter {
             Adapter::Claude => has("stream-json"),
-            Adapter::Codex => has("--json"),
             Adapter::Aider | Adapter::Command => true,
-            Adapter::Gemini | Adapter::Goose => false,
+            Adapter::Codex | Adapter::Gemini | Adapter::Goose => false,
         }
     }
 

@@ -738,6 +738,44 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
     }
 }
 
+/// A model that keeps asking for tool calls, each answer costing about $0.045 at Claude Sonnet's
+/// price (Codex 0.171 reports usage once, at the end of `codex exec`'s one turn, so it cannot be
+/// stopped mid-attempt and has no such test): the agent is stopped by the task's `usd` budget ($0.10)
+/// within one turn of it, exit 3, nothing landed.
+fn a_runaway_is_stopped_by_the_budget(cli: Cli) {
+    let script = json!({
+        "endless": true,
+        "usage": {"input": 10000, "output": 1000},
+        "steps": [{"shell": "echo still working"}]
+    });
+    let stub = Stub::start(&script, None);
+    let home = tempfile::tempdir().unwrap();
+    let env = cli.setup(&stub, home.path());
+    let (fixture, start) = project(cli.agent_use(), None, "");
+    let text = fs::read_to_string(fixture.root().join("loops/t.kdl"))
+        .unwrap()
+        .replace("usd=1.0", "usd=0.1");
+    fs::write(fixture.root().join("loops/t.kdl"), text).unwrap();
+    let run = apply(&fixture, &env, None, None);
+    run.expect_code(3);
+    assert_eq!(fixture.tip("main"), start, "nothing lands\n{}", run.why());
+    run.none("gate.finished");
+    let spent = run.one("agent.finished")["detail"]["usd"].as_f64().unwrap();
+    // One turn is at most $0.045; the agent may not go past the budget by more.
+    assert!(spent <= 0.1 + 0.046, "spent ${spent}\n{}", run.why());
+    let stopped = run.named("agent.stopped");
+    assert!(
+        !stopped.is_empty() || cli == Cli::Claude,
+        "mvk stopped it (Claude Code may stop itself first, at --max-budget-usd)\n{}",
+        run.why()
+    );
+}
+
+#[test]
+fn claude_is_stopped_by_the_budget() {
+    a_runaway_is_stopped_by_the_budget(Cli::Claude);
+}
+
 #[test]
 fn claude_fixes_after_a_rate_limit() {
     as_each_user(|u| fixes_after_a_rate_limit(Cli::Claude, u));

@@ -22,7 +22,8 @@ every request.
 Which step answers a request is decided from the request alone: step i answers the request
 whose conversation already holds i model turns (each module counts them in its own format), so
 a retried request gets the same answer and side requests (titles, summaries) do not advance it.
-A request past the last step gets the last `text` step. Side requests that are not the main
+A request past the last step gets the last `text` step (with "endless": true, the last step
+again, whatever it is: a model that never stops calling tools). Side requests that are not the main
 loop (no tools offered, where the module can tell) are answered with a short plain text.
 """
 
@@ -63,6 +64,9 @@ class Stub:
             return {"text": "Nothing to do."}
         if turns_so_far < len(steps):
             return steps[turns_so_far]
+        # A model that never stops calling tools: the last step, again and again.
+        if self.script.get("endless"):
+            return steps[-1]
         for s in reversed(steps):
             if "text" in s:
                 return s
