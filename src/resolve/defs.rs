@@ -619,6 +619,23 @@ impl World {
             use_.name.span,
         )?;
         let argv = render_command(&def.command, &values, ir::RUNTIME_PLACEHOLDERS);
+        // A budget's placeholder is left out with its option when the budget has no limit:
+        // only possible when it is a value of its own.
+        for word in &argv {
+            for name in ir::BUDGET_PLACEHOLDERS {
+                let p = format!("{{{{{name}}}}}");
+                if word.contains(&p) && word != &p && !word.ends_with(&format!("={p}")) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "mvk::budget-placeholder-inside",
+                            format!("`{p}` inside `{word}` in agent `{}`", use_.name.node),
+                        )
+                        .at(use_.name.span, "the agent")
+                        .help(format!("give it an argument of its own (`\"--max-budget-usd\" \"{p}\"` or `\"--max-budget-usd={p}\"`): with no limit set, mvk leaves it out with its option")),
+                    );
+                }
+            }
+        }
         let mut env = BTreeMap::new();
         for e in &def.env {
             let lookup = |n: &str| values.get(n).cloned();

@@ -286,10 +286,13 @@ pub(crate) fn review_only(argv: &[String]) -> Vec<bool> {
 fn left_out(argv: &[String], absent: &[&str]) -> Vec<bool> {
     let mut dropped = vec![false; argv.len()];
     for (i, arg) in argv.iter().enumerate() {
-        if !absent
-            .iter()
-            .any(|name| arg.contains(&format!("{{{{{name}}}}}")))
-        {
+        // Only a placeholder that is the whole value: `{{x}}`, `--flag={{x}}`, `key={{x}}`. One
+        // inside a longer word (a shell script) is refused by `mvk check`, never cut out with
+        // the word before it (`-c`).
+        if !absent.iter().any(|name| {
+            let p = format!("{{{{{name}}}}}");
+            arg == &p || arg.ends_with(&format!("={p}"))
+        }) {
             continue;
         }
         dropped[i] = true;
@@ -334,3 +337,32 @@ pub(super) fn agent_tail(dir: &Path) -> String {
 
 /// Bytes of the agent's own output quoted in a failure (it crashed or timed out).
 pub(super) const AGENT_TAIL_BYTES: u64 = 4 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::left_out;
+
+    fn words(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    #[test]
+    fn an_unlimited_budget_leaves_out_its_value_and_option_and_nothing_else() {
+        let absent = ["usd_left"];
+        let argv = words(&[
+            "claude",
+            "--max-budget-usd",
+            "{{usd_left}}",
+            "-p",
+            "{{prompt}}",
+        ]);
+        assert_eq!(left_out(&argv, &absent), [false, true, true, false, false]);
+        // `-c key={{…}}` (Codex's configuration option) goes with its option.
+        let argv = words(&["tool", "--cap={{usd_left}}", "-c", "key={{usd_left}}"]);
+        assert_eq!(left_out(&argv, &absent), [false, true, true, true]);
+        // Inside a script it is no value of its own (`mvk check` refuses it): the script and
+        // its `-c` stay.
+        let argv = words(&["sh", "-c", "tool --cap {{usd_left}}"]);
+        assert_eq!(left_out(&argv, &absent), [false, false, false]);
+    }
+}

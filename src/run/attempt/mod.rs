@@ -193,10 +193,15 @@ pub(crate) async fn run_attempt(
             message: format!("cannot read agent `{}`'s usage: {e}", spec.agent.name),
         })?;
         let brake = meter.brake().clone();
-        ps.stop = Some(brake.stop.clone());
-        ps.tap = Some(process::Tap(std::sync::Arc::new(std::sync::Mutex::new(
-            meter,
-        ))));
+        // Only an agent that reports as it goes is stopped by what it reports: one that reports
+        // once, as it exits (Codex, the Gemini CLI, goose), would be cut off on its finished
+        // work; its budget is held between attempts.
+        if spec.agent.streams_usage() {
+            ps.stop = Some(brake.stop.clone());
+            ps.tap = Some(process::Tap(std::sync::Arc::new(std::sync::Mutex::new(
+                meter,
+            ))));
+        }
         let started = Instant::now();
         let outcome = run_metered(host, spec, &ps, seen).await?;
         // The meter leaves the run's purse with the process.

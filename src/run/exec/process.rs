@@ -357,6 +357,7 @@ pub(crate) async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessErr
         None
     };
 
+    let spawning = crate::run::exec::reaper::spawning();
     let spawned = command.spawn();
     // The command holds the parent's copies of a shared pipe's write end: closed now, or the
     // reader would never see the end of the output.
@@ -384,6 +385,7 @@ pub(crate) async fn run(spec: &ProcessSpec) -> Result<ProcessOutcome, ProcessErr
         })?;
     // A sibling task's reaping of escapees must not take this child (see `reaper::own`).
     let _own = crate::run::exec::reaper::own(pgid.as_raw_nonzero().get());
+    drop(spawning);
     if let Some(window) = &spec.signals {
         window.adopt(pgid.as_raw_nonzero().get());
     }
@@ -555,6 +557,8 @@ async fn supervise(
         }
     };
     let ended = tokio::select! {
+        // A process that already exited ended on its own, whatever was pulled meanwhile.
+        biased;
         waited = child.wait() => Ok(waited.map_err(wait_error)?),
         () = timeout => Err(Termination::TimedOut),
         () = stop => Err(Termination::Stopped),

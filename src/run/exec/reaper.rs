@@ -24,6 +24,17 @@ pub(crate) fn become_subreaper() -> io::Result<()> {
 /// The pids of the children mvk started itself and has not reaped yet.
 static OWN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
+/// Held shared by whoever starts a child mvk owns, from before its fork until [`own`] has it;
+/// held exclusively by a sweep while it decides what to kill: otherwise a child started on
+/// another thread (a notification's command as an agent runs) is an unregistered child of mvk
+/// for a moment, and a sweep takes it for an escapee.
+static SPAWNING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// See [`SPAWNING`]: hold it across `spawn()` and [`own`].
+pub(crate) fn spawning() -> std::sync::RwLockReadGuard<'static, ()> {
+    SPAWNING.read().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Marks `pid` as a child mvk started (an agent, a gate), until the returned guard is dropped
 /// (after the child is reaped): [`kill_adopted`] leaves it alone.
 pub(crate) fn own(pid: i32) -> Own {
@@ -135,6 +146,7 @@ pub(crate) fn kill_adopted(run: &str, task: &str) -> Sweep {
     let my_group = rustix::process::getpgrp().as_raw_nonzero().get();
     let mut quiet = 0;
     while quiet < QUIET_SCANS {
+        let deciding = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
         // The common case, no escapee at all, read from the kernel's list of mvk's own
         // children instead of every process's `stat` (each sweep makes several scans, a task
         // several sweeps: a full scan each time was a fifth of a wide flow's CPU).
@@ -195,6 +207,7 @@ pub(crate) fn kill_adopted(run: &str, task: &str) -> Sweep {
         // sleep (a hung NFS or FUSE read, review r8d, R1), would stop the sweep and every task
         // with it. One wait for them all per scan (r8e, L1); what is not dead yet is found
         // again by the next scans, and the time limit fails the step.
+        drop(deciding);
         reap_within(killed, REAP_WAIT);
         if std::time::Instant::now() > deadline {
             tracing::warn!(

@@ -288,6 +288,7 @@ fn command(
         cmd.env(field_var(name), field(name).unwrap_or_default());
     }
     cmd.env("MVK_NOTIFY_ID", id);
+    let spawning = crate::run::exec::reaper::spawning();
     let mut child = cmd.spawn().map_err(|e| Failed {
         why: format!("cannot start `{program}`: {e}"),
         again: e.kind() != std::io::ErrorKind::NotFound,
@@ -296,6 +297,7 @@ fn command(
     // mvk is a subreaper that ends and reaps the children it did not register between an
     // attempt's steps (see `reaper`): this one is its own until it is reaped here.
     let _own = crate::run::exec::reaper::own(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    drop(spawning);
     if let Some(mut stdin) = child.stdin.take() {
         // A command that reads no input closes the pipe: that is its right.
         let _ = stdin.write_all(message.body(cx, &n.name, id).to_string().as_bytes());
