@@ -359,11 +359,25 @@ impl Agent {
         }
     }
 
-    /// The name its price is looked up by: its `model` parameter, else the agent's own name.
+    /// The name its price is looked up by: its `model` parameter, else the value of a
+    /// `--model` (or `-m`) option in its command (`mvk init`'s `coder` runs `--model sonnet`),
+    /// else the agent's own name.
     pub(crate) fn price_key(&self) -> &str {
-        self.params
-            .get("model")
-            .map_or(self.name.as_str(), String::as_str)
+        if let Some(model) = self.params.get("model") {
+            return model;
+        }
+        let mut words = self.argv.iter();
+        while let Some(w) = words.next() {
+            if let Some(v) = w.strip_prefix("--model=") {
+                return v;
+            }
+            if (w == "--model" || w == "-m")
+                && let Some(v) = words.next().filter(|v| !v.contains("{{"))
+            {
+                return v;
+            }
+        }
+        &self.name
     }
 
     /// `claude (model=sonnet)`: how a person recognises this agent.

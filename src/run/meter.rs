@@ -127,8 +127,9 @@ impl Purse {
     /// Counts what attempt `key` spent in all (never less than what it was seen spending).
     pub(crate) fn settle(&self, task: &str, number: u32, spent: Spend) {
         let mut s = self.state();
-        let e = s.attempts.entry((task.to_string(), number)).or_default();
-        *e = e.max(spent);
+        // What the agent reported at its end is what it spent: a live figure can lean either
+        // way of it (prices of cache writes, a message cut short).
+        s.attempts.insert((task.to_string(), number), spent);
     }
 
     /// Records attempt `key`'s spending so far; when that spends the flow's budget, every

@@ -131,21 +131,31 @@ fn a_flows_usd_is_shared_and_stops_every_running_agent_when_spent() {
     }
     text.push_str("}\n");
     let fixture = Fixture::new(&text);
-    let run = fixture.apply_bounded(60);
+    // The three spend side by side: none starts spending before all have started.
+    let started = fixture.state("started");
+    fs::create_dir_all(&started).unwrap();
+    let run = fixture.apply_with(
+        &[],
+        &[
+            ("SPENDERS_DIR", started.to_str().unwrap()),
+            ("SPENDERS", "3"),
+        ],
+    );
     run.expect_code(3);
     let stopped = run.named("agent.stopped");
     assert_eq!(stopped.len(), 3, "every running agent stops\n{}", run.why());
     for e in &stopped {
         assert_eq!(e["detail"]["budget"], "flow usd", "{}", run.why());
     }
-    // Together they spent at most one report past the flow's dollar.
+    // Together they spent at least the flow's dollar, and at most one report more per agent
+    // (each may have printed one as the brake was pulled).
     let spent: u64 = run
         .named("agent.finished")
         .iter()
         .map(|e| micros(&e["detail"]["usd"]))
         .sum();
     assert!(
-        (1_000_000..=1_100_000).contains(&spent),
+        (1_000_000..=1_300_000).contains(&spent),
         "spent {spent}\n{}",
         run.why()
     );
@@ -157,4 +167,27 @@ fn a_flows_usd_is_shared_and_stops_every_running_agent_when_spent() {
         );
     }
     assert_eq!(run.named("attempt.started").len(), 3, "{}", run.why());
+}
+
+#[test]
+fn a_run_killed_after_a_stopped_agent_was_recorded_never_judges_it_on_resume() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spender.sh", &["fix"], "60s"),
+        true,
+        TESTS_GATE,
+        "budget usd=0.35 iterations=5",
+    ));
+    let crashed = fixture.apply_with(&[], &[("MVK_FAILPOINT", "agent-recorded")]);
+    assert_ne!(crashed.code, 0, "{}", crashed.why());
+    let resumed = fixture.run_mvk(&["resume", &crashed.id], &[]);
+    resumed.expect_code(3);
+    resumed.none("gate.finished");
+    assert_main_unchanged(&fixture, &resumed);
+    let task = resumed.named("task.finished");
+    assert_eq!(
+        task.last().unwrap()["detail"]["outcome"],
+        "budget",
+        "{}",
+        resumed.why()
+    );
 }

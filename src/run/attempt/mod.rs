@@ -350,15 +350,19 @@ pub(crate) async fn run_attempt(
         }
     };
     crate::run::failpoint("agent-captured");
+    // A stopped agent's work is recorded without its head: a resume after a crash from here
+    // on finds an attempt that produced nothing to judge, never one to judge and land (its
+    // change stays on its branch all the same).
     host.ledger_agent_done(
         ledger_id,
         exit_code,
         timed_out,
         duration,
-        Some(head),
+        stopped.is_none().then_some(head),
         &usage,
         retries,
     )?;
+    crate::run::failpoint("agent-recorded");
     host.emit(
         Some(&task.name),
         Some(spec.number),

@@ -675,15 +675,29 @@ fn progress_of(
                 }
             }
             "agent-done" => {
-                // The wall budget ran out before the agent produced a result.
+                // A budget ran out before the agent produced a result to judge: the wall
+                // time, or the dollars or tokens it was stopped on.
                 count(&mut p, a);
-                let f = Failure::new(
-                    a.number,
-                    FailureKind::Agent,
-                    "the attempt ends within the wall budget (it ran out during the attempt)"
-                        .into(),
-                    &["wall"],
-                );
+                let stopped = !runner
+                    .ledger()
+                    .event_details(&run, &task.name, a.number, "agent.stopped")?
+                    .is_empty();
+                let f = if stopped {
+                    Failure::new(
+                        a.number,
+                        FailureKind::Agent,
+                        "the attempt ends within the budget (the agent was stopped on it)".into(),
+                        &["budget"],
+                    )
+                } else {
+                    Failure::new(
+                        a.number,
+                        FailureKind::Agent,
+                        "the attempt ends within the wall budget (it ran out during the attempt)"
+                            .into(),
+                        &["wall"],
+                    )
+                };
                 runner.finish_failed(a.id, &f)?;
                 history.push((a.number, a.branch.clone(), Some(f.clone())));
                 p.last = Some(f);

@@ -243,7 +243,7 @@ struct Native {
     /// Claude stream-json repeats a message's usage on each of its content blocks, growing:
     /// the message in progress (id, input, output) is counted once its id changes, so memory
     /// stays constant however many messages there are.
-    pending: Option<(String, u64, u64)>,
+    pending: Option<(String, u64, u64, u64)>,
     /// aider: the sum of the message costs on its `Cost:` lines (each printed to a cent, or to
     /// two significant digits below one), and the session figure of the last one (the true
     /// total rounded to a cent).
@@ -358,13 +358,14 @@ impl Scanner {
         self.set_session(v.get("session_id"));
         match v.get("type").and_then(Value::as_str) {
             Some("result") => {
-                let (input, output) = v.get("usage").map_or((0, 0), claude_tokens);
+                let (input, output, cached) = v.get("usage").map_or((0, 0, 0), claude_tokens);
                 // Older versions called it cost_usd.
                 let usd = v
                     .get("total_cost_usd")
                     .or_else(|| v.get("cost_usd"))
                     .and_then(usd_micros);
                 self.native.primary.add(input, output, usd);
+                self.native.primary.add_cached(cached);
                 // With --json-schema the answer is `structured_output`, held to the schema;
                 // `result` is its text, or the model's prose if it never gave one.
                 match v.get("structured_output").filter(|o| o.is_object()) {
@@ -384,15 +385,16 @@ impl Scanner {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                let (input, output) = claude_tokens(usage);
+                let (input, output, cached) = claude_tokens(usage);
                 match &mut self.native.pending {
-                    Some((pending, i, o)) if *pending == id && !id.is_empty() => {
+                    Some((pending, i, o, c)) if *pending == id && !id.is_empty() => {
                         *i = input;
                         *o = output;
+                        *c = cached;
                     }
                     _ => {
                         self.flush_pending();
-                        self.native.pending = Some((id, input, output));
+                        self.native.pending = Some((id, input, output, cached));
                     }
                 }
             }
@@ -401,8 +403,9 @@ impl Scanner {
     }
 
     fn flush_pending(&mut self) {
-        if let Some((_, i, o)) = self.native.pending.take() {
+        if let Some((_, i, o, c)) = self.native.pending.take() {
             self.native.fallback.add(i, o, None);
+            self.native.fallback.add_cached(c);
         }
     }
 
@@ -582,8 +585,9 @@ impl Scanner {
             Adapter::Claude | Adapter::Codex => {
                 // A Claude message still streaming counts as it stands.
                 let mut fallback = n.fallback.clone();
-                if let Some((_, i, o)) = &n.pending {
+                if let Some((_, i, o, c)) = &n.pending {
                     fallback.add(*i, *o, None);
+                    fallback.add_cached(*c);
                 }
                 [&n.primary, &fallback, &n.legacy]
                     .into_iter()
@@ -650,12 +654,15 @@ fn session_id(v: &Value) -> Option<String> {
 }
 
 /// Claude's usage: input_tokens leave out cache writes and reads, which are billed input too.
-fn claude_tokens(usage: &Value) -> (u64, u64) {
+/// Claude's input (cache writes and reads included), output, and the cache reads apart: a
+/// price table prices those at the cache rate, a tenth of input's.
+fn claude_tokens(usage: &Value) -> (u64, u64, u64) {
     let u = Some(usage);
+    let cached = field(u, "cache_read_input_tokens");
     let input = field(u, "input_tokens")
         .saturating_add(field(u, "cache_creation_input_tokens"))
-        .saturating_add(field(u, "cache_read_input_tokens"));
-    (input, field(u, "output_tokens"))
+        .saturating_add(cached);
+    (input, field(u, "output_tokens"), cached)
 }
 
 fn field(v: Option<&Value>, key: &str) -> u64 {
@@ -1289,13 +1296,17 @@ mod tests {
     #[test]
     fn claude_json_result_counts_cache_tokens_as_input() {
         let u = read_usage(Adapter::Claude, &fixture("claude-json.out")).expect("read");
+        // The cache reads apart too, for a price table's cache rate.
         assert_eq!(
             u,
-            Some(usage(
-                1204 + 18250 + 210_443,
-                3911,
-                Some(418_724),
-                Some("9c7a3f0e-5b1d-4c2e-8f6a-2d4b1e0c9a77")
+            Some(cached(
+                usage(
+                    1204 + 18250 + 210_443,
+                    3911,
+                    Some(418_724),
+                    Some("9c7a3f0e-5b1d-4c2e-8f6a-2d4b1e0c9a77")
+                ),
+                210_443
             ))
         );
     }
@@ -1305,11 +1316,14 @@ mod tests {
         let u = read_usage(Adapter::Claude, &fixture("claude-stream.jsonl")).expect("read");
         assert_eq!(
             u,
-            Some(usage(
-                8 + 9400 + 9000,
-                110,
-                Some(52_100),
-                Some("1f0e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+            Some(cached(
+                usage(
+                    8 + 9400 + 9000,
+                    110,
+                    Some(52_100),
+                    Some("1f0e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+                ),
+                9000
             ))
         );
     }
