@@ -497,6 +497,8 @@ mod tests {
         "pr.opened",
         "pr.refused",
         "pr.waiting",
+        "agent.spending",
+        "agent.stopped",
     ];
 
     #[test]
