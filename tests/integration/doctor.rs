@@ -62,7 +62,16 @@ fn a_flag_the_installed_version_does_not_take_fails_doctor_and_apply_refuses_bef
     // This version knows every flag but the one that skips permission prompts.
     fake_claude(
         bin.path(),
-        &["-p", "--model", "--output-format", "--json-schema"],
+        &[
+            "-p",
+            "--model",
+            "--verbose",
+            "--max-budget-usd",
+            "--output-format",
+            "--json-schema",
+            "--verbose",
+            "--max-budget-usd",
+        ],
     );
     let (code, text) = doctor(&fixture, bin.path(), &[]);
     assert_eq!(code, 1, "{text}");
@@ -130,6 +139,8 @@ fn credentials_are_named_never_shown_and_their_absence_is_a_warning() {
         &[
             "-p",
             "--model",
+            "--verbose",
+            "--max-budget-usd",
             "--output-format",
             "--dangerously-skip-permissions",
             "--json-schema",
@@ -187,7 +198,15 @@ fn claude_as_root_without_is_sandbox_is_refused_and_the_stdlib_definition_passes
         loop t {\n    goal \"Fix it.\"\n    agent bare\n    gate tests { run \"sh\" \"-c\" \"true\"; }\n}\n";
     let fixture = Fixture::new(text);
     let bin = tempfile::tempdir().unwrap();
-    fake_claude(bin.path(), &["-p", "--dangerously-skip-permissions"]);
+    fake_claude(
+        bin.path(),
+        &[
+            "-p",
+            "--dangerously-skip-permissions",
+            "--verbose",
+            "--max-budget-usd",
+        ],
+    );
     let (code, out) = doctor(&fixture, bin.path(), &[("ANTHROPIC_API_KEY", "k")]);
     if is_root {
         assert_eq!(code, 1, "{out}");
@@ -250,6 +269,8 @@ fn under_a_sandbox_only_the_variables_it_passes_count_as_credentials() {
         &[
             "-p",
             "--model",
+            "--verbose",
+            "--max-budget-usd",
             "--output-format",
             "--dangerously-skip-permissions",
             "--json-schema",
