@@ -194,7 +194,7 @@ fn fields_but_prompt(task: &Task, deps: &BTreeMap<String, Digest>) -> BTreeMap<S
         f.insert(format!("gate.{}", g.name), to_value(g));
     }
     f.insert("review".into(), to_value(&task.review));
-    f.insert("budget".into(), to_value(&task.budget));
+    f.insert("budget".into(), to_value(&digested_budget(&task.budget)));
     f.insert("ladder".into(), to_value(&task.ladder));
     f.insert("merge".into(), to_value(&task.merge));
     f.insert("uncertified".into(), Value::Bool(task.uncertified));
@@ -262,7 +262,9 @@ impl Sealer {
             });
         }
         put(self, "review", &|out| encode_direct(&task.review, out));
-        put(self, "budget", &|out| encode_direct(&task.budget, out));
+        put(self, "budget", &|out| {
+            encode_direct(&digested_budget(&task.budget), out);
+        });
         put(self, "ladder", &|out| encode_direct(&task.ladder, out));
         put(self, "merge", &|out| encode_direct(&task.merge, out));
         put(self, "uncertified", &|out| {
@@ -827,6 +829,15 @@ impl Serializer for KeyEncoder<'_> {
 
 /// The program's digest: its kind, name, flow settings and every task's digest (never its
 /// notifications: see the module's doc).
+/// A task's budget as its digest counts it: without `warn_at`, which changes who is told of
+/// spending, not what the task does.
+fn digested_budget(b: &crate::ir::Budget) -> crate::ir::Budget {
+    crate::ir::Budget {
+        warn_at: None,
+        ..b.clone()
+    }
+}
+
 pub(crate) fn program_digest(
     kind: ProgramKind,
     name: &str,
@@ -837,6 +848,12 @@ pub(crate) fn program_digest(
         .iter()
         .map(|t| (t.name.clone(), Value::String(t.meta.digest.hex())))
         .collect();
+    // A warning's threshold says who is told, not what runs.
+    let flow = flow.map(|f| {
+        let mut f = f.clone();
+        f.budget.warn_at = None;
+        f
+    });
     let v = serde_json::json!({
         "kind": kind,
         "name": name,

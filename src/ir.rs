@@ -112,6 +112,9 @@ pub struct FlowBudget {
     pub usd_micros: Option<u64>,
     #[serde(with = "opt_millis")]
     pub wall: Option<Duration>,
+    /// As a task's [`Budget::warn_at`], for the flow's limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warn_at: Option<u32>,
 }
 
 /// One unit of work: a loop, standing alone or as a flow's task.
@@ -440,6 +443,11 @@ pub struct Budget {
     pub wall: Option<Duration>,
     pub same_failure: u32,
     pub context_tokens: u32,
+    /// The fraction (thousandths) of `tokens`, `usd` or `wall` at which a warning is written
+    /// and heard (`budget.threshold`). Who is told of spending does not change what a run does:
+    /// the digest leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warn_at: Option<u32>,
 }
 
 impl Default for Budget {
@@ -451,6 +459,7 @@ impl Default for Budget {
             wall: None,
             same_failure: DEFAULT_SAME_FAILURE,
             context_tokens: DEFAULT_CONTEXT_TOKENS,
+            warn_at: None,
         }
     }
 }
@@ -611,8 +620,9 @@ impl Default for Merge {
 
 pub(crate) const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const DEFAULT_NOTIFY_RETRIES: u32 = 3;
-/// The fraction of a budget at which `on="budget"` fires, in thousandths.
-pub(crate) const DEFAULT_NOTIFY_AT: u32 = 800;
+/// The fraction of a budget at which it warns (and `on="budget"` fires) when its `warn-at` is
+/// not written, in thousandths.
+pub(crate) const DEFAULT_WARN_AT: u32 = 800;
 /// At most this many tries after the first: a notification must not outlive the run by much.
 pub(crate) const MAX_NOTIFY_RETRIES: u64 = 10;
 
@@ -624,8 +634,9 @@ pub struct Notify {
     pub name: String,
     /// The events it fires on; sorted, each once.
     pub on: Vec<NotifyEvent>,
-    /// The fraction of a budget (thousandths) at which `budget` fires.
-    pub at: u32,
+    /// The fraction of a budget (thousandths) at which `budget` fires; `None` for the budget's
+    /// own warning (its `warn-at`, or [`DEFAULT_WARN_AT`]).
+    pub at: Option<u32>,
     /// The outcomes `finished` fires on; empty for all.
     pub outcomes: Vec<String>,
     pub timeout: Duration,

@@ -133,8 +133,14 @@ pub(crate) fn describe(event: &str, detail: &Value) -> Option<String> {
         } => format!("failed ({kind}): {criterion}"),
         Event::RungClimbed { rung, .. } => format!("climbing to rung {rung}"),
         Event::BudgetExhausted { budget, .. } => format!("the {budget} budget ran out"),
-        Event::BudgetThreshold { budget, at, .. } => {
-            format!("{}% of the {budget} budget spent", at / 10)
+        Event::BudgetThreshold {
+            budget,
+            at,
+            warning,
+            ..
+        } => {
+            let warning = if warning { "warning: " } else { "" };
+            format!("{warning}{}% of the {budget} budget spent", at / 10)
         }
         Event::NotifySent {
             notification,

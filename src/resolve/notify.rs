@@ -113,7 +113,7 @@ impl World {
                 Notify {
                     name: decl.name.node.clone(),
                     on: NotifyEvent::ALL.to_vec(),
-                    at: ir::DEFAULT_NOTIFY_AT,
+                    at: None,
                     outcomes: Vec::new(),
                     timeout: ir::DEFAULT_NOTIFY_TIMEOUT,
                     retries: ir::DEFAULT_NOTIFY_RETRIES,
@@ -126,7 +126,7 @@ impl World {
             n.on.clone_from(&on.node);
         }
         if let Some(at) = &decl.at {
-            n.at = at.node;
+            n.at = Some(at.node);
         }
         if let Some(o) = &decl.outcomes {
             n.outcomes.clone_from(&o.node);

@@ -90,7 +90,8 @@ impl Partial {
             usd_micros,
             wall,
             same_failure,
-            context_tokens
+            context_tokens,
+            warn_at
         );
         if b.span.is_some() {
             self.budget.span = b.span;
@@ -222,6 +223,16 @@ fn repo_path(
 /// Warns when the maker's prompt of a first attempt (the template with the task's goal, rules and
 /// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
 /// of the task would be, and nothing could be quoted.
+/// A `warn-at` in a budget that limits none of what it warns of.
+fn warn_at_without_limit(span: Span) -> Diagnostic {
+    Diagnostic::warning(
+        "mvk::warn-at-without-limit",
+        "`warn-at` warns of `tokens`, `usd` and `wall`, and this budget limits none of them",
+    )
+    .at(span, "never reached")
+    .help("add the limit to warn before, e.g. budget usd=5.0 warn-at=0.8")
+}
+
 fn prompt_within_budget(world: &mut World, task: &Task) {
     let mut own = crate::prompt::PromptContext::of_task(task);
     own.gates = task
@@ -895,6 +906,13 @@ fn finish(
         }
     }
     let b = &p.budget;
+    if let Some(w) = &b.warn_at
+        && b.tokens.is_none()
+        && b.usd_micros.is_none()
+        && b.wall.is_none()
+    {
+        world.diags.push(warn_at_without_limit(w.span));
+    }
     let budget = Budget {
         iterations: b
             .iterations
@@ -911,6 +929,7 @@ fn finish(
             .context_tokens
             .as_ref()
             .map_or(ir::DEFAULT_CONTEXT_TOKENS, |n| n.node),
+        warn_at: b.warn_at.as_ref().map(|n| n.node),
     };
     if let Some(span) = b.span {
         field_spans.insert("budget".to_string(), span);
@@ -1386,6 +1405,14 @@ fn build_flow(
             }
         }
     }
+    if let Some(b) = &flow.budget
+        && let Some(w) = &b.warn_at
+        && b.tokens.is_none()
+        && b.usd_micros.is_none()
+        && b.wall.is_none()
+    {
+        world.diags.push(warn_at_without_limit(w.span));
+    }
     let settings = ir::FlowSettings {
         parallel: flow
             .parallel
@@ -1399,6 +1426,7 @@ fn build_flow(
                 tokens: b.tokens.as_ref().map(|n| n.node),
                 usd_micros: b.usd_micros.as_ref().map(|n| n.node),
                 wall: b.wall.as_ref().map(|n| n.node),
+                warn_at: b.warn_at.as_ref().map(|n| n.node),
             })
             .unwrap_or_default(),
     };

@@ -273,12 +273,16 @@ events! {
     /// What was spent reached the fraction `at` (thousandths) of a budget's limit: `budget` is
     /// the task's `tokens`, `usd` or `wall` (with a task), or the flow's `flow tokens`, `flow
     /// usd` or `flow wall` (without); figures as `budget.exhausted` gives them. Written once per
-    /// task (or run), budget and fraction, only when a notification asks to hear of it.
+    /// task (or run), budget and fraction, when the budget warns there (`warning`: its
+    /// `warn-at`, or 0.8 for a notification that names no fraction) or a notification asks to
+    /// hear of that fraction.
     BudgetThreshold = "budget.threshold" {
         budget: String,
         spent: u64,
         limit: u64,
         at: u32,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        warning: bool,
     },
     /// A notification went out (`tries`: how many it took); `id` is the one its body carries.
     NotifySent = "notify.sent" {

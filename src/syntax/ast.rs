@@ -180,7 +180,7 @@ pub(crate) struct ReviewDecl {
     pub(crate) span: Span,
 }
 
-/// `budget iterations=… tokens=… usd=… wall=… same-failure=… context-tokens=…`
+/// `budget iterations=… tokens=… usd=… wall=… same-failure=… context-tokens=… warn-at=…`
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BudgetDecl {
     pub(crate) iterations: Option<Spanned<u32>>,
@@ -189,6 +189,8 @@ pub(crate) struct BudgetDecl {
     pub(crate) wall: Option<Spanned<Duration>>,
     pub(crate) same_failure: Option<Spanned<u32>>,
     pub(crate) context_tokens: Option<Spanned<u32>>,
+    /// Thousandths of the limits at which the budget warns.
+    pub(crate) warn_at: Option<Spanned<u32>>,
     pub(crate) span: Option<Span>,
 }
 

@@ -249,10 +249,12 @@ const BUDGET_KEYS: &[&str] = &[
     "wall",
     "same-failure",
     "context-tokens",
+    "warn-at",
 ];
-const FLOW_BUDGET_KEYS: &[&str] = &["tokens", "usd", "wall"];
+const FLOW_BUDGET_KEYS: &[&str] = &["tokens", "usd", "wall", "warn-at"];
 
-/// `budget …`; a flow's budget (shared by its tasks) takes only `tokens`, `usd` and `wall`.
+/// `budget …`; a flow's budget (shared by its tasks) takes only `tokens`, `usd`, `wall` and
+/// `warn-at`.
 pub(crate) fn budget(cx: &mut Cx<'_>, view: &mut NodeView<'_>, for_flow: bool) -> BudgetDecl {
     view.no_children(cx);
     if !view.args.is_empty() {
@@ -269,6 +271,14 @@ pub(crate) fn budget(cx: &mut Cx<'_>, view: &mut NodeView<'_>, for_flow: bool) -
     b.wall = view
         .take("wall")
         .and_then(|e| values::duration(cx, e, "`wall`"));
+    b.warn_at = view.take("warn-at").and_then(|e| {
+        values::fraction(
+            cx,
+            e,
+            "`warn-at`",
+            "warn-at=0.8 to be told when 80% of a limit is spent",
+        )
+    });
     if for_flow {
         for key in ["iterations", "same-failure", "context-tokens"] {
             if let Some(e) = view.take(key) {

@@ -29,7 +29,14 @@ pub(crate) fn notify(
         .take("use")
         .and_then(|e| values::nonempty(cx, e, "`use`"));
     let on = view.take("on").and_then(|e| events(cx, e));
-    let at = view.take("at").and_then(|e| fraction(cx, e));
+    let at = view.take("at").and_then(|e| {
+        values::fraction(
+            cx,
+            e,
+            "`at`",
+            "at=0.8 to hear when 80% of a budget is spent",
+        )
+    });
     let outcomes = view.take("outcome").and_then(|e| outcomes(cx, e));
     let timeout = view
         .take("timeout")
@@ -177,47 +184,6 @@ fn outcomes(cx: &mut Cx<'_>, entry: &kdl::KdlEntry) -> Option<Spanned<Vec<String
     out.sort_unstable();
     out.dedup();
     ok.then(|| Spanned::new(out, list.span))
-}
-
-/// `at=0.8`: a fraction of a budget, above 0 and at most 1, kept in thousandths.
-fn fraction(cx: &mut Cx<'_>, entry: &kdl::KdlEntry) -> Option<Spanned<u32>> {
-    let span = cx.span(entry.span());
-    let value = match entry.value() {
-        kdl::KdlValue::Float(f) => Some(*f),
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "only 0 and 1 are in range; anything larger is refused either way"
-        )]
-        kdl::KdlValue::Integer(i) => Some(*i as f64),
-        _ => None,
-    };
-    let thousandths = value
-        .filter(|f| f.is_finite() && *f > 0.0 && *f <= 1.0)
-        .map(|f| (f * 1000.0).round())
-        .filter(|t| *t >= 1.0);
-    match thousandths {
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "between 1 and 1000"
-        )]
-        Some(t) => Some(Spanned::new(t as u32, span)),
-        None => {
-            let found = match entry.value() {
-                kdl::KdlValue::String(s) => format!("\"{s}\""),
-                other => other.to_string(),
-            };
-            cx.push(
-                Diagnostic::error(
-                    "mvk::out-of-range",
-                    format!("`at` must be a fraction of the budget above 0 and at most 1, found {found}"),
-                )
-                .at(span, "not a fraction")
-                .help("write a number without quotes, e.g. at=0.8 to hear when 80% of a budget is spent"),
-            );
-            None
-        }
-    }
 }
 
 /// A `sh` script gets the event's fields in its environment (`$MVK_TASK`): pasted into the

@@ -258,6 +258,53 @@ pub(crate) fn usd(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spann
     }
 }
 
+/// A fraction of a budget (`at=0.8`, `warn-at=0.8`), above 0 and at most 1, kept in
+/// thousandths; `example` is shown in the help of a value out of range.
+pub(crate) fn fraction(
+    cx: &mut Cx<'_>,
+    entry: &KdlEntry,
+    what: &str,
+    example: &str,
+) -> Option<Spanned<u32>> {
+    let span = cx.span(entry.span());
+    let value = match entry.value() {
+        KdlValue::Float(f) => Some(*f),
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "only 0 and 1 are in range; anything larger is refused either way"
+        )]
+        KdlValue::Integer(i) => Some(*i as f64),
+        _ => None,
+    };
+    let thousandths = value
+        .filter(|f| f.is_finite() && *f > 0.0 && *f <= 1.0)
+        .map(|f| (f * 1000.0).round())
+        .filter(|t| *t >= 1.0);
+    match thousandths {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "between 1 and 1000"
+        )]
+        Some(t) => Some(Spanned::new(t as u32, span)),
+        None => {
+            let found = match entry.value() {
+                KdlValue::String(s) => format!("\"{s}\""),
+                other => other.to_string(),
+            };
+            cx.push(
+                Diagnostic::error(
+                    "mvk::out-of-range",
+                    format!("{what} must be a fraction of the budget above 0 and at most 1, found {found}"),
+                )
+                .at(span, "not a fraction")
+                .help(format!("write a number without quotes, e.g. {example}")),
+            );
+            None
+        }
+    }
+}
+
 /// A parameter value: a string, number or boolean.
 pub(crate) fn scalar(cx: &mut Cx<'_>, entry: &KdlEntry, what: &str) -> Option<Spanned<Scalar>> {
     let span = cx.span(entry.span());

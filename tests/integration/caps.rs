@@ -191,3 +191,76 @@ fn a_run_killed_after_a_stopped_agent_was_recorded_never_judges_it_on_resume() {
         resumed.why()
     );
 }
+
+#[test]
+fn a_budget_warns_at_its_fraction_while_the_agent_runs_and_status_shows_the_spending() {
+    // $0.10 a report against usd=1.0 warn-at=0.5: the warning is written on the fifth report,
+    // while the agent runs, and heard by a notification that names no fraction of its own; the
+    // cap stops the agent on the tenth.
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spender.sh", &["fix"], "60s"),
+        true,
+        TESTS_GATE,
+        "budget usd=1.0 iterations=5 warn-at=0.5\n    notify desk on=\"budget\" {\n        run \"sh\" \"@AGENTS/notify_record.sh\" \"@STATE/desk\" \"{{budget}}\" \"{{spent}}\" \"{{at}}\"\n    }",
+    ));
+    let child = fixture
+        .mvk_std()
+        .args(["apply", "loops/t.kdl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the agent runs, `mvk status` counts what it has spent so far.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = None;
+    while seen.is_none() && std::time::Instant::now() < deadline {
+        let out = fixture.mvk().args(["status", "--json"]).output().unwrap();
+        if let Ok(doc) = serde_json::from_slice::<Value>(&out.stdout) {
+            let task = &doc["tasks"][0];
+            let usd = task["spent"]["usd_micros"].as_u64().unwrap_or(0);
+            if task["state"] == "running" && usd > 0 {
+                seen = Some((usd, task["limits"]["usd_micros"].clone()));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let run = fixture.run_of(&out, false);
+    run.expect_code(3);
+    let (usd, limit) = seen.unwrap_or_else(|| panic!("no live spending shown\n{}", run.why()));
+    assert!(usd < 1_000_000, "{usd}\n{}", run.why());
+    assert_eq!(limit, 1_000_000, "{}", run.why());
+
+    let warned = run.one("budget.threshold");
+    assert_eq!(warned["detail"]["budget"], "usd", "{}", run.why());
+    assert_eq!(warned["detail"]["at"], 500, "{}", run.why());
+    assert_eq!(warned["detail"]["warning"], true, "{}", run.why());
+    assert_eq!(warned["detail"]["spent"], 500_000, "{}", run.why());
+    let at = |name: &str| run.events.iter().position(|e| e["event"] == name).unwrap();
+    assert!(
+        at("budget.threshold") < at("agent.stopped"),
+        "warned only after the stop\n{}",
+        run.why()
+    );
+    assert_eq!(run.one("notify.sent")["detail"]["event"], "budget");
+    let argv = fs::read_to_string(fixture.state("desk.argv")).unwrap();
+    assert_eq!(argv.lines().collect::<Vec<_>>(), ["usd", "$0.50", "50%"]);
+}
+
+#[test]
+fn a_warning_before_no_limit_is_named_by_check() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "spender.sh", &["fix", "1"]),
+        true,
+        TESTS_GATE,
+        "budget iterations=3 warn-at=0.8",
+    ));
+    let out = fixture
+        .mvk()
+        .args(["check", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning only: {stderr}");
+    assert!(stderr.contains("mvk::warn-at-without-limit"), "{stderr}");
+}

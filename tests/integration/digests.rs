@@ -278,3 +278,42 @@ fn notifications_change_no_digest() {
     assert_eq!(b.notify[0].name, "ops");
     assert!(program.task("a").expect("task a").notify.is_empty());
 }
+
+#[test]
+fn a_budgets_warning_changes_no_digest_and_is_kept() {
+    let task = edit(FLOW, "usd=1.5", "usd=1.5 warn-at=0.6");
+    assert!(changed(&[("flow.kdl", &task)]).is_empty());
+    let flow = |budget: &str| {
+        edit(
+            FLOW,
+            "flow digests {\n    parallel 2\n",
+            &format!("flow digests {{\n    parallel 2\n    {budget}\n"),
+        )
+    };
+    let without = flow("budget usd=9.0");
+    let with = flow("budget usd=9.0 warn-at=0.75");
+    assert_eq!(
+        digests(&[("flow.kdl", &without)]),
+        digests(&[("flow.kdl", &with)])
+    );
+    // The limits still count.
+    assert_ne!(
+        digests(&[("flow.kdl", &without)]),
+        digests(&[("flow.kdl", &flow("budget usd=8.0 warn-at=0.75"))])
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let both = edit(&with, "usd=1.5", "usd=1.5 warn-at=0.6");
+    write_all(
+        dir.path(),
+        &[
+            ("lib.kdl", LIB),
+            ("maker.hbs", TEMPLATE),
+            ("flow.kdl", &both),
+        ],
+    );
+    let program = compile(&dir.path().join("flow.kdl"), &Options::default())
+        .program
+        .expect("compiles");
+    assert_eq!(program.task("a").expect("task a").budget.warn_at, Some(600));
+    assert_eq!(program.flow.expect("a flow").budget.warn_at, Some(750));
+}

@@ -1,14 +1,15 @@
 //! What a task and its flow have spent in; out, a `budget.threshold` event the first time what
-//! was spent of a budget reaches a fraction (`at`) a notification asked to hear of, once per
-//! task (or flow), budget and fraction, across resumes (the ledger holds those already written).
-//! Dollars and tokens are looked at after each attempt, wall time as the run goes. Nothing is
-//! written when no notification hears of budgets.
+//! was spent of a budget reaches its warning (`warn-at`) or a fraction (`at`) a notification
+//! asked to hear of, once per task (or flow), budget and fraction, across resumes (the ledger
+//! holds those already written). Dollars and tokens are looked at as a metered agent spends them
+//! and after each attempt, wall time as the run goes. Nothing is written when no budget warns
+//! and no notification hears of budgets.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{Runner, locked};
-use crate::ir::{Notify, NotifyEvent, Task};
+use crate::ir::{DEFAULT_WARN_AT, Notify, NotifyEvent, Task};
 use crate::run::attempt;
 use crate::run::error::RunError;
 use crate::run::event::Event;
@@ -34,13 +35,20 @@ pub(super) fn reached(ledger: &crate::ledger::Ledger, run: &str) -> Reached {
         .collect()
 }
 
-/// The fractions (thousandths) those who hear of `notify` ask for, each once.
-fn fractions<'n>(notify: impl Iterator<Item = &'n Arc<Notify>>) -> Vec<u32> {
-    let set: BTreeSet<u32> = notify
+/// The fractions (thousandths) of a budget that warns at `warn_at` (if written) to look at:
+/// its warning, and those the notifications of `notify` that hear of budgets ask for (the
+/// warning's, for one that names none), each once; and the warning's own fraction.
+fn fractions<'n>(
+    warn_at: Option<u32>,
+    notify: impl Iterator<Item = &'n Arc<Notify>>,
+) -> (Vec<u32>, u32) {
+    let warning = warn_at.unwrap_or(DEFAULT_WARN_AT);
+    let mut set: BTreeSet<u32> = notify
         .filter(|n| n.hears(NotifyEvent::Budget))
-        .map(|n| n.at)
+        .map(|n| n.at.unwrap_or(warning))
         .collect();
-    set.into_iter().collect()
+    set.extend(warn_at);
+    (set.into_iter().collect(), warning)
 }
 
 /// Whether `spent` of `limit` reaches `at` thousandths.
@@ -49,13 +57,15 @@ fn reaches(spent: u64, limit: u64, at: u32) -> bool {
 }
 
 impl Runner<'_> {
-    /// Whether any notification of the program hears of budgets.
+    /// Whether any budget of the program warns or any notification hears of budgets.
     pub(super) fn hears_budgets(&self) -> bool {
         let p = self.program;
-        p.notify
-            .iter()
-            .chain(p.tasks.iter().flat_map(|t| t.notify.iter()))
-            .any(|n| n.hears(NotifyEvent::Budget))
+        p.flow.as_ref().is_some_and(|f| f.budget.warn_at.is_some())
+            || p.tasks.iter().any(|t| t.budget.warn_at.is_some())
+            || p.notify
+                .iter()
+                .chain(p.tasks.iter().flat_map(|t| t.notify.iter()))
+                .any(|n| n.hears(NotifyEvent::Budget))
     }
 
     /// Whether what `task` spends is looked at against fractions of its budgets.
@@ -71,9 +81,11 @@ impl Runner<'_> {
         flow_spent: Option<&Tally>,
     ) -> Result<(), RunError> {
         let program = self.program;
-        let task_at =
-            fractions(crate::resolve::notify::overlay(&program.notify, task.notify.clone()).iter());
         let b = &task.budget;
+        let (task_at, task_warning) = fractions(
+            b.warn_at,
+            crate::resolve::notify::overlay(&program.notify, task.notify.clone()).iter(),
+        );
         let mut found = Vec::new();
         for (name, spent, limit) in [
             ("tokens", task_spent.tokens, b.tokens),
@@ -81,27 +93,30 @@ impl Runner<'_> {
             ("wall", task_spent.wall_ms, b.wall.map(attempt::ms)),
         ] {
             if let Some(limit) = limit {
-                found.extend(
-                    task_at
-                        .iter()
-                        .map(|&at| (Some(task.name.as_str()), name, spent, limit, at)),
-                );
+                found.extend(task_at.iter().map(|&at| {
+                    let warning = at == task_warning;
+                    (Some(task.name.as_str()), name, spent, limit, at, warning)
+                }));
             }
         }
         if let (Some(spent), Some(flow)) = (flow_spent, &program.flow) {
-            let flow_at = fractions(program.notify.iter());
             let f = &flow.budget;
+            let (flow_at, flow_warning) = fractions(f.warn_at, program.notify.iter());
             for (name, spent, limit) in [
                 ("flow tokens", spent.tokens, f.tokens),
                 ("flow usd", spent.usd_micros, f.usd_micros),
                 ("flow wall", spent.wall_ms, f.wall.map(attempt::ms)),
             ] {
                 if let Some(limit) = limit {
-                    found.extend(flow_at.iter().map(|&at| (None, name, spent, limit, at)));
+                    found.extend(
+                        flow_at
+                            .iter()
+                            .map(|&at| (None, name, spent, limit, at, at == flow_warning)),
+                    );
                 }
             }
         }
-        for (task, name, spent, limit, at) in found {
+        for (task, name, spent, limit, at, warning) in found {
             if !reaches(spent, limit, at) {
                 continue;
             }
@@ -117,6 +132,7 @@ impl Runner<'_> {
                     spent,
                     limit,
                     at,
+                    warning,
                 },
             )?;
         }

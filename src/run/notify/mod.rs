@@ -169,10 +169,12 @@ impl Notifier {
                 spent,
                 limit,
                 at,
+                warning,
             } => {
                 let mut msg = m(NotifyEvent::Budget);
                 msg.budget = Some(BudgetLevel::of(&budget, spent, limit, at));
-                let hears = |n: &Notify| n.at == at;
+                // One that names no fraction hears the budget's own warning.
+                let hears = |n: &Notify| n.at.map_or(warning, |a| a == at);
                 match &task {
                     Some(_) => inner.send_to(inner.audience(task.as_deref()), &msg, hears),
                     None => inner.send_to(inner.run.clone(), &msg, hears),
