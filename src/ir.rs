@@ -349,16 +349,19 @@ impl Agent {
         matches!(self.adapter, Adapter::Claude | Adapter::Aider)
     }
 
-    /// Whether its output reports usage as it goes, so that mvk can stop it when a budget runs
-    /// out while it works: Claude Code's `stream-json`, aider's lines after each message, and
-    /// any command's own `MVK_USAGE` lines. Codex's `turn.completed` comes once, at the end of
-    /// `codex exec`'s one turn; the Gemini CLI and goose too report it only at their end.
+    /// Whether its usage is known as it goes, so that mvk can stop it when a budget runs out
+    /// while it works: Claude Code's `stream-json`, aider's lines after each message, any
+    /// command's own `MVK_USAGE` lines, and `codex exec --json`'s session log (its output
+    /// reports once, at the end of its one turn). The Gemini CLI and goose report only at their
+    /// end.
     pub(crate) fn streams_usage(&self) -> bool {
         let has = |s: &str| self.argv.iter().any(|a| a.contains(s));
         match self.adapter {
             Adapter::Claude => has("stream-json"),
+            // Its session log, followed once `--json` names the thread (`--ephemeral` keeps none).
+            Adapter::Codex => has("exec") && has("--json") && !has("--ephemeral"),
             Adapter::Aider | Adapter::Command => true,
-            Adapter::Codex | Adapter::Gemini | Adapter::Goose => false,
+            Adapter::Gemini | Adapter::Goose => false,
         }
     }
 

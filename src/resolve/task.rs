@@ -1500,6 +1500,9 @@ fn unmetered(agent: &ir::Agent, budget: Span, used: Span) -> Option<Diagnostic> 
         ir::Adapter::Claude => {
             "run Claude Code with `--output-format stream-json --verbose` (the stdlib's `claude` does), and give it `--max-budget-usd {{usd_left}}`".to_string()
         }
+        ir::Adapter::Codex => {
+            "run `codex exec --json` without `--ephemeral` (the stdlib's `codex` does): mvk follows the session log it writes after each response".to_string()
+        }
         _ => format!(
             "wrap `{}` in a script that prints `MVK_USAGE={{\"input_tokens\":N,\"output_tokens\":N,\"usd\":X}}` lines (cumulative) as it goes; or set the agent's `timeout` to what the budget can afford",
             agent.label()

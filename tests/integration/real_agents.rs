@@ -738,10 +738,10 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
     }
 }
 
-/// A model that keeps asking for tool calls, each answer costing about $0.045 at Claude Sonnet's
-/// price (Codex 0.171 reports usage once, at the end of `codex exec`'s one turn, so it cannot be
-/// stopped mid-attempt and has no such test): the agent is stopped by the task's `usd` budget ($0.10)
-/// within one turn of it, exit 3, nothing landed.
+/// A model that keeps asking for tool calls, each answer 11,000 tokens: the agent is stopped by
+/// the task's `tokens` budget within one answer of it, exit 3, nothing landed. Claude Code
+/// streams its usage; Codex prints it once, at the end of its one turn, so its stop is read
+/// from the session log it writes as each answer comes.
 fn a_runaway_is_stopped_by_the_budget(cli: Cli) {
     let script = json!({
         "endless": true,
@@ -784,6 +784,11 @@ fn claude_fixes_after_a_rate_limit() {
 #[test]
 fn claude_reviews() {
     as_each_user(|u| reviews_and_rejects_then_approves(Cli::Claude, u));
+}
+
+#[test]
+fn codex_is_stopped_by_the_budget() {
+    a_runaway_is_stopped_by_the_budget(Cli::Codex);
 }
 
 #[test]

@@ -192,20 +192,24 @@ pub(crate) async fn run_attempt(
         .map_err(|e| RunError::Config {
             message: format!("cannot read agent `{}`'s usage: {e}", spec.agent.name),
         })?;
-        let brake = meter.brake().clone();
+        let brake = meter.brake();
+        let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
         // Only an agent that reports as it goes is stopped by what it reports: one that reports
-        // once, as it exits (Codex, the Gemini CLI, goose), would be cut off on its finished
-        // work; its budget is held between attempts.
+        // once, as it exits (the Gemini CLI, goose), would be cut off on its finished work; its
+        // budget is held between attempts.
         if spec.agent.streams_usage() {
             ps.stop = Some(brake.stop.clone());
-            ps.tap = Some(process::Tap(std::sync::Arc::new(std::sync::Mutex::new(
-                meter,
-            ))));
+            ps.tap = Some(process::Tap(meter.clone()));
         }
         let started = Instant::now();
         let outcome = run_metered(host, spec, &ps, seen).await?;
         // The meter leaves the run's purse with the process.
         ps.tap = None;
+        let logged = meter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish();
+        drop(meter);
         stopped = brake
             .tripped()
             .filter(|_| outcome.termination == Termination::Stopped);
@@ -214,7 +218,7 @@ pub(crate) async fn run_attempt(
         escaped += swept.killed;
         survived |= swept.survived;
         refused = absorb_agent_objects(host, &dir).await?;
-        if let Some(u) = usage_of(spec.agent, &ps.stdout_log)? {
+        if let Some(u) = with_logged(spec.agent, usage_of(spec.agent, &ps.stdout_log)?, logged) {
             usage.absorb(&u);
         }
         let limited = rate_limited(&matcher, &outcome);
@@ -437,6 +441,21 @@ pub(crate) async fn run_attempt(
         },
     )
     .await
+}
+
+/// What an agent spent: what its output reported (`printed`), or what its session log recorded
+/// (`logged`, priced) where that is more — a Codex stopped mid-turn printed nothing of it.
+fn with_logged(agent: &Agent, printed: Option<Usage>, logged: Option<Usage>) -> Option<Usage> {
+    let Some(logged) = logged else {
+        return printed;
+    };
+    match printed {
+        Some(p) if p.tokens() >= logged.tokens() => Some(p),
+        p => Some(Usage {
+            session: p.and_then(|p| p.session),
+            ..crate::run::meter::priced(agent.price.as_ref(), logged)
+        }),
+    }
 }
 
 /// Runs the agent's process `ps`, telling the host what it has spent each time its meter

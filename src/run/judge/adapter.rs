@@ -191,6 +191,11 @@ impl LiveUsage {
     pub(crate) fn so_far(&self) -> Option<Usage> {
         self.scanner.total(false)
     }
+
+    /// The session (or thread) the tool named so far.
+    pub(crate) fn session(&self) -> Option<&str> {
+        self.scanner.session.as_deref()
+    }
 }
 
 /// Token and cost totals from one kind of report; `seen` once any report of that kind was read.
@@ -432,6 +437,22 @@ impl Scanner {
                     .add_cached(field(usage, "cached_input_tokens"));
             }
             _ => {}
+        }
+        // A session log records each model response's usage as it comes, with the thread's
+        // total so far (its `token_count` waits for the tools the response called).
+        if kind == Some("token_usage_record") {
+            if let Some(total) = v.get("payload").and_then(|p| p.get("thread_token_usage")) {
+                self.native.fallback = Tally::default();
+                self.native.fallback.add(
+                    field(Some(total), "input_tokens"),
+                    field(Some(total), "output_tokens"),
+                    None,
+                );
+                self.native
+                    .fallback
+                    .add_cached(field(Some(total), "cached_input_tokens"));
+            }
+            return;
         }
         // Older `codex exec --json` wrapped events as {"msg":{…}}; session logs as
         // {"type":"event_msg","payload":{…}}.

@@ -8,6 +8,12 @@
 //!
 //! The decision counts only up to the line that crossed the limit; what the agent spent is read
 //! from its whole log afterwards, as for any attempt, so it is recorded as reported.
+//!
+//! Codex prints its usage once, at the end of `codex exec`'s one turn; its session log records
+//! it after each model response. Once Codex names its thread, that log is followed too
+//! ([`session_log`]), and what it records is decided on as a printed line is.
+
+mod session_log;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -194,9 +200,18 @@ fn first_spent(checks: [(Budget, u64, Option<u64>); 2]) -> Option<Trip> {
     })
 }
 
-/// One agent process's meter (see the module docs). Dropping it leaves the purse.
+/// One agent process's meter (see the module docs). Dropping it leaves the purse (and stops
+/// following a session log).
 pub(crate) struct Meter {
     live: LiveUsage,
+    gauge: Arc<Mutex<Gauge>>,
+    /// Where Codex keeps its session logs, for a Codex agent.
+    codex_home: Option<std::path::PathBuf>,
+    follower: Option<session_log::Follower>,
+}
+
+/// What decides: the spending seen so far of one attempt, against its caps and the purse.
+struct Gauge {
     price: Option<Price>,
     key: Key,
     /// What earlier tries of the same attempt spent (a rate-limited one).
@@ -206,7 +221,42 @@ pub(crate) struct Meter {
     brake: Brake,
     /// What the attempt has spent so far, for whoever shows it.
     seen: tokio::sync::watch::Sender<Spend>,
+    /// The most either source (the output, a session log) has reported, each cumulative.
+    last: Spend,
     stopped: bool,
+}
+
+impl Gauge {
+    /// Reads one cumulative report `u`; whether the process is (now) stopped.
+    fn observe(&mut self, u: Usage) -> bool {
+        if self.stopped {
+            return true;
+        }
+        let spent = self
+            .earlier
+            .plus(Spend::of(&priced(self.price.as_ref(), u)))
+            .max(self.last);
+        if spent == self.last {
+            return false;
+        }
+        self.last = spent;
+        self.seen.send_replace(spent);
+        if let Some(trip) = self.caps.trip(spent) {
+            self.brake.pull(trip);
+            self.stopped = true;
+        }
+        // The flow's trip pulls every running brake, this one too.
+        if self.purse.spend(&self.key, spent).is_some() {
+            self.stopped = true;
+        }
+        self.stopped
+    }
+}
+
+fn lock(gauge: &Mutex<Gauge>) -> MutexGuard<'_, Gauge> {
+    gauge
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Meter {
@@ -222,70 +272,77 @@ impl Meter {
         let brake = Brake::default();
         purse.enter(&key, &brake);
         let (seen, rx) = tokio::sync::watch::channel(earlier);
-        Ok((
-            Meter {
-                live: LiveUsage::new(agent.adapter)?,
-                price: agent.price.clone(),
-                key,
-                earlier,
-                caps,
-                purse,
-                brake,
-                seen,
-                stopped: false,
-            },
-            rx,
-        ))
-    }
-
-    pub(crate) fn brake(&self) -> &Brake {
-        &self.brake
-    }
-}
-
-impl OutputTap for Meter {
-    fn chunk(&mut self, bytes: &[u8]) {
-        if self.stopped {
-            return;
-        }
-        let Meter {
-            live,
-            price,
+        let gauge = Gauge {
+            price: agent.price.clone(),
             key,
             earlier,
             caps,
             purse,
             brake,
             seen,
-            stopped,
+            last: earlier,
+            stopped: false,
+        };
+        Ok((
+            Meter {
+                live: LiveUsage::new(agent.adapter)?,
+                gauge: Arc::new(Mutex::new(gauge)),
+                codex_home: (agent.adapter == crate::ir::Adapter::Codex)
+                    .then(|| session_log::codex_home(agent)),
+                follower: None,
+            },
+            rx,
+        ))
+    }
+
+    pub(crate) fn brake(&self) -> Brake {
+        lock(&self.gauge).brake.clone()
+    }
+
+    /// Stops following a session log, once the process ended, and returns the usage it
+    /// recorded in all: the whole of a Codex attempt stopped before it could print its own.
+    pub(crate) fn finish(&mut self) -> Option<Usage> {
+        let f = self.follower.take()?;
+        f.stop()
+    }
+}
+
+impl OutputTap for Meter {
+    fn chunk(&mut self, bytes: &[u8]) {
+        let Meter {
+            live,
+            gauge,
+            codex_home,
+            follower,
         } = self;
-        let mut last = None;
+        if lock(gauge).stopped {
+            return;
+        }
         live.feed(bytes, |l| {
-            let Some(u) = l.so_far().map(|u| priced(price.as_ref(), u)) else {
-                return false;
-            };
-            let spent = earlier.plus(Spend::of(&u));
-            if last == Some(spent) {
-                return false;
+            if follower.is_none()
+                && let (Some(home), Some(thread)) = (codex_home.as_ref(), l.session())
+            {
+                *follower = Some(session_log::Follower::start(
+                    home.clone(),
+                    thread.to_string(),
+                    Arc::clone(gauge),
+                ));
             }
-            last = Some(spent);
-            seen.send_replace(spent);
-            if let Some(trip) = caps.trip(spent) {
-                brake.pull(trip);
-                *stopped = true;
+            match l.so_far() {
+                Some(u) => lock(gauge).observe(u),
+                None => false,
             }
-            // The flow's trip pulls every running brake, this one too.
-            if purse.spend(key, spent).is_some() {
-                *stopped = true;
-            }
-            *stopped
         });
     }
 }
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        self.purse.leave(&self.key);
+        if let Some(f) = self.follower.take() {
+            let _ = f.stop();
+        }
+        let g = lock(&self.gauge);
+        g.purse.leave(&g.key);
     }
 }
 
