@@ -42,7 +42,7 @@ mod landing;
 mod once;
 mod open;
 mod pull_request;
-mod reasons;
+pub(crate) mod reasons;
 mod records;
 #[cfg(feature = "temporal")]
 pub(crate) mod remote;

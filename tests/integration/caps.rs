@@ -264,3 +264,76 @@ fn a_warning_before_no_limit_is_named_by_check() {
     assert!(out.status.success(), "a warning only: {stderr}");
     assert!(stderr.contains("mvk::warn-at-without-limit"), "{stderr}");
 }
+
+#[test]
+fn a_reviewer_is_held_to_what_the_maker_left_of_the_budget() {
+    // The maker spends $0.10 and passes its gates; the reviewer reports $0.10 more every 0.2 s
+    // without end: it is stopped on the report that spends the task's $0.35 ($0.10 + $0.30).
+    let defs = format!(
+        "{}\n{}",
+        agent_def("bot", "spender.sh", &["fix", "1"]),
+        agent_def_timeout("rev", "spender.sh", &["out"], "60s")
+    );
+    let fixture = Fixture::new(&loop_kdl(
+        &defs,
+        true,
+        TESTS_GATE,
+        "budget usd=0.35 iterations=5\n    review agent=rev",
+    ));
+    let run = fixture.apply_bounded(60);
+    run.expect_code(3);
+    let review = run.one("review.finished");
+    assert_eq!(review["detail"]["verdict"], "unknown", "{}", run.why());
+    assert!(
+        review["detail"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("mvk stopped the reviewer when the usd budget ran out")),
+        "{}",
+        run.why()
+    );
+    assert_main_unchanged(&fixture, &run);
+    let exhausted = run.one("budget.exhausted");
+    assert_eq!(exhausted["detail"]["budget"], "usd", "{}", run.why());
+    // The maker's $0.10 and the reviewer's $0.30: counted once each.
+    assert_eq!(exhausted["detail"]["spent"], 400_000, "{}", run.why());
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+}
+
+#[test]
+fn a_resumed_flow_counts_what_it_spent_before_the_crash() {
+    // `a` spends $0.30 and lands; mvk dies right after. On resume `b` runs without end: it is
+    // stopped on the report that brings the flow to its $0.50 ($0.30 before + $0.20).
+    let mut text = "agent once { run \"sh\" \"@AGENTS/spender.sh\" \"out\" \"3\"; }\n".to_string();
+    text.push_str("agent spender timeout=\"60s\" { run \"sh\" \"@AGENTS/spender.sh\" \"out\"; }\n");
+    text.push_str("flow t {\n    parallel 1\n    budget usd=0.5\n");
+    text.push_str(&crate::flows::task("a", "once", "out/a.txt", ""));
+    text.push_str(&crate::flows::task("b", "spender", "out/b.txt", "after a"));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let crashed = fixture.apply_with(&[], &[("MVK_FAILPOINT", "merge-unlocked")]);
+    assert_ne!(crashed.code, 0, "{}", crashed.why());
+    assert!(
+        fixture.show("main", "out/a.txt").is_some(),
+        "{}",
+        crashed.why()
+    );
+    crashed.none("agent.stopped");
+    let resumed = fixture.run_mvk(&["resume", &crashed.id], &[]);
+    resumed.expect_code(3);
+    let stopped = resumed.one("agent.stopped");
+    assert_eq!(stopped["task"], "b", "{}", resumed.why());
+    assert_eq!(stopped["detail"]["budget"], "flow usd", "{}", resumed.why());
+    assert_eq!(stopped["detail"]["spent"], 500_000, "{}", resumed.why());
+    // b's own part: two reports, not the five it would take alone.
+    let b = resumed
+        .named("agent.finished")
+        .into_iter()
+        .find(|e| e["task"] == "b")
+        .unwrap_or_else(|| panic!("b ran\n{}", resumed.why()));
+    assert_eq!(micros(&b["detail"]["usd"]), 200_000, "{}", resumed.why());
+    assert!(
+        fixture.show("main", "out/b.txt").is_none(),
+        "{}",
+        resumed.why()
+    );
+}

@@ -445,7 +445,11 @@ pub(crate) async fn run_attempt(
 
 /// What an agent spent: what its output reported (`printed`), or what its session log recorded
 /// (`logged`, priced) where that is more — a Codex stopped mid-turn printed nothing of it.
-fn with_logged(agent: &Agent, printed: Option<Usage>, logged: Option<Usage>) -> Option<Usage> {
+pub(crate) fn with_logged(
+    agent: &Agent,
+    printed: Option<Usage>,
+    logged: Option<Usage>,
+) -> Option<Usage> {
     let Some(logged) = logged else {
         return printed;
     };
@@ -460,7 +464,7 @@ fn with_logged(agent: &Agent, printed: Option<Usage>, logged: Option<Usage>) -> 
 
 /// Runs the agent's process `ps`, telling the host what it has spent each time its meter
 /// (`seen`) reads more.
-async fn run_metered(
+pub(crate) async fn run_metered(
     host: &impl Host,
     spec: &AttemptSpec<'_>,
     ps: &process::ProcessSpec,
@@ -478,7 +482,12 @@ async fn run_metered(
                     continue;
                 }
                 let spent = *seen.borrow_and_update();
-                host.spending(&spec.task.name, spec.number, spent)?;
+                // Showing the spending must not end the wait for the agent (which a failed
+                // write would, leaving it running unwatched): the next write says what failed.
+                if let Err(e) = host.spending(&spec.task.name, spec.number, spent) {
+                    tracing::warn!(task = %spec.task.name, error = %e, "cannot show what the agent has spent so far");
+                    watching = false;
+                }
             }
         }
     };
@@ -635,15 +644,23 @@ pub(crate) async fn judge(
     if budgets.time_left(host.started(&task.name)).is_none() {
         return Ok(record(AttemptEnd::WallSpent));
     }
-    let reviewed =
-        crate::run::attempt::review::review(host, spec, budgets, review, (ledger_id, head, &runs))
-            .await?;
-    let end = match reviewed.verdict {
-        Verdict::Approve { .. } => AttemptEnd::Passed { head },
-        Verdict::Reject { blockers, .. } => {
+    let reviewed = crate::run::attempt::review::review(
+        host,
+        spec,
+        budgets,
+        review,
+        (ledger_id, head, &runs),
+        Spend::of(&usage),
+    )
+    .await?;
+    let end = match (reviewed.stopped, reviewed.verdict) {
+        // Spent while it reviewed: the change is kept on its branch, not landed.
+        (Some(trip), _) => AttemptEnd::Stopped(trip),
+        (None, Verdict::Approve { .. }) => AttemptEnd::Passed { head },
+        (None, Verdict::Reject { blockers, .. }) => {
             AttemptEnd::Failed(review_failure(spec.number, blockers))
         }
-        Verdict::Unknown { reason } => {
+        (None, Verdict::Unknown { reason }) => {
             let mut f = Failure::new(
                 spec.number,
                 FailureKind::Unknown,

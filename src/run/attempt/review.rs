@@ -22,6 +22,7 @@ use crate::run::exec::process::{self, Termination};
 use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::{self, Usage};
 use crate::run::judge::gate::{self, GateRun};
+use crate::run::meter::{Meter, Spend};
 
 /// The categories a blocker may have: a concrete defect, never a preference.
 pub(crate) const CATEGORIES: &[&str] = &[
@@ -200,6 +201,8 @@ fn blocker(v: &Value) -> Result<Blocker, String> {
 pub(crate) struct Reviewed {
     pub(crate) verdict: Verdict,
     pub(crate) usage: Usage,
+    /// The budget mvk stopped the reviewer for.
+    pub(crate) stopped: Option<crate::run::meter::Trip>,
 }
 
 /// Runs `review`'s agent on the attempt's result `head` (whose gates passed as `gates`) and
@@ -210,6 +213,7 @@ pub(crate) async fn review(
     budgets: &Budgets,
     review: &Review,
     (attempt_id, head, gates): (i64, Oid, &[GateRun]),
+    maker: Spend,
 ) -> Result<Reviewed, RunError> {
     let task = spec.task;
     host.set_phase("review", Some(&task.name), spec.number)?;
@@ -239,6 +243,7 @@ pub(crate) async fn review(
         return Ok(Reviewed {
             verdict,
             usage: Usage::default(),
+            stopped: None,
         });
     }
     // Its own directory: nothing of the maker's (agent.out, its prompt) is handed to it.
@@ -350,6 +355,7 @@ pub(crate) async fn review(
     let window = crate::run::exec::signals::Window::new();
     // Processes the reviewer left outlasted a sweep: its verdict is not taken.
     let mut escapees = false;
+    let mut stopped = None;
     let (outcome, ps, gave_up) = loop {
         let checkout = isolated.join("checkout");
         let mut ps = attempt::agent_process(
@@ -365,13 +371,47 @@ pub(crate) async fn review(
             .unwrap_or(std::time::Duration::ZERO);
         ps.timeout = Some(review.agent.timeout.min(left));
         ps.signals = Some(window.clone());
-        let outcome = process::run(&ps).await.map_err(|source| RunError::Agent {
-            agent: review.agent.name.clone(),
-            source,
+        // The reviewer spends the attempt's budget too, held as the maker's is: counted from
+        // what the maker (and any earlier try of the review) spent.
+        let (meter, seen) = Meter::new(
+            &review.agent,
+            (&task.name, spec.number),
+            maker.plus(Spend::of(&usage)),
+            spec.caps,
+            host.purse(),
+        )
+        .map_err(|e| RunError::Config {
+            message: format!("cannot read agent `{}`'s usage: {e}", review.agent.name),
         })?;
+        let brake = meter.brake();
+        let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
+        if review.agent.streams_usage() {
+            ps.stop = Some(brake.stop.clone());
+            ps.tap = Some(process::Tap(meter.clone()));
+        }
+        let outcome = attempt::run_metered(host, &as_reviewer, &ps, seen).await?;
+        ps.tap = None;
+        let logged = meter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish();
+        drop(meter);
         escapees |= crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name).survived;
-        if let Some(u) = attempt::usage_of(&review.agent, &ps.stdout_log)? {
+        let printed = attempt::usage_of(&review.agent, &ps.stdout_log)?;
+        if let Some(u) = attempt::with_logged(&review.agent, printed, logged) {
             usage.absorb(&u);
+        }
+        if let Some(trip) = brake
+            .tripped()
+            .filter(|_| outcome.termination == Termination::Stopped)
+        {
+            stopped = Some(trip);
+            let name = trip.budget.name();
+            let why = format!(
+                "mvk stopped the reviewer when the {name} budget ran out ({})",
+                crate::run::driver::reasons::budget_text(name, trip.spent, trip.limit)
+            );
+            break (outcome, ps, Some(why));
         }
         let limited = attempt::rate_limited(&matcher, &outcome);
         let Some(hit) = limited else {
@@ -486,7 +526,11 @@ pub(crate) async fn review(
             usd: usage.usd_micros.map(|u| u as f64 / 1e6),
         },
     )?;
-    Ok(Reviewed { verdict, usage })
+    Ok(Reviewed {
+        verdict,
+        usage,
+        stopped,
+    })
 }
 
 /// Removes a directory when dropped (best effort: a leftover is harmless and gc-able).

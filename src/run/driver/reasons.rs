@@ -45,7 +45,7 @@ pub(super) fn last_reason(f: Option<&Failure>) -> String {
     })
 }
 
-pub(super) fn budget_text(which: &str, spent: u64, limit: u64) -> String {
+pub(crate) fn budget_text(which: &str, spent: u64, limit: u64) -> String {
     if which.ends_with("usd") {
         format!(
             "{} of {}",

@@ -136,6 +136,9 @@ impl Purse {
         // What the agent reported at its end is what it spent: a live figure can lean either
         // way of it (prices of cache writes, a message cut short).
         s.attempts.insert((task.to_string(), number), spent);
+        // An agent that reports only at its end can spend the flow's budget there: the others
+        // still running stop then.
+        self.trip_if_spent(&mut s);
     }
 
     /// Records attempt `key`'s spending so far; when that spends the flow's budget, every
@@ -144,6 +147,11 @@ impl Purse {
         let mut s = self.state();
         let e = s.attempts.entry(key.clone()).or_default();
         *e = e.max(spent);
+        self.trip_if_spent(&mut s)
+    }
+
+    /// Pulls every running agent's brake when what was spent in all spends the flow's budget.
+    fn trip_if_spent(&self, s: &mut PurseState) -> Option<Trip> {
         let total = s.attempts.values().fold(s.before, |a, b| a.plus(*b));
         let trip = first_spent([
             (Budget::FlowTokens, total.tokens, self.flow.tokens),
@@ -519,5 +527,37 @@ mod tests {
         assert!(!m.brake().stop.is_pulled());
         m.chunk(&turn[20..]);
         assert_eq!(m.brake().tripped().map(|t| t.spent), Some(60_000));
+    }
+
+    #[test]
+    fn an_attempts_final_figure_that_spends_the_flows_budget_stops_the_others() {
+        let purse = Arc::new(Purse::new(
+            Limits {
+                usd_micros: Some(1_000_000),
+                ..Limits::default()
+            },
+            Spend::default(),
+        ));
+        let (running, _) = Meter::new(
+            &command_agent(),
+            ("a", 1),
+            Spend::default(),
+            TaskCaps::default(),
+            purse.clone(),
+        )
+        .expect("meter");
+        // An agent that reported nothing as it ran, $1.20 at its end.
+        purse.settle(
+            "b",
+            1,
+            Spend {
+                tokens: 0,
+                usd_micros: 1_200_000,
+            },
+        );
+        assert_eq!(
+            running.brake().tripped().map(|t| (t.budget, t.spent)),
+            Some((Budget::FlowUsd, 1_200_000))
+        );
     }
 }
