@@ -59,6 +59,25 @@ pub(crate) struct AttemptArgs {
     /// Internal: the branch the `--base` commit stands for (the task's target).
     #[arg(long, hide = true, value_name = "BRANCH", requires = "base")]
     pub(crate) target: Option<String>,
+    /// Internal (`mvk worker`): tokens and micro-dollars the task spent before this attempt,
+    /// `TOKENS,USD_MICROS`; the attempt is held to what is left of its budget.
+    #[arg(long, hide = true, value_name = "TOKENS,USD_MICROS", value_parser = spent_arg)]
+    pub(crate) spent: Option<crate::run::meter::Spend>,
+    /// Internal: the same for the whole flow, held to what is left of the flow's budget.
+    #[arg(long, hide = true, value_name = "TOKENS,USD_MICROS", value_parser = spent_arg)]
+    pub(crate) flow_spent: Option<crate::run::meter::Spend>,
+}
+
+/// `TOKENS,USD_MICROS`.
+fn spent_arg(text: &str) -> Result<crate::run::meter::Spend, String> {
+    let (tokens, usd) = text
+        .split_once(',')
+        .ok_or_else(|| "write TOKENS,USD_MICROS".to_string())?;
+    let number = |s: &str| s.trim().parse::<u64>().map_err(|e| format!("`{s}`: {e}"));
+    Ok(crate::run::meter::Spend {
+        tokens: number(tokens)?,
+        usd_micros: number(usd)?,
+    })
 }
 
 /// SIGTERM to this process when `parent` dies. Set before anything runs; a parent already gone
@@ -111,6 +130,8 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
         number: args.number,
         rung: args.rung,
         start,
+        spent: args.spent.unwrap_or_default(),
+        flow_spent: args.flow_spent.unwrap_or_default(),
         previous: args
             .previous_failure
             .as_deref()

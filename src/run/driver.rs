@@ -242,6 +242,15 @@ struct Slots {
     parallel: usize,
 }
 
+/// The flow's `tokens` and `usd`, which its purse holds every running agent to.
+fn flow_limits(program: &Program) -> crate::run::policy::Limits {
+    program
+        .flow
+        .as_ref()
+        .map(|f| crate::run::policy::Limits::of(f.budget.tokens, f.budget.usd_micros, None))
+        .unwrap_or_default()
+}
+
 impl<'a> Runner<'a> {
     fn new(
         program: &'a Program,
@@ -293,11 +302,7 @@ impl<'a> Runner<'a> {
                 usd_micros: s.usd_micros,
             })
             .unwrap_or_default();
-        let flow = program
-            .flow
-            .as_ref()
-            .map(|f| crate::run::policy::Limits::of(f.budget.tokens, f.budget.usd_micros, None))
-            .unwrap_or_default();
+        let flow = flow_limits(program);
         let mut runner = Runner {
             program,
             opts,

@@ -337,3 +337,44 @@ fn a_resumed_flow_counts_what_it_spent_before_the_crash() {
         resumed.why()
     );
 }
+
+#[test]
+fn a_workers_attempt_is_held_to_what_its_task_and_flow_left() {
+    // `mvk attempt` as a Temporal worker runs it, told the task spent $0.30 of its $0.35: the
+    // agent's first report ($0.10) spends it.
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spender.sh", &["fix"], "60s"),
+        true,
+        TESTS_GATE,
+        "budget usd=0.35 iterations=5",
+    ));
+    let run = fixture.run_mvk(
+        &["attempt", "loops/t.kdl", "--json", "--spent=0,300000"],
+        &[],
+    );
+    let stopped = run.one("agent.stopped");
+    assert_eq!(stopped["detail"]["budget"], "usd", "{}", run.why());
+    assert_eq!(stopped["detail"]["spent"], 400_000, "{}", run.why());
+    run.none("gate.finished");
+    // And a flow's: $0.90 of its $1.00 spent elsewhere.
+    let mut text = "agent spender timeout=\"60s\" { run \"sh\" \"@AGENTS/spender.sh\" \"out\"; }\n"
+        .to_string();
+    text.push_str("flow t {\n    budget usd=1.0\n");
+    text.push_str(&crate::flows::task("a", "spender", "out/a.txt", ""));
+    text.push_str("}\n");
+    let fixture = Fixture::new(&text);
+    let run = fixture.run_mvk(
+        &[
+            "attempt",
+            "loops/t.kdl",
+            "--task",
+            "a",
+            "--json",
+            "--flow-spent=0,900000",
+        ],
+        &[],
+    );
+    let stopped = run.one("agent.stopped");
+    assert_eq!(stopped["detail"]["budget"], "flow usd", "{}", run.why());
+    assert_eq!(stopped["detail"]["spent"], 1_000_000, "{}", run.why());
+}

@@ -46,6 +46,10 @@ pub(crate) struct OnceSpec {
     /// The commit to start from and the branch it stands for (a Temporal worker's base, fetched
     /// from the coordinator); `None`: the task's target's tip here.
     pub(crate) start: Option<(Oid, String)>,
+    /// What the task and the whole flow spent before (a Temporal workflow's count): the
+    /// attempt is held to what is left.
+    pub(crate) spent: crate::run::meter::Spend,
+    pub(crate) flow_spent: crate::run::meter::Spend,
 }
 
 impl Default for OnceSpec {
@@ -55,6 +59,8 @@ impl Default for OnceSpec {
             rung: 1,
             previous: None,
             start: None,
+            spent: crate::run::meter::Spend::default(),
+            flow_spent: crate::run::meter::Spend::default(),
         }
     }
 }
@@ -120,7 +126,12 @@ pub(crate) async fn attempt_once(
         (base, &target),
         ledger::RunCommand::Attempt,
     )?;
-    let runner = Runner::new(program, opts, opening, observer, &[i]);
+    let mut runner = Runner::new(program, opts, opening, observer, &[i]);
+    // What the flow spent elsewhere (a workflow's other attempts) counts against its budget.
+    runner.purse = std::sync::Arc::new(crate::run::meter::Purse::new(
+        super::flow_limits(program),
+        once.flow_spent,
+    ));
     let _heartbeat = runner.trail.heartbeat();
     runner.emit(
         None,
@@ -154,11 +165,11 @@ pub(crate) async fn attempt_once(
         previous: once.previous.as_ref(),
         epoch: 0,
         left: crate::run::policy::Left::default(),
-        // One attempt alone: the task's own budgets hold it.
+        // The task's own budgets hold it, less what was spent before it.
         caps: crate::run::meter::TaskCaps {
+            spent: once.spent,
             tokens: task.budget.tokens,
             usd_micros: task.budget.usd_micros,
-            ..crate::run::meter::TaskCaps::default()
         },
     };
     let result = async {

@@ -87,6 +87,19 @@ pub struct AttemptIn {
     pub file: String,
     pub digest: String,
     pub repo: String,
+    /// What the task, and the whole flow, spent before this attempt: the worker's meter holds
+    /// the attempt to what is left (zero from a workflow started by an older mvk).
+    #[serde(default)]
+    pub spent: SpentIn,
+    #[serde(default)]
+    pub flow_spent: SpentIn,
+}
+
+/// Tokens and micro-dollars spent.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpentIn {
+    pub tokens: u64,
+    pub usd_micros: u64,
 }
 
 /// How a worker's attempt ended.

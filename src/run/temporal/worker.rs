@@ -239,6 +239,14 @@ impl WorkerActs {
             .arg("--rung")
             .arg(input.rung.to_string())
             .args(["--base", &input.base, "--target", &input.target])
+            .arg(format!(
+                "--spent={},{}",
+                input.spent.tokens, input.spent.usd_micros
+            ))
+            .arg(format!(
+                "--flow-spent={},{}",
+                input.flow_spent.tokens, input.flow_spent.usd_micros
+            ))
             .arg("--failure-out")
             .arg(&failure_file);
         if let Some(previous) = &input.previous {

@@ -37,6 +37,13 @@ impl Spent {
             .saturating_add(usage.usd_micros.unwrap_or(0));
     }
 
+    pub(super) fn wire(self) -> super::wire::SpentIn {
+        super::wire::SpentIn {
+            tokens: self.tokens,
+            usd_micros: self.usd_micros,
+        }
+    }
+
     /// What the policy weighs against the limits: this, and `wall_ms` of time.
     pub(super) fn tally(self, wall_ms: u64) -> policy::Tally {
         policy::Tally {
@@ -425,6 +432,7 @@ async fn make_attempt(
     (spent, shared): (&mut Spent, &FlowSpent),
 ) -> WorkflowResult<Made> {
     let coord = || coord_opts(&flow.coord_queue);
+    let flow_spent = shared.spent.borrow().wire();
     let out = ctx
         .execute_activity(
             WorkerActs::attempt,
@@ -439,6 +447,8 @@ async fn make_attempt(
                 file: flow.file.clone(),
                 digest: flow.digest.clone(),
                 repo: flow.repo.clone(),
+                spent: spent.wire(),
+                flow_spent,
             },
             attempt_opts(flow),
         )
