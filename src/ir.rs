@@ -351,17 +351,19 @@ impl Agent {
 
     /// Whether its usage is known as it goes, so that mvk can stop it when a budget runs out
     /// while it works: Claude Code's `stream-json`, aider's lines after each message, any
-    /// command's own `MVK_USAGE` lines, and `codex exec --json`'s session log (its output
-    /// reports once, at the end of its one turn). The Gemini CLI and goose report only at their
-    /// end.
+    /// command's own `MVK_USAGE` lines, `codex exec --json`'s session log (its output reports
+    /// once, at the end of its one turn) and the Gemini CLI's chat log (with `stream-json`,
+    /// which names the session first). goose reports only at its end.
     pub(crate) fn streams_usage(&self) -> bool {
         let has = |s: &str| self.argv.iter().any(|a| a.contains(s));
         match self.adapter {
             Adapter::Claude => has("stream-json"),
             // Its session log, followed once `--json` names the thread (`--ephemeral` keeps none).
             Adapter::Codex => has("exec") && has("--json") && !has("--ephemeral"),
+            // Its chat log, followed once stream-json's `init` names the session.
+            Adapter::Gemini => has("stream-json"),
             Adapter::Aider | Adapter::Command => true,
-            Adapter::Gemini | Adapter::Goose => false,
+            Adapter::Goose => false,
         }
     }
 

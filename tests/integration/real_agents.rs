@@ -164,6 +164,21 @@ impl Cli {
                 (input + output, usd)
             }
             Cli::Gemini => {
+                // stream-json (the stdlib's): its `result` event's totals.
+                if let Some(v) = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .find(|v| v["type"] == "result")
+                {
+                    let st = &v["stats"];
+                    let n = |k: &str| st[k].as_u64().unwrap_or(0);
+                    let (input, cached) = (n("input_tokens"), n("cached"));
+                    let output = n("output_tokens").max(n("total_tokens").saturating_sub(input));
+                    let usd = per_mtok(input - cached, 1.25)
+                        + per_mtok(cached, 0.125)
+                        + per_mtok(output, 10.0);
+                    return (input + output, usd);
+                }
                 let Ok(v) = serde_json::from_str::<Value>(text.trim()) else {
                     return (0, 0);
                 };
@@ -740,8 +755,8 @@ fn reviews_and_rejects_then_approves(cli: Cli, user: Option<&User>) {
 
 /// A model that keeps asking for tool calls, each answer 11,000 tokens: the agent is stopped by
 /// the task's `tokens` budget within one answer of it, exit 3, nothing landed. Claude Code
-/// streams its usage; Codex prints it once, at the end of its one turn, so its stop is read
-/// from the session log it writes as each answer comes.
+/// streams its usage; Codex and the Gemini CLI print it once, at their end, so their stop is
+/// read from the session (or chat) log each writes as each answer comes.
 fn a_runaway_is_stopped_by_the_budget(cli: Cli) {
     let script = json!({
         "endless": true,
@@ -799,6 +814,11 @@ fn codex_fixes_after_a_rate_limit() {
 #[test]
 fn codex_reviews() {
     as_each_user(|u| reviews_and_rejects_then_approves(Cli::Codex, u));
+}
+
+#[test]
+fn gemini_is_stopped_by_the_budget() {
+    a_runaway_is_stopped_by_the_budget(Cli::Gemini);
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn stdlib_agents_ask_their_tools_for_the_output_their_adapters_read() {
     let wanted: &[(&str, &[&str])] = &[
         ("claude", &["--output-format", "stream-json", "--verbose"]),
         ("codex", &["--json"]),
-        ("gemini", &["--output-format", "json"]),
+        ("gemini", &["--output-format", "stream-json"]),
         ("goose", &["--output-format", "json"]),
         // aider prints its `Tokens: … Cost: …` lines as text.
         ("aider", &["--message-file"]),

@@ -9,8 +9,8 @@
 //! The decision counts only up to the line that crossed the limit; what the agent spent is read
 //! from its whole log afterwards, as for any attempt, so it is recorded as reported.
 //!
-//! Codex prints its usage once, at the end of `codex exec`'s one turn; its session log records
-//! it after each model response. Once Codex names its thread, that log is followed too
+//! Codex and the Gemini CLI print their usage once, at their end; their session logs record it
+//! after each model response. Once the tool names its session, that log is followed too
 //! ([`session_log`]), and what it records is decided on as a printed line is.
 
 mod session_log;
@@ -213,8 +213,8 @@ fn first_spent(checks: [(Budget, u64, Option<u64>); 2]) -> Option<Trip> {
 pub(crate) struct Meter {
     live: LiveUsage,
     gauge: Arc<Mutex<Gauge>>,
-    /// Where Codex keeps its session logs, for a Codex agent.
-    codex_home: Option<std::path::PathBuf>,
+    /// The session log the agent keeps, where its output reports only at its end.
+    log: Option<session_log::Kind>,
     follower: Option<session_log::Follower>,
 }
 
@@ -295,8 +295,7 @@ impl Meter {
             Meter {
                 live: LiveUsage::new(agent.adapter)?,
                 gauge: Arc::new(Mutex::new(gauge)),
-                codex_home: (agent.adapter == crate::ir::Adapter::Codex)
-                    .then(|| session_log::codex_home(agent)),
+                log: session_log::Kind::of(agent),
                 follower: None,
             },
             rx,
@@ -320,7 +319,7 @@ impl OutputTap for Meter {
         let Meter {
             live,
             gauge,
-            codex_home,
+            log,
             follower,
         } = self;
         if lock(gauge).stopped {
@@ -328,10 +327,10 @@ impl OutputTap for Meter {
         }
         live.feed(bytes, |l| {
             if follower.is_none()
-                && let (Some(home), Some(thread)) = (codex_home.as_ref(), l.session())
+                && let (Some(kind), Some(thread)) = (log.as_ref(), l.session())
             {
                 *follower = Some(session_log::Follower::start(
-                    home.clone(),
+                    kind.clone(),
                     thread.to_string(),
                     Arc::clone(gauge),
                 ));
