@@ -220,9 +220,6 @@ fn repo_path(
     Some(text.trim_end_matches('/').to_string())
 }
 
-/// Warns when the maker's prompt of a first attempt (the template with the task's goal, rules and
-/// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
-/// of the task would be, and nothing could be quoted.
 /// A `warn-at` in a budget that limits none of what it warns of.
 fn warn_at_without_limit(span: Span) -> Diagnostic {
     Diagnostic::warning(
@@ -233,6 +230,9 @@ fn warn_at_without_limit(span: Span) -> Diagnostic {
     .help("add the limit to warn before, e.g. budget usd=5.0 warn-at=0.8")
 }
 
+/// Warns when the maker's prompt of a first attempt (the template with the task's goal, rules and
+/// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
+/// of the task would be, and nothing could be quoted.
 fn prompt_within_budget(world: &mut World, task: &Task) {
     let mut own = crate::prompt::PromptContext::of_task(task);
     own.gates = task
@@ -1502,6 +1502,9 @@ fn unmetered(agent: &ir::Agent, budget: Span, used: Span) -> Option<Diagnostic> 
         }
         ir::Adapter::Codex => {
             "run `codex exec --json` without `--ephemeral` (the stdlib's `codex` does): mvk follows the session log it writes after each response".to_string()
+        }
+        ir::Adapter::Gemini => {
+            "run the Gemini CLI with `--output-format stream-json` (the stdlib's `gemini` does): its first line names the session, and mvk follows the chat log it writes after each response".to_string()
         }
         _ => format!(
             "wrap `{}` in a script that prints `MVK_USAGE={{\"input_tokens\":N,\"output_tokens\":N,\"usd\":X}}` lines (cumulative) as it goes; or set the agent's `timeout` to what the budget can afford",

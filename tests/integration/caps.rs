@@ -235,7 +235,13 @@ fn a_budget_warns_at_its_fraction_while_the_agent_runs_and_status_shows_the_spen
     assert_eq!(warned["detail"]["budget"], "usd", "{}", run.why());
     assert_eq!(warned["detail"]["at"], 500, "{}", run.why());
     assert_eq!(warned["detail"]["warning"], true, "{}", run.why());
-    assert_eq!(warned["detail"]["spent"], 500_000, "{}", run.why());
+    // On the report that reached it (a busy machine may read two reports at once).
+    let spent = warned["detail"]["spent"].as_u64().unwrap();
+    assert!(
+        (500_000..1_000_000).contains(&spent),
+        "{spent}\n{}",
+        run.why()
+    );
     let at = |name: &str| run.events.iter().position(|e| e["event"] == name).unwrap();
     assert!(
         at("budget.threshold") < at("agent.stopped"),
@@ -244,7 +250,9 @@ fn a_budget_warns_at_its_fraction_while_the_agent_runs_and_status_shows_the_spen
     );
     assert_eq!(run.one("notify.sent")["detail"]["event"], "budget");
     let argv = fs::read_to_string(fixture.state("desk.argv")).unwrap();
-    assert_eq!(argv.lines().collect::<Vec<_>>(), ["usd", "$0.50", "50%"]);
+    let argv: Vec<&str> = argv.lines().collect();
+    assert_eq!((argv[0], argv[2]), ("usd", "50%"), "{argv:?}");
+    assert_eq!(argv[1], format!("${:.2}", spent as f64 / 1e6), "{argv:?}");
 }
 
 #[test]
@@ -324,13 +332,19 @@ fn a_resumed_flow_counts_what_it_spent_before_the_crash() {
     assert_eq!(stopped["task"], "b", "{}", resumed.why());
     assert_eq!(stopped["detail"]["budget"], "flow usd", "{}", resumed.why());
     assert_eq!(stopped["detail"]["spent"], 500_000, "{}", resumed.why());
-    // b's own part: two reports, not the five it would take alone.
+    // b's own part: stopped on its second report, not the fifth it would take alone (one more
+    // may be printed as the stop comes).
     let b = resumed
         .named("agent.finished")
         .into_iter()
         .find(|e| e["task"] == "b")
         .unwrap_or_else(|| panic!("b ran\n{}", resumed.why()));
-    assert_eq!(micros(&b["detail"]["usd"]), 200_000, "{}", resumed.why());
+    let own = micros(&b["detail"]["usd"]);
+    assert!(
+        (200_000..=300_000).contains(&own),
+        "{own}\n{}",
+        resumed.why()
+    );
     assert!(
         fixture.show("main", "out/b.txt").is_none(),
         "{}",
@@ -377,4 +391,36 @@ fn a_workers_attempt_is_held_to_what_its_task_and_flow_left() {
     let stopped = run.one("agent.stopped");
     assert_eq!(stopped["detail"]["budget"], "flow usd", "{}", run.why());
     assert_eq!(stopped["detail"]["spent"], 1_000_000, "{}", run.why());
+}
+
+#[test]
+fn no_reviewer_runs_once_the_maker_has_spent_the_budget() {
+    // The maker reports $0.40 only as it exits, against $0.35: the reviewer, which would spend
+    // more, never starts.
+    let defs = format!(
+        "{}\n{}",
+        agent_def("bot", "spender.sh", &["fix", "4"]),
+        agent_def_timeout("rev", "spender.sh", &["out"], "60s")
+    );
+    let text = loop_kdl(
+        &defs,
+        true,
+        TESTS_GATE,
+        "budget usd=0.35 iterations=5\n    review agent=rev",
+    )
+    // Reported at its exit only: its lines are read after it ends.
+    .replace("agent bot timeout=", "agent bot adapter=goose timeout=");
+    // Its dollars are those it prints; a price makes the budget countable for `mvk check`.
+    let text = format!("price \"bot\" input=1.0 output=1.0\n{text}");
+    let fixture = Fixture::new(&text);
+    let run = fixture.apply_bounded(60);
+    run.expect_code(3);
+    run.none("review.started");
+    assert_main_unchanged(&fixture, &run);
+    assert_eq!(
+        run.one("budget.exhausted")["detail"]["budget"],
+        "usd",
+        "{}",
+        run.why()
+    );
 }

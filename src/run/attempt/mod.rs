@@ -182,7 +182,7 @@ pub(crate) async fn run_attempt(
         )?;
         ps.timeout = Some(timeout);
         ps.signals = Some(window.clone());
-        let (meter, seen) = Meter::new(
+        let (mut meter, seen) = Meter::new(
             spec.agent,
             (&task.name, spec.number),
             Spend::of(&usage),
@@ -192,6 +192,7 @@ pub(crate) async fn run_attempt(
         .map_err(|e| RunError::Config {
             message: format!("cannot read agent `{}`'s usage: {e}", spec.agent.name),
         })?;
+        meter.follow_session_log(spec.agent, &ps);
         let brake = meter.brake();
         let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
         // Only an agent that reports as it goes is stopped by what it reports: one that reports
@@ -443,23 +444,30 @@ pub(crate) async fn run_attempt(
     .await
 }
 
-/// What an agent spent: what its output reported (`printed`), or what its session log recorded
-/// (`logged`, priced) where that is more — a Codex stopped mid-turn printed nothing of it.
+/// What an agent spent: what its output reported (`printed`) and what its session log recorded
+/// (`logged`, priced), whichever is more, field by field — a Codex stopped mid-turn printed
+/// nothing of it; a wrapper may have printed the dollars of a model without a price.
 pub(crate) fn with_logged(
     agent: &Agent,
     printed: Option<Usage>,
     logged: Option<Usage>,
 ) -> Option<Usage> {
-    let Some(logged) = logged else {
+    let Some(logged) = logged.map(|l| crate::run::meter::priced(agent.price.as_ref(), l)) else {
         return printed;
     };
-    match printed {
-        Some(p) if p.tokens() >= logged.tokens() => Some(p),
-        p => Some(Usage {
-            session: p.and_then(|p| p.session),
-            ..crate::run::meter::priced(agent.price.as_ref(), logged)
-        }),
-    }
+    let p = printed.unwrap_or_default();
+    let tokens_of = if logged.tokens() > p.tokens() {
+        &logged
+    } else {
+        &p
+    };
+    Some(Usage {
+        input_tokens: tokens_of.input_tokens,
+        output_tokens: tokens_of.output_tokens,
+        cached_tokens: tokens_of.cached_tokens,
+        usd_micros: p.usd_micros.max(logged.usd_micros),
+        session: p.session.clone().or(logged.session.clone()),
+    })
 }
 
 /// Runs the agent's process `ps`, telling the host what it has spent each time its meter
@@ -483,10 +491,9 @@ pub(crate) async fn run_metered(
                 }
                 let spent = *seen.borrow_and_update();
                 // Showing the spending must not end the wait for the agent (which a failed
-                // write would, leaving it running unwatched): the next write says what failed.
+                // write would, leaving it running unwatched); the next report tries again.
                 if let Err(e) = host.spending(&spec.task.name, spec.number, spent) {
                     tracing::warn!(task = %spec.task.name, error = %e, "cannot show what the agent has spent so far");
-                    watching = false;
                 }
             }
         }
@@ -643,6 +650,15 @@ pub(crate) async fn judge(
     };
     if budgets.time_left(host.started(&task.name)).is_none() {
         return Ok(record(AttemptEnd::WallSpent));
+    }
+    // What the maker reported at its end may have spent the budget: no reviewer then.
+    let made = Spend::of(&usage);
+    if let Some(trip) = spec
+        .caps
+        .trip(made)
+        .or_else(|| host.purse().spent_by(&task.name, spec.number, made))
+    {
+        return Ok(record(AttemptEnd::Stopped(trip)));
     }
     let reviewed = crate::run::attempt::review::review(
         host,
@@ -810,6 +826,51 @@ pub(crate) fn attempt_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
 mod tests {
     use super::failures::{last_lines, normalize};
     use super::*;
+
+    #[test]
+    fn what_the_log_recorded_and_the_dollars_a_wrapper_printed_are_both_kept() {
+        let agent = crate::ir::Agent {
+            name: "codex".into(),
+            argv: vec!["codex".into()],
+            env: std::collections::BTreeMap::new(),
+            adapter: crate::ir::Adapter::Codex,
+            timeout: std::time::Duration::from_secs(60),
+            rate_limits: Vec::new(),
+            params: std::collections::BTreeMap::new(),
+            sandbox: None,
+            price: None,
+        };
+        let printed = Usage {
+            usd_micros: Some(500_000),
+            session: Some("t".into()),
+            ..Usage::default()
+        };
+        let logged = Usage {
+            input_tokens: 900,
+            output_tokens: 100,
+            cached_tokens: 300,
+            ..Usage::default()
+        };
+        let u = with_logged(&agent, Some(printed.clone()), Some(logged.clone())).unwrap();
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.cached_tokens),
+            (900, 100, 300)
+        );
+        assert_eq!(u.usd_micros, Some(500_000));
+        assert_eq!(u.session.as_deref(), Some("t"));
+        // The output's own figure stands when it is the larger.
+        let more = Usage {
+            input_tokens: 2000,
+            ..printed
+        };
+        assert_eq!(
+            with_logged(&agent, Some(more), Some(logged))
+                .unwrap()
+                .input_tokens,
+            2000
+        );
+        assert_eq!(with_logged(&agent, None, None), None);
+    }
 
     #[test]
     fn a_makers_command_line_leaves_out_what_only_a_reviewer_gets() {

@@ -373,7 +373,7 @@ pub(crate) async fn review(
         ps.signals = Some(window.clone());
         // The reviewer spends the attempt's budget too, held as the maker's is: counted from
         // what the maker (and any earlier try of the review) spent.
-        let (meter, seen) = Meter::new(
+        let (mut meter, seen) = Meter::new(
             &review.agent,
             (&task.name, spec.number),
             maker.plus(Spend::of(&usage)),
@@ -383,6 +383,7 @@ pub(crate) async fn review(
         .map_err(|e| RunError::Config {
             message: format!("cannot read agent `{}`'s usage: {e}", review.agent.name),
         })?;
+        meter.follow_session_log(&review.agent, &ps);
         let brake = meter.brake();
         let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
         if review.agent.streams_usage() {

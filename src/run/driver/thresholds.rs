@@ -121,10 +121,10 @@ impl Runner<'_> {
                 continue;
             }
             let key = (task.map(str::to_string), name.to_string(), at);
-            if !locked(&self.reached).insert(key) {
+            if !locked(&self.reached).insert(key.clone()) {
                 continue;
             }
-            self.emit(
+            let written = self.emit(
                 task,
                 None,
                 Event::BudgetThreshold {
@@ -134,7 +134,12 @@ impl Runner<'_> {
                     at,
                     warning,
                 },
-            )?;
+            );
+            if let Err(e) = written {
+                // Not written: tried again the next time it is looked at.
+                locked(&self.reached).remove(&key);
+                return Err(e);
+            }
         }
         Ok(())
     }

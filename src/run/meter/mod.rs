@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ir::{Agent, Price};
-use crate::run::exec::process::{OutputTap, Stop};
+use crate::run::exec::process::{OutputTap, ProcessSpec, Stop};
 use crate::run::judge::adapter::{LiveUsage, Usage};
 use crate::run::policy::{Budget, Limits};
 
@@ -164,6 +164,25 @@ impl Purse {
         Some(trip)
     }
 
+    /// The flow's budget that attempt `(task, number)` spends, having spent `spent` in all, if
+    /// any: asked before more is spent on it (its reviewer).
+    pub(crate) fn spent_by(&self, task: &str, number: u32, spent: Spend) -> Option<Trip> {
+        let s = self.state();
+        let key = (task.to_string(), number);
+        let total = s
+            .attempts
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .fold(s.before, |a, (_, b)| a.plus(*b))
+            .plus(s.attempts.get(&key).copied().unwrap_or_default().max(spent));
+        s.tripped.or_else(|| {
+            first_spent([
+                (Budget::FlowTokens, total.tokens, self.flow.tokens),
+                (Budget::FlowUsd, total.usd_micros, self.flow.usd_micros),
+            ])
+        })
+    }
+
     /// Enters a running agent's brake; pulled at once when the flow's budget already ran out.
     fn enter(&self, key: &Key, brake: &Brake) {
         let mut s = self.state();
@@ -188,7 +207,8 @@ pub(crate) struct TaskCaps {
 }
 
 impl TaskCaps {
-    fn trip(&self, attempt: Spend) -> Option<Trip> {
+    /// The task's budget an attempt that spent `attempt` has spent, if any.
+    pub(crate) fn trip(&self, attempt: Spend) -> Option<Trip> {
         let spent = self.spent.plus(attempt);
         first_spent([
             (Budget::Tokens, spent.tokens, self.tokens),
@@ -295,11 +315,17 @@ impl Meter {
             Meter {
                 live: LiveUsage::new(agent.adapter)?,
                 gauge: Arc::new(Mutex::new(gauge)),
-                log: session_log::Kind::of(agent),
+                log: None,
                 follower: None,
             },
             rx,
         ))
+    }
+
+    /// Follows the session log `agent` keeps, once its output names the session, where its
+    /// process `ps` (with the environment it is given) writes it.
+    pub(crate) fn follow_session_log(&mut self, agent: &Agent, ps: &ProcessSpec) {
+        self.log = session_log::Kind::of(agent, ps);
     }
 
     pub(crate) fn brake(&self) -> Brake {

@@ -25,14 +25,19 @@ use std::time::Duration;
 
 use super::{Gauge, lock};
 use crate::ir::{Adapter, Agent};
+use crate::run::exec::process::ProcessSpec;
 use crate::run::judge::adapter::{LiveUsage, Usage};
 
 /// How often the log is looked at when it is not known to have been written (it is found, and
 /// a write missed, within this).
 const POLL: Duration = Duration::from_millis(100);
 
-/// Day directories searched for the thread's log, newest first.
-const DAYS_SEARCHED: usize = 3;
+/// At most this much of a log is read: a session's log is some megabytes; one that grows past
+/// this is not a log (a sparse file the agent made), and the live figure stops there.
+const MAX_LOG: u64 = 1 << 30;
+
+/// The first line of a Gemini chat log (its session's header) is read up to this.
+const MAX_HEADER: u64 = 64 * 1024;
 
 /// The session log an agent keeps, and where: `None` for one whose output reports as it goes.
 #[derive(Debug, Clone)]
@@ -42,15 +47,18 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// `agent`'s, from its own environment, else mvk's: Codex's `CODEX_HOME` (else
-    /// `~/.codex`), the Gemini CLI's `GEMINI_CLI_HOME` (else `~`) and its `.gemini`.
-    pub(crate) fn of(agent: &Agent) -> Option<Kind> {
+    /// `agent`'s, from the environment its process `ps` is given (a sandbox keeps only some of
+    /// mvk's): Codex's `CODEX_HOME` (else `~/.codex`), the Gemini CLI's `GEMINI_CLI_HOME` (else
+    /// `~`) and its `.gemini`.
+    pub(crate) fn of(agent: &Agent, ps: &ProcessSpec) -> Option<Kind> {
         let var = |name: &str| {
-            agent
-                .env
-                .get(name)
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os(name).map(PathBuf::from))
+            if let Some((_, v)) = ps.env.iter().rev().find(|(k, _)| k == name) {
+                return Some(PathBuf::from(v));
+            }
+            if ps.env_clear || ps.env_remove.iter().any(|k| k == name) {
+                return None;
+            }
+            std::env::var_os(name).map(PathBuf::from)
         };
         let home = || var("HOME").unwrap_or_else(|| PathBuf::from("."));
         match agent.adapter {
@@ -239,7 +247,14 @@ impl Follower {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let usage = self.logged.lock().ok().and_then(|l| l.usage.clone())?;
+        let logged = self.logged.lock().map(|l| l.clone()).unwrap_or_default();
+        if logged.path.is_none() {
+            tracing::warn!(
+                session = %self.thread_id,
+                "the agent's session log was not found: its budget was held between attempts only"
+            );
+        }
+        let usage = logged.usage?;
         Some(Usage {
             session: Some(self.thread_id.clone()),
             ..usage
@@ -248,8 +263,9 @@ impl Follower {
 }
 
 /// The follower's loop: finds the log, then reads what is appended to it as it is written
-/// (woken by inotify, and every [`POLL`] in any case) until told it is done (one last read after
-/// that). A line still being written is kept by the scanner until its end is read.
+/// (woken by inotify, and every [`POLL`] in any case) until told it is done; then it reads up to
+/// the length the log had at that moment, and stops. A line still being written is kept by the
+/// reader until its end is read. At most [`MAX_LOG`] bytes are read.
 fn follow(
     kind: &Kind,
     session: &str,
@@ -262,11 +278,12 @@ fn follow(
         return;
     };
     let mut buf = vec![0u8; 64 * 1024];
+    let mut read = 0u64;
     loop {
         let last = done.load(Ordering::Acquire);
         if file.is_none()
             && let Some(path) = kind.find(session)
-            && let Ok(f) = File::open(&path)
+            && let Some(f) = open_log(&path)
         {
             file = Some((f, watch(&path)));
             if let Ok(mut l) = logged.lock() {
@@ -280,23 +297,53 @@ fn follow(
             std::thread::sleep(POLL);
             continue;
         };
-        loop {
-            let n = match f.read(&mut buf) {
+        // Once done, the log is read to where it ended then, not as it may go on growing.
+        let end = if last {
+            f.metadata().map_or(read, |m| m.len()).min(MAX_LOG)
+        } else {
+            MAX_LOG
+        };
+        while read < end {
+            let want = usize::try_from(end - read).map_or(buf.len(), |w| w.min(buf.len()));
+            let n = match f.read(buf.get_mut(..want).unwrap_or_default()) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
+            read += n as u64;
             reader.feed(buf.get(..n).unwrap_or_default(), |u| {
                 if let Ok(mut g) = logged.lock() {
                     g.usage = Some(u.clone());
                 }
                 lock(gauge).observe(u);
             });
+            if !last && done.load(Ordering::Acquire) {
+                break;
+            }
         }
         if last {
             return;
         }
         wait(notes.as_ref());
     }
+}
+
+/// Opens `path` for reading when it is a regular file, not through a symbolic link and without
+/// waiting on a FIFO: the agent may write in the directories the log is looked for in.
+fn open_log(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            (rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::NONBLOCK
+                | rustix::fs::OFlags::CLOEXEC)
+                .bits()
+                .cast_signed(),
+        )
+        .open(path)
+        .ok()?;
+    f.metadata().ok().filter(std::fs::Metadata::is_file)?;
+    Some(f)
 }
 
 /// An inotify descriptor woken when `path` is written; `None` where none can be had (polling
@@ -327,25 +374,38 @@ fn wait(notes: Option<&rustix::fd::OwnedFd>) {
     }
 }
 
-/// Codex's log of `thread` under `home`: `sessions/*/*/*/rollout-*-<thread>.jsonl`, in the
-/// newest [`DAYS_SEARCHED`] day directories.
+/// Codex's log of `thread` under `home`: `sessions/YYYY/MM/DD/rollout-*-<thread>.jsonl`, dated
+/// by Codex's local day: yesterday's, today's or tomorrow's in UTC.
 fn find_codex(home: &Path, thread: &str) -> Option<PathBuf> {
     let suffix = format!("-{thread}.jsonl");
-    let mut days = Vec::new();
-    for year in newest(&home.join("sessions"), 2) {
-        for month in newest(&year, 2) {
-            days.extend(newest(&month, DAYS_SEARCHED));
-        }
-    }
-    days.sort_unstable_by(|a, b| b.cmp(a));
-    days.truncate(DAYS_SEARCHED);
-    days.iter().find_map(|day| {
-        std::fs::read_dir(day).ok()?.flatten().find_map(|e| {
-            let name = e.file_name();
-            let name = name.to_str()?;
-            (name.starts_with("rollout-") && name.ends_with(&suffix)).then(|| e.path())
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400);
+    [today, today.saturating_sub(1), today + 1]
+        .into_iter()
+        .find_map(|day| {
+            let (y, m, d) = civil(day);
+            let dir = home.join(format!("sessions/{y:04}/{m:02}/{d:02}"));
+            std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+                let name = e.file_name();
+                let name = name.to_str()?;
+                (name.starts_with("rollout-") && name.ends_with(&suffix)).then(|| e.path())
+            })
         })
-    })
+}
+
+/// The date (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
 }
 
 /// The Gemini CLI's log of session `id` under `home` (`.gemini`):
@@ -363,27 +423,20 @@ fn find_gemini(home: &Path, id: &str) -> Option<PathBuf> {
             if !(name.starts_with("session-") && name.ends_with(&suffix)) {
                 return None;
             }
-            let mut first = String::new();
-            let file = File::open(e.path()).ok()?;
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first).ok()?;
-            first.contains(&format!("\"{id}\"")).then(|| e.path())
+            let mut first = Vec::new();
+            let file = open_log(&e.path())?;
+            std::io::BufRead::read_until(
+                &mut std::io::BufReader::new(file.take(MAX_HEADER)),
+                b'\n',
+                &mut first,
+            )
+            .ok()?;
+            let named = format!("\"{id}\"");
+            String::from_utf8_lossy(&first)
+                .contains(&named)
+                .then(|| e.path())
         })
     })
-}
-
-/// The `n` last-sorting subdirectories of `dir` (date parts sort as their dates do).
-fn newest(dir: &Path, n: usize) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort_unstable_by(|a, b| b.cmp(a));
-    dirs.truncate(n);
-    dirs
 }
 
 #[cfg(test)]
@@ -391,20 +444,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_threads_log_is_found_in_the_newest_day_whatever_its_date() {
+    fn the_threads_log_is_found_on_the_day_codex_dated_it() {
         let home = tempfile::tempdir().unwrap();
-        let at = |day: &str, name: &str| {
-            let d = home.path().join("sessions").join(day);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join(name), "").unwrap();
-            d.join(name)
+        let today = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 86_400;
+        let at = |day: u64, name: &str| {
+            let (y, m, d) = civil(day);
+            let dir = home.path().join(format!("sessions/{y:04}/{m:02}/{d:02}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), "").unwrap();
+            dir.join(name)
         };
-        at("2026/12/05", "rollout-2026-12-05T10-00-00-aaa.jsonl");
         // A local date ahead of UTC's.
-        let wanted = at("2026/12/07", "rollout-2026-12-07T03-21-22-bbb.jsonl");
+        let wanted = at(today + 1, "rollout-x-bbb.jsonl");
         assert_eq!(find_codex(home.path(), "bbb"), Some(wanted));
+        // Days no clock of a run starting now can give are not searched.
+        at(today + 9, "rollout-x-ccc.jsonl");
         assert_eq!(find_codex(home.path(), "ccc"), None);
         assert_eq!(find_codex(&home.path().join("nowhere"), "bbb"), None);
+    }
+
+    #[test]
+    fn days_since_1970_are_dated_as_the_calendar_does() {
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(11_016), (2000, 2, 29));
+        assert_eq!(civil(20_793), (2026, 12, 6));
+    }
+
+    #[test]
+    fn a_log_that_is_not_a_regular_file_is_not_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.jsonl");
+        std::fs::write(&real, "{}\n").unwrap();
+        assert!(open_log(&real).is_some());
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(open_log(&link).is_none());
+        let fifo = dir.path().join("fifo.jsonl");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // Opened without waiting for a writer, and refused.
+        assert!(open_log(&fifo).is_none());
     }
 
     /// Codex 0.171.0's own session log (tests/fixtures/adapters/SOURCES.md): four model
