@@ -9,6 +9,7 @@
 
 pub(crate) mod ast;
 pub(crate) mod body;
+mod fast;
 pub(crate) mod flow;
 pub(crate) mod items;
 pub(crate) mod nesting;

@@ -8,6 +8,9 @@
 //! `flow` split into pieces is lowered child by child ([`FlowLowering`]); any other node split
 //! into pieces is put back together first, as one parse of the file would give it.
 //!
+//! A piece in the plain subset generated files use is read by [`fast`](super::fast), the
+//! others by the kdl crate's parser.
+//!
 //! What comes out is what one parse of the whole file followed by [`items::lower_file`] gives:
 //! the same nodes, spans, errors in the same order, the same first block nested too deep.
 
@@ -306,16 +309,23 @@ fn parse_job(text: &str, job: &Job) -> Done {
             let Some(piece) = text.get(range.clone()) else {
                 return broken(SyntaxError::cut(range.start));
             };
-            let mut doc = match piece.parse::<KdlDocument>() {
-                Ok(doc) => doc,
-                Err(e) => return parse_errors(e, &at),
-            };
-            let mut nodes = std::mem::take(doc.nodes_mut());
-            if base > 0 {
-                for node in &mut nodes {
-                    shift(node, &at);
+            // Generated text in the plain subset is read without the crate's parser.
+            let nodes = match super::fast::parse(piece, base) {
+                Some(nodes) => nodes,
+                None => {
+                    let mut doc = match piece.parse::<KdlDocument>() {
+                        Ok(doc) => doc,
+                        Err(e) => return parse_errors(e, &at),
+                    };
+                    let mut nodes = std::mem::take(doc.nodes_mut());
+                    if base > 0 {
+                        for node in &mut nodes {
+                            shift(node, &at);
+                        }
+                    }
+                    nodes
                 }
-            }
+            };
             let too_deep = deeper(&nodes, *level);
             checked(nodes, None, too_deep, None)
         }
@@ -336,11 +346,13 @@ fn parse_job(text: &str, job: &Job) -> Done {
                 let end = (base + end + if end > cut { gap } else { 0 }).max(start);
                 SourceSpan::new(start.into(), end - start)
             };
-            let mut doc = match head.parse::<KdlDocument>() {
-                Ok(doc) => doc,
-                Err(e) => return parse_errors(e, &at),
+            let mut nodes = match super::fast::parse(&head, 0) {
+                Some(nodes) => nodes,
+                None => match head.parse::<KdlDocument>() {
+                    Ok(mut doc) => std::mem::take(doc.nodes_mut()),
+                    Err(e) => return parse_errors(e, &at),
+                },
             };
-            let mut nodes = std::mem::take(doc.nodes_mut());
             for n in &mut nodes {
                 shift(n, &at);
             }
