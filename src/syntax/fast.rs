@@ -202,37 +202,39 @@ impl Parser<'_> {
         }
     }
 
-    /// `-?[0-9]+` or `-?[0-9]+\.[0-9]+`.
+    /// `-?[0-9]+` or `-?[0-9]+\.[0-9]+`, each run of digits within an `i128` as the crate
+    /// reads it (a longer run is its error to report).
     fn number(&mut self) -> Option<KdlValue> {
         let start = self.i;
-        if self.peek() == Some(b'-') {
+        let negative = self.peek() == Some(b'-');
+        if negative {
             self.i += 1;
         }
-        let digits = |p: &mut Self| {
+        let run = |p: &mut Self| -> Option<i128> {
             let s = p.i;
             while p.peek().is_some_and(|c| c.is_ascii_digit()) {
                 p.i += 1;
             }
-            p.i > s
+            std::str::from_utf8(p.b.get(s..p.i)?)
+                .ok()?
+                .parse::<i128>()
+                .ok()
         };
-        if !digits(self) {
-            return None;
-        }
+        let whole = run(self)?;
         let float = self.peek() == Some(b'.');
         if float {
             self.i += 1;
-            if !digits(self) {
-                return None;
-            }
+            run(self)?;
         }
         if !self.terminated() {
             return None;
         }
-        let text = std::str::from_utf8(self.b.get(start..self.i)?).ok()?;
         if float {
+            let text = std::str::from_utf8(self.b.get(start..self.i)?).ok()?;
             text.parse::<f64>().ok().map(KdlValue::Float)
         } else {
-            text.parse::<i128>().ok().map(KdlValue::Integer)
+            // The crate negates the digits' value: `-` and i128::MAX + 1 is its error too.
+            Some(KdlValue::Integer(if negative { -whole } else { whole }))
         }
     }
 

@@ -94,6 +94,8 @@ fn the_texts_of_the_subset_read_as_the_crate_reads_them() {
         "a b.c-d_e:f@g+h*i!j$k%l&m'n,o<p>q?r^s|t~u`v\n",
         "a\n\n\n    b\n",
         "a {b;}\n",
+        "a 170141183460469231731687303715884105727 -170141183460469231731687303715884105727\n",
+        "a 170141183460469231731687303715884105727.170141183460469231731687303715884105727\n",
         "a {b\n}\n",
         "a { b; }\n",
     ];
@@ -139,6 +141,11 @@ fn what_the_subset_leaves_out_goes_to_the_crate() {
         ";\n",
         "a ;;\n",
         "a \"unterminated\n",
+        // Each run of digits must fit an i128, as the crate reads them.
+        "a -170141183460469231731687303715884105728\n",
+        "a 170141183460469231731687303715884105728\n",
+        "a 1000000000000000000000000000000000000000.5\n",
+        "a 1.340282366920938463463374607431768211456\n",
     ];
     for text in left {
         assert!(!agrees(text), "read by the fast reader:\n{text}");
@@ -189,6 +196,7 @@ fn text() -> impl Strategy<Value = String> {
         "\"[ -~]{0,8}\"".prop_map(|s| s.replace('\\', "\\\\")),
         "\"[a-z\\\\nts\"]{0,6}\"",
         "-?[0-9]{1,4}(\\.[0-9]{1,3})?",
+        "-?[0-9]{37,41}(\\.[0-9]{37,41})?",
         Just("#true".to_string()),
         Just("#null".to_string()),
         "[a-z]{1,3}=[a-z0-9\"]{1,4}",
