@@ -94,6 +94,15 @@ fn gate_line(g: &ir::Gate) -> String {
     )
 }
 
+/// Thousandths as a percentage: `80%`, `12.5%`.
+fn percent(thousandths: u32) -> String {
+    if thousandths.is_multiple_of(10) {
+        format!("{}%", thousandths / 10)
+    } else {
+        format!("{}.{}%", thousandths / 10, thousandths % 10)
+    }
+}
+
 fn budget_line(b: &ir::Budget) -> String {
     let mut parts = vec![format!("iterations {}", b.iterations)];
     if let Some(t) = b.tokens {
@@ -104,6 +113,9 @@ fn budget_line(b: &ir::Budget) -> String {
     }
     if let Some(w) = b.wall {
         parts.push(format!("wall {}", format_duration(w)));
+    }
+    if let Some(at) = b.warn_at {
+        parts.push(format!("warn at {}", percent(at)));
     }
     parts.push(format!("same-failure {}", b.same_failure));
     parts.push(format!("context {} tokens", b.context_tokens));
@@ -254,6 +266,9 @@ pub(crate) fn to_text(p: &Program, plan: &Plan) -> String {
             if let Some(w) = f.budget.wall {
                 limits.push(format!("wall {}", format_duration(w)));
             }
+            if let Some(at) = f.budget.warn_at {
+                limits.push(format!("warn at {}", percent(at)));
+            }
             if !limits.is_empty() {
                 out.push_str(&format!("  flow budget: {}\n", limits.join(", ")));
             }
@@ -393,6 +408,9 @@ struct BudgetDoc<'a> {
     tokens: &'a Option<u64>,
     usd_micros: &'a Option<u64>,
     wall: Option<u64>,
+    /// Thousandths of the limits at which the budget warns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warn_at: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -544,6 +562,7 @@ fn task_doc<'a>(p: &'a Program, plan: &Plan, i: usize, digests: &TemplateDigests
             tokens: &t.budget.tokens,
             usd_micros: &t.budget.usd_micros,
             wall: t.budget.wall.map(millis),
+            warn_at: t.budget.warn_at,
         },
         digest: t.meta.digest,
         dollars: agents_of(t).into_iter().map(dollar_source).collect(),

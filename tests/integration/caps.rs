@@ -424,3 +424,28 @@ fn no_reviewer_runs_once_the_maker_has_spent_the_budget() {
         run.why()
     );
 }
+
+#[test]
+fn plan_shows_where_a_budget_warns() {
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def("bot", "spender.sh", &["fix", "1"]),
+        true,
+        TESTS_GATE,
+        "budget usd=2.0 warn-at=0.125",
+    ));
+    let out = fixture
+        .mvk()
+        .args(["plan", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("usd $2.00, warn at 12.5%"), "{text}");
+    let out = fixture
+        .mvk()
+        .args(["plan", "loops/t.kdl", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["tasks"][0]["budget"]["warn_at"], 125, "{doc}");
+}
