@@ -66,6 +66,10 @@ pub(crate) struct AttemptArgs {
     /// Internal: the same for the whole flow, held to what is left of the flow's budget.
     #[arg(long, hide = true, value_name = "TOKENS,USD_MICROS", value_parser = spent_arg)]
     pub(crate) flow_spent: Option<crate::run::meter::Spend>,
+    /// Internal (`mvk worker`): where to keep what the attempt has spent so far, as it runs
+    /// (`{"tokens":N,"usd_micros":N}`), for the worker's heartbeats.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub(crate) spending_out: Option<PathBuf>,
 }
 
 /// `TOKENS,USD_MICROS`.
@@ -132,6 +136,7 @@ pub(crate) fn attempt(cli: &Cli, printer: &Printer, args: &AttemptArgs) -> Resul
         start,
         spent: args.spent.unwrap_or_default(),
         flow_spent: args.flow_spent.unwrap_or_default(),
+        spending_out: args.spending_out.clone(),
         previous: args
             .previous_failure
             .as_deref()

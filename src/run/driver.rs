@@ -205,6 +205,8 @@ pub(crate) struct Runner<'a> {
     reached: Mutex<thresholds::Reached>,
     /// What the run's attempts spend while their agents run, against the flow's budget.
     purse: std::sync::Arc<crate::run::meter::Purse>,
+    /// Where an attempt of `mvk attempt` keeps what it has spent so far (a worker reads it).
+    spending_out: Option<PathBuf>,
     /// When each running attempt's spending was last written (`agent.spending`), and what its
     /// task had spent before it.
     spending_written: Mutex<BTreeMap<(String, u32), SpendingWritten>>,
@@ -326,6 +328,7 @@ impl<'a> Runner<'a> {
             hears_budgets: false,
             reached: Mutex::new(reached),
             purse: std::sync::Arc::new(crate::run::meter::Purse::new(flow, before)),
+            spending_out: None,
             spending_written: Mutex::new(BTreeMap::new()),
         };
         runner.hears_budgets = runner.hears_budgets();

@@ -1611,3 +1611,78 @@ fn task_runs_one_task_of_a_flow_on_a_worker() {
         run.why()
     );
 }
+
+/// A worker killed under an agent that had spent $0.30 of its task's $0.50: the attempt made
+/// again on another worker is held to the $0.20 left (the lost try's spending came with the
+/// worker's heartbeats), and the workflow counts both.
+#[test]
+fn a_retry_after_a_lost_worker_counts_what_the_lost_try_spent() {
+    let Some(bin) = temporal_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(&bin, dir.path());
+    let fixture = Fixture::new(&loop_kdl(
+        &agent_def_timeout("bot", "spend_then_wait.sh", &[], "120s"),
+        true,
+        TESTS_GATE,
+        "budget usd=0.5 iterations=3",
+    ));
+    let queue = "mvk-test";
+    let source = fixture.root().to_str().unwrap().to_string();
+    let first = start_worker(&fixture, dir.path(), &source, 0, &address, queue);
+    let apply = apply_temporal(&fixture, &address, queue, Stdio::piped)
+        .spawn()
+        .unwrap();
+    // The first try has spent $0.30, and heartbeats (every 2 s) have said so.
+    let spending = dir.path().join("clone0/.git/mvk-worker/spending.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let usd = std::fs::read(&spending)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["usd_micros"].as_u64())
+            .unwrap_or(0);
+        if usd >= 300_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first try did not spend $0.30 within 120 s: {}",
+            std::fs::read_to_string(dir.path().join("worker0.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    drop(first);
+    let _second = start_worker(&fixture, dir.path(), &source, 1, &address, queue);
+    let out = apply.wait_with_output().unwrap();
+    let mut run = fixture.run_of(&out, false);
+    for n in 0..2 {
+        run.context.push_str(&format!(
+            "\n--- worker{n}\n{}",
+            std::fs::read_to_string(dir.path().join(format!("worker{n}.log"))).unwrap_or_default()
+        ));
+    }
+    run.expect_code(3);
+    // The retry's agent stopped on its second report: $0.30 lost and $0.20 its own.
+    let runs = dir.path().join("clone1/.mvk/runs");
+    let events: String = std::fs::read_dir(&runs)
+        .unwrap_or_else(|e| panic!("no runs in the second worker's clone ({e})\n{}", run.why()))
+        .flatten()
+        .filter_map(|r| std::fs::read_to_string(r.path().join("events.jsonl")).ok())
+        .collect();
+    let stopped: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "agent.stopped")
+        .collect();
+    assert_eq!(stopped.len(), 1, "{events}\n{}", run.why());
+    assert_eq!(stopped[0]["detail"]["spent"], 500_000, "{events}");
+    assert_eq!(stopped[0]["detail"]["limit"], 500_000, "{events}");
+    // The coordinator counted what both tries spent, and ended the task on its budget.
+    let exhausted = run.one("budget.exhausted");
+    assert_eq!(exhausted["detail"]["budget"], "usd", "{}", run.why());
+    assert_eq!(exhausted["detail"]["spent"], 500_000, "{}", run.why());
+    assert_eq!(run.attempts(), [1], "{}", run.why());
+}

@@ -23,6 +23,17 @@ use crate::run::worktree::{self, Lease};
 /// files); a threshold it reaches is written at once.
 const SPENDING_EVERY: Duration = Duration::from_secs(1);
 
+/// Writes `spent` to `path` whole (a reader never sees half of it); a failure costs only the
+/// worker's figure for a retry, and is logged.
+fn keep_spending(path: &Path, spent: Spend) {
+    let text =
+        serde_json::json!({"tokens": spent.tokens, "usd_micros": spent.usd_micros}).to_string();
+    let partial = path.with_extension("partial");
+    if let Err(e) = std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, path)) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot keep what the attempt has spent");
+    }
+}
+
 impl Host for Runner<'_> {
     fn run_id(&self) -> &str {
         &self.run_id
@@ -61,6 +72,9 @@ impl Host for Runner<'_> {
             (entry.1, write)
         };
         let total = before.plus(spent);
+        if let Some(path) = &self.spending_out {
+            keep_spending(path, spent);
+        }
         self.task_state(task, |s| {
             s.spent.tokens = total.tokens;
             s.spent.usd_micros = total.usd_micros;

@@ -50,6 +50,8 @@ pub(crate) struct OnceSpec {
     /// attempt is held to what is left.
     pub(crate) spent: crate::run::meter::Spend,
     pub(crate) flow_spent: crate::run::meter::Spend,
+    /// Where to keep what the attempt has spent so far, as it runs.
+    pub(crate) spending_out: Option<std::path::PathBuf>,
 }
 
 impl Default for OnceSpec {
@@ -61,6 +63,7 @@ impl Default for OnceSpec {
             start: None,
             spent: crate::run::meter::Spend::default(),
             flow_spent: crate::run::meter::Spend::default(),
+            spending_out: None,
         }
     }
 }
@@ -132,6 +135,7 @@ pub(crate) async fn attempt_once(
         super::flow_limits(program),
         once.flow_spent,
     ));
+    runner.spending_out.clone_from(&once.spending_out);
     let _heartbeat = runner.trail.heartbeat();
     runner.emit(
         None,

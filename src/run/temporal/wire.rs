@@ -102,6 +102,25 @@ pub struct SpentIn {
     pub usd_micros: u64,
 }
 
+impl SpentIn {
+    pub fn plus(self, other: SpentIn) -> SpentIn {
+        SpentIn {
+            tokens: self.tokens.saturating_add(other.tokens),
+            usd_micros: self.usd_micros.saturating_add(other.usd_micros),
+        }
+    }
+}
+
+/// A worker's heartbeat while it makes attempt `number`: what the tries of this activity have
+/// spent so far, lost ones included. A retry (the worker died, or its heartbeat stopped) reads
+/// the last one, so that what a lost try spent still counts against the budget.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Beat {
+    pub(super) number: u32,
+    #[serde(default)]
+    pub(super) spent: SpentIn,
+}
+
 /// How a worker's attempt ended.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct AttemptOut {

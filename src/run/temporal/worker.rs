@@ -11,7 +11,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
 use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
 
-use super::wire::{AttemptIn, AttemptOut};
+use super::wire::{AttemptIn, AttemptOut, Beat, SpentIn};
 use super::{CANCEL_GRACE, Endpoint, HEARTBEAT_EVERY, REF_PREFIX, TRANSFER_LIMIT};
 use crate::run::attempt::Failure;
 use crate::run::attempt_result::AttemptResult;
@@ -76,7 +76,7 @@ pub(super) async fn git(repo: &Path, args: &[&str]) -> Result<String, String> {
 /// made again, perhaps elsewhere.
 pub(super) async fn beating<T>(
     ctx: &ActivityContext,
-    number: u32,
+    beat: Beat,
     work: impl std::future::Future<Output = Result<T, ActivityError>>,
 ) -> Result<T, ActivityError> {
     let mut work = std::pin::pin!(work);
@@ -86,7 +86,7 @@ pub(super) async fn beating<T>(
         tokio::select! {
             done = &mut work => return done,
             () = tokio::time::sleep(HEARTBEAT_EVERY) => {
-                let _ = ctx.record_heartbeat(number).await;
+                let _ = ctx.record_heartbeat(beat).await;
             }
             () = &mut limit => {
                 return Err(retryable(format!(
@@ -96,6 +96,38 @@ pub(super) async fn beating<T>(
             }
             () = ctx.cancelled() => return Err(ActivityError::cancelled()),
         }
+    }
+}
+
+/// What `mvk attempt` wrote of its spending so far (`--spending-out`); nothing before it has.
+fn spending_so_far(file: &Path) -> SpentIn {
+    std::fs::read(file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<SpentIn>(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// `usage` with what lost tries spent (`lost`) added: its tokens counted as input.
+fn with_lost(
+    usage: crate::run::attempt_result::UsageResult,
+    lost: SpentIn,
+) -> crate::run::attempt_result::UsageResult {
+    crate::run::attempt_result::UsageResult {
+        input_tokens: usage.input_tokens.saturating_add(lost.tokens),
+        usd_micros: match (usage.usd_micros, lost.usd_micros) {
+            (u, 0) => u,
+            (u, l) => Some(u.unwrap_or(0).saturating_add(l)),
+        },
+        ..usage
+    }
+}
+
+/// What an attempt's result says it spent.
+fn spent_of(usage: &crate::run::attempt_result::UsageResult) -> SpentIn {
+    let usage = crate::run::judge::adapter::Usage::from(*usage);
+    SpentIn {
+        tokens: usage.tokens(),
+        usd_micros: usage.usd_micros.unwrap_or(0),
     }
 }
 
@@ -110,6 +142,20 @@ impl WorkerActs {
     ) -> Result<AttemptOut, ActivityError> {
         let started = Instant::now();
         let repo = &self.repo;
+        // What earlier tries of this activity spent before they were lost (their worker died):
+        // it counts against the budget this try is held to.
+        let lost = ctx
+            .heartbeat_details()
+            .deserialize::<Beat>()
+            .ok()
+            .flatten()
+            .map(|b| b.spent)
+            .unwrap_or_default();
+        let beat = Beat {
+            number: input.number,
+            spent: lost,
+        };
+        let (spent, flow_spent) = (input.spent.plus(lost), input.flow_spent.plus(lost));
         // A checkout this worker must not or cannot use: the attempt goes to another worker,
         // and this one stops taking attempts.
         let unusable = |message: String| {
@@ -137,7 +183,7 @@ impl WorkerActs {
         let refspec = format!("+refs/heads/{}:{fetched}", input.target);
         let args = ["fetch", "--quiet", "--no-tags", "--", &input.repo, &refspec];
         let fetch = git(repo, &args);
-        beating(&ctx, input.number, async { fetch.await.map_err(retryable) }).await?;
+        beating(&ctx, beat, async { fetch.await.map_err(retryable) }).await?;
         git(
             repo,
             &["cat-file", "-e", &format!("{}^{{commit}}", input.base)],
@@ -207,6 +253,7 @@ impl WorkerActs {
         .join("mvk-worker");
         let previous_file = exchange.join("previous.json");
         let failure_file = exchange.join("failure.json");
+        let spending_file = exchange.join("spending.json");
         let write = |path: &Path, text: &str| {
             std::fs::write(path, text)
                 .map_err(|e| retryable(format!("cannot write `{}`: {e}", path.display())))
@@ -214,14 +261,16 @@ impl WorkerActs {
         std::fs::create_dir_all(&exchange)
             .map_err(|e| retryable(format!("cannot create `{}`: {e}", exchange.display())))?;
         // A file left by an attempt before must not pass for this one's.
-        match std::fs::remove_file(&failure_file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(retryable(format!(
-                    "cannot remove `{}`: {e}",
-                    failure_file.display()
-                )));
+        for file in [&failure_file, &spending_file] {
+            match std::fs::remove_file(file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(retryable(format!(
+                        "cannot remove `{}`: {e}",
+                        file.display()
+                    )));
+                }
             }
         }
         let exe = crate::exe::path()
@@ -239,14 +288,13 @@ impl WorkerActs {
             .arg("--rung")
             .arg(input.rung.to_string())
             .args(["--base", &input.base, "--target", &input.target])
-            .arg(format!(
-                "--spent={},{}",
-                input.spent.tokens, input.spent.usd_micros
-            ))
+            .arg(format!("--spent={},{}", spent.tokens, spent.usd_micros))
             .arg(format!(
                 "--flow-spent={},{}",
-                input.flow_spent.tokens, input.flow_spent.usd_micros
+                flow_spent.tokens, flow_spent.usd_micros
             ))
+            .arg("--spending-out")
+            .arg(&spending_file)
             .arg("--failure-out")
             .arg(&failure_file);
         if let Some(previous) = &input.previous {
@@ -270,7 +318,12 @@ impl WorkerActs {
                 out = &mut output => break out,
                 () = tokio::time::sleep(HEARTBEAT_EVERY) => {
                     // Heartbeats say this worker lives; their answer carries a cancellation.
-                    let _ = ctx.record_heartbeat(input.number).await;
+                    // They carry what the attempt has spent so far, for a retry should it be lost.
+                    let now = Beat {
+                        spent: beat.spent.plus(spending_so_far(&spending_file)),
+                        ..beat
+                    };
+                    let _ = ctx.record_heartbeat(now).await;
                 }
                 () = ctx.cancelled() => {
                     // `mvk attempt` stops its agent and gates on SIGTERM.
@@ -309,7 +362,11 @@ impl WorkerActs {
                 let refspec = format!("{head}:{name}");
                 let args = ["push", "--quiet", "--force", "--", &input.repo, &refspec];
                 let push = git(repo, &args);
-                beating(&ctx, input.number, async { push.await.map_err(retryable) }).await?;
+                let done = Beat {
+                    spent: beat.spent.plus(spent_of(&result.usage)),
+                    ..beat
+                };
+                beating(&ctx, done, async { push.await.map_err(retryable) }).await?;
                 Some(name)
             }
             _ => None,
@@ -322,7 +379,8 @@ impl WorkerActs {
             gates: result.gates,
             duration_ms: crate::run::attempt::ms(started.elapsed()),
             worker_run: result.run,
-            usage: result.usage,
+            // Lost tries spent too: the workflow counts it against the budget with this one.
+            usage: with_lost(result.usage, lost),
         })
     }
 }
