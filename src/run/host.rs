@@ -79,6 +79,10 @@ pub(crate) trait Host: Sync {
 
     /// The run's live spending, which holds the flow's `usd` and `tokens` while agents run.
     fn purse(&self) -> std::sync::Arc<crate::run::meter::Purse>;
+    /// What attempt `attempt` of `task` has spent in all so far, once an agent of it (maker
+    /// or reviewer) has ended: kept where a Temporal worker reads it (`--spending-out`).
+    fn spent_so_far(&self, _task: &str, _attempt: u32, _spent: crate::run::meter::Spend) {}
+
     /// What attempt `attempt` of `task` has spent so far, while its agent runs.
     fn spending(
         &self,

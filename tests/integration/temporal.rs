@@ -1635,13 +1635,18 @@ fn a_retry_after_a_lost_worker_counts_what_the_lost_try_spent() {
         .spawn()
         .unwrap();
     // The first try has spent $0.30, and heartbeats (every 2 s) have said so.
-    let spending = dir.path().join("clone0/.git/mvk-worker/spending.json");
+    let exchange = dir.path().join("clone0/.git/mvk-worker");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let usd = std::fs::read(&spending)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["usd_micros"].as_u64())
+        let usd = std::fs::read_dir(&exchange)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("spending-"))
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .filter_map(|v| v["usd_micros"].as_u64())
+            .max()
             .unwrap_or(0);
         if usd >= 300_000 {
             break;
@@ -1680,6 +1685,14 @@ fn a_retry_after_a_lost_worker_counts_what_the_lost_try_spent() {
     assert_eq!(stopped.len(), 1, "{events}\n{}", run.why());
     assert_eq!(stopped[0]["detail"]["spent"], 500_000, "{events}");
     assert_eq!(stopped[0]["detail"]["limit"], 500_000, "{events}");
+    // Its own part is $0.20: the lost try's $0.30 reached it whole.
+    let own: Vec<f64> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "agent.finished")
+        .filter_map(|e| e["detail"]["usd"].as_f64())
+        .collect();
+    assert_eq!(own, [0.2], "{events}");
     // The coordinator counted what both tries spent, and ended the task on its budget.
     let exhausted = run.one("budget.exhausted");
     assert_eq!(exhausted["detail"]["budget"], "usd", "{}", run.why());

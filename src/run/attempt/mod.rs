@@ -222,6 +222,7 @@ pub(crate) async fn run_attempt(
         if let Some(u) = with_logged(spec.agent, usage_of(spec.agent, &ps.stdout_log)?, logged) {
             usage.absorb(&u);
         }
+        host.spent_so_far(&task.name, spec.number, Spend::of(&usage));
         let limited = rate_limited(&matcher, &outcome);
         let Some(limit_hit) =
             limited.filter(|_| refused.is_none() && !survived && stopped.is_none())

@@ -402,6 +402,7 @@ pub(crate) async fn review(
         if let Some(u) = attempt::with_logged(&review.agent, printed, logged) {
             usage.absorb(&u);
         }
+        host.spent_so_far(&task.name, spec.number, maker.plus(Spend::of(&usage)));
         if let Some(trip) = brake
             .tripped()
             .filter(|_| outcome.termination == Termination::Stopped)

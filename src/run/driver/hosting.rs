@@ -43,6 +43,12 @@ impl Host for Runner<'_> {
         self.purse.clone()
     }
 
+    fn spent_so_far(&self, _task: &str, _attempt: u32, spent: Spend) {
+        if let Some(path) = &self.spending_out {
+            keep_spending(path, spent);
+        }
+    }
+
     /// Shows what a running attempt has spent: in the status files at once (the task's figures
     /// then count it), as `agent.spending` at most every [`SPENDING_EVERY`], and in the
     /// thresholds it reaches (`budget.threshold`).

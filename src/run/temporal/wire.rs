@@ -109,6 +109,14 @@ impl SpentIn {
             usd_micros: self.usd_micros.saturating_add(other.usd_micros),
         }
     }
+
+    /// The larger of each figure.
+    pub fn max_each(self, other: SpentIn) -> SpentIn {
+        SpentIn {
+            tokens: self.tokens.max(other.tokens),
+            usd_micros: self.usd_micros.max(other.usd_micros),
+        }
+    }
 }
 
 /// A worker's heartbeat while it makes attempt `number`: what the tries of this activity have

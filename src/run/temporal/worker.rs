@@ -144,13 +144,13 @@ impl WorkerActs {
         let repo = &self.repo;
         // What earlier tries of this activity spent before they were lost (their worker died):
         // it counts against the budget this try is held to.
-        let lost = ctx
-            .heartbeat_details()
-            .deserialize::<Beat>()
-            .ok()
-            .flatten()
-            .map(|b| b.spent)
-            .unwrap_or_default();
+        let lost = match ctx.heartbeat_details().deserialize::<Beat>() {
+            Ok(beat) => beat.map(|b| b.spent).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the last heartbeat of a lost try cannot be read: what it spent is not counted");
+                SpentIn::default()
+            }
+        };
         let beat = Beat {
             number: input.number,
             spent: lost,
@@ -253,7 +253,8 @@ impl WorkerActs {
         .join("mvk-worker");
         let previous_file = exchange.join("previous.json");
         let failure_file = exchange.join("failure.json");
-        let spending_file = exchange.join("spending.json");
+        // Its own file: a worker's heartbeats must carry its attempt's spending, not another's.
+        let spending_file = exchange.join(format!("spending-{}.json", std::process::id()));
         let write = |path: &Path, text: &str| {
             std::fs::write(path, text)
                 .map_err(|e| retryable(format!("cannot write `{}`: {e}", path.display())))
@@ -313,17 +314,17 @@ impl WorkerActs {
             .map_err(|e| retryable(format!("cannot run `mvk attempt`: {e}")))?;
         let pgid = child.id();
         let mut output = std::pin::pin!(child.wait_with_output());
+        let mut said = beat.spent;
         let out = loop {
             tokio::select! {
                 out = &mut output => break out,
                 () = tokio::time::sleep(HEARTBEAT_EVERY) => {
                     // Heartbeats say this worker lives; their answer carries a cancellation.
                     // They carry what the attempt has spent so far, for a retry should it be lost.
-                    let now = Beat {
-                        spent: beat.spent.plus(spending_so_far(&spending_file)),
-                        ..beat
-                    };
-                    let _ = ctx.record_heartbeat(now).await;
+                    // Never less than said before (a file being replaced reads as nothing).
+                    let now = beat.spent.plus(spending_so_far(&spending_file));
+                    said = said.max_each(now);
+                    let _ = ctx.record_heartbeat(Beat { spent: said, ..beat }).await;
                 }
                 () = ctx.cancelled() => {
                     // `mvk attempt` stops its agent and gates on SIGTERM.
@@ -338,6 +339,15 @@ impl WorkerActs {
             }
         }
         .map_err(|e| retryable(format!("`mvk attempt` did not finish: {e}")))?;
+        // What the attempt spent in all, said at once: the push below, or this worker, may
+        // still fail, and a retry is held to what this try left.
+        said = said.max_each(beat.spent.plus(spending_so_far(&spending_file)));
+        let _ = ctx
+            .record_heartbeat(Beat {
+                spent: said,
+                ..beat
+            })
+            .await;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let result: AttemptResult = serde_json::from_str(&stdout).map_err(|e| {
             retryable(format!(
@@ -363,7 +373,7 @@ impl WorkerActs {
                 let args = ["push", "--quiet", "--force", "--", &input.repo, &refspec];
                 let push = git(repo, &args);
                 let done = Beat {
-                    spent: beat.spent.plus(spent_of(&result.usage)),
+                    spent: said.max_each(beat.spent.plus(spent_of(&result.usage))),
                     ..beat
                 };
                 beating(&ctx, done, async { push.await.map_err(retryable) }).await?;
@@ -478,6 +488,9 @@ pub(crate) async fn worker(endpoint: &Endpoint, repo: &Path) -> Result<(), RunEr
             unusable: unusable.clone(),
         })
         .tuner(tuner)
+        // Heartbeats reach the server every 2 s rather than every 8 s: they carry what the
+        // attempt has spent, which a retry after this worker's death is held to.
+        .max_heartbeat_throttle_interval(HEARTBEAT_EVERY)
         .build();
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| executor(format!("cannot start the worker: {e}")))?;
