@@ -182,38 +182,10 @@ pub(crate) async fn run_attempt(
         )?;
         ps.timeout = Some(timeout);
         ps.signals = Some(window.clone());
-        let (mut meter, seen) = Meter::new(
-            spec.agent,
-            (&task.name, spec.number),
-            Spend::of(&usage),
-            spec.caps,
-            host.purse(),
-        )
-        .map_err(|e| RunError::Config {
-            message: format!("cannot read agent `{}`'s usage: {e}", spec.agent.name),
-        })?;
-        meter.follow_session_log(spec.agent, &ps);
-        let brake = meter.brake();
-        let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
-        // Only an agent that reports as it goes is stopped by what it reports: one that reports
-        // once, as it exits (the Gemini CLI, goose), would be cut off on its finished work; its
-        // budget is held between attempts.
-        if spec.agent.streams_usage() {
-            ps.stop = Some(brake.stop.clone());
-            ps.tap = Some(process::Tap(meter.clone()));
-        }
         let started = Instant::now();
-        let outcome = run_metered(host, spec, &ps, seen).await?;
-        // The meter leaves the run's purse with the process.
-        ps.tap = None;
-        let logged = meter
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .finish();
-        drop(meter);
-        stopped = brake
-            .tripped()
-            .filter(|_| outcome.termination == Termination::Stopped);
+        let (outcome, logged, trip) =
+            run_agent_metered(host, spec, &mut ps, Spend::of(&usage)).await?;
+        stopped = trip;
         // Whatever escaped the agent's process group must not edit the worktree later.
         let swept = crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name);
         escaped += swept.killed;
@@ -469,6 +441,51 @@ pub(crate) fn with_logged(
         usd_micros: p.usd_micros.max(logged.usd_micros),
         session: p.session.clone().or(logged.session.clone()),
     })
+}
+
+/// Runs `spec.agent`'s process `ps` under a meter of what attempt `spec` may still spend,
+/// counted from `earlier` (what it spent before: earlier tries, or the maker before the
+/// reviewer): how it ended, what its session log recorded (where it keeps one), and the budget
+/// mvk stopped it for.
+pub(crate) async fn run_agent_metered(
+    host: &impl Host,
+    spec: &AttemptSpec<'_>,
+    ps: &mut process::ProcessSpec,
+    earlier: Spend,
+) -> Result<(process::ProcessOutcome, Option<Usage>, Option<Trip>), RunError> {
+    let agent = spec.agent;
+    let (mut meter, seen) = Meter::new(
+        agent,
+        (&spec.task.name, spec.number),
+        earlier,
+        spec.caps,
+        host.purse(),
+    )
+    .map_err(|e| RunError::Config {
+        message: format!("cannot read agent `{}`'s usage: {e}", agent.name),
+    })?;
+    meter.follow_session_log(agent, ps);
+    let brake = meter.brake();
+    let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
+    // Only an agent whose usage is known as it goes is stopped by it: one that reports once, as
+    // it exits (goose), would be cut off on its finished work; its budget is held between
+    // attempts.
+    if agent.streams_usage() {
+        ps.stop = Some(brake.stop.clone());
+        ps.tap = Some(process::Tap(meter.clone()));
+    }
+    let outcome = run_metered(host, spec, ps, seen).await?;
+    // The meter leaves the run's purse with the process.
+    ps.tap = None;
+    let logged = meter
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .finish();
+    drop(meter);
+    let stopped = brake
+        .tripped()
+        .filter(|_| outcome.termination == Termination::Stopped);
+    Ok((outcome, logged, stopped))
 }
 
 /// Runs the agent's process `ps`, telling the host what it has spent each time its meter

@@ -18,11 +18,11 @@ use crate::prompt::{self, Blocker, GateInfo, PromptContext};
 use crate::run::attempt::{self, AttemptSpec};
 use crate::run::error::RunError;
 use crate::run::event::Event;
-use crate::run::exec::process::{self, Termination};
+use crate::run::exec::process::Termination;
 use crate::run::host::{Budgets, Host};
 use crate::run::judge::adapter::{self, Usage};
 use crate::run::judge::gate::{self, GateRun};
-use crate::run::meter::{Meter, Spend};
+use crate::run::meter::Spend;
 
 /// The categories a blocker may have: a concrete defect, never a preference.
 pub(crate) const CATEGORIES: &[&str] = &[
@@ -373,40 +373,16 @@ pub(crate) async fn review(
         ps.signals = Some(window.clone());
         // The reviewer spends the attempt's budget too, held as the maker's is: counted from
         // what the maker (and any earlier try of the review) spent.
-        let (mut meter, seen) = Meter::new(
-            &review.agent,
-            (&task.name, spec.number),
-            maker.plus(Spend::of(&usage)),
-            spec.caps,
-            host.purse(),
-        )
-        .map_err(|e| RunError::Config {
-            message: format!("cannot read agent `{}`'s usage: {e}", review.agent.name),
-        })?;
-        meter.follow_session_log(&review.agent, &ps);
-        let brake = meter.brake();
-        let meter = std::sync::Arc::new(std::sync::Mutex::new(meter));
-        if review.agent.streams_usage() {
-            ps.stop = Some(brake.stop.clone());
-            ps.tap = Some(process::Tap(meter.clone()));
-        }
-        let outcome = attempt::run_metered(host, &as_reviewer, &ps, seen).await?;
-        ps.tap = None;
-        let logged = meter
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .finish();
-        drop(meter);
+        let (outcome, logged, trip) =
+            attempt::run_agent_metered(host, &as_reviewer, &mut ps, maker.plus(Spend::of(&usage)))
+                .await?;
         escapees |= crate::run::exec::reaper::kill_adopted(host.run_id(), &task.name).survived;
         let printed = attempt::usage_of(&review.agent, &ps.stdout_log)?;
         if let Some(u) = attempt::with_logged(&review.agent, printed, logged) {
             usage.absorb(&u);
         }
         host.spent_so_far(&task.name, spec.number, maker.plus(Spend::of(&usage)));
-        if let Some(trip) = brake
-            .tripped()
-            .filter(|_| outcome.termination == Termination::Stopped)
-        {
+        if let Some(trip) = trip {
             stopped = Some(trip);
             let name = trip.budget.name();
             let why = format!(
