@@ -94,6 +94,35 @@ impl Diagnostics {
         }
     }
 
+    /// How many diagnostics there are.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Puts each diagnostic of `late` where it would have been pushed when there were `at`
+    /// of these (after the first `at`, and after those of `late` with the same `at` before
+    /// it); `late` is in the order its diagnostics were asked for, so its `at`s never fall.
+    pub(crate) fn insert_at(&mut self, late: Vec<(usize, Diagnostic)>) {
+        if late.is_empty() {
+            return;
+        }
+        let early = std::mem::take(&mut self.items);
+        let mut items = Vec::with_capacity(early.len() + late.len());
+        let mut late = late.into_iter().peekable();
+        for (i, d) in early.into_iter().enumerate() {
+            while let Some((_, l)) = late.next_if(|(at, _)| *at <= i) {
+                self.errors += usize::from(l.is_error());
+                items.push(l);
+            }
+            items.push(d);
+        }
+        for (_, l) in late {
+            self.errors += usize::from(l.is_error());
+            items.push(l);
+        }
+        self.items = items;
+    }
+
     pub(crate) fn error_count(&self) -> usize {
         self.errors
     }
@@ -334,6 +363,36 @@ pub(crate) fn suggest(what: &str, name: &str, candidates: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::source::{Origin, SourceFile};
+
+    /// Late diagnostics go where they were asked for: before those pushed after that moment,
+    /// after late ones asked for at the same moment before them; errors among them counted.
+    #[test]
+    fn late_diagnostics_go_where_they_were_asked_for() {
+        let mut diags = Diagnostics::default();
+        for i in 0..3 {
+            diags.push(Diagnostic::warning("mvk::w", format!("early {i}")));
+        }
+        diags.insert_at(vec![
+            (0, Diagnostic::warning("mvk::w", "late at 0")),
+            (2, Diagnostic::error("mvk::e", "late at 2, first")),
+            (2, Diagnostic::warning("mvk::w", "late at 2, second")),
+            (3, Diagnostic::warning("mvk::w", "late at the end")),
+        ]);
+        let order: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "late at 0",
+                "early 0",
+                "early 1",
+                "late at 2, first",
+                "late at 2, second",
+                "early 2",
+                "late at the end"
+            ]
+        );
+        assert_eq!((diags.error_count(), diags.warning_count()), (1, 6));
+    }
 
     /// The count of errors is kept as diagnostics are pushed or appended, not recounted.
     #[test]

@@ -296,7 +296,7 @@ impl FirstPrompts {
     pub(crate) fn render(
         &mut self,
         template: &Arc<str>,
-        own: PromptContext,
+        own: &PromptContext,
     ) -> Result<String, TemplateProblem> {
         let at = Arc::as_ptr(template).cast::<u8>() as usize;
         let count = self.names.len();
@@ -313,12 +313,16 @@ impl FirstPrompts {
         let name = name.as_ref().map_err(Clone::clone)?;
         if let serde_json::Value::Object(data) = self.data.data_mut() {
             use serde_json::Value;
-            let strings = |v: Vec<String>| Value::Array(v.into_iter().map(Value::String).collect());
-            data.insert("goal".into(), Value::String(own.goal));
-            data.insert("task".into(), Value::String(own.task));
-            data.insert("item".into(), own.item.map_or(Value::Null, Value::String));
-            data.insert("scope".into(), strings(own.scope));
-            data.insert("seal".into(), strings(own.seal));
+            let strings =
+                |v: &[String]| Value::Array(v.iter().cloned().map(Value::String).collect());
+            data.insert("goal".into(), Value::String(own.goal.clone()));
+            data.insert("task".into(), Value::String(own.task.clone()));
+            data.insert(
+                "item".into(),
+                own.item.clone().map_or(Value::Null, Value::String),
+            );
+            data.insert("scope".into(), strings(&own.scope));
+            data.insert("seal".into(), strings(&own.seal));
             data.insert(
                 "gates".into(),
                 serde_json::to_value(&own.gates).unwrap_or_default(),
@@ -516,16 +520,16 @@ mod tests {
                 own.seal.clone(),
                 own.gates.clone(),
             );
-            assert_eq!(first.render(template, own), render(template, &cx), "{i}");
+            assert_eq!(first.render(template, &own), render(template, &cx), "{i}");
         }
         let misspelt: Arc<str> = Arc::from("{{gaol}}");
         assert_eq!(
-            first.render(&misspelt, PromptContext::default()),
+            first.render(&misspelt, &PromptContext::default()),
             render(&misspelt, &sample_first_attempt())
         );
         let unclosed: Arc<str> = Arc::from("{{#if goal}}");
         for _ in 0..2 {
-            assert!(first.render(&unclosed, PromptContext::default()).is_err());
+            assert!(first.render(&unclosed, &PromptContext::default()).is_err());
         }
     }
 

@@ -5,10 +5,12 @@
 //! [`defs`] resolves `gate` and `agent` definitions; [`task`] turns loop bodies and flows into
 //! tasks; [`interp`] fills `{{name}}` placeholders; [`repo`] lists the files `each=` matches;
 //! [`git`] fetches git imports into the cache; [`lock`] reads and writes `mvk.lock`; [`notify`]
-//! resolves `notify` nodes and the definitions they use.
+//! resolves `notify` nodes and the definitions they use; [`first_prompt`] holds each task's
+//! first prompt to its `context-tokens`, beside the compile.
 
 pub(crate) mod confine;
 pub(crate) mod defs;
+pub(crate) mod first_prompt;
 pub(crate) mod git;
 pub(crate) mod interp;
 pub(crate) mod lock;
@@ -66,6 +68,7 @@ pub fn compile(entry: &Path, options: &Options) -> Compiled {
             );
             world.check_all_definitions();
             let program = task::build_program(&mut world, root);
+            world.first_prompts.settle(&mut world.diags);
             world.check_prices();
             program
         }
@@ -177,8 +180,8 @@ pub(crate) struct World {
     pub(crate) checked_templates: std::collections::HashSet<std::sync::Arc<str>>,
     /// The standard library's templates that passed, by name.
     pub(crate) std_templates: HashMap<String, std::sync::Arc<str>>,
-    /// Each task's first prompt, for the estimate of its size.
-    pub(crate) first_prompts: crate::prompt::FirstPrompts,
+    /// Each task's first prompt held to its `context-tokens`, beside the compile.
+    pub(crate) first_prompts: first_prompt::FirstPromptChecks,
     /// The git repositories imports come from, fetched into the cache.
     pub(crate) git: git::GitCache,
     /// The entry file's `mvk.lock` (whether or not it exists) and what it holds.
@@ -208,7 +211,7 @@ impl World {
             file_roots: None,
             checked_templates: std::collections::HashSet::new(),
             std_templates: HashMap::new(),
-            first_prompts: crate::prompt::FirstPrompts::default(),
+            first_prompts: first_prompt::FirstPromptChecks::default(),
             git: git::GitCache::new(options.cache_dir.clone().unwrap_or_else(git::default_root)),
             lock_path: PathBuf::from(lock::FILE_NAME),
             lock: None,

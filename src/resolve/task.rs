@@ -230,49 +230,6 @@ fn warn_at_without_limit(span: Span) -> Diagnostic {
     .help("add the limit to warn before, e.g. budget usd=5.0 warn-at=0.8")
 }
 
-/// Warns when the maker's prompt of a first attempt (the template with the task's goal, rules and
-/// checks, before any failure, diff or lesson) is already over `context-tokens`: every prompt
-/// of the task would be, and nothing could be quoted.
-fn prompt_within_budget(world: &mut World, task: &Task) {
-    let mut own = crate::prompt::PromptContext::of_task(task);
-    own.gates = task
-        .gates
-        .iter()
-        .map(|g| crate::prompt::GateInfo {
-            name: g.name.clone(),
-            evidence: g.evidence.name().to_string(),
-            command: crate::plan::shell_words(&g.argv),
-            ..crate::prompt::GateInfo::default()
-        })
-        .collect();
-    let Ok(text) = world.first_prompts.render(&task.prompt.text, own) else {
-        return;
-    };
-    let tokens = crate::tokens::estimate(&text);
-    let budget = task.budget.context_tokens as usize;
-    if tokens <= budget {
-        return;
-    }
-    let span = task
-        .meta
-        .field_spans
-        .get("budget")
-        .or(task.meta.span.as_ref())
-        .copied();
-    let mut d = Diagnostic::warning(
-        "mvk::prompt-over-budget",
-        format!(
-            "the prompt of `{}` is about {tokens} tokens before any failure is quoted, over its context-tokens={budget}",
-            task.name
-        ),
-    )
-    .help("raise budget context-tokens, or shorten the goal or the template: a prompt over its budget can quote nothing of a failure");
-    if let Some(span) = span {
-        d = d.at(span, "the budget the prompt must fit");
-    }
-    world.diags.push(d);
-}
-
 /// Warns for each `scope` or `seal` pattern that covers no file git tracks (`test/**` where the
 /// folder is `tests/`): such a seal guards nothing and such a scope lets nothing there be
 /// changed, and neither says so at run time. `new=#true` on the node says the paths are to
@@ -984,7 +941,7 @@ fn finish(
             ..ir::TaskMeta::default()
         },
     };
-    prompt_within_budget(world, &task);
+    world.first_prompts.check(&mut world.diags, &task);
     paths_match_files(world, &task, scope_new, seal_new);
     Some(task)
 }

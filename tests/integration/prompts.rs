@@ -404,3 +404,62 @@ fn check_warns_when_a_first_prompt_alone_is_over_the_context_budget() {
     let out = roomy.mvk().args(["check", "loops/t.kdl"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("prompt-over-budget"));
 }
+
+#[test]
+fn a_large_flow_warns_of_every_first_prompt_over_budget_in_its_place() {
+    // 300 tasks: past the first few, first prompts are checked beside the compile. Every task
+    // whose prompt is over its budget is named once, and each warning comes where the task's
+    // own checks put it: before the warning of the same task's scope (which is made after it),
+    // after those of the tasks before.
+    let long_goal = "Make add() in src/calc.sh return the sum. ".repeat(60);
+    // 16 and 12 warnings, within the 50 `mvk check` shows; tasks 7, 107 and 207 have both.
+    let over = |i: usize| i % 20 == 7 || i == 299;
+    let unscoped = |i: usize| i % 25 == 7;
+    let mut kdl = agent_def("bot", "fix.sh", &[]);
+    kdl.push_str("flow big {\n");
+    for i in 0..300 {
+        let goal = if over(i) {
+            long_goal.as_str()
+        } else {
+            "Fix add()."
+        };
+        let scope = if unscoped(i) {
+            format!("new{i}/**")
+        } else {
+            "src/**".to_string()
+        };
+        kdl.push_str(&format!(
+            "  task t{i} {{ goal \"{goal}\"; agent bot; scope \"{scope}\"; {TESTS_GATE}; budget context-tokens=400; }}\n"
+        ));
+    }
+    kdl.push_str("}\n");
+    let fixture = Fixture::new(&kdl);
+    let out = fixture
+        .mvk()
+        .args(["check", "loops/t.kdl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "warnings, not errors: {err}");
+    // The order in which the tasks are named, warning by warning.
+    let mut named = Vec::new();
+    for line in err.lines() {
+        if let Some(rest) = line.split("the prompt of `t").nth(1) {
+            named.push(format!("prompt t{}", rest.split('`').next().unwrap_or("")));
+        }
+        if let Some(rest) = line.split("in the scope of `t").nth(1) {
+            named.push(format!("scope t{}", rest.split('`').next().unwrap_or("")));
+        }
+    }
+    let mut expected = Vec::new();
+    for i in 0..300 {
+        if over(i) {
+            expected.push(format!("prompt t{i}"));
+        }
+        if unscoped(i) {
+            expected.push(format!("scope t{i}"));
+        }
+    }
+    assert_eq!(named, expected, "{err}");
+    assert!(!err.contains("more not shown"), "{err}");
+}
