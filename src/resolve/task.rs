@@ -946,6 +946,63 @@ fn finish(
     Some(task)
 }
 
+/// Tasks in a level of the flow sealed on one thread; more are shared among threads.
+const SEAL_ALONE: usize = 1024;
+
+/// Computes each task's digest ([`digest::Sealer`]), the tasks of `level` 0 first, then those of
+/// level 1 (which start after some of level 0 and after nothing later), and so on. The tasks of
+/// a large level are sealed on several threads: digests are a sixth of a 10,000-task plan's
+/// time, and a level's tasks need only the digests of levels before it.
+fn seal_by_level(tasks: &mut [Task], level: &[usize]) {
+    let levels = level.iter().max().map_or(0, |m| m + 1);
+    let mut by_level: Vec<Vec<&mut Task>> = (0..levels).map(|_| Vec::new()).collect();
+    for (t, &l) in tasks.iter_mut().zip(level) {
+        by_level[l].push(t);
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let mut digests: HashMap<String, digest::Digest> = HashMap::new();
+    for mut level in by_level {
+        let seal = |part: &mut [&mut Task], digests: &HashMap<String, digest::Digest>| {
+            let mut sealer = digest::Sealer::default();
+            for t in part {
+                let deps: BTreeMap<String, digest::Digest> = t
+                    .after
+                    .iter()
+                    .filter_map(|a| digests.get(a).map(|d| (a.clone(), *d)))
+                    .collect();
+                sealer.seal(t, &deps);
+            }
+        };
+        if level.len() < SEAL_ALONE || threads < 2 {
+            seal(&mut level, &digests);
+        } else {
+            // Parts are taken from a queue by each thread, this one too: a part is sealed even
+            // where no thread could be made for it.
+            let per = level.len().div_ceil(threads * 4);
+            let parts = std::sync::Mutex::new(level.chunks_mut(per));
+            let work = || {
+                while let Some(part) = parts.lock().ok().and_then(|mut p| p.next()) {
+                    seal(part, &digests);
+                }
+            };
+            std::thread::scope(|scope| {
+                for _ in 1..threads {
+                    if let Err(e) = std::thread::Builder::new()
+                        .name("mvk-seal".into())
+                        .spawn_scoped(scope, work)
+                    {
+                        tracing::debug!("no thread to seal tasks on ({e})");
+                    }
+                }
+                work();
+            });
+        }
+        for t in level {
+            digests.insert(t.name.clone(), t.meta.digest);
+        }
+    }
+}
+
 /// One task declaration, before expansion.
 struct Decl {
     name: Spanned<String>,
@@ -1329,22 +1386,25 @@ fn build_flow(
     if world.diags.has_errors() {
         return None;
     }
+    // Each task's digest holds those of the tasks it starts after (Merkle): tasks are sealed
+    // level by level, a level being those whose longest chain of `after` has the same length.
     let order = petgraph::algo::toposort(&graph, None).ok()?;
-    let mut sealer = digest::Sealer::default();
-    let mut digests: BTreeMap<String, digest::Digest> = BTreeMap::new();
+    let mut decl_level = vec![0usize; decls.len()];
+    let mut task_level = vec![0usize; tasks.len()];
     for n in order {
+        let level = graph
+            .neighbors_directed(n, petgraph::Direction::Incoming)
+            .map(|dep| decl_level[graph[dep]] + 1)
+            .max()
+            .unwrap_or(0);
+        decl_level[graph[n]] = level;
         for name in expanded(&decls[graph[n]]) {
-            if let Some(t) = task_index.get(&name).map(|&k| &mut tasks[k]) {
-                let deps: BTreeMap<String, digest::Digest> = t
-                    .after
-                    .iter()
-                    .filter_map(|a| digests.get(a).map(|d| (a.clone(), *d)))
-                    .collect();
-                sealer.seal(t, &deps);
-                digests.insert(name.clone(), t.meta.digest);
+            if let Some(&k) = task_index.get(&name) {
+                task_level[k] = level;
             }
         }
     }
+    seal_by_level(&mut tasks, &task_level);
     if let Some(usd) = flow.budget.as_ref().and_then(|b| b.usd_micros.as_ref()) {
         // One diagnostic per agent, however many tasks use it.
         let mut told = std::collections::BTreeSet::new();
@@ -1591,7 +1651,59 @@ fn pull_request(d: &crate::syntax::ast::PrDecl) -> ir::PullRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::covers_any;
+    use std::collections::BTreeMap;
+
+    use super::{SEAL_ALONE, covers_any, seal_by_level};
+    use crate::digest;
+
+    // Guards the sealing of large levels on several threads: every digest is the one a task
+    // sealed alone after its dependencies gets, the Merkle links between levels included.
+    #[test]
+    fn tasks_sealed_level_by_level_on_threads_get_the_digests_sealed_one_by_one() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let options = crate::resolve::Options {
+            repo_root: None,
+            ..Default::default()
+        };
+        let compiled = crate::resolve::compile(&root.join("loops/pagination.kdl"), &options);
+        let base = compiled.program.expect("compiles").tasks.remove(0);
+        let task = |name: String, after: Vec<String>| {
+            let mut t = base.clone();
+            t.name = name;
+            t.after = after;
+            t
+        };
+        let wide = SEAL_ALONE + 500;
+        let mut tasks = vec![task("a".into(), Vec::new()), task("z".into(), Vec::new())];
+        let middle: Vec<String> = (0..wide).map(|i| format!("b[{i}]")).collect();
+        for name in &middle {
+            tasks.push(task(name.clone(), vec!["a".into()]));
+        }
+        let mut last = middle.clone();
+        last.push("z".into());
+        tasks.push(task("c".into(), last));
+        let mut levels = vec![0, 0];
+        levels.extend(std::iter::repeat_n(1, wide));
+        levels.push(2);
+        // Sealed by level, in another order than the list's: the last task first.
+        tasks.rotate_right(1);
+        levels.rotate_right(1);
+        seal_by_level(&mut tasks, &levels);
+
+        let mut done: BTreeMap<String, digest::Digest> = BTreeMap::new();
+        let mut alone: Vec<crate::ir::Task> = tasks.clone();
+        alone.sort_by_key(|t| (t.after.len() > 1, !t.after.is_empty()));
+        for t in &mut alone {
+            let deps = t.after.iter().map(|a| (a.clone(), done[a])).collect();
+            digest::seal_task(t, &deps);
+            done.insert(t.name.clone(), t.meta.digest);
+        }
+        for t in &tasks {
+            assert_eq!(t.meta.digest, done[&t.name], "{}", t.name);
+        }
+        assert_ne!(done["b[0]"], done["b[1]"]);
+        assert_eq!(done.len(), wide + 3);
+    }
 
     #[test]
     fn a_glob_skipped_by_its_literal_directories_is_judged_as_the_glob_judges() {
