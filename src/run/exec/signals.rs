@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR2};
 use signal_hook::iterator::SignalsInfo;
@@ -42,6 +42,9 @@ static DEFAULTS: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 /// Markers sent, and the number sent when the reading thread last saw one.
 static MARKS_SENT: AtomicU64 = AtomicU64::new(0);
 static MARKS_SEEN: AtomicU64 = AtomicU64::new(0);
+/// Told when the reading thread sees a marker, so that [`settle`] wakes at once: a poll every
+/// 2 ms cost each settle 2 ms or more, and every attempt settles after its agent and each gate.
+static MARK_SEEN: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// Every process group mvk started in a window, and the windows still open.
 static GROUPS: Mutex<Vec<(i32, Weak<WindowState>)>> = Mutex::new(Vec::new());
 /// Whether mvk has started a process in a window: from then on a sender that is gone may have
@@ -225,6 +228,7 @@ pub(crate) fn watch(warn: impl Fn(String) + Send + 'static) -> io::Result<Watch>
             if origin.signal == MARKER {
                 if placed == Sender::Me {
                     MARKS_SEEN.store(MARKS_SENT.load(Ordering::SeqCst), Ordering::SeqCst);
+                    MARK_SEEN.notify_waiters();
                 }
                 continue;
             }
@@ -276,9 +280,18 @@ pub(crate) async fn settle() {
     if rustix::process::kill_process(me, rustix::process::Signal::USR2).is_err() {
         return;
     }
-    let started = Instant::now();
-    while MARKS_SEEN.load(Ordering::SeqCst) < target && started.elapsed() < SETTLE_BOUND {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    let until = tokio::time::Instant::now() + SETTLE_BOUND;
+    loop {
+        // Registered before the count is read: a marker seen in between still wakes it.
+        let seen = MARK_SEEN.notified();
+        tokio::pin!(seen);
+        seen.as_mut().enable();
+        if MARKS_SEEN.load(Ordering::SeqCst) >= target {
+            return;
+        }
+        if tokio::time::timeout_at(until, seen).await.is_err() {
+            return;
+        }
     }
 }
 
