@@ -42,7 +42,9 @@ pub(crate) fn capture(lease: &Lease, message: &str) -> Result<Oid, WorktreeError
     // one, from nothing, every file hashed.
     let restored = lease.trusted.restore(repo.path())?;
     lease.trusted.forget()?;
-    // Read from disk by this first call (the repository was just opened), after the restore.
+    // The index the reset wrote, held in memory by the reset's own repository (the copy just
+    // put back holds the same), or, from a repository just opened, read from disk after the
+    // restore by this first call.
     let mut index = repo.index().map_err(git_err("open index", path))?;
     if !restored {
         index.clear().map_err(git_err("clear index", path))?;

@@ -37,8 +37,22 @@ pub(crate) struct Lease {
     /// everything else swept in the same walk: the gates' clean-in-place needs no walk of its
     /// own while nothing has run in it since (taken by the first that trusts it).
     pub(super) swept: std::sync::Mutex<Option<Oid>>,
+    /// The worktree's repository as the reset left it, holding in memory the index the reset
+    /// wrote and [`Trusted`] kept: taken by the first [`Lease::open`] after the reset, so that
+    /// the capture stages against it without reading and hashing the whole file again (on a
+    /// 20,000-file repository, a few milliseconds of every attempt).
+    pub(super) held: std::sync::Mutex<Option<Held>>,
     /// Held open for its lock; closing the file releases it.
     pub(super) _lock: File,
+}
+
+/// The reset's repository (see [`Lease::held`]).
+pub(super) struct Held(pub(super) Repository);
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Held").field(&self.0.path()).finish()
+    }
 }
 
 impl Drop for Lease {
@@ -77,11 +91,6 @@ impl Lease {
         .map_err(io_err("retire worktree slot", &marker))
     }
 
-    /// The worktree's repository, if its git links still lead where mvk made them. The agent
-    /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
-    /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
-    /// index and HEAD, another slot's). Links found rewritten are put back first (so the
-    /// repository's registration of the worktree is whole again), and the lease is refused.
     /// Forgets that `capture` swept the worktree: what a test does to stand for a process
     /// that changed it since, unseen by the reaper.
     #[cfg(test)]
@@ -91,6 +100,13 @@ impl Lease {
         }
     }
 
+    /// The worktree's repository, if its git links still lead where mvk made them. The agent
+    /// could write its worktree's `.git` file and git directory (`commondir`, `gitdir`): mvk
+    /// must not commit, stage or move HEAD in whatever they now name (the main checkout's
+    /// index and HEAD, another slot's). Links found rewritten are put back first (so the
+    /// repository's registration of the worktree is whole again), and the lease is refused.
+    /// The first call after the reset gets the reset's own repository ([`Lease::held`]),
+    /// whose index in memory is the one mvk wrote; later calls open it anew.
     pub(super) fn open(&self) -> Result<Repository, WorktreeError> {
         let path = &self.path;
         if let Some(found) = self.restore_links() {
@@ -99,7 +115,11 @@ impl Lease {
                 found,
             });
         }
-        let repo = Repository::open(path).map_err(git_err("open worktree", path))?;
+        let held = self.held.lock().ok().and_then(|mut held| held.take());
+        let repo = match held {
+            Some(Held(repo)) => repo,
+            None => Repository::open(path).map_err(git_err("open worktree", path))?,
+        };
         let workdir = repo.workdir().unwrap_or_else(|| repo.path());
         for (found, made) in [
             (repo.path(), &self.admin),

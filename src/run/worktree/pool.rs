@@ -129,22 +129,25 @@ impl Pool {
         }
         let (slot, lock) = self.claim_slot(branch)?;
         let path = self.slot_path(slot);
-        let reused = if self.slot_is_healthy(&main, &path) {
+        let reset = if self.slot_is_healthy(&main, &path) {
             match self.reset_slot(&main, &path, base, branch) {
-                Ok(()) => true,
+                Ok(held) => Some(held),
                 // Rebuilding would not help, and would throw away a healthy slot.
                 Err(e @ WorktreeError::BranchCheckedOut { .. }) => return Err(e),
                 // A slot the agent damaged beyond a checkout (permissions, a broken `.git`)
                 // is rebuilt from scratch rather than failing the attempt.
-                Err(_) => false,
+                Err(_) => None,
             }
         } else {
-            false
+            None
         };
-        if !reused {
-            self.create_slot(&main, slot, base)?;
-            self.reset_slot(&main, &path, base, branch)?;
-        }
+        let held = match reset {
+            Some(held) => held,
+            None => {
+                self.create_slot(&main, slot, base)?;
+                self.reset_slot(&main, &path, base, branch)?
+            }
+        };
         let admin = Repository::open(&path)
             .map_err(git_err("open worktree", &path))
             .and_then(|r| canonical(r.path()))?;
@@ -163,6 +166,7 @@ impl Pool {
             links,
             trusted: self.trusted(slot),
             swept: std::sync::Mutex::new(None),
+            held: std::sync::Mutex::new(held.map(super::lease::Held)),
             _lock: lock,
         })
     }

@@ -274,7 +274,7 @@ impl Pool {
         path: &Path,
         base: Oid,
         branch: &str,
-    ) -> Result<(), WorktreeError> {
+    ) -> Result<Option<Repository>, WorktreeError> {
         let slot = Repository::open(path).map_err(git_err("open worktree", path))?;
         let commit = slot
             .find_commit(base)
@@ -341,7 +341,10 @@ impl Pool {
         if let Some(t) = &trusted {
             t.keep(slot.path())?;
         }
-        Ok(())
+        // The repository holds the index it just wrote, which the copy now holds too: the
+        // capture after the agent need not read and hash it again (see [`Lease::open`]).
+        drop((index, tree, commit));
+        Ok(trusted.map(|_| slot))
     }
 }
 
