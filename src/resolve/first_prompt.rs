@@ -46,6 +46,8 @@ pub(crate) struct FirstPromptChecks {
     prompts: Option<FirstPrompts>,
     asked: usize,
     worker: Option<Worker>,
+    /// No thread could be made: every check stays here, and it is not tried again.
+    alone: bool,
 }
 
 struct Worker {
@@ -65,6 +67,7 @@ impl Default for FirstPromptChecks {
             prompts: Some(FirstPrompts::default()),
             asked: 0,
             worker: None,
+            alone: false,
         }
     }
 }
@@ -87,7 +90,7 @@ impl FirstPromptChecks {
                 .copied(),
         };
         self.asked += 1;
-        if self.asked > INLINE && self.worker.is_none() {
+        if self.asked > INLINE && self.worker.is_none() && !self.alone {
             self.start();
         }
         let Some(worker) = &mut self.worker else {
@@ -141,8 +144,10 @@ impl FirstPromptChecks {
             }
             Err(e) => {
                 tracing::debug!("no thread for the first prompts' checks ({e}): checking inline");
-                // The closure, and the templates in it, were dropped with the error.
+                // The closure, and the templates in it, were dropped with the error; they are
+                // compiled again once, not at each task.
                 self.prompts = Some(FirstPrompts::default());
+                self.alone = true;
             }
         }
     }

@@ -342,9 +342,10 @@ impl Pool {
             t.keep(slot.path())?;
         }
         // The repository holds the index it just wrote, which the copy now holds too: the
-        // capture after the agent need not read and hash it again (see [`Lease::open`]).
+        // capture after the agent need not read and hash it again (see [`Lease::held`]). Not
+        // after a checkout, which may have read attributes files the agent can rewrite.
         drop((index, tree, commit));
-        Ok(trusted.map(|_| slot))
+        Ok((fast && trusted.is_some()).then_some(slot))
     }
 }
 

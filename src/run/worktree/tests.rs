@@ -1031,9 +1031,28 @@ fn forge_entry(dir: &Path, rel: &str, id: Oid, mode: u32) {
 
 #[test]
 fn an_index_the_agent_forged_fools_neither_capture_nor_the_gates_nor_the_next_reset() {
+    forged_index_fools_nothing(false);
+}
+
+// The same on a slot reset in place, whose capture stages against the index in memory.
+#[test]
+fn an_index_the_agent_forged_fools_nothing_on_a_slot_reset_in_place() {
+    forged_index_fools_nothing(true);
+}
+
+fn forged_index_fools_nothing(in_place: bool) {
     let f = fixture();
     let pool = Pool::open(&f.repo, &f.root).expect("open pool");
-    let lease = pool.acquire(f.c1, "mvk/forged").expect("acquire");
+    let lease = if in_place {
+        let first = pool.acquire(f.c1, "mvk/first").expect("acquire");
+        let p = first.path.clone();
+        drop(first);
+        let lease = acquire_slot(&pool, f.c1, "mvk/forged", &p);
+        assert!(lease.held.lock().is_ok_and(|held| held.is_some()));
+        lease
+    } else {
+        pool.acquire(f.c1, "mvk/forged").expect("acquire")
+    };
     let p = lease.path.clone();
     let one = Repository::open(&p)
         .and_then(|r| r.revparse_single("HEAD:a.txt").map(|o| o.id()))
@@ -1758,5 +1777,65 @@ fn a_cache_that_ignores_itself_a_git_in_another_case_and_a_deep_directory_are_st
     assert!(
         lease.swept.lock().expect("lock").is_none(),
         "not swept by the one walk"
+    );
+}
+
+// An attributes file the agent rewrote in place, its size and modification time kept, rules
+// what the capture stages: nothing read before the agent ran (the index the reset hands over,
+// `Lease::held`, and whatever else) stands in for it.
+#[test]
+fn an_attributes_file_rewritten_in_place_is_read_anew_by_the_capture() {
+    let f = fixture();
+    // Staged `*.txt` files are normalised to LF.
+    fs::write(f.repo.join(".gitattributes"), "*.txt  text\n").expect("write");
+    git(&f.repo, &["add", "-A"]);
+    git(&f.repo, &["commit", "-q", "-m", "c3"]);
+    let c3 = rev(&f.repo, "HEAD");
+    let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+    let lease = pool.acquire(c3, "mvk/attributes").expect("acquire");
+    let p = lease.path.clone();
+    let attributes = p.join(".gitattributes");
+    let modified = fs::metadata(&attributes)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    // The same 12 bytes' length, the same modification time: only the content says it changed.
+    fs::write(&attributes, "*.txt -text\n").expect("write");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&attributes)
+        .and_then(|f| f.set_modified(modified))
+        .expect("set mtime");
+    fs::write(p.join("a.txt"), "crlf\r\n").expect("write");
+    let head = capture(&lease, "attempt").expect("capture");
+    let tree = tree_files(&f.repo, head);
+    assert!(
+        tree.contains(&("a.txt".to_string(), b"crlf\r\n".to_vec())),
+        "a.txt staged under the attributes the agent replaced: {tree:?}"
+    );
+}
+
+// Guards the repository a reset in place hands to the capture (`Lease::held`): an attributes
+// file the agent adds rules what the capture stages, though that repository looked for
+// attributes before the agent ran (and found none).
+#[test]
+fn an_attributes_file_the_agent_adds_rules_the_capture_of_a_slot_reset_in_place() {
+    let f = fixture();
+    let pool = Pool::open(&f.repo, &f.root).expect("open pool");
+    let first = pool.acquire(f.c1, "mvk/first").expect("acquire");
+    let p = first.path.clone();
+    drop(first);
+    // The slot again: reset in place, its repository held for the capture.
+    let lease = acquire_slot(&pool, f.c1, "mvk/second", &p);
+    assert!(
+        lease.held.lock().is_ok_and(|held| held.is_some()),
+        "a reset in place hands its repository on"
+    );
+    fs::write(p.join(".gitattributes"), "*.txt text\n").expect("write");
+    fs::write(p.join("a.txt"), "crlf\r\n").expect("write");
+    let head = capture(&lease, "attempt").expect("capture");
+    let tree = tree_files(&f.repo, head);
+    assert!(
+        tree.contains(&("a.txt".to_string(), b"crlf\n".to_vec())),
+        "a.txt staged without the attributes the agent added: {tree:?}"
     );
 }
