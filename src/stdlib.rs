@@ -68,3 +68,20 @@ pub(crate) fn defining(kind: &str, name: &str) -> Option<&'static str> {
 pub fn paths() -> impl Iterator<Item = &'static str> {
     FILES.iter().map(|(p, _)| *p)
 }
+
+#[cfg(test)]
+mod tests {
+    // Guards the compile's trust in the built-in templates, which it does not check: each one
+    // renders every sample `prompt::check` renders.
+    #[test]
+    fn every_template_of_the_stdlib_passes_the_check_the_compile_skips() {
+        let templates: Vec<_> = super::FILES
+            .iter()
+            .filter(|(path, _)| path.ends_with(".hbs"))
+            .collect();
+        assert!(templates.len() >= 2, "{templates:?}");
+        for (path, text) in templates {
+            assert_eq!(crate::prompt::check(text), Ok(()), "{path}");
+        }
+    }
+}
