@@ -529,12 +529,13 @@ fn template(
         });
     }
     // Checking renders the template; a flow of many tasks shares a few templates, and shares
-    // each one's text rather than holding a copy per task. The standard library's are built in
-    // and checked by its tests (`stdlib::tests`): checking them again took 2 ms of every
-    // command that compiles a loop.
+    // each one's text rather than holding a copy per task. The standard library's templates
+    // (`.hbs`; not its other files, which a prompt may name by mistake) are built in and
+    // checked by its tests (`stdlib::tests`): checking them again took 2 ms of every command
+    // that compiles a loop.
     let checked = match world.checked_templates.get(text.as_ref()) {
         Some(shared) => Ok(Arc::clone(shared)),
-        None if std_template => Ok(Arc::from(text.as_ref())),
+        None if std_template && name.ends_with(".hbs") => Ok(Arc::from(text.as_ref())),
         None => crate::prompt::check(&text).map(|()| {
             let shared: Arc<str> = Arc::from(text.as_ref());
             world.checked_templates.insert(Arc::clone(&shared));
