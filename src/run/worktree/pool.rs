@@ -148,9 +148,13 @@ impl Pool {
                 self.reset_slot(&main, &path, base, branch)?
             }
         };
-        let admin = Repository::open(&path)
-            .map_err(git_err("open worktree", &path))
-            .and_then(|r| canonical(r.path()))?;
+        // The reset's own repository, where it is kept, names the git directory it just wrote.
+        let admin = match &held {
+            Some(repo) => canonical(repo.path())?,
+            None => Repository::open(&path)
+                .map_err(git_err("open worktree", &path))
+                .and_then(|r| canonical(r.path()))?,
+        };
         let mut links = Vec::new();
         for file in link_files(&path, &admin) {
             let bytes = fs::read(&file).map_err(io_err("read git link", &file))?;
